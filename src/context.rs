@@ -1,0 +1,334 @@
+//! [`FedContext`]: the coordinator. It holds the catalog (federated tables
+//! as schema-only providers, ordinary tables as *shared* tables), turns SQL
+//! into plans with DataFusion, and runs every plan that touches a federated
+//! table as rounds of encode → merge → decode (see [`crate::round`]).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::dataframe::DataFrame;
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
+
+use crate::client::{self, ClientRunner, LocalClient};
+use crate::dataframe::FedDataFrame;
+use crate::ddl::{self, ClientList, CreateFederatedTable};
+use crate::error::{FedError, Result};
+use crate::explain;
+use crate::exposure;
+use crate::federated_table::{ClientFiles, FederatedTable, unify_schemas};
+
+/// The coordinator: register federated and shared tables, run SQL.
+///
+/// ```no_run
+/// # async fn demo() -> fedsql::Result<()> {
+/// use fedsql::FedContext;
+/// let ctx = FedContext::new();
+/// ctx.sql("CREATE FEDERATED TABLE visits STORED AS PARQUET LOCATION 'data/visits/'").await?;
+/// let batches = ctx
+///     .sql("SELECT region, count(*) AS n, avg(age) AS mean_age FROM visits GROUP BY region")
+///     .await?
+///     .collect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FedContext {
+    ctx: SessionContext,
+}
+
+impl Default for FedContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One table in the catalog, for `\d`.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    pub name: String,
+    /// `None` for a shared table; the number of clients for a federated one.
+    pub clients: Option<usize>,
+    pub schema: SchemaRef,
+}
+
+impl FedContext {
+    /// An empty coordinator.
+    pub fn new() -> Self {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            // Uncorrelated scalar subqueries become joins with the subquery's
+            // (aggregated, hence shared) result, i.e. an earlier round, rather
+            // than a physical side plan that a client's encoder cannot carry.
+            .set_bool("datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery", false);
+        let ctx = SessionContext::new_with_config(config);
+        fedsql_udfs::register_all(&ctx);
+        Self { ctx }
+    }
+
+    /// The underlying DataFusion context (shared tables, functions, settings).
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Plans one SQL statement. DDL (`CREATE FEDERATED TABLE`, `CREATE
+    /// EXTERNAL TABLE`, ...) runs at once; a query is checked for exposure
+    /// now (refused before anything runs) and executed by `collect`.
+    pub async fn sql(&self, sql: &str) -> Result<FedDataFrame> {
+        let sql = sql.trim().trim_end_matches(';').trim();
+        if ddl::is_create_federated(sql) {
+            let stmt = ddl::parse_create_federated(sql)?;
+            self.create_federated(&stmt).await?;
+            return self.empty();
+        }
+        if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
+            let df = self.ctx.sql(rest).await?;
+            let text = self.explain_plan(df).await?;
+            return self.text_result("plan", &text);
+        }
+        if let Some(rest) = strip_words(sql, &["SHOW", "CLIENTS"]) {
+            let name = strip_words(rest, &["FROM"]).or_else(|| strip_words(rest, &["IN"])).unwrap_or(rest);
+            let batch = self.clients_batch(name.trim())?;
+            return self.batch_result(batch);
+        }
+
+        let state = self.ctx.state();
+        let plan = state.create_logical_plan(sql).await?;
+        match &plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if exposure::touches_federated(&create.input) => {
+                let input = FedDataFrame::new(self.clone(), DataFrame::new(state.clone(), (*create.input).clone()));
+                let batches = input.collect().await?;
+                let schema = Arc::new(create.input.schema().as_arrow().clone());
+                let table = MemTable::try_new(schema, vec![batches])?;
+                let name = create.name.clone();
+                if create.or_replace {
+                    self.ctx.deregister_table(name.clone())?;
+                } else if self.ctx.table_exist(name.clone())? {
+                    if create.if_not_exists {
+                        return self.empty();
+                    }
+                    return Err(FedError::Plan(format!("table `{name}` already exists")));
+                }
+                self.ctx.register_table(name, Arc::new(table))?;
+                self.empty()
+            }
+            LogicalPlan::Analyze(_) if exposure::touches_federated(&plan) => Err(FedError::Plan(
+                "EXPLAIN ANALYZE would run a federated query on the coordinator: use EXPLAIN FEDERATED".into(),
+            )),
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                Ok(FedDataFrame::new(self.clone(), df))
+            }
+            _ => {
+                if exposure::touches_federated(&plan) {
+                    exposure::check(&plan, &query_label(sql))?;
+                }
+                Ok(FedDataFrame::new(self.clone(), DataFrame::new(state, plan)))
+            }
+        }
+    }
+
+    /// A dataframe over a table (federated or shared).
+    pub async fn table(&self, name: &str) -> Result<FedDataFrame> {
+        Ok(FedDataFrame::new(self.clone(), self.ctx.table(name).await?))
+    }
+
+    /// Registers a federated table from a parsed `CREATE FEDERATED TABLE`.
+    pub async fn create_federated(&self, stmt: &CreateFederatedTable) -> Result<()> {
+        if self.ctx.table_exist(stmt.name.as_str())? {
+            if stmt.if_not_exists {
+                return Ok(());
+            }
+            if !stmt.or_replace {
+                return Err(FedError::Plan(format!(
+                    "table `{}` already exists: DROP TABLE {} first, or use CREATE OR REPLACE FEDERATED TABLE",
+                    stmt.name, stmt.name
+                )));
+            }
+        }
+        let clients = match &stmt.clients {
+            ClientList::Location(dir) => ClientFiles::discover(dir, stmt.format)?,
+            ClientList::Named(named) => named
+                .iter()
+                .map(|(name, path)| ClientFiles::from_path(name, path, stmt.format))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let schema = if stmt.columns.is_empty() {
+            let mut observed = Vec::new();
+            for c in &clients {
+                observed.extend(client::observe_schemas(c)?);
+            }
+            Arc::new(unify_schemas(&stmt.name, &observed)?)
+        } else {
+            let declared = self.declared_schema(stmt).await?;
+            for c in &clients {
+                client::check_declared(c, &declared)?;
+            }
+            Arc::new(declared)
+        };
+        let runners = clients
+            .iter()
+            .map(|c| Ok(Arc::new(LocalClient::from_files(c, Arc::clone(&schema))?) as Arc<dyn ClientRunner>))
+            .collect::<Result<Vec<_>>>()?;
+        self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
+    }
+
+    /// Registers a federated table (replacing one of the same name).
+    pub fn register_federated(&self, table: FederatedTable) -> Result<()> {
+        let name = table.name().to_string();
+        self.ctx.deregister_table(name.as_str())?;
+        self.ctx.register_table(name.as_str(), Arc::new(table))?;
+        Ok(())
+    }
+
+    /// The schema a column list declares, through DataFusion's own DDL
+    /// planning (so every type `CREATE EXTERNAL TABLE` accepts works).
+    async fn declared_schema(&self, stmt: &CreateFederatedTable) -> Result<Schema> {
+        let columns: Vec<String> = stmt.columns.iter().map(|c| c.to_string()).collect();
+        let sql = format!(
+            "CREATE EXTERNAL TABLE __fedsql_declared ({}) STORED AS CSV LOCATION '__unused__'",
+            columns.join(", ")
+        );
+        let mut statements = DFParser::parse_sql(&sql)?;
+        let Some(DFStatement::CreateExternalTable(_)) = statements.front() else {
+            return Err(FedError::Syntax(format!("cannot read the column list ({})", columns.join(", "))));
+        };
+        let plan = self.ctx.state().statement_to_plan(statements.pop_front().expect("one")).await?;
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => Ok(c.schema.as_arrow().clone()),
+            _ => Err(FedError::Syntax("cannot read the column list".into())),
+        }
+    }
+
+    /// The federated table of that name.
+    pub async fn federated_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
+        let provider = self
+            .ctx
+            .table_provider(name)
+            .await
+            .map_err(|_| FedError::Plan(format!("no table named `{name}`; \\d lists the tables")))?;
+        if FederatedTable::from_provider(provider.as_ref()).is_none() {
+            return Err(FedError::Plan(format!("`{name}` is a shared table, not a federated one")));
+        }
+        Ok(provider)
+    }
+
+    /// One row per client of a federated table: client, format, location.
+    pub fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
+        let provider = futures::executor::block_on(self.federated_table(name))?;
+        let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
+        let clients = table.clients();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("client", DataType::Utf8, false),
+            Field::new("format", DataType::Utf8, false),
+            Field::new("location", DataType::Utf8, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.name().to_string()))),
+                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.format()))),
+                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.location()))),
+            ],
+        )?)
+    }
+
+    /// Every table in the default schema, federated ones with their client count.
+    pub async fn tables(&self) -> Result<Vec<TableInfo>> {
+        let Some(schema) = self.ctx.catalog("datafusion").and_then(|c| c.schema("public")) else {
+            return Ok(Vec::new());
+        };
+        let mut names = schema.table_names();
+        names.sort();
+        let mut tables = Vec::new();
+        for name in names {
+            if let Some(provider) = schema.table(&name).await? {
+                let clients = FederatedTable::from_provider(provider.as_ref()).map(|t| t.clients().len());
+                tables.push(TableInfo {
+                    name,
+                    clients,
+                    schema: provider.schema(),
+                });
+            }
+        }
+        Ok(tables)
+    }
+
+    /// The text of EXPLAIN FEDERATED for a dataframe's plan.
+    pub(crate) async fn explain_plan(&self, df: DataFrame) -> Result<String> {
+        let (state, plan) = df.into_parts();
+        if !exposure::touches_federated(&plan) {
+            return Err(FedError::Plan(
+                "EXPLAIN FEDERATED: the query reads no federated table (use EXPLAIN)".into(),
+            ));
+        }
+        exposure::check(&plan, "the query")?;
+        let optimized = state.optimize(&plan)?;
+        explain::explain(&state, optimized).await
+    }
+
+    fn empty(&self) -> Result<FedDataFrame> {
+        Ok(FedDataFrame::new(self.clone(), self.ctx.read_empty()?))
+    }
+
+    fn batch_result(&self, batch: RecordBatch) -> Result<FedDataFrame> {
+        Ok(FedDataFrame::new(self.clone(), self.ctx.read_batch(batch)?))
+    }
+
+    fn text_result(&self, column: &str, text: &str) -> Result<FedDataFrame> {
+        let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec![text.to_string()]))])?;
+        self.batch_result(batch)
+    }
+}
+
+/// Strips leading keywords (any case, any whitespace); `None` if absent.
+fn strip_words<'a>(sql: &'a str, words: &[&str]) -> Option<&'a str> {
+    let mut rest = sql;
+    for word in words {
+        let trimmed = rest.trim_start();
+        let head = trimmed.get(..word.len())?;
+        let boundary = trimmed[word.len()..].chars().next().is_none_or(|c| c.is_whitespace());
+        if !head.eq_ignore_ascii_case(word) || !boundary {
+            return None;
+        }
+        rest = &trimmed[word.len()..];
+    }
+    Some(rest.trim_start())
+}
+
+/// How to name a query in a raw-rows refusal: "`SELECT *`" when it selects
+/// a wildcard, else a general phrase.
+fn query_label(sql: &str) -> String {
+    let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+    let wildcard = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
+        .ok()
+        .and_then(|s| s.into_iter().next())
+        .is_some_and(|s| match s {
+            Statement::Query(q) => match *q.body {
+                SetExpr::Select(select) => select
+                    .projection
+                    .iter()
+                    .any(|p| matches!(p, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))),
+                _ => false,
+            },
+            _ => false,
+        });
+    if wildcard {
+        "`SELECT *`".into()
+    } else {
+        "a query without aggregation".into()
+    }
+}
+
+/// Counts rows of a result, for the REPL's row-count line.
+pub fn row_count(batches: &[RecordBatch]) -> u64 {
+    batches.iter().map(|b| b.num_rows() as u64).sum()
+}
+

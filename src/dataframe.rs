@@ -1,0 +1,109 @@
+//! [`FedDataFrame`]: DataFusion's DataFrame API over federated tables.
+//!
+//! Building a dataframe (filter, select, aggregate, sort, limit) only builds
+//! a logical plan on the coordinator; [`FedDataFrame::collect`] runs it —
+//! as rounds of encode → merge → decode when it reads a federated table,
+//! as an ordinary DataFusion query otherwise.
+//!
+//! ```no_run
+//! # async fn demo() -> fedsql::Result<()> {
+//! use datafusion::prelude::*;
+//! let ctx = fedsql::FedContext::new();
+//! fedsql::demo::register_demo(&ctx)?;
+//! let batches = ctx
+//!     .table("clinic")
+//!     .await?
+//!     .filter(col("age").gt_eq(lit(40)))?
+//!     .aggregate(vec![col("region")], vec![avg(col("systolic")).alias("mean_sbp")])?
+//!     .sort(vec![col("region").sort(true, false)])?
+//!     .collect()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::DFSchema;
+use datafusion::dataframe::DataFrame;
+use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
+
+use crate::context::FedContext;
+use crate::error::Result;
+use crate::exposure;
+use crate::round::{self, RoundReport};
+
+/// A lazily evaluated query over federated and shared tables.
+#[derive(Clone)]
+pub struct FedDataFrame {
+    ctx: FedContext,
+    df: DataFrame,
+}
+
+impl FedDataFrame {
+    pub(crate) fn new(ctx: FedContext, df: DataFrame) -> Self {
+        Self { ctx, df }
+    }
+
+    /// The output schema.
+    pub fn schema(&self) -> &DFSchema {
+        self.df.schema()
+    }
+
+    /// The logical plan as built (before optimization).
+    pub fn logical_plan(&self) -> &LogicalPlan {
+        self.df.logical_plan()
+    }
+
+    /// Keeps the rows for which `predicate` is true (runs at the clients).
+    pub fn filter(self, predicate: Expr) -> Result<Self> {
+        self.map(|df| df.filter(predicate))
+    }
+
+    /// Computes expressions per row (runs at the clients).
+    pub fn select(self, exprs: Vec<Expr>) -> Result<Self> {
+        self.map(|df| df.select(exprs))
+    }
+
+    /// Groups and aggregates: the cut where client states are merged.
+    pub fn aggregate(self, group_by: Vec<Expr>, aggregates: Vec<Expr>) -> Result<Self> {
+        self.map(|df| df.aggregate(group_by, aggregates))
+    }
+
+    /// Sorts (over aggregated, shared results).
+    pub fn sort(self, exprs: Vec<SortExpr>) -> Result<Self> {
+        self.map(|df| df.sort(exprs))
+    }
+
+    /// Skips and limits rows (over aggregated, shared results).
+    pub fn limit(self, skip: usize, fetch: Option<usize>) -> Result<Self> {
+        self.map(|df| df.limit(skip, fetch))
+    }
+
+    /// Applies any DataFusion DataFrame transformation.
+    pub fn map(self, f: impl FnOnce(DataFrame) -> datafusion::error::Result<DataFrame>) -> Result<Self> {
+        Ok(Self {
+            ctx: self.ctx,
+            df: f(self.df)?,
+        })
+    }
+
+    /// Runs the query and returns its result.
+    pub async fn collect(self) -> Result<Vec<RecordBatch>> {
+        Ok(self.collect_with_report().await?.0)
+    }
+
+    /// Runs the query; also returns what each federated round did.
+    pub async fn collect_with_report(self) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
+        if !exposure::touches_federated(self.df.logical_plan()) {
+            return Ok((self.df.collect().await?, Vec::new()));
+        }
+        exposure::check(self.df.logical_plan(), "the query")?;
+        let (state, plan) = self.df.into_parts();
+        let optimized = state.optimize(&plan)?;
+        round::execute(&state, optimized).await
+    }
+
+    /// The EXPLAIN FEDERATED text of this query.
+    pub async fn explain_federated(self) -> Result<String> {
+        self.ctx.explain_plan(self.df).await
+    }
+}

@@ -1,0 +1,318 @@
+//! Exposure discipline: which plans may run against federated tables.
+//!
+//! Every node of a logical plan is either *shared* (computed from shared
+//! values only) or *federated* (it still has the record axis of one federated
+//! table, and so can only run at that table's clients, each over its own
+//! rows). The only way from federated to shared is an aggregate whose state
+//! is bounded and merges as a commutative monoid: that aggregate is a *cut*,
+//! where the encoder ends and the merge begins.
+//!
+//! [`check`] walks a plan bottom-up and refuses, with an error naming the
+//! operator or function and the bounded alternative, anything that would need
+//! raw rows or row-count-sized state to leave a client: a federated result at
+//! the root, DISTINCT, window functions, LIMIT over rows, joins or unions of
+//! federated rows, outer joins that keep unmatched shared rows (they would be
+//! counted once per client), and aggregates whose state is unbounded.
+//!
+//! The same walk runs twice: on the plan as the user wrote it (for messages
+//! in the user's terms) and on the optimized plan that actually runs (so the
+//! guarantee holds whatever the optimizer did).
+
+use std::sync::Arc;
+
+use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::{Aggregate, Expr, JoinType, LogicalPlan, TableScan};
+
+use crate::error::{FedError, Result};
+use crate::federated_table::FederatedTable;
+
+/// Built-in aggregates whose state has a fixed (or small, bounded) size.
+/// min/max/first_value/last_value/any_value states are single row values:
+/// bounded, though what they reveal is a matter of privacy policy.
+const BOUNDED_BUILTINS: &[&str] = &[
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "var",
+    "var_pop",
+    "stddev",
+    "stddev_pop",
+    "covar_samp",
+    "covar_pop",
+    "corr",
+    "regr_slope",
+    "regr_intercept",
+    "regr_count",
+    "regr_r2",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_sxx",
+    "regr_syy",
+    "regr_sxy",
+    "bool_and",
+    "bool_or",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "approx_distinct",
+    "approx_percentile_cont",
+    "approx_percentile_cont_with_weight",
+    "approx_median",
+    "first_value",
+    "last_value",
+    "any_value",
+    "grouping",
+];
+
+/// Whether an aggregate function's state is bounded whatever the row count.
+pub fn is_bounded_aggregate(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    BOUNDED_BUILTINS.contains(&name.as_str()) || fedsql_udfs::is_bounded(&name)
+}
+
+/// The bounded alternative to an unbounded aggregate, where there is one.
+fn bounded_alternative(name: &str) -> Option<&'static str> {
+    match name {
+        "median" => Some("use approx_median(x) (t-digest state of at most 100 centroids)"),
+        "percentile_cont" | "quantile_cont" => Some(
+            "use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)",
+        ),
+        "array_agg" | "string_agg" => Some(
+            "aggregate the values instead (count, sum, min, max, approx_distinct), or GROUP BY the column",
+        ),
+        _ => None,
+    }
+}
+
+/// What a part of a plan is: shared, or the rows of a federated table.
+#[derive(Debug, Clone)]
+pub enum Locality {
+    Shared,
+    /// Still has the record axis of this federated table.
+    Federated(Arc<dyn TableProvider>),
+}
+
+impl Locality {
+    fn table_name(&self) -> &str {
+        match self {
+            Locality::Shared => "",
+            Locality::Federated(p) => FederatedTable::from_provider(p.as_ref()).map_or("", |t| t.name()),
+        }
+    }
+}
+
+/// The federated table a scan reads, if it reads one.
+pub fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
+    let provider = source_as_provider(&scan.source).ok()?;
+    FederatedTable::from_provider(provider.as_ref()).is_some().then_some(provider)
+}
+
+/// Whether any part of the plan (subqueries included) reads a federated table.
+pub fn touches_federated(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && federated_scan(scan).is_some()
+        {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// Checks that the whole plan ends shared: every federated part is cut by a
+/// bounded aggregate. `root_label` names the query for the raw-rows message
+/// (e.g. "`SELECT *`").
+pub fn check(plan: &LogicalPlan, root_label: &str) -> Result<()> {
+    match locality(plan)? {
+        Locality::Shared => Ok(()),
+        fed => Err(FedError::refused(
+            format!(
+                "{root_label} returns raw rows of federated table `{}`; only aggregates may leave a client",
+                fed.table_name()
+            ),
+            Some("aggregate the rows instead, e.g. SELECT count(*), avg(col) FROM t GROUP BY key"),
+        )),
+    }
+}
+
+/// The locality of a plan, refusing operators that cannot run at clients.
+pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
+    // Subqueries inside expressions: a shared subquery is fine (it may hold
+    // cuts of its own); one that returns federated rows is refused.
+    let mut subquery_err = None;
+    plan.apply_subqueries(|sub| {
+        if let LogicalPlan::Subquery(sub) = sub {
+            match locality(&sub.subquery) {
+                Ok(Locality::Shared) => {}
+                Ok(fed) => {
+                    subquery_err = Some(FedError::refused(
+                        format!(
+                            "a subquery returns raw rows of federated table `{}` (IN/EXISTS/scalar subqueries over rows need them to leave a client)",
+                            fed.table_name()
+                        ),
+                        Some("aggregate inside the subquery, e.g. WHERE x > (SELECT avg(x) FROM t)"),
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Err(e) => {
+                    subquery_err = Some(e);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if let Some(e) = subquery_err {
+        return Err(e);
+    }
+
+    let inputs = plan.inputs();
+    let children = inputs.iter().map(|p| locality(p)).collect::<Result<Vec<_>>>()?;
+    let federated: Vec<&Locality> = children.iter().filter(|l| matches!(l, Locality::Federated(_))).collect();
+
+    match plan {
+        LogicalPlan::TableScan(scan) => Ok(match federated_scan(scan) {
+            Some(provider) => Locality::Federated(provider),
+            None => Locality::Shared,
+        }),
+        _ if federated.is_empty() => Ok(Locality::Shared),
+        LogicalPlan::Aggregate(agg) => {
+            check_aggregates(agg, federated[0].table_name())?;
+            Ok(Locality::Shared)
+        }
+        LogicalPlan::Projection(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Subquery(_)
+        | LogicalPlan::Unnest(_) => Ok(federated[0].clone()),
+        LogicalPlan::Repartition(_) => Ok(federated[0].clone()),
+        LogicalPlan::Sort(sort) if sort.fetch.is_none() => Ok(federated[0].clone()),
+        LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => Err(refuse_rows(
+            "LIMIT",
+            federated[0],
+            "a LIMIT over rows picks rows across clients",
+            Some("aggregate first, then ORDER BY/LIMIT the aggregated result"),
+        )),
+        LogicalPlan::Distinct(_) => Err(refuse_rows(
+            "DISTINCT",
+            federated[0],
+            "SELECT DISTINCT returns each distinct row",
+            Some("GROUP BY the columns with an aggregate, e.g. SELECT col, count(*) FROM t GROUP BY col"),
+        )),
+        LogicalPlan::Window(window) => {
+            let name = window
+                .window_expr
+                .first()
+                .map(|e| format!("window function `{}`", e.schema_name()))
+                .unwrap_or_else(|| "window function".into());
+            Err(refuse_rows(
+                &name,
+                federated[0],
+                "a window function keeps one output per row",
+                Some("aggregate first; window functions over an aggregated subquery are fine"),
+            ))
+        }
+        LogicalPlan::Join(join) => {
+            if federated.len() == 2 {
+                let (l, r) = (children[0].table_name(), children[1].table_name());
+                return Err(FedError::refused(
+                    format!(
+                        "JOIN of federated `{l}` with federated `{r}`: matching rows across clients would need raw rows to leave a client"
+                    ),
+                    Some("aggregate each side first and join the aggregated results, or join a federated table with a shared table"),
+                ));
+            }
+            let federated_left = matches!(children[0], Locality::Federated(_));
+            let keeps_only_federated_rows = match join.join_type {
+                JoinType::Inner => true,
+                JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => federated_left,
+                JoinType::Right | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => !federated_left,
+                JoinType::Full => false,
+            };
+            if keeps_only_federated_rows {
+                Ok(federated[0].clone())
+            } else {
+                Err(FedError::refused(
+                    format!(
+                        "{} JOIN keeps unmatched rows of the shared side, which every client of `{}` would add once",
+                        join.join_type,
+                        federated[0].table_name()
+                    ),
+                    Some("use an INNER JOIN, or an outer join that keeps the federated table's rows"),
+                ))
+            }
+        }
+        LogicalPlan::Union(_) => Err(FedError::refused(
+            format!(
+                "UNION over rows of federated table `{}`: union the aggregated results instead",
+                federated[0].table_name()
+            ),
+            Some("aggregate each branch, then UNION ALL the aggregates"),
+        )),
+        other => Err(FedError::refused(
+            format!(
+                "operator `{}` cannot run over the rows of federated table `{}` at the clients",
+                other.display().to_string().split(':').next().unwrap_or("?"),
+                federated[0].table_name()
+            ),
+            None,
+        )),
+    }
+}
+
+fn refuse_rows(operator: &str, fed: &Locality, why: &str, hint: Option<&str>) -> FedError {
+    FedError::refused(
+        format!(
+            "{operator} over rows of federated table `{}`: {why}, so raw rows would leave a client",
+            fed.table_name()
+        ),
+        hint,
+    )
+}
+
+/// Refuses DISTINCT aggregates and aggregates whose state grows with the rows.
+fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
+    for expr in &agg.aggr_expr {
+        let mut refusal = None;
+        expr.apply(|e| {
+            if let Expr::AggregateFunction(f) = e {
+                let name = f.func.name().to_ascii_lowercase();
+                if f.params.distinct {
+                    let hint = (name == "count")
+                        .then_some("use approx_distinct(x) (HyperLogLog state of 16 KiB) to count distinct values");
+                    refusal = Some(FedError::refused(
+                        format!(
+                            "{}(DISTINCT ...) over federated table `{table}`: a DISTINCT aggregate keeps every distinct value in its state",
+                            f.func.name()
+                        ),
+                        hint,
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                let bounded = is_bounded_aggregate(&name) || f.func.aliases().iter().any(|a| is_bounded_aggregate(a));
+                if !bounded {
+                    refusal = Some(FedError::refused(
+                        format!(
+                            "aggregate `{}` over federated table `{table}` keeps every value in its state, which would leave the client",
+                            f.func.name()
+                        ),
+                        bounded_alternative(&name),
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if let Some(e) = refusal {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

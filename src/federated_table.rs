@@ -1,0 +1,490 @@
+//! Federated tables: one logical table whose rows live at several clients.
+//!
+//! On the coordinator a [`FederatedTable`] is *schema only*: DataFusion plans
+//! queries against it, but it holds no rows and its scan can never run. The
+//! rows are reached only through its clients ([`ClientRunner`]s), which run a
+//! validated encoder over their own data and hand back aggregate states.
+//!
+//! This module also discovers clients from a folder, infers each client's
+//! schema and unifies them, naming the client, file and column whenever they
+//! disagree.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{Result as DFResult, internal_err, project_schema};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+
+use crate::client::ClientRunner;
+use crate::error::{FedError, Result};
+
+/// How a client's files are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Csv,
+    Parquet,
+}
+
+impl FileFormat {
+    /// Parses `CSV` / `PARQUET` (any case).
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "csv" => Ok(FileFormat::Csv),
+            "parquet" => Ok(FileFormat::Parquet),
+            other => Err(FedError::Syntax(format!(
+                "unsupported format `{other}` for a federated table: use STORED AS CSV or STORED AS PARQUET"
+            ))),
+        }
+    }
+
+    /// The format a file's extension says, if any.
+    pub fn from_path(path: &Path) -> Option<Self> {
+        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+            "csv" => Some(FileFormat::Csv),
+            "parquet" | "parq" => Some(FileFormat::Parquet),
+            _ => None,
+        }
+    }
+
+    /// The usual file extension, with its dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Csv => ".csv",
+            FileFormat::Parquet => ".parquet",
+        }
+    }
+}
+
+impl fmt::Display for FileFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FileFormat::Csv => "CSV",
+            FileFormat::Parquet => "PARQUET",
+        })
+    }
+}
+
+/// Where one client's rows are: a set of local files in one format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientFiles {
+    /// The client's name (file stem or folder name, or as declared).
+    pub name: String,
+    pub format: FileFormat,
+    /// The files, sorted; never empty.
+    pub files: Vec<PathBuf>,
+    /// The path the user gave (a file or a folder), for messages.
+    pub location: PathBuf,
+}
+
+impl ClientFiles {
+    /// A client from a path that is either one file or a folder of files.
+    /// The format comes from the file extension, or `default` when given.
+    pub fn from_path(name: &str, path: &Path, default: Option<FileFormat>) -> Result<Self> {
+        let client_err = |message: String| FedError::Client {
+            client: name.to_string(),
+            location: path.display().to_string(),
+            message,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| client_err(format!("cannot read: {e}")))?;
+        if meta.is_file() {
+            let format = FileFormat::from_path(path).or(default).ok_or_else(|| {
+                client_err("cannot tell the file format from the extension: add STORED AS CSV or STORED AS PARQUET".into())
+            })?;
+            return Ok(ClientFiles {
+                name: name.to_string(),
+                format,
+                files: vec![path.to_path_buf()],
+                location: path.to_path_buf(),
+            });
+        }
+        let mut files = Vec::new();
+        for entry in read_dir_sorted(path).map_err(|e| client_err(format!("cannot list folder: {e}")))? {
+            if entry.is_file() && FileFormat::from_path(&entry).is_some() {
+                files.push(entry);
+            }
+        }
+        let formats: Vec<FileFormat> = files.iter().filter_map(|f| FileFormat::from_path(f)).collect();
+        let format = match default {
+            Some(format) => format,
+            None => *formats.first().ok_or_else(|| {
+                client_err("the folder holds no .csv or .parquet files".into())
+            })?,
+        };
+        files.retain(|f| FileFormat::from_path(f) == Some(format));
+        if files.is_empty() {
+            return Err(client_err(format!(
+                "the folder holds no {} files",
+                format.extension()
+            )));
+        }
+        if formats.iter().any(|f| *f != format) {
+            return Err(client_err(format!(
+                "the folder mixes CSV and Parquet files; one client's folder must hold one format ({format} here)"
+            )));
+        }
+        Ok(ClientFiles {
+            name: name.to_string(),
+            format,
+            files,
+            location: path.to_path_buf(),
+        })
+    }
+
+    /// Every file directly in `dir` (or every subfolder, holding that
+    /// client's files) is one client, named by its file stem / folder name.
+    pub fn discover(dir: &Path, format: Option<FileFormat>) -> Result<Vec<Self>> {
+        let entries = read_dir_sorted(dir).map_err(|e| {
+            FedError::Plan(format!(
+                "cannot list LOCATION '{}': {e}; give a folder whose files (or subfolders) are the clients",
+                dir.display()
+            ))
+        })?;
+        let mut clients = Vec::new();
+        for entry in entries {
+            let is_data_file = entry.is_file()
+                && FileFormat::from_path(&entry).is_some_and(|f| format.is_none_or(|want| want == f));
+            if entry.is_dir() || is_data_file {
+                let name = if entry.is_dir() {
+                    entry.file_name()
+                } else {
+                    entry.file_stem()
+                };
+                let name = name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                clients.push(ClientFiles::from_path(&name, &entry, format)?);
+            }
+        }
+        if clients.is_empty() {
+            let what = format.map(|f| f.extension()).unwrap_or(".csv or .parquet");
+            return Err(FedError::Plan(format!(
+                "LOCATION '{}' holds no {what} files and no client subfolders",
+                dir.display()
+            )));
+        }
+        if clients.iter().any(|c| c.format != clients[0].format) && format.is_none() {
+            return Err(FedError::Plan(format!(
+                "LOCATION '{}' mixes CSV and Parquet clients: add STORED AS, or name each client with CLIENTS (...)",
+                dir.display()
+            )));
+        }
+        Ok(clients)
+    }
+
+    /// The files as a string for messages.
+    pub fn describe(&self) -> String {
+        self.location.display().to_string()
+    }
+}
+
+/// Sorted entries of a folder, skipping hidden files.
+fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.') || n.starts_with('_'));
+        if !hidden {
+            entries.push(path);
+        }
+    }
+    entries.sort();
+    Ok(entries)
+}
+
+/// A column's type as seen at one client, with where it was seen.
+#[derive(Debug, Clone)]
+pub struct ObservedSchema {
+    pub client: String,
+    pub file: String,
+    pub schema: Schema,
+    /// `false` when the file had no data rows, so its types are no evidence.
+    pub has_rows: bool,
+    /// CSV reads columns by position, so their order must agree.
+    pub positional: bool,
+}
+
+/// Unifies the schemas seen at every client into the federated schema.
+///
+/// All clients must have the same columns. Integer at one client and float
+/// at another widen to float; integers of different widths widen to Int64;
+/// string kinds unify to Utf8. Anything else is an error naming the client,
+/// file and column, and suggesting a declared column list.
+pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema> {
+    let Some(first) = observed.first() else {
+        return Err(FedError::Plan(format!("federated table `{table}` has no clients")));
+    };
+    let mut fields: Vec<(Field, &ObservedSchema)> =
+        first.schema.fields().iter().map(|f| (f.as_ref().clone().with_nullable(true), first)).collect();
+    for seen in &observed[1..] {
+        for (index, (field, origin)) in fields.iter_mut().enumerate() {
+            let Some((found_at, theirs)) = seen.schema.column_with_name(field.name()) else {
+                return Err(FedError::Client {
+                    client: seen.client.clone(),
+                    location: seen.file.clone(),
+                    message: format!(
+                        "missing column `{}` (client '{}' has it); all clients of `{table}` must have the same columns",
+                        field.name(),
+                        origin.client
+                    ),
+                });
+            };
+            if seen.positional && found_at != index {
+                return Err(FedError::Client {
+                    client: seen.client.clone(),
+                    location: seen.file.clone(),
+                    message: format!(
+                        "column `{}` is at position {} here but {} at client '{}'; CSV columns must come in the same order at every client",
+                        field.name(),
+                        found_at + 1,
+                        index + 1,
+                        origin.client
+                    ),
+                });
+            }
+            if !seen.has_rows {
+                continue;
+            }
+            if !origin.has_rows {
+                *field = field.clone().with_data_type(theirs.data_type().clone());
+                *origin = seen;
+                continue;
+            }
+            match unify_types(field.data_type(), theirs.data_type()) {
+                Some(t) => *field = field.clone().with_data_type(t),
+                None => {
+                    return Err(FedError::Client {
+                        client: seen.client.clone(),
+                        location: seen.file.clone(),
+                        message: format!(
+                            "column `{}` is {} here but {} at client '{}' ({}); declare the column types, e.g. CREATE FEDERATED TABLE {table} ({} VARCHAR, ...) ...",
+                            field.name(),
+                            theirs.data_type(),
+                            field.data_type(),
+                            origin.client,
+                            origin.file,
+                            field.name(),
+                        ),
+                    });
+                }
+            }
+        }
+        if let Some(extra) = seen.schema.fields().iter().find(|f| first.schema.column_with_name(f.name()).is_none()) {
+            return Err(FedError::Client {
+                client: seen.client.clone(),
+                location: seen.file.clone(),
+                message: format!(
+                    "has column `{}` that client '{}' lacks; all clients of `{table}` must have the same columns",
+                    extra.name(),
+                    first.client
+                ),
+            });
+        }
+    }
+    Ok(Schema::new(fields.into_iter().map(|(f, _)| f).collect::<Vec<_>>()))
+}
+
+/// The common type of a column seen as `a` at one client and `b` at another.
+fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
+    use DataType::*;
+    let is_string = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    match (a, b) {
+        _ if a == b => Some(a.clone()),
+        (Null, t) | (t, Null) => Some(t.clone()),
+        _ if a.is_integer() && b.is_integer() => Some(Int64),
+        _ if a.is_numeric() && b.is_numeric() && (a.is_floating() || b.is_floating()) => Some(Float64),
+        _ if is_string(a) && is_string(b) => Some(Utf8),
+        _ => None,
+    }
+}
+
+/// The coordinator's view of a federated table: its schema and its clients.
+/// It has no rows; scanning it yields a plan that cannot execute.
+pub struct FederatedTable {
+    name: String,
+    schema: SchemaRef,
+    clients: Vec<Arc<dyn ClientRunner>>,
+}
+
+impl fmt::Debug for FederatedTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FederatedTable")
+            .field("name", &self.name)
+            .field("clients", &self.clients.iter().map(|c| c.name()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl FederatedTable {
+    /// A federated table over the given clients, all of which serve `schema`.
+    pub fn new(name: impl Into<String>, schema: SchemaRef, clients: Vec<Arc<dyn ClientRunner>>) -> Self {
+        Self {
+            name: name.into(),
+            schema,
+            clients,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn clients(&self) -> &[Arc<dyn ClientRunner>] {
+        &self.clients
+    }
+
+    /// The federated table behind a provider, if it is one.
+    pub fn from_provider(provider: &dyn TableProvider) -> Option<&FederatedTable> {
+        provider.downcast_ref::<FederatedTable>()
+    }
+}
+
+#[async_trait]
+impl TableProvider for FederatedTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let schema = project_schema(&self.schema, projection)?;
+        Ok(Arc::new(ClientScanExec::new(&self.name, schema)))
+    }
+
+    /// Filters stay in the plan (so every client applies them) and are also
+    /// offered to each client's scan for pruning.
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+}
+
+/// Stands for "the rows of this federated table at one client" in the
+/// coordinator's plans. It never runs on the coordinator: the part of the
+/// plan above it is what each client runs over its own rows.
+#[derive(Debug)]
+pub struct ClientScanExec {
+    table: String,
+    props: Arc<PlanProperties>,
+}
+
+impl ClientScanExec {
+    fn new(table: &str, schema: SchemaRef) -> Self {
+        let props = PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            table: table.to_string(),
+            props: Arc::new(props),
+        }
+    }
+}
+
+impl DisplayAs for ClientScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "ClientScanExec: table={} (rows stay at each client)", self.table)
+    }
+}
+
+impl ExecutionPlan for ClientScanExec {
+    fn name(&self) -> &str {
+        "ClientScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DFResult<SendableRecordBatchStream> {
+        internal_err!(
+            "the coordinator holds no rows of federated table `{}`: this plan must run at the clients",
+            self.table
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(client: &str, fields: &[(&str, DataType)], has_rows: bool) -> ObservedSchema {
+        ObservedSchema {
+            client: client.into(),
+            file: format!("{client}.csv"),
+            schema: Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()),
+            has_rows,
+            positional: true,
+        }
+    }
+
+    #[test]
+    fn integer_and_float_widen_to_float() {
+        let a = observed("a", &[("x", DataType::Int64), ("s", DataType::Utf8)], true);
+        let b = observed("b", &[("x", DataType::Float64), ("s", DataType::Utf8)], true);
+        let schema = unify_schemas("t", &[a, b]).unwrap();
+        assert_eq!(schema.field(0).data_type(), &DataType::Float64);
+        assert_eq!(schema.field(1).data_type(), &DataType::Utf8);
+    }
+
+    #[test]
+    fn empty_client_types_are_no_evidence() {
+        let a = observed("a", &[("x", DataType::Utf8)], false);
+        let b = observed("b", &[("x", DataType::Int64)], true);
+        let schema = unify_schemas("t", &[a, b]).unwrap();
+        assert_eq!(schema.field(0).data_type(), &DataType::Int64);
+    }
+
+    #[test]
+    fn conflicting_types_name_client_file_and_column() {
+        let a = observed("a", &[("x", DataType::Int64)], true);
+        let b = observed("b", &[("x", DataType::Utf8)], true);
+        let err = unify_schemas("t", &[a, b]).unwrap_err().to_string();
+        assert!(err.contains("client 'b' (b.csv)"), "{err}");
+        assert!(err.contains("column `x`"), "{err}");
+    }
+
+    #[test]
+    fn missing_and_extra_columns_are_errors() {
+        let a = observed("a", &[("x", DataType::Int64), ("y", DataType::Int64)], true);
+        let b = observed("b", &[("x", DataType::Int64)], true);
+        let err = unify_schemas("t", &[a.clone(), b.clone()]).unwrap_err().to_string();
+        assert!(err.contains("missing column `y`"), "{err}");
+        let err = unify_schemas("t", &[b, a]).unwrap_err().to_string();
+        assert!(err.contains("has column `y`"), "{err}");
+    }
+}

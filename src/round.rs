@@ -1,0 +1,167 @@
+//! Factorized execution: a query as rounds of encode → merge → decode.
+//!
+//! The optimized plan is checked (see [`crate::exposure`]), then each *cut*
+//! (an aggregate over the rows of a federated table) becomes one round,
+//! lowest first: its [`Encoder`] runs at every client concurrently, the
+//! clients' state batches are merged and decoded by the final aggregate on
+//! the coordinator, and the cut is replaced in the plan by its (shared)
+//! result. A later round may use an earlier round's result as shared input
+//! (e.g. `WHERE age > (SELECT avg(age) FROM clinic)`). When no cut is left,
+//! the rest of the plan — the decoder — is shared-only and runs on the
+//! coordinator.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::Transformed;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{EmptyRelation, Expr, LogicalPlan, Values};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use futures::future::try_join_all;
+
+use crate::encoder::{self, Encoder, StateBatch};
+use crate::error::{FedError, Result};
+use crate::exposure;
+use crate::federated_table::FederatedTable;
+
+/// What one round of a query did, for EXPLAIN and the communication figures.
+#[derive(Debug, Clone)]
+pub struct RoundReport {
+    pub table: String,
+    /// Per client: name, state rows, state bytes, time.
+    pub clients: Vec<(String, usize, usize, Duration)>,
+}
+
+/// One planned round: the encoder and the coordinator's partial aggregate
+/// (whose final half merges and decodes the states).
+pub struct Round {
+    pub encoder: Encoder,
+    pub partial: datafusion::physical_plan::aggregates::AggregateExec,
+}
+
+/// Runs an optimized plan that touches federated tables.
+pub async fn execute(state: &SessionState, plan: LogicalPlan) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
+    exposure::check(&plan, "the query")?;
+    let mut plan = plan;
+    let mut reports = Vec::new();
+    while let Some(cut) = lowest_cut(&plan) {
+        let round = plan_round(state, &cut).await?;
+        let (result, report) = run_round(state, &round).await?;
+        reports.push(report);
+        plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
+    }
+    let physical = state.query_planner().create_physical_plan(&plan, state).await?;
+    Ok((collect(physical, state.task_ctx()).await?, reports))
+}
+
+/// The lowest aggregate over federated rows (one with no other cut below it).
+pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
+    let mut below = None;
+    let _ = plan.apply_subqueries(|sub| {
+        if let LogicalPlan::Subquery(sub) = sub {
+            below = lowest_cut(&sub.subquery);
+        }
+        Ok(if below.is_some() {
+            datafusion::common::tree_node::TreeNodeRecursion::Stop
+        } else {
+            datafusion::common::tree_node::TreeNodeRecursion::Continue
+        })
+    });
+    if below.is_some() {
+        return below;
+    }
+    for input in plan.inputs() {
+        if let Some(cut) = lowest_cut(input) {
+            return Some(cut);
+        }
+    }
+    match plan {
+        LogicalPlan::Aggregate(agg) if exposure::touches_federated(&agg.input) => Some(plan.clone()),
+        _ => None,
+    }
+}
+
+/// Plans one round: the encoder and the coordinator's partial aggregate.
+pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round> {
+    let physical = state.query_planner().create_physical_plan(cut, state).await?;
+    let partial = encoder::partial_aggregate(&physical)?;
+    let encoder = Encoder::try_new(cut.clone(), partial.schema())?;
+    Ok(Round { encoder, partial })
+}
+
+/// Runs one round: the encoder at every client at once, then merge + decode.
+pub async fn run_round(state: &SessionState, round: &Round) -> Result<(Vec<RecordBatch>, RoundReport)> {
+    let table = round.encoder.table();
+    let states: Vec<(StateBatch, Duration)> = try_join_all(table.clients().iter().map(|client| async {
+        let start = Instant::now();
+        let state = client.encode(&round.encoder).await?;
+        Ok::<_, FedError>((state, start.elapsed()))
+    }))
+    .await?;
+    let report = RoundReport {
+        table: table.name().to_string(),
+        clients: table
+            .clients()
+            .iter()
+            .zip(&states)
+            .map(|(c, (s, t))| (c.name().to_string(), s.batch().num_rows(), s.size_bytes(), *t))
+            .collect(),
+    };
+    let states: Vec<StateBatch> = states.into_iter().map(|(s, _)| s).collect();
+    let decode: Arc<dyn ExecutionPlan> = encoder::merge_and_decode(&round.partial, &states)?;
+    Ok((collect(decode, state.task_ctx()).await?, report))
+}
+
+/// A cut's result as a shared plan node with the cut's exact output schema.
+pub fn shared_result(cut: &LogicalPlan, batches: &[RecordBatch]) -> Result<LogicalPlan> {
+    let schema = Arc::clone(cut.schema());
+    let mut values = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let row = batch
+                .columns()
+                .iter()
+                .map(|col| Ok(Expr::Literal(ScalarValue::try_from_array(col, row)?, None)))
+                .collect::<Result<Vec<_>>>()?;
+            values.push(row);
+        }
+    }
+    Ok(if values.is_empty() {
+        LogicalPlan::EmptyRelation(EmptyRelation {
+            produce_one_row: false,
+            schema,
+        })
+    } else {
+        LogicalPlan::Values(Values { schema, values })
+    })
+}
+
+/// Replaces every occurrence of `cut` in the plan (subqueries included).
+pub fn substitute(plan: LogicalPlan, cut: &LogicalPlan, result: LogicalPlan) -> Result<LogicalPlan> {
+    Ok(plan
+        .transform_up_with_subqueries(|node| {
+            if &node == cut {
+                Ok(Transformed::yes(result.clone()))
+            } else {
+                Ok(Transformed::no(node))
+            }
+        })?
+        .data)
+}
+
+/// The federated table an encoder plan reads (for callers that only have a cut).
+pub fn federated_table_of(cut: &LogicalPlan) -> Option<Arc<dyn TableProvider>> {
+    let mut found = None;
+    let _ = cut.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Some(p) = exposure::federated_scan(scan)
+        {
+            found = Some(p);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    found.filter(|p| FederatedTable::from_provider(p.as_ref()).is_some())
+}

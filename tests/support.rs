@@ -1,0 +1,246 @@
+//! Shared test harness: federations of the demo rows split over clients in
+//! several ways, a centralized DataFusion context over the same rows put
+//! together, and a comparison of results (integers and strings exactly,
+//! floats to 1e-9 relative).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{DataType, Float64Type, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use fedsql::FedContext;
+use tempfile::TempDir;
+
+/// How the client files are stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Format {
+    Csv,
+    Parquet,
+}
+
+/// A federated table `clinic` over client files, and the same rows as one
+/// table in a plain DataFusion context.
+pub struct Federation {
+    pub dir: TempDir,
+    pub fed: FedContext,
+    pub central: SessionContext,
+    pub sizes: Vec<usize>,
+}
+
+/// The demo rows: the header and every data line, clients concatenated.
+pub fn demo_rows() -> (String, Vec<String>) {
+    let mut header = String::new();
+    let mut rows = Vec::new();
+    for (_, csv) in fedsql::demo::DEMO_CLIENTS {
+        let mut lines = csv.lines();
+        header = lines.next().expect("header").to_string();
+        rows.extend(lines.filter(|l| !l.is_empty()).map(str::to_string));
+    }
+    (header, rows)
+}
+
+/// Client sizes for `clients` clients over `n` rows: uneven, and from three
+/// clients on, one client with a single row; from seven on, an empty one.
+pub fn split_sizes(n: usize, clients: usize) -> Vec<usize> {
+    match clients {
+        1 => vec![n],
+        3 => vec![1, n / 3, n - 1 - n / 3],
+        7 => {
+            let mut sizes = vec![0, 1, 2, n / 10, n / 7, n / 4];
+            let used: usize = sizes.iter().sum();
+            sizes.push(n - used);
+            sizes
+        }
+        k => {
+            let mut sizes = vec![n / k; k];
+            sizes[k - 1] += n % k;
+            sizes
+        }
+    }
+}
+
+/// Writes `rows` split by `sizes` as client files under `dir`, one file per
+/// client named `c{i}`, and returns their paths.
+pub fn write_clients(dir: &Path, header: &str, rows: &[String], sizes: &[usize], format: Format) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut start = 0;
+    let mut paths = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let chunk = &rows[start..start + size];
+        start += size;
+        let csv = format!("{header}\n{}", chunk.iter().map(|r| format!("{r}\n")).collect::<String>());
+        let path = match format {
+            Format::Csv => {
+                let path = dir.join(format!("c{i}.csv"));
+                std::fs::write(&path, csv).unwrap();
+                path
+            }
+            Format::Parquet => {
+                let path = dir.join(format!("c{i}.parquet"));
+                write_parquet(&path, &csv, fedsql::demo::demo_schema());
+                path
+            }
+        };
+        paths.push(path);
+    }
+    assert_eq!(start, rows.len());
+    paths
+}
+
+/// Writes CSV text (with header) as a Parquet file with the given schema.
+pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
+    let reader = datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
+        .with_header(true)
+        .build(std::io::Cursor::new(csv.as_bytes().to_vec()))
+        .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = ArrowWriter::try_new(file, schema, None).unwrap();
+    for batch in reader {
+        writer.write(&batch.unwrap()).unwrap();
+    }
+    writer.close().unwrap();
+}
+
+/// The demo rows split over clients by `sizes`, registered as federated
+/// table `clinic`; and the concatenated rows as `clinic` in a plain context.
+pub async fn federation(sizes: &[usize], format: Format) -> Federation {
+    let (header, rows) = demo_rows();
+    let dir = TempDir::new().unwrap();
+    let clients = dir.path().join("clinic");
+    write_clients(&clients, &header, &rows, sizes, format);
+    let fed = FedContext::new();
+    let stored = match format {
+        Format::Csv => "CSV",
+        Format::Parquet => "PARQUET",
+    };
+    fed.sql(&format!(
+        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}'",
+        clients.display()
+    ))
+    .await
+    .unwrap();
+
+    // Centralized: all rows in one file, read with the federated schema.
+    let all = dir.path().join("all.csv");
+    std::fs::write(&all, format!("{header}\n{}\n", rows.join("\n"))).unwrap();
+    let schema = fed.session().table_provider("clinic").await.unwrap().schema();
+    let central = SessionContext::new();
+    central
+        .register_csv("clinic", all.to_str().unwrap(), CsvReadOptions::new().schema(&schema))
+        .await
+        .unwrap();
+    Federation {
+        dir,
+        fed,
+        central,
+        sizes: sizes.to_vec(),
+    }
+}
+
+/// One cell of a result, for comparison.
+#[derive(Debug, Clone, PartialEq, PartialOrd)]
+pub enum Cell {
+    Null,
+    Float(f64),
+    Text(String),
+}
+
+/// A result as rows of cells (floats kept as numbers, all else formatted).
+pub fn rows_of(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
+    let options = FormatOptions::default();
+    let mut out = Vec::new();
+    for batch in batches {
+        let columns: Vec<_> = batch
+            .columns()
+            .iter()
+            .map(|c| {
+                let floats = matches!(c.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64)
+                    .then(|| datafusion::arrow::compute::cast(c, &DataType::Float64).unwrap());
+                (c, floats, ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            })
+            .collect();
+        for row in 0..batch.num_rows() {
+            out.push(
+                columns
+                    .iter()
+                    .map(|(c, floats, fmt)| {
+                        if c.is_null(row) {
+                            Cell::Null
+                        } else if let Some(f) = floats {
+                            Cell::Float(f.as_primitive::<Float64Type>().value(row))
+                        } else {
+                            Cell::Text(fmt.value(row).to_string())
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
+/// Whether two floats agree to `rel` relative (or to 1e-12 absolute, for
+/// values that are zero up to rounding).
+pub fn close(a: f64, b: f64, rel: f64) -> bool {
+    let diff = (a - b).abs();
+    (a.is_nan() && b.is_nan()) || a == b || diff <= rel * a.abs().max(b.abs()) || diff <= 1e-12
+}
+
+/// Asserts that two results are the same: same column names, same rows (in
+/// order when `ordered`), strings and integers exactly, floats to `rel`.
+pub fn assert_same_result(what: &str, fed: &[RecordBatch], central: &[RecordBatch], ordered: bool, rel: f64) {
+    let names = |b: &[RecordBatch]| -> Vec<String> {
+        b.first().map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect()).unwrap_or_default()
+    };
+    if !fed.is_empty() && !central.is_empty() {
+        assert_eq!(names(fed), names(central), "{what}: column names differ");
+    }
+    let mut a = rows_of(fed);
+    let mut b = rows_of(central);
+    if !ordered {
+        let key = |r: &Vec<Cell>| format!("{r:?}");
+        a.sort_by_key(key);
+        b.sort_by_key(key);
+    }
+    assert_eq!(a.len(), b.len(), "{what}: {} rows federated, {} centralized\nfed: {a:?}\ncentral: {b:?}", a.len(), b.len());
+    for (i, (ra, rb)) in a.iter().zip(&b).enumerate() {
+        let same = ra.len() == rb.len()
+            && ra.iter().zip(rb).all(|(x, y)| match (x, y) {
+                (Cell::Float(x), Cell::Float(y)) => close(*x, *y, rel),
+                _ => x == y,
+            });
+        assert!(same, "{what}: row {i} differs\nfederated:   {ra:?}\ncentralized: {rb:?}");
+    }
+}
+
+/// Runs one statement federated and centralized and compares the results.
+pub async fn assert_consistent(f: &Federation, sql: &str) {
+    assert_consistent_to(f, sql, 1e-9).await;
+}
+
+/// As [`assert_consistent`], with a relative tolerance for floats.
+pub async fn assert_consistent_to(f: &Federation, sql: &str, rel: f64) {
+    let what = format!("{sql}\n(clients of sizes {:?})", f.sizes);
+    let fed = match f.fed.sql(sql).await {
+        Ok(df) => df.collect().await,
+        Err(e) => Err(e),
+    }
+    .unwrap_or_else(|e| panic!("{what}: federated run failed: {e}"));
+    let central = match f.central.sql(sql).await {
+        Ok(df) => df.collect().await,
+        Err(e) => Err(e),
+    }
+    .unwrap_or_else(|e| panic!("{what}: centralized run failed: {e}"));
+    let ordered = sql.to_ascii_uppercase().contains("ORDER BY");
+    assert_same_result(&what, &fed, &central, ordered, rel);
+}
+
+/// Runs a statement on both sides without comparing (setup: shared tables).
+pub async fn run_both(f: &Federation, sql: &str) {
+    f.fed.sql(sql).await.unwrap().collect().await.unwrap();
+    f.central.sql(sql).await.unwrap().collect().await.unwrap();
+}

@@ -78,8 +78,8 @@ impl FedContext {
     }
 
     /// Plans one SQL statement. DDL (`CREATE FEDERATED TABLE`, `CREATE
-    /// EXTERNAL TABLE`, ...) runs at once; a query is checked for exposure
-    /// now (refused before anything runs) and executed by `collect`.
+    /// EXTERNAL TABLE`, ...) runs at once; a query runs when collected, after
+    /// its exposure check (a refused query runs nothing at any client).
     pub async fn sql(&self, sql: &str) -> Result<FedDataFrame> {
         let sql = sql.trim().trim_end_matches(';').trim();
         if ddl::is_create_federated(sql) {
@@ -89,7 +89,7 @@ impl FedContext {
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
             let df = self.ctx.sql(rest).await?;
-            let text = self.explain_plan(df).await?;
+            let text = self.explain_plan(df, &query_label(rest)).await?;
             return self.text_result("plan", &text);
         }
         if let Some(rest) = strip_words(sql, &["SHOW", "CLIENTS"]) {
@@ -125,12 +125,12 @@ impl FedContext {
                 let df = self.ctx.execute_logical_plan(plan).await?;
                 Ok(FedDataFrame::new(self.clone(), df))
             }
-            _ => {
-                if exposure::touches_federated(&plan) {
-                    exposure::check(&plan, &query_label(sql))?;
-                }
-                Ok(FedDataFrame::new(self.clone(), DataFrame::new(state, plan)))
-            }
+            // Queries are checked for exposure by `collect`, before anything runs.
+            _ => Ok(FedDataFrame::with_label(
+                self.clone(),
+                DataFrame::new(state, plan),
+                query_label(sql),
+            )),
         }
     }
 
@@ -261,14 +261,14 @@ impl FedContext {
     }
 
     /// The text of EXPLAIN FEDERATED for a dataframe's plan.
-    pub(crate) async fn explain_plan(&self, df: DataFrame) -> Result<String> {
+    pub(crate) async fn explain_plan(&self, df: DataFrame, label: &str) -> Result<String> {
         let (state, plan) = df.into_parts();
         if !exposure::touches_federated(&plan) {
             return Err(FedError::Plan(
                 "EXPLAIN FEDERATED: the query reads no federated table (use EXPLAIN)".into(),
             ));
         }
-        exposure::check(&plan, "the query")?;
+        exposure::check(&plan, label)?;
         let optimized = state.optimize(&plan)?;
         explain::explain(&state, optimized).await
     }

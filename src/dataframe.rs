@@ -36,11 +36,17 @@ use crate::round::{self, RoundReport};
 pub struct FedDataFrame {
     ctx: FedContext,
     df: DataFrame,
+    /// How a raw-rows refusal names this query (e.g. "`SELECT *`").
+    label: String,
 }
 
 impl FedDataFrame {
     pub(crate) fn new(ctx: FedContext, df: DataFrame) -> Self {
-        Self { ctx, df }
+        Self::with_label(ctx, df, "the query".into())
+    }
+
+    pub(crate) fn with_label(ctx: FedContext, df: DataFrame, label: String) -> Self {
+        Self { ctx, df, label }
     }
 
     /// The output schema.
@@ -80,10 +86,7 @@ impl FedDataFrame {
 
     /// Applies any DataFusion DataFrame transformation.
     pub fn map(self, f: impl FnOnce(DataFrame) -> datafusion::error::Result<DataFrame>) -> Result<Self> {
-        Ok(Self {
-            ctx: self.ctx,
-            df: f(self.df)?,
-        })
+        Ok(Self::new(self.ctx, f(self.df)?))
     }
 
     /// Runs the query and returns its result.
@@ -91,12 +94,13 @@ impl FedDataFrame {
         Ok(self.collect_with_report().await?.0)
     }
 
-    /// Runs the query; also returns what each federated round did.
+    /// Runs the query; also returns what each federated round did. A query
+    /// that would let raw rows leave a client is refused before anything runs.
     pub async fn collect_with_report(self) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
         if !exposure::touches_federated(self.df.logical_plan()) {
             return Ok((self.df.collect().await?, Vec::new()));
         }
-        exposure::check(self.df.logical_plan(), "the query")?;
+        exposure::check(self.df.logical_plan(), &self.label)?;
         let (state, plan) = self.df.into_parts();
         let optimized = state.optimize(&plan)?;
         round::execute(&state, optimized).await
@@ -104,6 +108,6 @@ impl FedDataFrame {
 
     /// The EXPLAIN FEDERATED text of this query.
     pub async fn explain_federated(self) -> Result<String> {
-        self.ctx.explain_plan(self.df).await
+        self.ctx.explain_plan(self.df, &self.label).await
     }
 }

@@ -242,7 +242,7 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
                 Err(FedError::refused(
                     format!(
                         "{} JOIN keeps unmatched rows of the shared side, which every client of `{}` would add once",
-                        join.join_type,
+                        join.join_type.to_string().to_uppercase(),
                         federated[0].table_name()
                     ),
                     Some("use an INNER JOIN, or an outer join that keeps the federated table's rows"),

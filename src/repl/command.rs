@@ -1,0 +1,218 @@
+//! The REPL's backslash commands.
+//!
+//! A line that starts with `\` (when no SQL statement is pending) is a
+//! command: it completes on its own line, without `;`. [`Command`] parses such
+//! a line; [`COMMANDS`] is the one table of names and descriptions, which
+//! `\?` prints as a result through the same printer as a query's answer.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{FedError, Result};
+use crate::print::OutputFormat;
+
+/// One backslash command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `\?`: list the commands.
+    Help,
+    /// `\q`: leave the session.
+    Quit,
+    /// `\d`: list the tables.
+    ListTables,
+    /// `\d NAME`: the schema of one table.
+    DescribeTable(String),
+    /// `\clients NAME`: the clients of a federated table.
+    Clients(String),
+    /// `\timing [on|off]`: toggle (or set) the row-count and elapsed-time line.
+    Timing(Option<bool>),
+    /// `\format [FORMAT]`: show the output format, or set it.
+    Format(Option<OutputFormat>),
+    /// `\i FILE`: run the statements and commands in a file.
+    Include(PathBuf),
+}
+
+/// Usage and description of every command, in the order `\?` lists them.
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("\\?", "list these commands"),
+    ("\\q", "quit (Ctrl-D also quits)"),
+    (
+        "\\d",
+        "list tables: name, kind (federated/shared), clients, columns",
+    ),
+    (
+        "\\d NAME",
+        "describe table NAME: its columns, types and nullability",
+    ),
+    ("\\clients NAME", "list the clients of federated table NAME"),
+    (
+        "\\timing [on|off]",
+        "toggle the row-count and elapsed-time line after each result",
+    ),
+    (
+        "\\format [FORMAT]",
+        "show the output format, or set it: table, csv, json, ndjson",
+    ),
+    ("\\i FILE", "run the SQL statements and commands in FILE"),
+];
+
+impl Command {
+    /// `\?` as a result: one row per command.
+    pub fn help_batch() -> Result<RecordBatch> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("command", DataType::Utf8, false),
+            Field::new("description", DataType::Utf8, false),
+        ]));
+        Ok(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    COMMANDS.iter().map(|(name, _)| *name),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    COMMANDS.iter().map(|(_, about)| *about),
+                )),
+            ],
+        )?)
+    }
+}
+
+impl FromStr for Command {
+    type Err = FedError;
+
+    /// Parses one command line, e.g. `\d clinic`. A trailing `;` is ignored,
+    /// as psql does.
+    fn from_str(line: &str) -> Result<Self> {
+        let line = line.trim().trim_end_matches(';').trim_end();
+        let Some(body) = line.strip_prefix('\\') else {
+            return Err(FedError::Syntax(format!(
+                "`{line}` is not a command: commands start with `\\` (\\? lists them)"
+            )));
+        };
+        let (name, arg) = match body.split_once(char::is_whitespace) {
+            Some((name, arg)) => (name, Some(arg.trim()).filter(|a| !a.is_empty())),
+            None => (body, None),
+        };
+        let command = match (name, arg) {
+            ("?" | "help", None) => Command::Help,
+            ("q" | "quit", None) => Command::Quit,
+            ("d", None) => Command::ListTables,
+            ("d", Some(table)) => Command::DescribeTable(unquote(table)),
+            ("clients", Some(table)) => Command::Clients(unquote(table)),
+            ("clients", None) => return Err(needs("\\clients NAME", "a table name")),
+            ("timing", None) => Command::Timing(None),
+            ("timing", Some(setting)) => Command::Timing(Some(on_off(setting)?)),
+            ("format", None) => Command::Format(None),
+            ("format", Some(format)) => Command::Format(Some(format.parse()?)),
+            ("i", Some(file)) => Command::Include(PathBuf::from(unquote(file))),
+            ("i", None) => return Err(needs("\\i FILE", "a file name")),
+            ("?" | "help" | "q" | "quit", Some(arg)) => {
+                return Err(FedError::Syntax(format!(
+                    "\\{name} takes no argument `{arg}` (\\? lists the commands)"
+                )));
+            }
+            _ => {
+                return Err(FedError::Syntax(format!(
+                    "unknown command `\\{name}`: \\? lists the commands"
+                )));
+            }
+        };
+        Ok(command)
+    }
+}
+
+fn needs(usage: &str, what: &str) -> FedError {
+    FedError::Syntax(format!(
+        "{} needs {what}: {usage}",
+        usage.split(' ').next().unwrap_or(usage)
+    ))
+}
+
+fn on_off(setting: &str) -> Result<bool> {
+    match setting.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(FedError::Syntax(format!(
+            "\\timing takes on or off, not `{setting}`"
+        ))),
+    }
+}
+
+/// `"my table"` or `'my table'` names `my table`.
+fn unquote(arg: &str) -> String {
+    for quote in ['"', '\''] {
+        if let Some(inner) = arg.strip_prefix(quote).and_then(|a| a.strip_suffix(quote)) {
+            return inner.to_string();
+        }
+    }
+    arg.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Command {
+        line.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_every_command() {
+        assert_eq!(parse("\\?"), Command::Help);
+        assert_eq!(parse("\\q"), Command::Quit);
+        assert_eq!(parse("  \\d  "), Command::ListTables);
+        assert_eq!(
+            parse("\\d clinic;"),
+            Command::DescribeTable("clinic".into())
+        );
+        assert_eq!(
+            parse("\\clients \"My Table\""),
+            Command::Clients("My Table".into())
+        );
+        assert_eq!(parse("\\timing"), Command::Timing(None));
+        assert_eq!(parse("\\timing OFF"), Command::Timing(Some(false)));
+        assert_eq!(parse("\\format"), Command::Format(None));
+        assert_eq!(
+            parse("\\format csv"),
+            Command::Format(Some(OutputFormat::Csv))
+        );
+        assert_eq!(
+            parse("\\i 'queries/a b.sql'"),
+            Command::Include("queries/a b.sql".into())
+        );
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let unknown = "\\frobnicate".parse::<Command>().unwrap_err().to_string();
+        assert!(
+            unknown.contains("unknown command `\\frobnicate`") && unknown.contains("\\?"),
+            "{unknown}"
+        );
+        let missing = "\\clients".parse::<Command>().unwrap_err().to_string();
+        assert!(missing.contains("\\clients NAME"), "{missing}");
+        let format = "\\format xml".parse::<Command>().unwrap_err().to_string();
+        assert!(format.contains("csv"), "{format}");
+        assert!("\\q now".parse::<Command>().is_err());
+    }
+
+    #[test]
+    fn help_lists_every_command_once() {
+        let batch = Command::help_batch().unwrap();
+        assert_eq!(batch.num_rows(), COMMANDS.len());
+        // Every listed usage parses (with a placeholder argument).
+        for (usage, _) in COMMANDS {
+            let line = usage
+                .replace("NAME", "t")
+                .replace("FILE", "f.sql")
+                .replace("[on|off]", "on")
+                .replace("[FORMAT]", "csv");
+            assert!(line.parse::<Command>().is_ok(), "{line}");
+        }
+    }
+}

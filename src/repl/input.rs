@@ -1,0 +1,173 @@
+//! Turning lines of input into commands and statements.
+//!
+//! The REPL reads a line at a time, and so does the script driver, so both
+//! go through one [`LineBuffer`]: a line that starts with `\` while no
+//! statement is pending is a backslash command, complete on its own line;
+//! any other line is SQL and is added to the pending text until a `;`
+//! (outside literals and comments, see [`crate::statements`]) completes one
+//! or more statements.
+
+use crate::error::Result;
+use crate::repl::command::Command;
+use crate::statements;
+
+/// One thing to run: a backslash command or a SQL statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A backslash command.
+    Command(Command),
+    /// One SQL statement, without its `;`.
+    Statement(String),
+}
+
+/// SQL typed so far that no `;` has completed yet.
+#[derive(Debug, Default)]
+pub struct LineBuffer {
+    pending: String,
+}
+
+impl LineBuffer {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a statement is partly typed, so the REPL shows its
+    /// continuation prompt.
+    pub fn is_pending(&self) -> bool {
+        !statements::is_blank(&self.pending)
+    }
+
+    /// Adds one line; returns what it completed, in order. An item is an
+    /// error where a backslash command is malformed, or where the SQL cannot
+    /// be read whatever follows (the pending text is then dropped).
+    pub fn push_line(&mut self, line: &str) -> Vec<Result<Input>> {
+        if !self.is_pending() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('\\') {
+                self.pending.clear();
+                return vec![trimmed.parse().map(Input::Command)];
+            }
+            // psql's words for leaving, at an empty prompt.
+            let word = trimmed.trim_end_matches(';').trim_end();
+            if word.eq_ignore_ascii_case("quit") || word.eq_ignore_ascii_case("exit") {
+                self.pending.clear();
+                return vec![Ok(Input::Command(Command::Quit))];
+            }
+        }
+        self.pending.push_str(line);
+        self.pending.push('\n');
+        let (complete, rest) = statements::take_complete(&self.pending);
+        let mut inputs: Vec<Result<Input>> = complete
+            .into_iter()
+            .map(|sql| Ok(Input::Statement(sql)))
+            .collect();
+        match rest {
+            Ok(rest) => self.pending = rest,
+            Err(error) => {
+                self.pending.clear();
+                inputs.push(Err(error));
+            }
+        }
+        inputs
+    }
+
+    /// At the end of the input: the statement left without a `;`, if any, or
+    /// why it cannot be read (an unterminated string literal, say).
+    pub fn finish(&mut self) -> Vec<Result<Input>> {
+        let rest = std::mem::take(&mut self.pending);
+        match statements::split_statements(&rest) {
+            Ok(statements) => statements
+                .into_iter()
+                .map(|sql| Ok(Input::Statement(sql)))
+                .collect(),
+            Err(error) => vec![Err(error)],
+        }
+    }
+
+    /// Forgets the pending text (Ctrl-C at the prompt).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statement(sql: &str) -> Input {
+        Input::Statement(sql.to_string())
+    }
+
+    fn ok(inputs: Vec<Result<Input>>) -> Vec<Input> {
+        inputs.into_iter().map(|input| input.unwrap()).collect()
+    }
+
+    #[test]
+    fn statements_complete_at_semicolons_across_lines() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(ok(buffer.push_line("SELECT region,")), []);
+        assert!(buffer.is_pending());
+        assert_eq!(ok(buffer.push_line("  count(*) FROM clinic")), []);
+        assert_eq!(
+            ok(buffer.push_line("GROUP BY region; SELECT 1; SELECT")),
+            [
+                statement("SELECT region,\n  count(*) FROM clinic\nGROUP BY region"),
+                statement("SELECT 1")
+            ]
+        );
+        assert_eq!(ok(buffer.push_line("2")), []);
+        assert_eq!(ok(buffer.finish()), [statement("SELECT\n2")]);
+        assert!(!buffer.is_pending());
+    }
+
+    #[test]
+    fn commands_complete_on_their_line() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(
+            ok(buffer.push_line("  \\d clinic")),
+            [Input::Command(Command::DescribeTable("clinic".into()))]
+        );
+        assert_eq!(
+            ok(buffer.push_line("exit")),
+            [Input::Command(Command::Quit)]
+        );
+        let bad = buffer.push_line("\\nope");
+        assert!(matches!(bad.as_slice(), [Err(_)]), "{bad:?}");
+    }
+
+    #[test]
+    fn a_backslash_inside_a_pending_statement_is_sql() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(ok(buffer.push_line("SELECT 'a")), []);
+        assert_eq!(
+            ok(buffer.push_line("\\d';")),
+            [statement("SELECT 'a\n\\d'")]
+        );
+    }
+
+    #[test]
+    fn comments_alone_leave_nothing_pending() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(ok(buffer.push_line("-- a note")), []);
+        assert!(!buffer.is_pending());
+        assert_eq!(ok(buffer.push_line("\\q")), [Input::Command(Command::Quit)]);
+        assert_eq!(ok(buffer.finish()), []);
+    }
+
+    #[test]
+    fn unterminated_literal_at_the_end_is_an_error() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(ok(buffer.push_line("SELECT 'abc")), []);
+        assert!(buffer.is_pending());
+        assert!(matches!(buffer.finish().as_slice(), [Err(_)]));
+    }
+
+    #[test]
+    fn sql_no_input_can_fix_is_reported_at_once() {
+        let mut buffer = LineBuffer::new();
+        let inputs = buffer.push_line("SELECT 1; SELECT ._x; SELECT 3;");
+        assert!(matches!(inputs.as_slice(), [Ok(_), Err(_)]), "{inputs:?}");
+        assert!(!buffer.is_pending());
+    }
+}

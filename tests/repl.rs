@@ -1,0 +1,341 @@
+//! The REPL and the non-interactive CLI, driven in-process: scripts of
+//! backslash commands and statements over the demo federation, checked
+//! against what the library itself returns for the same SQL.
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::record_batch::RecordBatch;
+use fedsql::FedContext;
+use fedsql::cli::{self, Source};
+use fedsql::print::{self, OutputFormat};
+use fedsql::repl::{self, ReplOptions, ScriptSummary};
+
+fn demo() -> FedContext {
+    let ctx = FedContext::new();
+    fedsql::demo::register_demo(&ctx).unwrap();
+    ctx
+}
+
+/// Interactive-style options without the timing line, whose elapsed time
+/// changes from run to run.
+fn untimed() -> ReplOptions {
+    ReplOptions {
+        timing: false,
+        ..ReplOptions::default()
+    }
+}
+
+async fn run(ctx: &FedContext, script: &str, opts: &ReplOptions) -> (String, ScriptSummary) {
+    let mut out = Vec::new();
+    let summary = repl::run_script(ctx, script, &mut out, opts).await.unwrap();
+    (String::from_utf8(out).unwrap(), summary)
+}
+
+async fn library_result(
+    ctx: &FedContext,
+    sql: &str,
+) -> (Vec<RecordBatch>, datafusion::arrow::datatypes::SchemaRef) {
+    let df = ctx.sql(sql).await.unwrap();
+    let schema = df.schema().inner().clone();
+    (df.collect().await.unwrap(), schema)
+}
+
+/// What the library's result for `sql` looks like printed in `format`.
+async fn printed_by_library(ctx: &FedContext, sql: &str, format: OutputFormat) -> String {
+    let (batches, schema) = library_result(ctx, sql).await;
+    let mut out = Vec::new();
+    print::print_batches(&batches, &schema, format, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn count_in_csv_equals_the_library_count() {
+    let ctx = demo();
+    let sql = "SELECT count(*) AS n FROM clinic";
+    let (batches, _) = library_result(&ctx, sql).await;
+    let n = batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    assert!(n > 0);
+
+    let (out, summary) = run(&ctx, &format!("\\format csv\n{sql};"), &untimed()).await;
+    assert_eq!(out, format!("Output format is csv.\nn\n{n}\n"));
+    assert_eq!(
+        summary,
+        ScriptSummary {
+            statements: 1,
+            commands: 1,
+            errors: 0,
+            quit: false
+        }
+    );
+}
+
+#[tokio::test]
+async fn grouped_aggregate_prints_what_the_library_returns() {
+    let ctx = demo();
+    let sql = "SELECT region, count(*) AS n, avg(systolic) AS mean_sbp FROM clinic GROUP BY region ORDER BY region";
+    for format in OutputFormat::ALL {
+        // Typed over several lines, with a comment, as at the prompt.
+        let script = format!(
+            "\\format {format}\n-- by region\n{}\n;",
+            sql.replace(" FROM", "\n  FROM")
+        );
+        let (out, summary) = run(&ctx, &script, &untimed()).await;
+        let expected = printed_by_library(&ctx, sql, format).await;
+        assert_eq!(out, format!("Output format is {format}.\n{expected}"));
+        assert_eq!(summary.errors, 0, "{out}");
+    }
+    // The table really has one line per region (plus header and borders).
+    let (batches, _) = library_result(&ctx, sql).await;
+    let regions: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let (table, _) = run(&ctx, &format!("{sql};"), &untimed()).await;
+    assert_eq!(table.lines().count(), regions + 4, "{table}");
+}
+
+#[tokio::test]
+async fn list_describe_and_clients() {
+    let ctx = demo();
+    let (out, summary) = run(&ctx, "\\d\n\\d clinic\n\\clients clinic", &untimed()).await;
+    assert_eq!(summary.errors, 0, "{out}");
+
+    let tables = ctx.tables().await.unwrap();
+    let clinic = tables
+        .iter()
+        .find(|t| t.name == "clinic")
+        .expect("demo table");
+    let clients = clinic.clients.expect("clinic is federated");
+    let listing = out
+        .lines()
+        .find(|l| l.starts_with("| clinic "))
+        .unwrap_or_else(|| panic!("no clinic row in\n{out}"));
+    assert!(listing.contains("| federated |"), "{listing}");
+    assert!(listing.contains(&format!("| {clients} ")), "{listing}");
+
+    for field in clinic.schema.fields() {
+        let row = format!("| {} ", field.name());
+        assert!(
+            out.contains(&row),
+            "no row for column {}:\n{out}",
+            field.name()
+        );
+    }
+    assert!(
+        out.contains(&format!("federated table over {clients} client(s)")),
+        "{out}"
+    );
+
+    let batch = ctx.clients_batch("clinic").unwrap();
+    let names = batch.column_by_name("client").unwrap().as_string::<i32>();
+    assert_eq!(names.len(), clients);
+    for name in names.iter().flatten() {
+        assert!(
+            out.contains(&format!("| {name} ")),
+            "client {name} not listed:\n{out}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn refused_query_prints_an_error_and_the_session_goes_on() {
+    let ctx = demo();
+    let script = "SELECT * FROM clinic;\nSELECT 1 AS still_here;";
+    let (out, summary) = run(&ctx, script, &untimed()).await;
+    let error = out.lines().next().unwrap();
+    assert!(error.starts_with("Error: refused: "), "{out}");
+    assert!(out.contains("still_here"), "{out}");
+    assert_eq!((summary.statements, summary.errors), (1, 1));
+}
+
+#[tokio::test]
+async fn unknown_command_names_help() {
+    let ctx = demo();
+    let (out, summary) = run(
+        &ctx,
+        "\\frobnicate\n\\format csv\nSELECT 2 AS two;",
+        &untimed(),
+    )
+    .await;
+    let error = out.lines().next().unwrap();
+    assert!(
+        error.starts_with("Error: unknown command `\\frobnicate`"),
+        "{out}"
+    );
+    assert!(error.contains("\\?"), "{error}");
+    assert!(out.ends_with("two\n2\n"), "{out}");
+    assert_eq!(summary.errors, 1);
+}
+
+#[tokio::test]
+async fn unreadable_sql_is_reported_without_waiting_for_more_input() {
+    let ctx = demo();
+    let script = "SELECT ._x;\nSELECT 2 AS two;\nSELECT 'never closed";
+    let (out, summary) = run(&ctx, &format!("\\format csv\n{script}"), &untimed()).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].starts_with("Error: cannot read the SQL: "),
+        "{out}"
+    );
+    assert_eq!(lines[2..4], ["two", "2"], "{out}");
+    assert!(
+        lines[4].starts_with("Error: cannot read the SQL: Unterminated"),
+        "{out}"
+    );
+    assert_eq!((summary.statements, summary.errors), (1, 2));
+}
+
+#[tokio::test]
+async fn help_prints_as_a_table() {
+    let ctx = demo();
+    let (out, _) = run(&ctx, "\\?", &untimed()).await;
+    assert!(out.starts_with("+-"), "{out}");
+    assert!(out.contains("| command "), "{out}");
+    for (usage, _) in repl::command::COMMANDS {
+        assert!(out.contains(usage), "{usage} missing from\n{out}");
+    }
+}
+
+#[tokio::test]
+async fn timing_line_follows_each_result_until_toggled_off() {
+    let ctx = demo();
+    let (out, _) = run(
+        &ctx,
+        "SELECT 1 AS a;\n\\timing\nSELECT 2 AS b;",
+        &ReplOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        out.matches(" row(s) fetched. \nElapsed ").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("1 row(s) fetched. \nElapsed "), "{out}");
+    assert!(out.contains("Timing is off."), "{out}");
+    assert!(out.trim_end().ends_with("+---+"), "{out}");
+}
+
+#[tokio::test]
+async fn shared_tables_and_ddl() {
+    let ctx = demo();
+    let script = "CREATE TABLE thresholds AS VALUES (140), (160);\n\\d\n\\clients thresholds";
+    let (out, summary) = run(&ctx, script, &untimed()).await;
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("| thresholds "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("| shared "), "{row}");
+    // \clients on a shared table is an error, not a crash.
+    assert!(out.lines().last().unwrap().starts_with("Error: "), "{out}");
+    assert_eq!((summary.statements, summary.errors), (1, 1));
+}
+
+#[tokio::test]
+async fn include_runs_a_file_and_quit_stops() {
+    let ctx = demo();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("q.sql");
+    std::fs::write(
+        &file,
+        "\\format csv\nSELECT 'a;b' AS s; -- a comment; not a statement\n",
+    )
+    .unwrap();
+    let script = format!("\\i {}\n\\q\nSELECT 'not run' AS t;", file.display());
+    let (out, summary) = run(&ctx, &script, &untimed()).await;
+    assert_eq!(out, "Output format is csv.\ns\na;b\n");
+    assert!(summary.quit);
+
+    // A file that includes itself stops at a depth limit, once.
+    let looping = dir.path().join("loop.sql");
+    std::fs::write(&looping, format!("\\i {}\n", looping.display())).unwrap();
+    let (out, summary) = run(
+        &ctx,
+        &format!("\\i {}\nSELECT 1 AS after;", looping.display()),
+        &untimed(),
+    )
+    .await;
+    assert!(
+        out.starts_with("Error: \\i ") && out.contains("deep"),
+        "{out}"
+    );
+    assert!(out.contains("after"), "{out}");
+    assert_eq!(summary.errors, 1);
+
+    let (out, summary) = run(&ctx, "\\i /no/such/file.sql", &untimed()).await;
+    assert!(
+        out.starts_with("Error: \\i /no/such/file.sql: cannot read"),
+        "{out}"
+    );
+    assert_eq!(summary.errors, 1);
+}
+
+#[tokio::test]
+async fn stop_on_error_returns_the_first_error() {
+    let ctx = demo();
+    let opts = ReplOptions {
+        stop_on_error: true,
+        ..untimed()
+    };
+    let mut out = Vec::new();
+    let error = repl::run_script(
+        &ctx,
+        "SELECT 1 AS a;\nSELECT * FROM clinic;\nSELECT 3 AS c;",
+        &mut out,
+        &opts,
+    )
+    .await
+    .unwrap_err();
+    assert!(error.to_string().starts_with("refused: "), "{error}");
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("| a "), "{out}");
+    assert!(!out.contains("| c ") && !out.contains("Error"), "{out}");
+}
+
+#[tokio::test]
+async fn cli_sources_run_in_order_in_one_session() {
+    let ctx = demo();
+    let args = cli::try_parse_args([
+        "fedsql",
+        "-q",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT 1 AS a; SELECT 2 AS b",
+        "-c",
+        "\\format ndjson",
+        "-c",
+        "SELECT 3 AS c",
+    ])
+    .unwrap();
+    let mut out = Vec::new();
+    cli::run_sources(&ctx, &args.sources, args.repl_options(true), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "a\n1\nb\n2\nOutput format is ndjson.\n{\"c\":3}\n"
+    );
+
+    let sources = [Source::Sql(
+        "SELECT 1 AS a; SELECT * FROM clinic; SELECT 3 AS c".into(),
+    )];
+    let mut out = Vec::new();
+    let error = cli::run_sources(&ctx, &sources, args.repl_options(true), &mut out)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().starts_with("refused: "), "{error}");
+    assert_eq!(String::from_utf8(out).unwrap(), "a\n1\n");
+}
+
+#[tokio::test]
+async fn explain_federated_prints_the_plan_text() {
+    let ctx = demo();
+    let sql = "EXPLAIN FEDERATED SELECT region, count(*) FROM clinic GROUP BY region";
+    let (out, summary) = run(&ctx, &format!("\\format csv\n{sql};"), &untimed()).await;
+    assert_eq!(summary.errors, 0, "{out}");
+    let expected = printed_by_library(&ctx, sql, OutputFormat::Csv).await;
+    assert_eq!(out, format!("Output format is csv.\n{expected}"));
+    assert!(
+        out.lines().count() > 3,
+        "the plan spans several lines:\n{out}"
+    );
+}

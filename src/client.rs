@@ -20,7 +20,9 @@ use datafusion::catalog::TableProvider;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
@@ -63,7 +65,10 @@ pub fn client_session() -> SessionContext {
         .collect();
     let config = SessionConfig::new()
         // Never emit per-row "states" (raw values) from the partial stage.
-        .set_str("datafusion.execution.skip_partial_aggregation_probe_ratio_threshold", "1.0");
+        .set_str(
+            "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
+            "1.0",
+        );
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
@@ -121,7 +126,12 @@ impl LocalClient {
     }
 
     /// A client over batches held in memory (cast to `schema`).
-    pub fn from_batches(name: &str, location: &str, schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Self> {
+    pub fn from_batches(
+        name: &str,
+        location: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Self> {
         Ok(Self {
             name: name.to_string(),
             location: location.to_string(),
@@ -139,11 +149,17 @@ impl LocalClient {
         }
     }
 
-    async fn physical_plan(&self, encoder: &Encoder) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    async fn physical_plan(
+        &self,
+        encoder: &Encoder,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
         let plan = encoder.bind(Arc::clone(&self.rows))?;
         let state = self.session.state();
         // The encoder is already optimized and validated: plan it as it is.
-        let physical = state.query_planner().create_physical_plan(&plan, &state).await?;
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, &state)
+            .await?;
         encoder::one_state_per_group(encoder::partial_aggregate(&physical)?)
     }
 }
@@ -163,13 +179,21 @@ impl ClientRunner for LocalClient {
     }
 
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
-        let plan = self.physical_plan(encoder).await.map_err(|e| self.error(e))?;
-        let batches = collect(plan, self.session.task_ctx()).await.map_err(|e| self.error(strip_context(e)))?;
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        let batches = collect(plan, self.session.task_ctx())
+            .await
+            .map_err(|e| self.error(strip_context(e)))?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 
     async fn explain(&self, encoder: &Encoder) -> Result<String> {
-        let plan = self.physical_plan(encoder).await.map_err(|e| self.error(e))?;
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
         Ok(displayable(plan.as_ref()).indent(false).to_string())
     }
 }
@@ -189,7 +213,11 @@ fn strip_context(e: DataFusionError) -> DataFusionError {
 
 /// The schema of each of a client's files, as DataFusion would infer it.
 pub fn observe_schemas(client: &ClientFiles) -> Result<Vec<ObservedSchema>> {
-    client.files.iter().map(|file| observe_file(client, file)).collect()
+    client
+        .files
+        .iter()
+        .map(|file| observe_file(client, file))
+        .collect()
 }
 
 fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
@@ -206,13 +234,18 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
                 .infer_schema(handle, Some(CSV_INFER_ROWS))
                 .map_err(|e| err(format!("not a readable CSV file with a header row: {e}")))?;
             if schema.fields().is_empty() {
-                return Err(err("the CSV file is empty: it needs at least a header row".into()));
+                return Err(err(
+                    "the CSV file is empty: it needs at least a header row".into()
+                ));
             }
             (schema, rows > 0, true)
         }
         FileFormat::Parquet => {
-            let meta = datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&handle, Default::default())
-                .map_err(|e| err(format!("not a readable Parquet file: {e}")))?;
+            let meta = datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+                &handle,
+                Default::default(),
+            )
+            .map_err(|e| err(format!("not a readable Parquet file: {e}")))?;
             let rows = meta.metadata().file_metadata().num_rows();
             (Schema::new(meta.schema().fields().clone()), rows > 0, false)
         }
@@ -230,13 +263,34 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
 /// (CSV: in the same order, as CSV is read by position).
 pub fn check_declared(client: &ClientFiles, declared: &Schema) -> Result<()> {
     for seen in observe_schemas(client)? {
-        let names: Vec<&str> = seen.schema.fields().iter().map(|f| f.name().as_str()).collect();
-        let want: Vec<&str> = declared.fields().iter().map(|f| f.name().as_str()).collect();
-        let missing: Vec<&str> = want.iter().filter(|n| !names.contains(n)).copied().collect();
-        let ok = if seen.positional { names == want } else { missing.is_empty() };
+        let names: Vec<&str> = seen
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let want: Vec<&str> = declared
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        let missing: Vec<&str> = want
+            .iter()
+            .filter(|n| !names.contains(n))
+            .copied()
+            .collect();
+        let ok = if seen.positional {
+            names == want
+        } else {
+            missing.is_empty()
+        };
         if !ok {
             let detail = if missing.is_empty() {
-                format!("the header is ({}) but the declared columns are ({})", names.join(", "), want.join(", "))
+                format!(
+                    "the header is ({}) but the declared columns are ({})",
+                    names.join(", "),
+                    want.join(", ")
+                )
             } else {
                 format!("missing declared column(s) {}", missing.join(", "))
             };

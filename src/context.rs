@@ -66,7 +66,10 @@ impl FedContext {
             // Uncorrelated scalar subqueries become joins with the subquery's
             // (aggregated, hence shared) result, i.e. an earlier round, rather
             // than a physical side plan that a client's encoder cannot carry.
-            .set_bool("datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery", false);
+            .set_bool(
+                "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery",
+                false,
+            );
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         Self { ctx }
@@ -93,7 +96,9 @@ impl FedContext {
             return self.text_result("plan", &text);
         }
         if let Some(rest) = strip_words(sql, &["SHOW", "CLIENTS"]) {
-            let name = strip_words(rest, &["FROM"]).or_else(|| strip_words(rest, &["IN"])).unwrap_or(rest);
+            let name = strip_words(rest, &["FROM"])
+                .or_else(|| strip_words(rest, &["IN"]))
+                .unwrap_or(rest);
             let batch = self.clients_batch(name.trim())?;
             return self.batch_result(batch);
         }
@@ -174,7 +179,10 @@ impl FedContext {
         };
         let runners = clients
             .iter()
-            .map(|c| Ok(Arc::new(LocalClient::from_files(c, Arc::clone(&schema))?) as Arc<dyn ClientRunner>))
+            .map(|c| {
+                Ok(Arc::new(LocalClient::from_files(c, Arc::clone(&schema))?)
+                    as Arc<dyn ClientRunner>)
+            })
             .collect::<Result<Vec<_>>>()?;
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
     }
@@ -197,24 +205,33 @@ impl FedContext {
         );
         let mut statements = DFParser::parse_sql(&sql)?;
         let Some(DFStatement::CreateExternalTable(_)) = statements.front() else {
-            return Err(FedError::Syntax(format!("cannot read the column list ({})", columns.join(", "))));
+            return Err(FedError::Syntax(format!(
+                "cannot read the column list ({})",
+                columns.join(", ")
+            )));
         };
-        let plan = self.ctx.state().statement_to_plan(statements.pop_front().expect("one")).await?;
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(statements.pop_front().expect("one"))
+            .await?;
         match plan {
-            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => Ok(c.schema.as_arrow().clone()),
+            LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => {
+                Ok(c.schema.as_arrow().clone())
+            }
             _ => Err(FedError::Syntax("cannot read the column list".into())),
         }
     }
 
     /// The federated table of that name.
     pub async fn federated_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
-        let provider = self
-            .ctx
-            .table_provider(name)
-            .await
-            .map_err(|_| FedError::Plan(format!("no table named `{name}`; \\d lists the tables")))?;
+        let provider = self.ctx.table_provider(name).await.map_err(|_| {
+            FedError::Plan(format!("no table named `{name}`; \\d lists the tables"))
+        })?;
         if FederatedTable::from_provider(provider.as_ref()).is_none() {
-            return Err(FedError::Plan(format!("`{name}` is a shared table, not a federated one")));
+            return Err(FedError::Plan(format!(
+                "`{name}` is a shared table, not a federated one"
+            )));
         }
         Ok(provider)
     }
@@ -232,16 +249,26 @@ impl FedContext {
         Ok(RecordBatch::try_new(
             schema,
             vec![
-                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.name().to_string()))),
-                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.format()))),
-                Arc::new(StringArray::from_iter_values(clients.iter().map(|c| c.location()))),
+                Arc::new(StringArray::from_iter_values(
+                    clients.iter().map(|c| c.name().to_string()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    clients.iter().map(|c| c.format()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    clients.iter().map(|c| c.location()),
+                )),
             ],
         )?)
     }
 
     /// Every table in the default schema, federated ones with their client count.
     pub async fn tables(&self) -> Result<Vec<TableInfo>> {
-        let Some(schema) = self.ctx.catalog("datafusion").and_then(|c| c.schema("public")) else {
+        let Some(schema) = self
+            .ctx
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+        else {
             return Ok(Vec::new());
         };
         let mut names = schema.table_names();
@@ -249,7 +276,8 @@ impl FedContext {
         let mut tables = Vec::new();
         for name in names {
             if let Some(provider) = schema.table(&name).await? {
-                let clients = FederatedTable::from_provider(provider.as_ref()).map(|t| t.clients().len());
+                let clients =
+                    FederatedTable::from_provider(provider.as_ref()).map(|t| t.clients().len());
                 tables.push(TableInfo {
                     name,
                     clients,
@@ -283,7 +311,10 @@ impl FedContext {
 
     fn text_result(&self, column: &str, text: &str) -> Result<FedDataFrame> {
         let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec![text.to_string()]))])?;
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(StringArray::from(vec![text.to_string()]))],
+        )?;
         self.batch_result(batch)
     }
 }
@@ -294,7 +325,10 @@ fn strip_words<'a>(sql: &'a str, words: &[&str]) -> Option<&'a str> {
     for word in words {
         let trimmed = rest.trim_start();
         let head = trimmed.get(..word.len())?;
-        let boundary = trimmed[word.len()..].chars().next().is_none_or(|c| c.is_whitespace());
+        let boundary = trimmed[word.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_whitespace());
         if !head.eq_ignore_ascii_case(word) || !boundary {
             return None;
         }
@@ -312,10 +346,12 @@ fn query_label(sql: &str) -> String {
         .and_then(|s| s.into_iter().next())
         .is_some_and(|s| match s {
             Statement::Query(q) => match *q.body {
-                SetExpr::Select(select) => select
-                    .projection
-                    .iter()
-                    .any(|p| matches!(p, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))),
+                SetExpr::Select(select) => select.projection.iter().any(|p| {
+                    matches!(
+                        p,
+                        SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                    )
+                }),
                 _ => false,
             },
             _ => false,
@@ -331,4 +367,3 @@ fn query_label(sql: &str) -> String {
 pub fn row_count(batches: &[RecordBatch]) -> u64 {
     batches.iter().map(|b| b.num_rows() as u64).sum()
 }
-

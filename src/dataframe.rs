@@ -85,7 +85,10 @@ impl FedDataFrame {
     }
 
     /// Applies any DataFusion DataFrame transformation.
-    pub fn map(self, f: impl FnOnce(DataFrame) -> datafusion::error::Result<DataFrame>) -> Result<Self> {
+    pub fn map(
+        self,
+        f: impl FnOnce(DataFrame) -> datafusion::error::Result<DataFrame>,
+    ) -> Result<Self> {
         Ok(Self::new(self.ctx, f(self.df)?))
     }
 

@@ -49,9 +49,17 @@ pub struct CreateFederatedTable {
 
 /// Whether a statement is a `CREATE [OR REPLACE] FEDERATED TABLE`.
 pub fn is_create_federated(sql: &str) -> bool {
-    let words: Vec<String> = sql.split_whitespace().take(5).map(|w| w.to_ascii_uppercase()).collect();
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .take(5)
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
-    matches!(words.as_slice(), ["CREATE", "FEDERATED", "TABLE", ..] | ["CREATE", "OR", "REPLACE", "FEDERATED", "TABLE", ..])
+    matches!(
+        words.as_slice(),
+        ["CREATE", "FEDERATED", "TABLE", ..]
+            | ["CREATE", "OR", "REPLACE", "FEDERATED", "TABLE", ..]
+    )
 }
 
 /// Parses a `CREATE FEDERATED TABLE` statement.
@@ -82,12 +90,21 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
     loop {
         if p.parse_keywords(&[Keyword::STORED, Keyword::AS]) {
             let ident = p.parse_identifier()?;
-            format = Some(FileFormat::parse(&ident.value).map_err(|e| ParserError::ParserError(e.to_string()))?);
+            format = Some(
+                FileFormat::parse(&ident.value)
+                    .map_err(|e| ParserError::ParserError(e.to_string()))?,
+            );
         } else if p.parse_keyword(Keyword::LOCATION) {
-            set_once(&mut clients, ClientList::Location(PathBuf::from(p.parse_literal_string()?)))?;
+            set_once(
+                &mut clients,
+                ClientList::Location(PathBuf::from(p.parse_literal_string()?)),
+            )?;
         } else if peek_word(&p, "CLIENTS") {
             p.next_token();
-            set_once(&mut clients, ClientList::Named(parse_named_clients(&mut p)?))?;
+            set_once(
+                &mut clients,
+                ClientList::Named(parse_named_clients(&mut p)?),
+            )?;
         } else {
             break;
         }
@@ -101,7 +118,9 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
         )));
     }
     let clients = clients.ok_or_else(|| {
-        ParserError::ParserError("a federated table needs LOCATION 'folder/' or CLIENTS (...)".into())
+        ParserError::ParserError(
+            "a federated table needs LOCATION 'folder/' or CLIENTS (...)".into(),
+        )
     })?;
     Ok(CreateFederatedTable {
         name,
@@ -129,7 +148,9 @@ fn parse_named_clients(p: &mut Parser) -> Result<Vec<(String, PathBuf)>, ParserE
         p.expect_token(&Token::Eq)?;
         let path = p.parse_literal_string()?;
         if clients.iter().any(|(n, _)| *n == name) {
-            return Err(ParserError::ParserError(format!("client '{name}' is named twice")));
+            return Err(ParserError::ParserError(format!(
+                "client '{name}' is named twice"
+            )));
         }
         clients.push((name, PathBuf::from(path)));
         if !p.consume_token(&Token::Comma) {
@@ -142,7 +163,9 @@ fn parse_named_clients(p: &mut Parser) -> Result<Vec<(String, PathBuf)>, ParserE
 
 fn set_once(slot: &mut Option<ClientList>, value: ClientList) -> Result<(), ParserError> {
     if slot.is_some() {
-        return Err(ParserError::ParserError("give either LOCATION or CLIENTS, once".into()));
+        return Err(ParserError::ParserError(
+            "give either LOCATION or CLIENTS, once".into(),
+        ));
     }
     *slot = Some(value);
     Ok(())
@@ -157,7 +180,10 @@ fn expect_word(p: &mut Parser, word: &str) -> Result<(), ParserError> {
         p.next_token();
         Ok(())
     } else {
-        Err(ParserError::ParserError(format!("expected {word}, found `{}`", p.peek_token().token)))
+        Err(ParserError::ParserError(format!(
+            "expected {word}, found `{}`",
+            p.peek_token().token
+        )))
     }
 }
 
@@ -186,13 +212,18 @@ mod tests {
         assert!(c.if_not_exists);
         assert_eq!(
             c.clients,
-            ClientList::Named(vec![("a".into(), "x/a.csv".into()), ("b".into(), "/data/b.parquet".into())])
+            ClientList::Named(vec![
+                ("a".into(), "x/a.csv".into()),
+                ("b".into(), "/data/b.parquet".into())
+            ])
         );
     }
 
     #[test]
     fn errors_say_what_is_expected() {
-        let e = parse_create_federated("CREATE FEDERATED TABLE t STORED AS CSV").unwrap_err().to_string();
+        let e = parse_create_federated("CREATE FEDERATED TABLE t STORED AS CSV")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("LOCATION"), "{e}");
         let e = parse_create_federated("CREATE FEDERATED TABLE t STORED AS JSON LOCATION 'x'")
             .unwrap_err()

@@ -20,8 +20,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::datasource::provider_as_source;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
@@ -52,7 +52,9 @@ impl Encoder {
             )));
         };
         let Locality::Federated(table) = exposure::locality(&agg.input)? else {
-            return Err(FedError::Plan("internal: an encoder must read a federated table".into()));
+            return Err(FedError::Plan(
+                "internal: an encoder must read a federated table".into(),
+            ));
         };
         // The aggregate itself must be bounded too.
         exposure::locality(&plan)?;
@@ -82,13 +84,16 @@ impl Encoder {
     /// client's own data.
     pub fn bind(&self, client_rows: Arc<dyn TableProvider>) -> Result<LogicalPlan> {
         let source = provider_as_source(client_rows);
-        let bound = self.plan.clone().transform_up_with_subqueries(|node| match node {
-            LogicalPlan::TableScan(mut scan) if exposure::federated_scan(&scan).is_some() => {
-                scan.source = Arc::clone(&source);
-                Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
-            }
-            other => Ok(Transformed::no(other)),
-        })?;
+        let bound = self
+            .plan
+            .clone()
+            .transform_up_with_subqueries(|node| match node {
+                LogicalPlan::TableScan(mut scan) if exposure::federated_scan(&scan).is_some() => {
+                    scan.source = Arc::clone(&source);
+                    Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+                }
+                other => Ok(Transformed::no(other)),
+            })?;
         Ok(bound.data)
     }
 
@@ -112,7 +117,11 @@ impl Encoder {
             )));
         }
         let batch = datafusion::arrow::compute::concat_batches(&self.state_schema, batches)
-            .map_err(|e| FedError::Plan(format!("a client's state batch does not fit the state schema: {e}")))?;
+            .map_err(|e| {
+                FedError::Plan(format!(
+                    "a client's state batch does not fit the state schema: {e}"
+                ))
+            })?;
         Ok(StateBatch { batch })
     }
 }
@@ -139,13 +148,15 @@ impl StateBatch {
 /// The partial aggregate of a physical aggregate plan: the part whose output
 /// is the state. Handles every mode the planner may produce.
 pub fn partial_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<AggregateExec> {
-    let top = find_aggregate(plan, |_| true)
-        .ok_or_else(|| FedError::Plan("internal: no aggregate in the encoder's physical plan".into()))?;
+    let top = find_aggregate(plan, |_| true).ok_or_else(|| {
+        FedError::Plan("internal: no aggregate in the encoder's physical plan".into())
+    })?;
     let source = match top.mode() {
         AggregateMode::Partial => top,
         AggregateMode::Final | AggregateMode::FinalPartitioned => {
-            find_aggregate(top.input(), |a| *a.mode() == AggregateMode::Partial)
-                .ok_or_else(|| FedError::Plan("internal: final aggregate without a partial one".into()))?
+            find_aggregate(top.input(), |a| *a.mode() == AggregateMode::Partial).ok_or_else(
+                || FedError::Plan("internal: final aggregate without a partial one".into()),
+            )?
         }
         // A single-stage aggregate: run its partial half.
         _ => top,
@@ -160,7 +171,10 @@ pub fn partial_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<AggregateExec>
     )?)
 }
 
-fn find_aggregate(plan: &Arc<dyn ExecutionPlan>, pred: impl Fn(&AggregateExec) -> bool) -> Option<AggregateExec> {
+fn find_aggregate(
+    plan: &Arc<dyn ExecutionPlan>,
+    pred: impl Fn(&AggregateExec) -> bool,
+) -> Option<AggregateExec> {
     let mut found = None;
     let _ = plan.apply(|node| {
         if let Some(agg) = node.downcast_ref::<AggregateExec>()
@@ -182,11 +196,12 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
     let filters = partial.filter_expr().to_vec();
     let input_schema = partial.input_schema();
     let partial: Arc<dyn ExecutionPlan> = Arc::new(partial);
-    let merged: Arc<dyn ExecutionPlan> = if partial.properties().output_partitioning().partition_count() > 1 {
-        Arc::new(CoalescePartitionsExec::new(partial))
-    } else {
-        partial
-    };
+    let merged: Arc<dyn ExecutionPlan> =
+        if partial.properties().output_partitioning().partition_count() > 1 {
+            Arc::new(CoalescePartitionsExec::new(partial))
+        } else {
+            partial
+        };
     Ok(Arc::new(AggregateExec::try_new(
         AggregateMode::PartialReduce,
         group_by,
@@ -200,13 +215,20 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
 /// The coordinator side: merge every client's states and decode them with
 /// the final aggregate. The merge is a commutative monoid, so the order in
 /// which states arrive does not matter.
-pub fn merge_and_decode(partial: &AggregateExec, states: &[StateBatch]) -> Result<Arc<dyn ExecutionPlan>> {
+pub fn merge_and_decode(
+    partial: &AggregateExec,
+    states: &[StateBatch],
+) -> Result<Arc<dyn ExecutionPlan>> {
     let schema = partial.schema();
     let batches = states
         .iter()
         .map(|s| RecordBatch::try_new(Arc::clone(&schema), s.batch().columns().to_vec()))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| FedError::Plan(format!("internal: client state does not fit the state schema: {e}")))?;
+        .map_err(|e| {
+            FedError::Plan(format!(
+                "internal: client state does not fit the state schema: {e}"
+            ))
+        })?;
     let states = MemorySourceConfig::try_new_exec(&[batches], Arc::clone(&schema), None)?;
     Ok(Arc::new(AggregateExec::try_new(
         AggregateMode::Final,

@@ -5,11 +5,16 @@
 //! its size in bytes per group, the merge, and finally the shared-only
 //! decoder run on the coordinator. Nothing is executed.
 
-use std::fmt::Write;
+use std::cmp::Ordering;
+use std::fmt::{self, Write};
+use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::DFSchemaRef;
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::logical_expr::{
+    EmptyRelation, Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore,
+};
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 
 use crate::encoder;
@@ -21,31 +26,100 @@ use crate::round::{self, Round};
 pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
     exposure::check(&plan, "the query")?;
     let mut out = String::new();
-    let mut plan = plan;
+    // Two copies of the plan: in `planned`, a finished round's cut becomes
+    // an empty relation of its schema (so that later rounds can be planned
+    // without running it); in `shown`, a node that names the round.
+    let mut planned = plan.clone();
+    let mut shown = plan;
     let mut round_no = 0;
-    while let Some(cut) = round::lowest_cut(&plan) {
+    while let (Some(cut), Some(cut_shown)) =
+        (round::lowest_cut(&planned), round::lowest_cut(&shown))
+    {
         round_no += 1;
         let round = round::plan_round(state, &cut).await?;
-        explain_round(&mut out, round_no, &round).await?;
-        // Later rounds see this round's result as a shared input.
+        explain_round(&mut out, round_no, &round, &cut_shown).await?;
+        let schema = Arc::clone(cut.schema());
         let placeholder = LogicalPlan::EmptyRelation(EmptyRelation {
             produce_one_row: false,
-            schema: std::sync::Arc::clone(cut.schema()),
+            schema: Arc::clone(&schema),
         });
-        plan = round::substitute(plan, &cut, placeholder)?;
+        planned = round::substitute(planned, &cut, placeholder)?;
+        let merged = MergedRound {
+            round: round_no,
+            table: round.encoder.table().name().to_string(),
+            clients: round.encoder.table().clients().len(),
+            schema,
+        };
+        let merged = LogicalPlan::Extension(Extension {
+            node: Arc::new(merged),
+        });
+        shown = round::substitute(shown, &cut_shown, merged)?;
     }
-    let physical = state.query_planner().create_physical_plan(&plan, state).await?;
     writeln!(out, "== Decoder: shared-only, on the coordinator ==").ok();
-    if round_no > 1 {
-        writeln!(out, "(an EmptyRelation stands for an earlier round's merged result)").ok();
-    }
-    writeln!(out, "{}", plan.display_indent()).ok();
-    writeln!(out, "-- physical:").ok();
-    write!(out, "{}", displayable(physical.as_ref()).indent(false)).ok();
+    writeln!(out, "{}", shown.display_indent()).ok();
     Ok(out)
 }
 
-async fn explain_round(out: &mut String, round_no: usize, round: &Round) -> Result<()> {
+/// Stands for a round's merged, decoded result in the decoder's plan.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MergedRound {
+    round: usize,
+    table: String,
+    clients: usize,
+    schema: DFSchemaRef,
+}
+
+impl PartialOrd for MergedRound {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        self.round.partial_cmp(&other.round)
+    }
+}
+
+impl UserDefinedLogicalNodeCore for MergedRound {
+    fn name(&self) -> &str {
+        "MergedRound"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        Vec::new()
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        Vec::new()
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "MergedRound: round {}, the final aggregate over the states of the {} clients of `{}`",
+            self.round, self.clients, self.table
+        )
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        _inputs: Vec<LogicalPlan>,
+    ) -> datafusion::error::Result<Self> {
+        Ok(Self {
+            round: self.round,
+            table: self.table.clone(),
+            clients: self.clients,
+            schema: Arc::clone(&self.schema),
+        })
+    }
+}
+
+async fn explain_round(
+    out: &mut String,
+    round_no: usize,
+    round: &Round,
+    shown: &LogicalPlan,
+) -> Result<()> {
     let table = round.encoder.table();
     let clients = table.clients();
     let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
@@ -57,7 +131,7 @@ async fn explain_round(out: &mut String, round_no: usize, round: &Round) -> Resu
         names.join(", ")
     )
     .ok();
-    writeln!(out, "{}", round.encoder.plan().display_indent()).ok();
+    writeln!(out, "{}", shown.display_indent()).ok();
     if let Some(first) = clients.first() {
         writeln!(out, "-- physical, at client '{}':", first.name()).ok();
         write!(out, "{}", first.explain(&round.encoder).await?).ok();
@@ -68,7 +142,11 @@ async fn explain_round(out: &mut String, round_no: usize, round: &Round) -> Resu
     writeln!(
         out,
         "== Round {round_no}, state: what leaves each client, one row per group{} ==",
-        if groups == 0 { " (one row: no GROUP BY)" } else { "" }
+        if groups == 0 {
+            " (one row: no GROUP BY)"
+        } else {
+            ""
+        }
     )
     .ok();
     let mut fixed = 0usize;
@@ -84,10 +162,22 @@ async fn explain_round(out: &mut String, round_no: usize, round: &Round) -> Resu
             FieldSize::Fixed(n) => fixed += n,
             FieldSize::Variable(ref what) => variable.push(format!("{} ({what})", field.name())),
         }
-        writeln!(out, "  {:<48} {:<28} {:<10} {}", field.name(), field.data_type().to_string(), role, size).ok();
+        writeln!(
+            out,
+            "  {:<48} {:<28} {:<10} {}",
+            field.name(),
+            field.data_type().to_string(),
+            role,
+            size
+        )
+        .ok();
     }
     if variable.is_empty() {
-        writeln!(out, "  size: {fixed} bytes per group per client, whatever the number of rows").ok();
+        writeln!(
+            out,
+            "  size: {fixed} bytes per group per client, whatever the number of rows"
+        )
+        .ok();
     } else {
         writeln!(
             out,
@@ -103,7 +193,20 @@ async fn explain_round(out: &mut String, round_no: usize, round: &Round) -> Resu
         "== Round {round_no}, merge + decode: the clients' states merged (a commutative monoid: any arrival order) by the final aggregate =="
     )
     .ok();
-    write!(out, "{}", displayable(decode.as_ref() as &dyn ExecutionPlan).indent(false)).ok();
+    let decode = displayable(decode.as_ref() as &dyn ExecutionPlan)
+        .indent(false)
+        .to_string();
+    // The states' source is filled at run time; say what it holds.
+    let states = format!(
+        "ClientStates: one state batch from each of the {} clients",
+        clients.len()
+    );
+    write!(
+        out,
+        "{}",
+        decode.replace("DataSourceExec: partitions=1, partition_sizes=[0]", &states)
+    )
+    .ok();
     Ok(())
 }
 
@@ -136,11 +239,14 @@ fn field_size(field: &Field) -> FieldSize {
             FieldSize::Variable("HyperLogLog registers, at most 16 KiB".into())
         }
         DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
-            if field.name().contains("approx_percentile") || field.name().contains("approx_median") =>
+            if field.name().contains("approx_percentile")
+                || field.name().contains("approx_median") =>
         {
             FieldSize::Variable("t-digest centroids, at most 100".into())
         }
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => FieldSize::Variable("one text value".into()),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            FieldSize::Variable("one text value".into())
+        }
         DataType::Struct(fields) => {
             let mut total = 0;
             for f in fields {

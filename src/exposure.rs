@@ -78,9 +78,9 @@ pub fn is_bounded_aggregate(name: &str) -> bool {
 fn bounded_alternative(name: &str) -> Option<&'static str> {
     match name {
         "median" => Some("use approx_median(x) (t-digest state of at most 100 centroids)"),
-        "percentile_cont" | "quantile_cont" => Some(
-            "use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)",
-        ),
+        "percentile_cont" | "quantile_cont" => {
+            Some("use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)")
+        }
         "array_agg" | "string_agg" => Some(
             "aggregate the values instead (count, sum, min, max, approx_distinct), or GROUP BY the column",
         ),
@@ -100,7 +100,9 @@ impl Locality {
     fn table_name(&self) -> &str {
         match self {
             Locality::Shared => "",
-            Locality::Federated(p) => FederatedTable::from_provider(p.as_ref()).map_or("", |t| t.name()),
+            Locality::Federated(p) => {
+                FederatedTable::from_provider(p.as_ref()).map_or("", |t| t.name())
+            }
         }
     }
 }
@@ -108,7 +110,9 @@ impl Locality {
 /// The federated table a scan reads, if it reads one.
 pub fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
     let provider = source_as_provider(&scan.source).ok()?;
-    FederatedTable::from_provider(provider.as_ref()).is_some().then_some(provider)
+    FederatedTable::from_provider(provider.as_ref())
+        .is_some()
+        .then_some(provider)
 }
 
 /// Whether any part of the plan (subqueries included) reads a federated table.
@@ -174,8 +178,14 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
     }
 
     let inputs = plan.inputs();
-    let children = inputs.iter().map(|p| locality(p)).collect::<Result<Vec<_>>>()?;
-    let federated: Vec<&Locality> = children.iter().filter(|l| matches!(l, Locality::Federated(_))).collect();
+    let children = inputs
+        .iter()
+        .map(|p| locality(p))
+        .collect::<Result<Vec<_>>>()?;
+    let federated: Vec<&Locality> = children
+        .iter()
+        .filter(|l| matches!(l, Locality::Federated(_)))
+        .collect();
 
     match plan {
         LogicalPlan::TableScan(scan) => Ok(match federated_scan(scan) {
@@ -204,7 +214,9 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
             "DISTINCT",
             federated[0],
             "SELECT DISTINCT returns each distinct row",
-            Some("GROUP BY the columns with an aggregate, e.g. SELECT col, count(*) FROM t GROUP BY col"),
+            Some(
+                "GROUP BY the columns with an aggregate, e.g. SELECT col, count(*) FROM t GROUP BY col",
+            ),
         )),
         LogicalPlan::Window(window) => {
             let name = window
@@ -226,14 +238,21 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
                     format!(
                         "JOIN of federated `{l}` with federated `{r}`: matching rows across clients would need raw rows to leave a client"
                     ),
-                    Some("aggregate each side first and join the aggregated results, or join a federated table with a shared table"),
+                    Some(
+                        "aggregate each side first and join the aggregated results, or join a federated table with a shared table",
+                    ),
                 ));
             }
             let federated_left = matches!(children[0], Locality::Federated(_));
             let keeps_only_federated_rows = match join.join_type {
                 JoinType::Inner => true,
-                JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => federated_left,
-                JoinType::Right | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => !federated_left,
+                JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                    federated_left
+                }
+                JoinType::Right
+                | JoinType::RightSemi
+                | JoinType::RightAnti
+                | JoinType::RightMark => !federated_left,
                 JoinType::Full => false,
             };
             if keeps_only_federated_rows {
@@ -245,7 +264,9 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
                         join.join_type.to_string().to_uppercase(),
                         federated[0].table_name()
                     ),
-                    Some("use an INNER JOIN, or an outer join that keeps the federated table's rows"),
+                    Some(
+                        "use an INNER JOIN, or an outer join that keeps the federated table's rows",
+                    ),
                 ))
             }
         }

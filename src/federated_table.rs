@@ -107,17 +107,22 @@ impl ClientFiles {
             });
         }
         let mut files = Vec::new();
-        for entry in read_dir_sorted(path).map_err(|e| client_err(format!("cannot list folder: {e}")))? {
+        for entry in
+            read_dir_sorted(path).map_err(|e| client_err(format!("cannot list folder: {e}")))?
+        {
             if entry.is_file() && FileFormat::from_path(&entry).is_some() {
                 files.push(entry);
             }
         }
-        let formats: Vec<FileFormat> = files.iter().filter_map(|f| FileFormat::from_path(f)).collect();
+        let formats: Vec<FileFormat> = files
+            .iter()
+            .filter_map(|f| FileFormat::from_path(f))
+            .collect();
         let format = match default {
             Some(format) => format,
-            None => *formats.first().ok_or_else(|| {
-                client_err("the folder holds no .csv or .parquet files".into())
-            })?,
+            None => *formats
+                .first()
+                .ok_or_else(|| client_err("the folder holds no .csv or .parquet files".into()))?,
         };
         files.retain(|f| FileFormat::from_path(f) == Some(format));
         if files.is_empty() {
@@ -151,14 +156,17 @@ impl ClientFiles {
         let mut clients = Vec::new();
         for entry in entries {
             let is_data_file = entry.is_file()
-                && FileFormat::from_path(&entry).is_some_and(|f| format.is_none_or(|want| want == f));
+                && FileFormat::from_path(&entry)
+                    .is_some_and(|f| format.is_none_or(|want| want == f));
             if entry.is_dir() || is_data_file {
                 let name = if entry.is_dir() {
                     entry.file_name()
                 } else {
                     entry.file_stem()
                 };
-                let name = name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let name = name
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 clients.push(ClientFiles::from_path(&name, &entry, format)?);
             }
         }
@@ -221,10 +229,16 @@ pub struct ObservedSchema {
 /// file and column, and suggesting a declared column list.
 pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema> {
     let Some(first) = observed.first() else {
-        return Err(FedError::Plan(format!("federated table `{table}` has no clients")));
+        return Err(FedError::Plan(format!(
+            "federated table `{table}` has no clients"
+        )));
     };
-    let mut fields: Vec<(Field, &ObservedSchema)> =
-        first.schema.fields().iter().map(|f| (f.as_ref().clone().with_nullable(true), first)).collect();
+    let mut fields: Vec<(Field, &ObservedSchema)> = first
+        .schema
+        .fields()
+        .iter()
+        .map(|f| (f.as_ref().clone().with_nullable(true), first))
+        .collect();
     for seen in &observed[1..] {
         for (index, (field, origin)) in fields.iter_mut().enumerate() {
             let Some((found_at, theirs)) = seen.schema.column_with_name(field.name()) else {
@@ -278,7 +292,12 @@ pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema>
                 }
             }
         }
-        if let Some(extra) = seen.schema.fields().iter().find(|f| first.schema.column_with_name(f.name()).is_none()) {
+        if let Some(extra) = seen
+            .schema
+            .fields()
+            .iter()
+            .find(|f| first.schema.column_with_name(f.name()).is_none())
+        {
             return Err(FedError::Client {
                 client: seen.client.clone(),
                 location: seen.file.clone(),
@@ -290,7 +309,9 @@ pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema>
             });
         }
     }
-    Ok(Schema::new(fields.into_iter().map(|(f, _)| f).collect::<Vec<_>>()))
+    Ok(Schema::new(
+        fields.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
+    ))
 }
 
 /// The common type of a column seen as `a` at one client and `b` at another.
@@ -301,7 +322,9 @@ fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
         _ if a == b => Some(a.clone()),
         (Null, t) | (t, Null) => Some(t.clone()),
         _ if a.is_integer() && b.is_integer() => Some(Int64),
-        _ if a.is_numeric() && b.is_numeric() && (a.is_floating() || b.is_floating()) => Some(Float64),
+        _ if a.is_numeric() && b.is_numeric() && (a.is_floating() || b.is_floating()) => {
+            Some(Float64)
+        }
         _ if is_string(a) && is_string(b) => Some(Utf8),
         _ => None,
     }
@@ -319,14 +342,21 @@ impl fmt::Debug for FederatedTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FederatedTable")
             .field("name", &self.name)
-            .field("clients", &self.clients.iter().map(|c| c.name()).collect::<Vec<_>>())
+            .field(
+                "clients",
+                &self.clients.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
 impl FederatedTable {
     /// A federated table over the given clients, all of which serve `schema`.
-    pub fn new(name: impl Into<String>, schema: SchemaRef, clients: Vec<Arc<dyn ClientRunner>>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        schema: SchemaRef,
+        clients: Vec<Arc<dyn ClientRunner>>,
+    ) -> Self {
         Self {
             name: name.into(),
             schema,
@@ -371,7 +401,10 @@ impl TableProvider for FederatedTable {
 
     /// Filters stay in the plan (so every client applies them) and are also
     /// offered to each client's scan for pruning.
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DFResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
 }
@@ -402,7 +435,11 @@ impl ClientScanExec {
 
 impl DisplayAs for ClientScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "ClientScanExec: table={} (rows stay at each client)", self.table)
+        write!(
+            f,
+            "ClientScanExec: table={} (rows stay at each client)",
+            self.table
+        )
     }
 }
 
@@ -426,11 +463,18 @@ impl ExecutionPlan for ClientScanExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
-    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> DFResult<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
 
-    fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> DFResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
         internal_err!(
             "the coordinator holds no rows of federated table `{}`: this plan must run at the clients",
             self.table
@@ -446,7 +490,12 @@ mod tests {
         ObservedSchema {
             client: client.into(),
             file: format!("{client}.csv"),
-            schema: Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>()),
+            schema: Schema::new(
+                fields
+                    .iter()
+                    .map(|(n, t)| Field::new(*n, t.clone(), true))
+                    .collect::<Vec<_>>(),
+            ),
             has_rows,
             positional: true,
         }
@@ -455,7 +504,11 @@ mod tests {
     #[test]
     fn integer_and_float_widen_to_float() {
         let a = observed("a", &[("x", DataType::Int64), ("s", DataType::Utf8)], true);
-        let b = observed("b", &[("x", DataType::Float64), ("s", DataType::Utf8)], true);
+        let b = observed(
+            "b",
+            &[("x", DataType::Float64), ("s", DataType::Utf8)],
+            true,
+        );
         let schema = unify_schemas("t", &[a, b]).unwrap();
         assert_eq!(schema.field(0).data_type(), &DataType::Float64);
         assert_eq!(schema.field(1).data_type(), &DataType::Utf8);
@@ -482,7 +535,9 @@ mod tests {
     fn missing_and_extra_columns_are_errors() {
         let a = observed("a", &[("x", DataType::Int64), ("y", DataType::Int64)], true);
         let b = observed("b", &[("x", DataType::Int64)], true);
-        let err = unify_schemas("t", &[a.clone(), b.clone()]).unwrap_err().to_string();
+        let err = unify_schemas("t", &[a.clone(), b.clone()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing column `y`"), "{err}");
         let err = unify_schemas("t", &[b, a]).unwrap_err().to_string();
         assert!(err.contains("has column `y`"), "{err}");

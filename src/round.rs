@@ -43,7 +43,10 @@ pub struct Round {
 }
 
 /// Runs an optimized plan that touches federated tables.
-pub async fn execute(state: &SessionState, plan: LogicalPlan) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
+pub async fn execute(
+    state: &SessionState,
+    plan: LogicalPlan,
+) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
     exposure::check(&plan, "the query")?;
     let mut plan = plan;
     let mut reports = Vec::new();
@@ -53,7 +56,10 @@ pub async fn execute(state: &SessionState, plan: LogicalPlan) -> Result<(Vec<Rec
         reports.push(report);
         plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
     }
-    let physical = state.query_planner().create_physical_plan(&plan, state).await?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&plan, state)
+        .await?;
     Ok((collect(physical, state.task_ctx()).await?, reports))
 }
 
@@ -79,35 +85,51 @@ pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
         }
     }
     match plan {
-        LogicalPlan::Aggregate(agg) if exposure::touches_federated(&agg.input) => Some(plan.clone()),
+        LogicalPlan::Aggregate(agg) if exposure::touches_federated(&agg.input) => {
+            Some(plan.clone())
+        }
         _ => None,
     }
 }
 
 /// Plans one round: the encoder and the coordinator's partial aggregate.
 pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round> {
-    let physical = state.query_planner().create_physical_plan(cut, state).await?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(cut, state)
+        .await?;
     let partial = encoder::partial_aggregate(&physical)?;
     let encoder = Encoder::try_new(cut.clone(), partial.schema())?;
     Ok(Round { encoder, partial })
 }
 
 /// Runs one round: the encoder at every client at once, then merge + decode.
-pub async fn run_round(state: &SessionState, round: &Round) -> Result<(Vec<RecordBatch>, RoundReport)> {
+pub async fn run_round(
+    state: &SessionState,
+    round: &Round,
+) -> Result<(Vec<RecordBatch>, RoundReport)> {
     let table = round.encoder.table();
-    let states: Vec<(StateBatch, Duration)> = try_join_all(table.clients().iter().map(|client| async {
-        let start = Instant::now();
-        let state = client.encode(&round.encoder).await?;
-        Ok::<_, FedError>((state, start.elapsed()))
-    }))
-    .await?;
+    let states: Vec<(StateBatch, Duration)> =
+        try_join_all(table.clients().iter().map(|client| async {
+            let start = Instant::now();
+            let state = client.encode(&round.encoder).await?;
+            Ok::<_, FedError>((state, start.elapsed()))
+        }))
+        .await?;
     let report = RoundReport {
         table: table.name().to_string(),
         clients: table
             .clients()
             .iter()
             .zip(&states)
-            .map(|(c, (s, t))| (c.name().to_string(), s.batch().num_rows(), s.size_bytes(), *t))
+            .map(|(c, (s, t))| {
+                (
+                    c.name().to_string(),
+                    s.batch().num_rows(),
+                    s.size_bytes(),
+                    *t,
+                )
+            })
             .collect(),
     };
     let states: Vec<StateBatch> = states.into_iter().map(|(s, _)| s).collect();
@@ -140,7 +162,11 @@ pub fn shared_result(cut: &LogicalPlan, batches: &[RecordBatch]) -> Result<Logic
 }
 
 /// Replaces every occurrence of `cut` in the plan (subqueries included).
-pub fn substitute(plan: LogicalPlan, cut: &LogicalPlan, result: LogicalPlan) -> Result<LogicalPlan> {
+pub fn substitute(
+    plan: LogicalPlan,
+    cut: &LogicalPlan,
+    result: LogicalPlan,
+) -> Result<LogicalPlan> {
     Ok(plan
         .transform_up_with_subqueries(|node| {
             if &node == cut {

@@ -3,7 +3,10 @@
 //! an empty and a one-row client; CSV and Parquet), gives the result plain
 //! DataFusion gives on all rows put together.
 
-use crate::support::{Federation, Format, assert_consistent, assert_consistent_to, demo_rows, federation, run_both, split_sizes};
+use crate::support::{
+    Federation, Format, assert_consistent, assert_consistent_to, demo_rows, federation, run_both,
+    split_sizes,
+};
 
 /// Queries beyond `queries/`: every bounded aggregate family and clause.
 const QUERIES: &[&str] = &[

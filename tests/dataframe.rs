@@ -24,9 +24,28 @@ async fn filter_aggregate_sort_equals_centralized() {
                 )?
                 .sort(vec![col("region").sort(true, false)])
         };
-        let fed = f.fed.table("clinic").await.unwrap().map(build).unwrap().collect().await.unwrap();
-        let central = build(f.central.table("clinic").await.unwrap()).unwrap().collect().await.unwrap();
-        assert_same_result(&format!("dataframe, {clients} clients"), &fed, &central, true, 1e-9);
+        let fed = f
+            .fed
+            .table("clinic")
+            .await
+            .unwrap()
+            .map(build)
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let central = build(f.central.table("clinic").await.unwrap())
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_same_result(
+            &format!("dataframe, {clients} clients"),
+            &fed,
+            &central,
+            true,
+            1e-9,
+        );
     }
 }
 
@@ -39,7 +58,13 @@ async fn convenience_methods_and_sql_dataframes_compose() {
         .sql("SELECT sex, smoker, systolic FROM clinic WHERE bmi IS NOT NULL")
         .await
         .unwrap()
-        .aggregate(vec![col("sex")], vec![avg(col("systolic")).alias("m"), count(col("smoker")).alias("k")])
+        .aggregate(
+            vec![col("sex")],
+            vec![
+                avg(col("systolic")).alias("m"),
+                count(col("smoker")).alias("k"),
+            ],
+        )
         .unwrap()
         .sort(vec![col("sex").sort(true, false)])
         .unwrap()

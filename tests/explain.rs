@@ -5,8 +5,16 @@
 use fedsql::FedContext;
 
 async fn explain(ctx: &FedContext, sql: &str) -> String {
-    let batches = ctx.sql(&format!("EXPLAIN FEDERATED {sql}")).await.unwrap().collect().await.unwrap();
-    datafusion::arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string()
+    let batches = ctx
+        .sql(&format!("EXPLAIN FEDERATED {sql}"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]
@@ -24,7 +32,10 @@ async fn shows_encoder_state_size_merge_and_decoder() {
         "mode=Final",
         "Decoder",
     ] {
-        assert!(text.contains(part), "EXPLAIN FEDERATED should show {part:?}:\n{text}");
+        assert!(
+            text.contains(part),
+            "EXPLAIN FEDERATED should show {part:?}:\n{text}"
+        );
     }
 }
 
@@ -37,15 +48,26 @@ async fn grouped_and_two_round_queries() {
         "SELECT region, count(*) AS n FROM clinic WHERE age > (SELECT avg(age) FROM clinic) GROUP BY region ORDER BY region",
     )
     .await;
-    assert!(text.contains("Round 1") && text.contains("Round 2"), "{text}");
+    assert!(
+        text.contains("Round 1") && text.contains("Round 2"),
+        "{text}"
+    );
     assert!(text.contains("group key"), "{text}");
-    assert!(text.contains("Sort"), "the decoder sorts the merged result:\n{text}");
+    assert!(
+        text.contains("Sort"),
+        "the decoder sorts the merged result:\n{text}"
+    );
 }
 
 #[tokio::test]
 async fn refuses_what_it_would_refuse_to_run() {
     let ctx = FedContext::new();
     fedsql::demo::register_demo(&ctx).unwrap();
-    let err = ctx.sql("EXPLAIN FEDERATED SELECT * FROM clinic").await.err().unwrap().to_string();
+    let err = ctx
+        .sql("EXPLAIN FEDERATED SELECT * FROM clinic")
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.starts_with("refused"), "{err}");
 }

@@ -65,14 +65,23 @@ pub fn split_sizes(n: usize, clients: usize) -> Vec<usize> {
 
 /// Writes `rows` split by `sizes` as client files under `dir`, one file per
 /// client named `c{i}`, and returns their paths.
-pub fn write_clients(dir: &Path, header: &str, rows: &[String], sizes: &[usize], format: Format) -> Vec<PathBuf> {
+pub fn write_clients(
+    dir: &Path,
+    header: &str,
+    rows: &[String],
+    sizes: &[usize],
+    format: Format,
+) -> Vec<PathBuf> {
     std::fs::create_dir_all(dir).unwrap();
     let mut start = 0;
     let mut paths = Vec::new();
     for (i, size) in sizes.iter().enumerate() {
         let chunk = &rows[start..start + size];
         start += size;
-        let csv = format!("{header}\n{}", chunk.iter().map(|r| format!("{r}\n")).collect::<String>());
+        let csv = format!(
+            "{header}\n{}",
+            chunk.iter().map(|r| format!("{r}\n")).collect::<String>()
+        );
         let path = match format {
             Format::Csv => {
                 let path = dir.join(format!("c{i}.csv"));
@@ -127,10 +136,19 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
     // Centralized: all rows in one file, read with the federated schema.
     let all = dir.path().join("all.csv");
     std::fs::write(&all, format!("{header}\n{}\n", rows.join("\n"))).unwrap();
-    let schema = fed.session().table_provider("clinic").await.unwrap().schema();
+    let schema = fed
+        .session()
+        .table_provider("clinic")
+        .await
+        .unwrap()
+        .schema();
     let central = SessionContext::new();
     central
-        .register_csv("clinic", all.to_str().unwrap(), CsvReadOptions::new().schema(&schema))
+        .register_csv(
+            "clinic",
+            all.to_str().unwrap(),
+            CsvReadOptions::new().schema(&schema),
+        )
         .await
         .unwrap();
     Federation {
@@ -158,9 +176,16 @@ pub fn rows_of(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
             .columns()
             .iter()
             .map(|c| {
-                let floats = matches!(c.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64)
-                    .then(|| datafusion::arrow::compute::cast(c, &DataType::Float64).unwrap());
-                (c, floats, ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+                let floats = matches!(
+                    c.data_type(),
+                    DataType::Float16 | DataType::Float32 | DataType::Float64
+                )
+                .then(|| datafusion::arrow::compute::cast(c, &DataType::Float64).unwrap());
+                (
+                    c,
+                    floats,
+                    ArrayFormatter::try_new(c.as_ref(), &options).unwrap(),
+                )
             })
             .collect();
         for row in 0..batch.num_rows() {
@@ -192,9 +217,23 @@ pub fn close(a: f64, b: f64, rel: f64) -> bool {
 
 /// Asserts that two results are the same: same column names, same rows (in
 /// order when `ordered`), strings and integers exactly, floats to `rel`.
-pub fn assert_same_result(what: &str, fed: &[RecordBatch], central: &[RecordBatch], ordered: bool, rel: f64) {
+pub fn assert_same_result(
+    what: &str,
+    fed: &[RecordBatch],
+    central: &[RecordBatch],
+    ordered: bool,
+    rel: f64,
+) {
     let names = |b: &[RecordBatch]| -> Vec<String> {
-        b.first().map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect()).unwrap_or_default()
+        b.first()
+            .map(|b| {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     };
     if !fed.is_empty() && !central.is_empty() {
         assert_eq!(names(fed), names(central), "{what}: column names differ");
@@ -206,14 +245,23 @@ pub fn assert_same_result(what: &str, fed: &[RecordBatch], central: &[RecordBatc
         a.sort_by_key(key);
         b.sort_by_key(key);
     }
-    assert_eq!(a.len(), b.len(), "{what}: {} rows federated, {} centralized\nfed: {a:?}\ncentral: {b:?}", a.len(), b.len());
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "{what}: {} rows federated, {} centralized\nfed: {a:?}\ncentral: {b:?}",
+        a.len(),
+        b.len()
+    );
     for (i, (ra, rb)) in a.iter().zip(&b).enumerate() {
         let same = ra.len() == rb.len()
             && ra.iter().zip(rb).all(|(x, y)| match (x, y) {
                 (Cell::Float(x), Cell::Float(y)) => close(*x, *y, rel),
                 _ => x == y,
             });
-        assert!(same, "{what}: row {i} differs\nfederated:   {ra:?}\ncentralized: {rb:?}");
+        assert!(
+            same,
+            "{what}: row {i} differs\nfederated:   {ra:?}\ncentralized: {rb:?}"
+        );
     }
 }
 

@@ -23,5 +23,7 @@ pub fn register_all(ctx: &SessionContext) {
 
 /// Whether `name` is one of this crate's (bounded-state) aggregates.
 pub fn is_bounded(name: &str) -> bool {
-    all().iter().any(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
+    all()
+        .iter()
+        .any(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
 }

@@ -99,7 +99,7 @@ impl FedContext {
             let name = strip_words(rest, &["FROM"])
                 .or_else(|| strip_words(rest, &["IN"]))
                 .unwrap_or(rest);
-            let batch = self.clients_batch(name.trim())?;
+            let batch = self.clients_batch(name.trim()).await?;
             return self.batch_result(batch);
         }
 
@@ -237,8 +237,8 @@ impl FedContext {
     }
 
     /// One row per client of a federated table: client, format, location.
-    pub fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
-        let provider = futures::executor::block_on(self.federated_table(name))?;
+    pub async fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
+        let provider = self.federated_table(name).await?;
         let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
         let clients = table.clients();
         let schema = Arc::new(Schema::new(vec![

@@ -7,6 +7,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> fedsql::Result<()> {
+//! use datafusion::functions_aggregate::expr_fn::avg;
 //! use datafusion::prelude::*;
 //! let ctx = fedsql::FedContext::new();
 //! fedsql::demo::register_demo(&ctx)?;

@@ -125,7 +125,7 @@ async fn list_describe_and_clients() {
         "{out}"
     );
 
-    let batch = ctx.clients_batch("clinic").unwrap();
+    let batch = ctx.clients_batch("clinic").await.unwrap();
     let names = batch.column_by_name("client").unwrap().as_string::<i32>();
     assert_eq!(names.len(), clients);
     for name in names.iter().flatten() {

@@ -25,7 +25,8 @@ pub enum Format {
 /// A federated table `clinic` over client files, and the same rows as one
 /// table in a plain DataFusion context.
 pub struct Federation {
-    pub dir: TempDir,
+    /// Holds the client files for as long as the federation lives.
+    _files: TempDir,
     pub fed: FedContext,
     pub central: SessionContext,
     pub sizes: Vec<usize>,
@@ -152,7 +153,7 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
         .await
         .unwrap();
     Federation {
-        dir,
+        _files: dir,
         fed,
         central,
         sizes: sizes.to_vec(),

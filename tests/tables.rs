@@ -58,7 +58,7 @@ async fn folder_of_files_one_client_each() {
     )
     .await
     .unwrap();
-    let clients = ctx.clients_batch("t").unwrap();
+    let clients = ctx.clients_batch("t").await.unwrap();
     assert_eq!(clients.num_rows(), 2);
     let shown =
         datafusion::arrow::util::pretty::pretty_format_batches(&rows(&ctx, "SHOW CLIENTS t").await)
@@ -136,7 +136,7 @@ async fn named_clients_may_mix_csv_and_parquet() {
     .await
     .unwrap();
     let clients =
-        datafusion::arrow::util::pretty::pretty_format_batches(&[ctx.clients_batch("t").unwrap()])
+        datafusion::arrow::util::pretty::pretty_format_batches(&[ctx.clients_batch("t").await.unwrap()])
             .unwrap()
             .to_string();
     assert!(

@@ -223,7 +223,7 @@ impl Session {
                 }
             }
             Command::Clients(name) => {
-                let batch = self.ctx.clients_batch(&name)?;
+                let batch = self.ctx.clients_batch(&name).await?;
                 self.print(&batch, &mut out)?;
             }
             Command::Timing(setting) => {

@@ -231,6 +231,10 @@ fn field_size(field: &Field) -> FieldSize {
         return FieldSize::Fixed(width);
     }
     match t {
+        DataType::FixedSizeList(item, n) => match field_size(item) {
+            FieldSize::Fixed(width) => FieldSize::Fixed(width * *n as usize),
+            variable => variable,
+        },
         DataType::Boolean => FieldSize::Fixed(1),
         DataType::Null => FieldSize::Fixed(0),
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView

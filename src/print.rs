@@ -162,11 +162,11 @@ fn table(batches: &[RecordBatch], schema: &SchemaRef) -> Result<Table> {
         for row in 0..batch.num_rows() {
             // A trailing newline (multi-line text such as a plan) would draw
             // an empty line inside the cell.
-            table.add_row(
-                formatters
-                    .iter()
-                    .map(|f| Cell::new(f.value(row).to_string().trim_end_matches('\n'))),
-            );
+            table.add_row(formatters.iter().zip(batch.columns()).map(|(f, column)| {
+                let text = crate::matrix_display::labeled(column.as_ref(), row)
+                    .unwrap_or_else(|| f.value(row).to_string());
+                Cell::new(text.trim_end_matches('\n'))
+            }));
         }
     }
     Ok(table)

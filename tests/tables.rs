@@ -135,10 +135,12 @@ async fn named_clients_may_mix_csv_and_parquet() {
     )
     .await
     .unwrap();
-    let clients =
-        datafusion::arrow::util::pretty::pretty_format_batches(&[ctx.clients_batch("t").await.unwrap()])
-            .unwrap()
-            .to_string();
+    let clients = datafusion::arrow::util::pretty::pretty_format_batches(&[ctx
+        .clients_batch("t")
+        .await
+        .unwrap()])
+    .unwrap()
+    .to_string();
     assert!(
         clients.contains("CSV") && clients.contains("PARQUET"),
         "{clients}"

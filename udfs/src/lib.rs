@@ -1,17 +1,33 @@
-//! Mergeable aggregate functions for fedsql.
+//! Mergeable aggregate functions and shared-only math for fedsql.
 //!
-//! Every function here has a fixed-size state that merges as a commutative
+//! Every aggregate here has a fixed-size state that merges as a commutative
 //! monoid, so fedsql can run its partial half at each client and merge the
 //! states on the coordinator. [`register_all`] adds them to a context, and
 //! [`is_bounded`] tells fedsql's exposure check that they are safe to run
-//! over federated rows.
+//! over federated rows. [`linalg`] is the linear algebra the decoders run on
+//! merged matrices.
+
+pub mod centered_moments;
+pub mod comoments;
+pub mod correlation_matrix;
+pub mod covariance_matrix;
+pub mod labeled;
+pub mod normal_equations;
+#[cfg(test)]
+mod testing;
 
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::prelude::SessionContext;
 
 /// Every aggregate function of this crate.
 pub fn all() -> Vec<AggregateUDF> {
-    Vec::new()
+    vec![
+        AggregateUDF::from(covariance_matrix::CovarianceMatrix::default()),
+        AggregateUDF::from(correlation_matrix::CorrelationMatrix::default()),
+        AggregateUDF::from(normal_equations::NormalEquations::new(true)),
+        AggregateUDF::from(normal_equations::NormalEquations::new(false)),
+        AggregateUDF::from(centered_moments::CenteredMoments::default()),
+    ]
 }
 
 /// Registers every aggregate function of this crate.
@@ -26,4 +42,26 @@ pub fn is_bounded(name: &str) -> bool {
     all()
         .iter()
         .any(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    #[test]
+    fn names_are_unique() {
+        let mut seen = HashSet::new();
+        for f in super::all() {
+            for name in std::iter::once(f.name().to_string()).chain(f.aliases().iter().cloned()) {
+                assert!(seen.insert(name.clone()), "duplicate aggregate name {name}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn every_registered_aggregate_merges_like_one_pass() {
+        for f in super::all() {
+            crate::testing::assert_split_invariant(&format!("{}(a, b, c)", f.name())).await;
+        }
+    }
 }

@@ -242,7 +242,7 @@ fn field_size(field: &Field) -> FieldSize {
         {
             FieldSize::Variable("HyperLogLog registers, at most 16 KiB".into())
         }
-        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+        DataType::List(_) | DataType::LargeList(_)
             if field.name().contains("approx_percentile")
                 || field.name().contains("approx_median") =>
         {

@@ -12,7 +12,9 @@ pub mod comoments;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod labeled;
+pub mod linalg;
 pub mod normal_equations;
+pub mod ols;
 #[cfg(test)]
 mod testing;
 

@@ -72,7 +72,16 @@ impl FedContext {
             );
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
+        crate::models::register_all(&ctx);
         Self { ctx }
+    }
+
+    /// A coordinator over an existing session state (as a table function
+    /// gets it): the same catalog, functions and settings.
+    pub fn from_state(state: datafusion::execution::SessionState) -> Self {
+        Self {
+            ctx: SessionContext::new_with_state(state),
+        }
     }
 
     /// The underlying DataFusion context (shared tables, functions, settings).

@@ -29,13 +29,27 @@ pub enum FedError {
     Plan(String),
     /// An error from DataFusion itself.
     #[error(transparent)]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(DataFusionError),
     /// An error from Arrow (building or converting batches).
     #[error(transparent)]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
     /// An I/O error outside a client (reading a script, writing output).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+impl From<DataFusionError> for FedError {
+    /// A fedsql error that travelled through DataFusion (e.g. raised while a
+    /// table function's plan ran) comes back as itself.
+    fn from(e: DataFusionError) -> Self {
+        let root = e.find_root();
+        if let DataFusionError::External(inner) = root
+            && let Some(fed) = inner.downcast_ref::<FedError>()
+        {
+            return FedError::Plan(fed.to_string());
+        }
+        FedError::DataFusion(e)
+    }
 }
 
 impl FedError {

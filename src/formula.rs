@@ -95,7 +95,9 @@ impl Formula {
                 "" => return Err(err("an empty term".into())),
                 _ if !sign => {
                     let removed = parse_product(item).map_err(err)?;
-                    formula.terms.retain(|t| !removed.iter().any(|r| r.same_variables(t)));
+                    formula
+                        .terms
+                        .retain(|t| !removed.iter().any(|r| r.same_variables(t)));
                 }
                 _ if item.starts_with("offset(") => {
                     let column = inner(item, "offset").map_err(err)?;
@@ -128,7 +130,10 @@ impl Formula {
         };
         match &self.response {
             Response::Column(c) => add(c),
-            Response::Counts { successes, failures } => {
+            Response::Counts {
+                successes,
+                failures,
+            } => {
                 add(successes);
                 add(failures);
             }
@@ -162,7 +167,12 @@ impl Formula {
 fn parse_product(item: &str) -> Result<Vec<Term>, String> {
     let factors: Vec<Vec<Variable>> = split_top(item, '*')
         .iter()
-        .map(|part| split_top(part, ':').iter().map(|v| parse_variable(v)).collect::<Result<Vec<_>, _>>())
+        .map(|part| {
+            split_top(part, ':')
+                .iter()
+                .map(|v| parse_variable(v))
+                .collect::<Result<Vec<_>, _>>()
+        })
         .collect::<Result<_, _>>()?;
     let mut terms = Vec::new();
     // Every non-empty subset of the starred parts, in R's order (by size).
@@ -228,7 +238,10 @@ fn identifier(text: &str) -> Result<String, String> {
     if let Some(quoted) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
         return Ok(quoted.to_string());
     }
-    let ok = text.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+    let ok = text
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
         && text.chars().all(|c| c.is_alphanumeric() || c == '_');
     if ok {
         Ok(text.to_string())
@@ -307,11 +320,17 @@ impl Term {
 
 /// Whether a variable is a factor: `C(x)`, or a text or boolean column.
 pub fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
-    let field = schema.field_with_name(&v.column).map_err(|_| missing_column(&v.column, schema))?;
+    let field = schema
+        .field_with_name(&v.column)
+        .map_err(|_| missing_column(&v.column, schema))?;
     Ok(v.forced_factor
         || matches!(
             field.data_type(),
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Boolean | DataType::Dictionary(..)
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Boolean
+                | DataType::Dictionary(..)
         ))
 }
 
@@ -335,19 +354,27 @@ pub struct DesignColumn {
 pub type Levels = Vec<(String, Vec<ScalarValue>)>;
 
 /// The design columns of the formula's terms (without the intercept).
-pub fn design_columns(formula: &Formula, schema: &Schema, levels: &Levels) -> Result<Vec<DesignColumn>> {
+pub fn design_columns(
+    formula: &Formula,
+    schema: &Schema,
+    levels: &Levels,
+) -> Result<Vec<DesignColumn>> {
     let mut columns = Vec::new();
     let mut full_coding_used = false;
     for term in &formula.terms {
         // Each variable's coding: (name part, sql) alternatives.
         let mut codings: Vec<Vec<(String, String)>> = Vec::new();
         for v in &term.variables {
-            let field = schema.field_with_name(&v.column).map_err(|_| missing_column(&v.column, schema))?;
+            let field = schema
+                .field_with_name(&v.column)
+                .map_err(|_| missing_column(&v.column, schema))?;
             if is_factor(v, schema)? {
                 let values = &levels
                     .iter()
                     .find(|(c, _)| c == &v.column)
-                    .ok_or_else(|| FedError::Plan(format!("internal: no levels for `{}`", v.column)))?
+                    .ok_or_else(|| {
+                        FedError::Plan(format!("internal: no levels for `{}`", v.column))
+                    })?
                     .1;
                 // Without an intercept the first factor main effect gets every
                 // level (R's and patsy's full-rank coding); else drop the reference.
@@ -358,13 +385,27 @@ pub fn design_columns(formula: &Formula, schema: &Schema, levels: &Levels) -> Re
                     .skip(usize::from(!full))
                     .map(|level| {
                         let label = level_label(level);
-                        let name = if full { format!("{v}[{label}]") } else { format!("{v}[T.{label}]") };
-                        (name, format!("CAST(({} = {}) AS DOUBLE)", quote_ident(&v.column), sql_literal(level)))
+                        let name = if full {
+                            format!("{v}[{label}]")
+                        } else {
+                            format!("{v}[T.{label}]")
+                        };
+                        (
+                            name,
+                            format!(
+                                "CAST(({} = {}) AS DOUBLE)",
+                                quote_ident(&v.column),
+                                sql_literal(level)
+                            ),
+                        )
                     })
                     .collect();
                 codings.push(coded);
             } else if field.data_type().is_numeric() {
-                codings.push(vec![(v.column.clone(), format!("CAST({} AS DOUBLE)", quote_ident(&v.column)))]);
+                codings.push(vec![(
+                    v.column.clone(),
+                    format!("CAST({} AS DOUBLE)", quote_ident(&v.column)),
+                )]);
             } else {
                 return Err(FedError::Plan(format!(
                     "column `{}` is {}: a model term must be numeric, or a factor written C({})",
@@ -380,14 +421,26 @@ pub fn design_columns(formula: &Formula, schema: &Schema, levels: &Levels) -> Re
             let mut next = Vec::new();
             for (name, sql) in &product {
                 for (part_name, part_sql) in coding {
-                    let name = if name.is_empty() { part_name.clone() } else { format!("{name}:{part_name}") };
-                    let sql = if sql.is_empty() { part_sql.clone() } else { format!("{sql} * {part_sql}") };
+                    let name = if name.is_empty() {
+                        part_name.clone()
+                    } else {
+                        format!("{name}:{part_name}")
+                    };
+                    let sql = if sql.is_empty() {
+                        part_sql.clone()
+                    } else {
+                        format!("{sql} * {part_sql}")
+                    };
                     next.push((name, sql));
                 }
             }
             product = next;
         }
-        columns.extend(product.into_iter().map(|(name, sql)| DesignColumn { name, sql }));
+        columns.extend(
+            product
+                .into_iter()
+                .map(|(name, sql)| DesignColumn { name, sql }),
+        );
     }
     Ok(columns)
 }
@@ -395,7 +448,9 @@ pub fn design_columns(formula: &Formula, schema: &Schema, levels: &Levels) -> Re
 /// How a level shows in a column name, as patsy shows it.
 fn level_label(level: &ScalarValue) -> String {
     match level {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => s.clone(),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => s.clone(),
         ScalarValue::Boolean(Some(b)) => if *b { "True" } else { "False" }.to_string(),
         ScalarValue::Float64(Some(f)) => format!("{f:?}"),
         ScalarValue::Float32(Some(f)) => format!("{f:?}"),
@@ -406,7 +461,9 @@ fn level_label(level: &ScalarValue) -> String {
 /// A level as an SQL literal.
 fn sql_literal(level: &ScalarValue) -> String {
     match level {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => {
             format!("'{}'", s.replace('\'', "''"))
         }
         ScalarValue::Boolean(Some(b)) => b.to_string(),
@@ -445,13 +502,29 @@ mod tests {
         assert_eq!(terms, ["a", "b", "a:b"]);
         assert!(!f.intercept);
         let f = Formula::parse("y ~ a*b - b:a").unwrap();
-        assert_eq!(f.terms, vec![Term { variables: vec![v("a")] }, Term { variables: vec![v("b")] }]);
+        assert_eq!(
+            f.terms,
+            vec![
+                Term {
+                    variables: vec![v("a")]
+                },
+                Term {
+                    variables: vec![v("b")]
+                }
+            ]
+        );
     }
 
     #[test]
     fn parses_counts_and_offset() {
         let f = Formula::parse("cbind(s, f) ~ x + offset(log_n)").unwrap();
-        assert_eq!(f.response, Response::Counts { successes: "s".into(), failures: "f".into() });
+        assert_eq!(
+            f.response,
+            Response::Counts {
+                successes: "s".into(),
+                failures: "f".into()
+            }
+        );
         assert_eq!(f.offset.as_deref(), Some("log_n"));
         assert_eq!(f.columns(), ["s", "f", "x", "log_n"]);
     }
@@ -479,7 +552,10 @@ mod tests {
         ]);
         let levels: Levels = vec![(
             "g".into(),
-            vec![ScalarValue::Utf8(Some("a".into())), ScalarValue::Utf8(Some("b'c".into()))],
+            vec![
+                ScalarValue::Utf8(Some("a".into())),
+                ScalarValue::Utf8(Some("b'c".into())),
+            ],
         )];
         let f = Formula::parse("y ~ x + C(g) + x:g").unwrap();
         let cols = design_columns(&f, &schema, &levels).unwrap();
@@ -487,9 +563,15 @@ mod tests {
         assert_eq!(names, ["x", "C(g)[T.b'c]", "x:g[T.b'c]"]);
         assert_eq!(cols[1].sql, "CAST((\"g\" = 'b''c') AS DOUBLE)");
         let f = Formula::parse("y ~ C(g) - 1").unwrap();
-        let names: Vec<String> = design_columns(&f, &schema, &levels).unwrap().into_iter().map(|c| c.name).collect();
+        let names: Vec<String> = design_columns(&f, &schema, &levels)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
         assert_eq!(names, ["C(g)[a]", "C(g)[b'c]"]);
-        let err = design_columns(&Formula::parse("y ~ nope").unwrap(), &schema, &levels).unwrap_err().to_string();
+        let err = design_columns(&Formula::parse("y ~ nope").unwrap(), &schema, &levels)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`nope`") && err.contains("y, x, g"), "{err}");
     }
 }

@@ -32,6 +32,7 @@ pub mod exposure;
 pub mod federated_table;
 pub mod formula;
 pub mod matrix_display;
+pub mod models;
 pub mod print;
 pub mod repl;
 pub mod round;

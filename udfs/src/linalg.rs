@@ -39,12 +39,16 @@ pub fn select_vector(v: &DVector<f64>, keep: &[usize]) -> DVector<f64> {
 /// The Cholesky factor of a symmetric positive definite matrix, after
 /// scaling it to a unit diagonal: returns (factor, scales) with
 /// `a = S L Lᵀ S`, `S = diag(scales)`. `None` when `a` is not positive definite.
-pub fn cholesky(a: &DMatrix<f64>) -> Option<(nalgebra::Cholesky<f64, nalgebra::Dyn>, DVector<f64>)> {
+pub fn cholesky(
+    a: &DMatrix<f64>,
+) -> Option<(nalgebra::Cholesky<f64, nalgebra::Dyn>, DVector<f64>)> {
     let scales = DVector::from_iterator(a.nrows(), (0..a.nrows()).map(|i| a[(i, i)].sqrt()));
     if scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
         return None;
     }
-    let scaled = DMatrix::from_fn(a.nrows(), a.ncols(), |i, j| a[(i, j)] / (scales[i] * scales[j]));
+    let scaled = DMatrix::from_fn(a.nrows(), a.ncols(), |i, j| {
+        a[(i, j)] / (scales[i] * scales[j])
+    });
     nalgebra::Cholesky::new(scaled).map(|c| (c, scales))
 }
 
@@ -59,7 +63,9 @@ pub fn solve_spd(a: &DMatrix<f64>, b: &DVector<f64>) -> Option<DVector<f64>> {
 pub fn inverse_spd(a: &DMatrix<f64>) -> Option<DMatrix<f64>> {
     let (chol, scales) = cholesky(a)?;
     let inv = chol.inverse();
-    Some(DMatrix::from_fn(a.nrows(), a.ncols(), |i, j| inv[(i, j)] / (scales[i] * scales[j])))
+    Some(DMatrix::from_fn(a.nrows(), a.ncols(), |i, j| {
+        inv[(i, j)] / (scales[i] * scales[j])
+    }))
 }
 
 /// Which columns of a Gram matrix are aliased: linearly dependent on the
@@ -89,7 +95,10 @@ pub fn aliased_columns(gram: &DMatrix<f64>, tol: f64) -> Vec<bool> {
 
 /// The rank of a Gram matrix (its number of non-aliased columns).
 pub fn rank(gram: &DMatrix<f64>) -> usize {
-    aliased_columns(gram, ALIAS_TOLERANCE).iter().filter(|a| !**a).count()
+    aliased_columns(gram, ALIAS_TOLERANCE)
+        .iter()
+        .filter(|a| !**a)
+        .count()
 }
 
 #[cfg(test)]
@@ -98,12 +107,18 @@ mod tests {
 
     fn gram(columns: &[Vec<f64>]) -> DMatrix<f64> {
         let k = columns.len();
-        DMatrix::from_fn(k, k, |i, j| columns[i].iter().zip(&columns[j]).map(|(a, b)| a * b).sum())
+        DMatrix::from_fn(k, k, |i, j| {
+            columns[i].iter().zip(&columns[j]).map(|(a, b)| a * b).sum()
+        })
     }
 
     #[test]
     fn solve_and_inverse_agree_with_the_matrix() {
-        let a = gram(&[vec![1.0, 2.0, 3.0, 4.0], vec![1e4, 1.1e4, 0.9e4, 1.3e4], vec![0.5, -0.1, 0.2, 0.9]]);
+        let a = gram(&[
+            vec![1.0, 2.0, 3.0, 4.0],
+            vec![1e4, 1.1e4, 0.9e4, 1.3e4],
+            vec![0.5, -0.1, 0.2, 0.9],
+        ]);
         let b = DVector::from_vec(vec![1.0, 2.0, 3.0]);
         let x = solve_spd(&a, &b).unwrap();
         assert!((&a * &x - &b).norm() < 1e-9 * b.norm());
@@ -120,7 +135,10 @@ mod tests {
         let constant = vec![0.0; 5];
         let x4 = vec![1.0, -1.0, 1.0, -1.0, 3.0];
         let g = gram(&[x1, x2, x3, constant, x4]);
-        assert_eq!(aliased_columns(&g, ALIAS_TOLERANCE), [false, false, true, true, false]);
+        assert_eq!(
+            aliased_columns(&g, ALIAS_TOLERANCE),
+            [false, false, true, true, false]
+        );
         assert_eq!(rank(&g), 3);
         assert!(inverse_spd(&g).is_none());
     }

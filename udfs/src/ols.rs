@@ -10,7 +10,9 @@
 use nalgebra::{DMatrix, DVector};
 
 use crate::comoments::CoMoments;
-use crate::linalg::{ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd};
+use crate::linalg::{
+    ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd,
+};
 use crate::normal_equations::INTERCEPT;
 
 /// A least-squares fit.
@@ -89,7 +91,9 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
         return Err(format!("{} names for {k} regressors", x_names.len()));
     }
     if state.n == 0 {
-        return Err("no rows left: every row has a NULL in a used column, or the filter kept none".into());
+        return Err(
+            "no rows left: every row has a NULL in a used column, or the filter kept none".into(),
+        );
     }
     let n = state.n as f64;
     let m2 = crate::linalg::to_dmatrix(&state.m2);
@@ -103,7 +107,11 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
     let (gram, cross, yy) = if intercept {
         (sxx, sxy, syy)
     } else {
-        (&sxx + &xbar * xbar.transpose() * n, &sxy + &xbar * (n * ybar), syy + n * ybar * ybar)
+        (
+            &sxx + &xbar * xbar.transpose() * n,
+            &sxy + &xbar * (n * ybar),
+            syy + n * ybar * ybar,
+        )
     };
     let aliased = aliased_columns(&gram, ALIAS_TOLERANCE);
     let kept: Vec<usize> = (0..k).filter(|&j| !aliased[j]).collect();
@@ -112,8 +120,10 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
     let (beta, inverse) = if kept.is_empty() {
         (DVector::zeros(0), DMatrix::zeros(0, 0))
     } else {
-        let beta = solve_spd(&gram_kept, &cross_kept).ok_or("the design is singular after removing aliased terms")?;
-        let inverse = inverse_spd(&gram_kept).ok_or("the design is singular after removing aliased terms")?;
+        let beta = solve_spd(&gram_kept, &cross_kept)
+            .ok_or("the design is singular after removing aliased terms")?;
+        let inverse =
+            inverse_spd(&gram_kept).ok_or("the design is singular after removing aliased terms")?;
         (beta, inverse)
     };
     let rss = (yy - beta.dot(&cross_kept)).max(0.0);
@@ -128,7 +138,9 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
         let xbar_kept = select_vector(&xbar, &kept);
         terms.push(INTERCEPT.to_string());
         estimate.push(Some(ybar - xbar_kept.dot(&beta)));
-        std_error.push(sigma2.map(|s2| (s2 * (1.0 / n + (xbar_kept.transpose() * &inverse * &xbar_kept)[(0, 0)])).sqrt()));
+        std_error.push(sigma2.map(|s2| {
+            (s2 * (1.0 / n + (xbar_kept.transpose() * &inverse * &xbar_kept)[(0, 0)])).sqrt()
+        }));
     }
     let mut next = 0;
     for (j, name) in x_names.iter().enumerate() {
@@ -204,7 +216,12 @@ mod tests {
         }
         let names = vec!["x1".into(), "x2".into(), "x3".into()];
         let fit = fit_ols(&CoMoments::of_rows(with_copy.view()), &names, true).unwrap();
-        let plain = fit_ols(&CoMoments::of_rows(rows().view()), &super::tests::names(), true).unwrap();
+        let plain = fit_ols(
+            &CoMoments::of_rows(rows().view()),
+            &super::tests::names(),
+            true,
+        )
+        .unwrap();
         assert_eq!(fit.estimate[3], None);
         assert_eq!(fit.rank, 3);
         for j in 0..3 {
@@ -214,6 +231,10 @@ mod tests {
 
     #[test]
     fn no_rows_is_an_error() {
-        assert!(fit_ols(&CoMoments::new(3), &names(), true).unwrap_err().contains("no rows"));
+        assert!(
+            fit_ols(&CoMoments::new(3), &names(), true)
+                .unwrap_err()
+                .contains("no rows")
+        );
     }
 }

@@ -1,0 +1,325 @@
+//! `lm` and `lm_stats`: linear regression from SQL, in one federated round.
+//!
+//! ```sql
+//! SELECT * FROM lm('clinic', 'systolic ~ age + bmi + smoker');
+//! SELECT * FROM lm_stats('SELECT * FROM clinic WHERE age > 40', 'systolic ~ age + C(region)');
+//! ```
+//!
+//! The design columns of the formula become SQL expressions; one federated
+//! query computes `centered_moments(y, x1, ..., xk)` — n, means and centered
+//! cross products, (k+1)² + (k+1) + 1 numbers per client whatever its rows —
+//! and the coordinator solves the normal equations from the merged state
+//! (see `fedsql_udfs::ols`). Factors need one GROUP BY round first, for their
+//! levels. Rows with a NULL in a used column are dropped and counted.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use fedsql_udfs::ols::{OlsFit, fit_ols};
+use futures::FutureExt;
+use statrs::distribution::{ContinuousCDF, FisherSnedecor, StudentsT};
+
+use super::deferred::DeferredExec;
+use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
+use crate::context::FedContext;
+use crate::error::{FedError, Result};
+use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
+
+const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
+
+/// Which table a call returns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LmOutput {
+    /// One row per term.
+    Coefficients,
+    /// One row of fit statistics.
+    Stats,
+}
+
+/// The table functions `lm` and `lm_stats`.
+#[derive(Debug)]
+pub struct LmFunction {
+    pub output: LmOutput,
+}
+
+impl TableFunctionImpl for LmFunction {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
+        let name = self.name();
+        let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
+        if strings.len() > 2 {
+            return datafusion::common::plan_err!("{name} takes 2 arguments; usage: {USAGE}");
+        }
+        let formula = Formula::parse(&strings[1])
+            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        if formula.offset.is_some() || matches!(formula.response, Response::Counts { .. }) {
+            return datafusion::common::plan_err!(
+                "{name}: offset() and cbind() belong to glm formulas"
+            );
+        }
+        Ok(Arc::new(LmTable {
+            output: self.output,
+            source: ModelSource::parse(&strings[0]),
+            formula,
+        }))
+    }
+}
+
+impl LmFunction {
+    fn name(&self) -> &'static str {
+        match self.output {
+            LmOutput::Coefficients => "lm",
+            LmOutput::Stats => "lm_stats",
+        }
+    }
+}
+
+/// The columns of `lm`: one row per term.
+pub fn coefficients_schema() -> SchemaRef {
+    let f = |n: &str| Field::new(n, DataType::Float64, true);
+    Arc::new(Schema::new(vec![
+        Field::new("term", DataType::Utf8, false),
+        f("estimate"),
+        f("std_error"),
+        f("statistic"),
+        f("p_value"),
+        f("conf_low"),
+        f("conf_high"),
+    ]))
+}
+
+/// The columns of `lm_stats`: one row.
+pub fn stats_schema() -> SchemaRef {
+    let f = |n: &str| Field::new(n, DataType::Float64, true);
+    let i = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        i("nobs"),
+        i("df_model"),
+        i("df_residual"),
+        f("r_squared"),
+        f("adj_r_squared"),
+        f("sigma"),
+        f("f_statistic"),
+        f("f_p_value"),
+        f("log_likelihood"),
+        f("aic"),
+        f("bic"),
+        i("rows_dropped"),
+    ]))
+}
+
+/// A fit of `formula` on `source`, as a table.
+#[derive(Debug)]
+struct LmTable {
+    output: LmOutput,
+    source: ModelSource,
+    formula: Formula,
+}
+
+#[async_trait]
+impl TableProvider for LmTable {
+    fn schema(&self) -> SchemaRef {
+        match self.output {
+            LmOutput::Coefficients => coefficients_schema(),
+            LmOutput::Stats => stats_schema(),
+        }
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::Plan("lm needs a fedsql session".into())
+            })?
+            .clone();
+        let (output, source, formula) = (self.output, self.source.clone(), self.formula.clone());
+        let compute = Arc::new(move || {
+            let ctx = FedContext::from_state(state.clone());
+            let (source, formula) = (source.clone(), formula.clone());
+            async move {
+                let fit = fit(&ctx, &source, &formula).await?;
+                match output {
+                    LmOutput::Coefficients => coefficients_batch(&fit.ols),
+                    LmOutput::Stats => stats_batch(&fit),
+                }
+            }
+            .boxed()
+        });
+        let label = format!(
+            "lm('{}', '{}')",
+            self.source.given,
+            formula_text(&self.formula)
+        );
+        Ok(Arc::new(DeferredExec::new(
+            label,
+            self.schema(),
+            projection.cloned(),
+            compute,
+        )?))
+    }
+}
+
+fn formula_text(f: &Formula) -> String {
+    let Response::Column(y) = &f.response else {
+        return String::new();
+    };
+    let mut terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
+    if !f.intercept {
+        terms.push("0".into());
+    }
+    format!(
+        "{y} ~ {}",
+        if terms.is_empty() {
+            "1".into()
+        } else {
+            terms.join(" + ")
+        }
+    )
+}
+
+/// A fitted linear model and how many rows were left out.
+pub struct LmFit {
+    pub ols: OlsFit,
+    pub rows_dropped: i64,
+}
+
+/// Fits the model: levels (if any factor), then one round of co-moments.
+pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<LmFit> {
+    let schema = source.schema(ctx).await?;
+    let Response::Column(y) = &formula.response else {
+        return Err(FedError::Plan("lm takes one response column".into()));
+    };
+    let y_type = schema
+        .field_with_name(y)
+        .map_err(|_| missing_column(y, &schema))?
+        .data_type();
+    if !y_type.is_numeric() {
+        return Err(FedError::Plan(format!(
+            "the response `{y}` is {y_type}; lm needs a numeric response"
+        )));
+    }
+    let factors = formula.factors(&schema)?;
+    let levels = learn_levels(ctx, source, formula, &factors).await?;
+    let design = design_columns(formula, &schema, &levels)?;
+    let mut arguments = vec![format!("CAST({} AS DOUBLE)", quote_ident(y))];
+    arguments.extend(design.iter().map(|c| c.sql.clone()));
+    // Rows with a NULL in a used column drop out of the co-moments; the
+    // filter makes factors' NULLs drop too (their dummies are never NULL-free).
+    let sql = format!(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE {}) AS complete, centered_moments({}) AS m FROM {}",
+        complete_cases(&formula.columns()),
+        arguments.join(", "),
+        source.from
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batch = batches
+        .first()
+        .ok_or_else(|| FedError::Plan("internal: the fit query returned nothing".into()))?;
+    let total = batch.column(0).as_primitive::<Int64Type>().value(0);
+    let (_, state) = fedsql_udfs::centered_moments::read(batch.column(2).as_struct(), 0)?;
+    if total == 0 {
+        return Err(FedError::Plan(format!(
+            "the source '{}' has no rows (after its filter)",
+            source.given
+        )));
+    }
+    if state.n == 0 {
+        return Err(FedError::Plan(format!(
+            "no rows left: all {total} rows of '{}' have a NULL in a column the formula uses",
+            source.given
+        )));
+    }
+    let names: Vec<String> = design.iter().map(|c| c.name.clone()).collect();
+    let ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::Plan)?;
+    Ok(LmFit {
+        ols,
+        rows_dropped: total - state.n as i64,
+    })
+}
+
+/// One row per term: estimate, standard error, t, p-value, 95% interval.
+pub fn coefficients_batch(fit: &OlsFit) -> Result<RecordBatch> {
+    let df = fit.df_residual();
+    let t_dist = (df > 0.0).then(|| StudentsT::new(0.0, 1.0, df).expect("df > 0"));
+    let quantile = t_dist.as_ref().map(|t| t.inverse_cdf(0.975));
+    let mut columns: [Vec<Option<f64>>; 6] = Default::default();
+    for (estimate, se) in fit.estimate.iter().zip(&fit.std_error) {
+        let stat = estimate.zip(*se).map(|(b, s)| b / s);
+        let p = stat.zip(t_dist.as_ref()).map(|(t, d)| 2.0 * d.sf(t.abs()));
+        let half = se.zip(quantile).map(|(s, q)| s * q);
+        let values = [
+            *estimate,
+            *se,
+            stat,
+            p,
+            estimate.zip(half).map(|(b, h)| b - h),
+            estimate.zip(half).map(|(b, h)| b + h),
+        ];
+        for (column, value) in columns.iter_mut().zip(values) {
+            column.push(value);
+        }
+    }
+    let mut arrays: Vec<ArrayRef> = vec![Arc::new(StringArray::from(fit.terms.clone()))];
+    arrays.extend(
+        columns
+            .into_iter()
+            .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
+    );
+    Ok(RecordBatch::try_new(coefficients_schema(), arrays)?)
+}
+
+/// The one row of `lm_stats`.
+pub fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
+    let ols = &fit.ols;
+    let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
+    let f = (df_model > 0.0 && df_residual > 0.0).then(|| ols.f_statistic());
+    let f_p = f.map(|f| {
+        FisherSnedecor::new(df_model, df_residual)
+            .expect("positive df")
+            .sf(f)
+    });
+    let positive = |v: f64| (df_residual > 0.0).then_some(v);
+    let floats: Vec<Option<f64>> = vec![
+        Some(ols.r_squared()),
+        positive(ols.adj_r_squared()),
+        positive(ols.sigma()),
+        f,
+        f_p,
+        Some(ols.log_likelihood()),
+        Some(ols.aic()),
+        Some(ols.bic()),
+    ];
+    let mut arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(vec![ols.nobs as i64])),
+        Arc::new(Int64Array::from(vec![df_model as i64])),
+        Arc::new(Int64Array::from(vec![df_residual as i64])),
+    ];
+    arrays.extend(
+        floats
+            .into_iter()
+            .map(|v| Arc::new(Float64Array::from(vec![v])) as ArrayRef),
+    );
+    arrays.push(Arc::new(Int64Array::from(vec![fit.rows_dropped])));
+    Ok(RecordBatch::try_new(stats_schema(), arrays)?)
+}

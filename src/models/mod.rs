@@ -1,0 +1,28 @@
+//! Statistical models fitted from SQL, as table functions. Each fit is an
+//! iterative typed program of federated rounds: only fixed-size aggregate
+//! states leave the clients, and only shared values (levels, coefficients)
+//! are sent to them.
+
+pub mod deferred;
+pub mod lm;
+pub mod source;
+
+use std::sync::Arc;
+
+use datafusion::prelude::SessionContext;
+
+/// Registers the model table functions (`lm`, `lm_stats`).
+pub fn register_all(ctx: &SessionContext) {
+    ctx.register_udtf(
+        "lm",
+        Arc::new(lm::LmFunction {
+            output: lm::LmOutput::Coefficients,
+        }),
+    );
+    ctx.register_udtf(
+        "lm_stats",
+        Arc::new(lm::LmFunction {
+            output: lm::LmOutput::Stats,
+        }),
+    );
+}

@@ -1,0 +1,145 @@
+//! What a model is fitted on: a federated table (or any table) by name, or a
+//! query string whose filters run at the clients; and the shared facts a fit
+//! needs first — the source's schema and the levels of its factors (learned
+//! with one federated GROUP BY).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{Int32Type, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Expr;
+
+use crate::context::FedContext;
+use crate::error::{FedError, Result};
+use crate::formula::{Formula, Levels, quote_ident};
+
+/// The rows a model is fitted on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSource {
+    /// What the user gave: a table name or a query.
+    pub given: String,
+    /// A FROM-clause item for it.
+    pub from: String,
+}
+
+impl ModelSource {
+    /// A table name (`clinic`, `schema.table`) or a query (`SELECT ...`, `WITH ...`).
+    pub fn parse(given: &str) -> Self {
+        let trimmed = given.trim().trim_end_matches(';');
+        let upper = trimmed.to_ascii_uppercase();
+        let from =
+            if upper.starts_with("SELECT") || upper.starts_with("WITH") || upper.starts_with('(') {
+                format!("({trimmed}) AS __fedsql_source")
+            } else {
+                trimmed
+                    .split('.')
+                    .map(quote_ident)
+                    .collect::<Vec<_>>()
+                    .join(".")
+            };
+        Self {
+            given: trimmed.to_string(),
+            from,
+        }
+    }
+
+    /// The source's columns (planned, not run).
+    pub async fn schema(&self, ctx: &FedContext) -> Result<SchemaRef> {
+        let df = ctx
+            .sql(&format!("SELECT * FROM {}", self.from))
+            .await
+            .map_err(|e| FedError::Plan(format!("model source '{}': {e}", self.given)))?;
+        Ok(Arc::new(Schema::new(df.schema().fields().clone())))
+    }
+}
+
+/// `"a" IS NOT NULL AND "b" IS NOT NULL ...`: the rows a fit uses.
+pub fn complete_cases(columns: &[String]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The sorted levels of each factor over the complete cases, in one
+/// federated GROUP BY (GROUPING SETS when there are several factors).
+pub async fn learn_levels(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+    factors: &[String],
+) -> Result<Levels> {
+    if factors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
+    let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
+    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
+    let sql = format!(
+        "SELECT {}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
+        quoted.join(", "),
+        flags.join(", "),
+        source.from,
+        complete_cases(&formula.columns()),
+        sets.join(", ")
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
+    for batch in &batches {
+        for (i, (_, values)) in levels.iter_mut().enumerate() {
+            let column = batch.column(i);
+            let grouped = batch.column(factors.len() + i);
+            let grouped = datafusion::arrow::compute::cast(
+                grouped,
+                &datafusion::arrow::datatypes::DataType::Int32,
+            )?;
+            let grouped = grouped.as_primitive::<Int32Type>();
+            for row in 0..batch.num_rows() {
+                if grouped.value(row) == 0 && !column.is_null(row) {
+                    values.push(ScalarValue::try_from_array(column, row)?);
+                }
+            }
+        }
+    }
+    for (factor, values) in levels.iter_mut() {
+        values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        values.dedup();
+        if values.is_empty() {
+            return Err(FedError::Plan(format!(
+                "factor `{factor}` has no values in the rows used (all NULL, or no rows left after the filter)"
+            )));
+        }
+    }
+    Ok(levels)
+}
+
+/// The string arguments of a model table function, e.g. `lm('t', 'y ~ x')`.
+pub fn string_arguments(
+    function: &str,
+    usage: &str,
+    args: &[Expr],
+    min: usize,
+) -> datafusion::error::Result<Vec<String>> {
+    let strings: Vec<String> = args
+        .iter()
+        .map(|e| match e {
+            Expr::Literal(
+                ScalarValue::Utf8(Some(s))
+                | ScalarValue::Utf8View(Some(s))
+                | ScalarValue::LargeUtf8(Some(s)),
+                _,
+            ) => Ok(s.clone()),
+            other => datafusion::common::plan_err!(
+                "{function}: arguments are string literals, got {other}; usage: {usage}"
+            ),
+        })
+        .collect::<datafusion::error::Result<_>>()?;
+    if strings.len() < min {
+        return datafusion::common::plan_err!(
+            "{function} takes at least {min} arguments; usage: {usage}"
+        );
+    }
+    Ok(strings)
+}

@@ -608,6 +608,8 @@ def fit_glm(model, formula, df, family, rfam, offset_col=None):
     res = mod.fit(tol=1e-12, maxiter=200)
     n = len(d)
     assert int(res.nobs) == n
+    if not offset_col:  # patsy's own NA handling must drop the same rows
+        assert int(smf.glm(formula, data=df, family=family).nobs) == n
     X = mod.exog
     p = int(np.linalg.matrix_rank(X))
     assert p == X.shape[1]

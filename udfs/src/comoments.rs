@@ -207,7 +207,7 @@ impl CoMoments {
 }
 
 /// The rows of `columns` with no NULL in any column, as Float64 arrays.
-fn complete_rows(columns: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
+pub(crate) fn complete_rows(columns: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
     let columns = columns
         .iter()
         .map(|c| datafusion::arrow::compute::cast(c, &DataType::Float64))

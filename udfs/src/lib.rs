@@ -11,6 +11,8 @@ pub mod centered_moments;
 pub mod comoments;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
+pub mod family;
+pub mod irls_step;
 pub mod labeled;
 pub mod linalg;
 pub mod normal_equations;
@@ -29,6 +31,7 @@ pub fn all() -> Vec<AggregateUDF> {
         AggregateUDF::from(normal_equations::NormalEquations::new(true)),
         AggregateUDF::from(normal_equations::NormalEquations::new(false)),
         AggregateUDF::from(centered_moments::CenteredMoments::default()),
+        AggregateUDF::from(irls_step::IrlsStep::default()),
     ]
 }
 
@@ -63,7 +66,14 @@ mod tests {
     #[tokio::test]
     async fn every_registered_aggregate_merges_like_one_pass() {
         for f in super::all() {
-            crate::testing::assert_split_invariant(&format!("{}(a, b, c)", f.name())).await;
+            let call = match f.name() {
+                // Leading arguments: config, y, trials, offset, weight.
+                "irls_step" => {
+                    "irls_step('family=gaussian;beta=1.0,0.5', c, 1.0, 0.0, 1.0, a, b)".to_string()
+                }
+                name => format!("{name}(a, b, c)"),
+            };
+            crate::testing::assert_split_invariant(&call).await;
         }
     }
 }

@@ -1,0 +1,399 @@
+//! GLM families and links as R defines them (`stats::family`): link,
+//! inverse link and its derivative (with R's clamps, so that iterates match
+//! R's `glm.fit`), variance, deviance residuals, starting values and the
+//! log-likelihood terms behind R's `aic`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use statrs::distribution::{Continuous, ContinuousCDF, Normal};
+use statrs::function::gamma::ln_gamma;
+
+const EPS: f64 = f64::EPSILON;
+/// R's logit clamps: |η| > 30 gives μ = eps or 1/eps-based limits.
+const LOGIT_THRESH: f64 = 30.0;
+
+/// An error family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Gaussian,
+    Binomial,
+    Poisson,
+    Gamma,
+    InverseGaussian,
+}
+
+/// A link function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Link {
+    Identity,
+    Log,
+    Logit,
+    Probit,
+    Cloglog,
+    Sqrt,
+    Inverse,
+    InverseSquare,
+}
+
+impl Family {
+    /// R's name (`Gamma` capitalized as R has it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Gaussian => "gaussian",
+            Family::Binomial => "binomial",
+            Family::Poisson => "poisson",
+            Family::Gamma => "Gamma",
+            Family::InverseGaussian => "inverse.gaussian",
+        }
+    }
+
+    /// The canonical (default) link.
+    pub fn default_link(self) -> Link {
+        match self {
+            Family::Gaussian => Link::Identity,
+            Family::Binomial => Link::Logit,
+            Family::Poisson => Link::Log,
+            Family::Gamma => Link::Inverse,
+            Family::InverseGaussian => Link::InverseSquare,
+        }
+    }
+
+    /// The links this family accepts.
+    pub fn links(self) -> &'static [Link] {
+        match self {
+            Family::Gaussian => &[Link::Identity, Link::Log, Link::Inverse],
+            Family::Binomial => &[Link::Logit, Link::Probit, Link::Cloglog, Link::Log],
+            Family::Poisson => &[Link::Log, Link::Identity, Link::Sqrt],
+            Family::Gamma => &[Link::Inverse, Link::Log, Link::Identity],
+            Family::InverseGaussian => &[
+                Link::InverseSquare,
+                Link::Log,
+                Link::Inverse,
+                Link::Identity,
+            ],
+        }
+    }
+
+    /// Whether the dispersion is estimated (t statistics) rather than 1 (z).
+    pub fn estimates_dispersion(self) -> bool {
+        matches!(
+            self,
+            Family::Gaussian | Family::Gamma | Family::InverseGaussian
+        )
+    }
+
+    /// The variance function V(μ).
+    pub fn variance(self, mu: f64) -> f64 {
+        match self {
+            Family::Gaussian => 1.0,
+            Family::Binomial => mu * (1.0 - mu),
+            Family::Poisson => mu,
+            Family::Gamma => mu * mu,
+            Family::InverseGaussian => mu * mu * mu,
+        }
+    }
+
+    /// One row's deviance residual (times its prior weight `w`).
+    pub fn deviance_residual(self, y: f64, mu: f64, w: f64) -> f64 {
+        let ylogy = |y: f64, mu: f64| if y > 0.0 { y * (y / mu).ln() } else { 0.0 };
+        match self {
+            Family::Gaussian => w * (y - mu) * (y - mu),
+            Family::Binomial => 2.0 * w * (ylogy(y, mu) + ylogy(1.0 - y, 1.0 - mu)),
+            Family::Poisson => 2.0 * w * (ylogy(y, mu) - (y - mu)),
+            Family::Gamma => {
+                let ratio = if y == 0.0 { 1.0 } else { y / mu };
+                -2.0 * w * (ratio.ln() - (y - mu) / mu)
+            }
+            Family::InverseGaussian => w * (y - mu) * (y - mu) / (y * mu * mu),
+        }
+    }
+
+    /// R's starting mean (`mustart`) for a response `y` with weight `w`
+    /// (for binomial, `w` is the number of trials times the prior weight).
+    pub fn start_mu(self, y: f64, w: f64) -> f64 {
+        match self {
+            Family::Binomial => (w * y + 0.5) / (w + 1.0),
+            Family::Poisson => y + 0.1,
+            Family::Gaussian | Family::Gamma | Family::InverseGaussian => y,
+        }
+    }
+
+    /// Whether `y` is a valid response; `None` when it is, else the rule broken.
+    pub fn check_response(self, y: f64) -> Option<&'static str> {
+        match self {
+            Family::Binomial if !(0.0..=1.0).contains(&y) => Some(
+                "binomial responses must be in [0, 1] (or counts given as cbind(successes, failures))",
+            ),
+            Family::Poisson if y < 0.0 => Some("poisson responses must be non-negative counts"),
+            Family::Gamma if y <= 0.0 => Some("Gamma responses must be positive"),
+            Family::InverseGaussian if y <= 0.0 => {
+                Some("inverse.gaussian responses must be positive")
+            }
+            _ if !y.is_finite() => Some("responses must be finite"),
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for Family {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s
+            .trim()
+            .to_ascii_lowercase()
+            .replace(['_', ' '], ".")
+            .as_str()
+        {
+            "gaussian" | "normal" => Ok(Family::Gaussian),
+            "binomial" | "logistic" => Ok(Family::Binomial),
+            "poisson" => Ok(Family::Poisson),
+            "gamma" => Ok(Family::Gamma),
+            "inverse.gaussian" | "inversegaussian" => Ok(Family::InverseGaussian),
+            other => Err(format!(
+                "unknown family `{other}`: use gaussian, binomial, poisson, gamma or inverse_gaussian, optionally with a link, e.g. 'binomial(probit)'"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Link {
+    /// R's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::Identity => "identity",
+            Link::Log => "log",
+            Link::Logit => "logit",
+            Link::Probit => "probit",
+            Link::Cloglog => "cloglog",
+            Link::Sqrt => "sqrt",
+            Link::Inverse => "inverse",
+            Link::InverseSquare => "1/mu^2",
+        }
+    }
+
+    /// η = g(μ).
+    pub fn link(self, mu: f64) -> f64 {
+        match self {
+            Link::Identity => mu,
+            Link::Log => mu.ln(),
+            Link::Logit => (mu / (1.0 - mu)).ln(),
+            Link::Probit => standard_normal().inverse_cdf(mu),
+            Link::Cloglog => (-(1.0 - mu).ln()).ln(),
+            Link::Sqrt => mu.sqrt(),
+            Link::Inverse => 1.0 / mu,
+            Link::InverseSquare => 1.0 / (mu * mu),
+        }
+    }
+
+    /// μ = g⁻¹(η), with R's clamps.
+    pub fn inverse(self, eta: f64) -> f64 {
+        match self {
+            Link::Identity => eta,
+            Link::Log => eta.exp().max(EPS),
+            Link::Logit => {
+                let e = if eta < -LOGIT_THRESH {
+                    EPS
+                } else if eta > LOGIT_THRESH {
+                    1.0 / EPS
+                } else {
+                    eta.exp()
+                };
+                e / (1.0 + e)
+            }
+            Link::Probit => {
+                let thresh = -standard_normal().inverse_cdf(EPS);
+                standard_normal().cdf(eta.clamp(-thresh, thresh))
+            }
+            Link::Cloglog => (-(-eta.exp()).exp_m1()).clamp(EPS, 1.0 - EPS),
+            Link::Sqrt => eta * eta,
+            Link::Inverse => 1.0 / eta,
+            Link::InverseSquare => 1.0 / eta.sqrt(),
+        }
+    }
+
+    /// dμ/dη, with R's clamps.
+    pub fn mu_eta(self, eta: f64) -> f64 {
+        match self {
+            Link::Identity => 1.0,
+            Link::Log => eta.exp().max(EPS),
+            Link::Logit => {
+                if eta.abs() > LOGIT_THRESH {
+                    EPS
+                } else {
+                    let e = eta.exp();
+                    e / ((1.0 + e) * (1.0 + e))
+                }
+            }
+            Link::Probit => standard_normal().pdf(eta).max(EPS),
+            Link::Cloglog => {
+                let eta = eta.min(700.0);
+                (eta.exp() * (-eta.exp()).exp()).max(EPS)
+            }
+            Link::Sqrt => 2.0 * eta,
+            Link::Inverse => -1.0 / (eta * eta),
+            Link::InverseSquare => -1.0 / (2.0 * eta.powf(1.5)),
+        }
+    }
+}
+
+impl FromStr for Link {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "identity" => Ok(Link::Identity),
+            "log" => Ok(Link::Log),
+            "logit" => Ok(Link::Logit),
+            "probit" => Ok(Link::Probit),
+            "cloglog" => Ok(Link::Cloglog),
+            "sqrt" => Ok(Link::Sqrt),
+            "inverse" => Ok(Link::Inverse),
+            "1/mu^2" | "inverse_square" => Ok(Link::InverseSquare),
+            other => Err(format!(
+                "unknown link `{other}`: use identity, log, logit, probit, cloglog, sqrt, inverse or 1/mu^2"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses `family` or `family(link)`, checking the link belongs to the family.
+pub fn parse_family(text: &str) -> Result<(Family, Link), String> {
+    let text = text.trim();
+    let (family, link) = match text.split_once('(') {
+        Some((f, rest)) => {
+            let link = rest
+                .strip_suffix(')')
+                .ok_or_else(|| format!("cannot read family `{text}`: expected family(link)"))?;
+            (f.parse::<Family>()?, Some(link.parse::<Link>()?))
+        }
+        None => (text.parse::<Family>()?, None),
+    };
+    let link = link.unwrap_or(family.default_link());
+    if !family.links().contains(&link) {
+        let allowed: Vec<&str> = family.links().iter().map(|l| l.name()).collect();
+        return Err(format!(
+            "the {family} family has no `{link}` link; its links: {}",
+            allowed.join(", ")
+        ));
+    }
+    Ok((family, link))
+}
+
+fn standard_normal() -> Normal {
+    Normal::standard()
+}
+
+/// log of the binomial probability of `s` successes in `m` trials.
+pub fn ln_binomial_pmf(s: f64, m: f64, mu: f64) -> f64 {
+    let (s, m) = (s.round(), m.round());
+    let ln_choose = ln_gamma(m + 1.0) - ln_gamma(s + 1.0) - ln_gamma(m - s + 1.0);
+    let term = |k: f64, p: f64| if k > 0.0 { k * p.ln() } else { 0.0 };
+    ln_choose + term(s, mu) + term(m - s, 1.0 - mu)
+}
+
+/// log of the Poisson probability of `y` at mean `mu`.
+pub fn ln_poisson_pmf(y: f64, mu: f64) -> f64 {
+    let term = if y > 0.0 { y * mu.ln() } else { 0.0 };
+    term - mu - ln_gamma(y + 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_invert_and_their_derivatives_agree_with_finite_differences() {
+        let cases = [
+            (Link::Identity, 2.5),
+            (Link::Log, 2.5),
+            (Link::Logit, 0.3),
+            (Link::Probit, 0.3),
+            (Link::Cloglog, 0.3),
+            (Link::Sqrt, 2.5),
+            (Link::Inverse, 2.5),
+            (Link::InverseSquare, 2.5),
+        ];
+        for (link, mu) in cases {
+            let eta = link.link(mu);
+            assert!((link.inverse(eta) - mu).abs() < 1e-12, "{link}");
+            let h = 1e-6;
+            let numeric = (link.inverse(eta + h) - link.inverse(eta - h)) / (2.0 * h);
+            assert!(
+                (link.mu_eta(eta) - numeric).abs() < 1e-6 * numeric.abs().max(1.0),
+                "{link}"
+            );
+        }
+    }
+
+    #[test]
+    fn families_parse_with_links_and_refuse_wrong_ones() {
+        assert_eq!(
+            parse_family("binomial").unwrap(),
+            (Family::Binomial, Link::Logit)
+        );
+        assert_eq!(
+            parse_family("gamma(log)").unwrap(),
+            (Family::Gamma, Link::Log)
+        );
+        assert_eq!(
+            parse_family("inverse_gaussian").unwrap(),
+            (Family::InverseGaussian, Link::InverseSquare)
+        );
+        assert!(
+            parse_family("poisson(logit)")
+                .unwrap_err()
+                .contains("no `logit` link")
+        );
+        assert!(
+            parse_family("weibull")
+                .unwrap_err()
+                .contains("unknown family")
+        );
+        assert!(
+            parse_family("binomial(foo)")
+                .unwrap_err()
+                .contains("unknown link")
+        );
+    }
+
+    #[test]
+    fn deviance_residuals_vanish_at_a_perfect_fit() {
+        for family in [
+            Family::Gaussian,
+            Family::Binomial,
+            Family::Poisson,
+            Family::Gamma,
+            Family::InverseGaussian,
+        ] {
+            assert!(
+                family.deviance_residual(0.4, 0.4, 2.0).abs() < 1e-15,
+                "{family}"
+            );
+        }
+        assert_eq!(Family::Poisson.deviance_residual(0.0, 2.0, 1.0), 4.0);
+    }
+
+    #[test]
+    fn log_probabilities_sum_to_one() {
+        let total: f64 = (0..=5)
+            .map(|s| ln_binomial_pmf(s as f64, 5.0, 0.3).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-12);
+        let total: f64 = (0..60).map(|y| ln_poisson_pmf(y as f64, 4.2).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+    }
+}

@@ -23,6 +23,7 @@ use crate::error::{FedError, Result};
 use crate::explain;
 use crate::exposure;
 use crate::federated_table::{ClientFiles, FederatedTable, unify_schemas};
+use crate::notices::{Notices, Progress};
 
 /// The coordinator: register federated and shared tables, run SQL.
 ///
@@ -82,6 +83,26 @@ impl FedContext {
         Self {
             ctx: SessionContext::new_with_state(state),
         }
+    }
+
+    /// Takes the notices (warnings, model summaries) left by the statements
+    /// run so far.
+    pub fn take_notices(&self) -> Vec<String> {
+        self.ctx
+            .state()
+            .config()
+            .get_extension::<Notices>()
+            .map(|n| n.take())
+            .unwrap_or_default()
+    }
+
+    /// Reports the progress of long fits (iteration, deviance) through `progress`.
+    pub fn set_progress(&self, progress: Progress) {
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(progress));
     }
 
     /// The underlying DataFusion context (shared tables, functions, settings).

@@ -33,6 +33,7 @@ pub mod federated_table;
 pub mod formula;
 pub mod matrix_display;
 pub mod models;
+pub mod notices;
 pub mod print;
 pub mod repl;
 pub mod round;

@@ -15,9 +15,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
-};
+use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::execution::SessionState;
@@ -25,9 +23,10 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 use futures::FutureExt;
-use statrs::distribution::{ContinuousCDF, FisherSnedecor, StudentsT};
+use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::deferred::DeferredExec;
+use super::inference::{self, Reference, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
@@ -82,20 +81,6 @@ impl LmFunction {
             LmOutput::Stats => "lm_stats",
         }
     }
-}
-
-/// The columns of `lm`: one row per term.
-pub fn coefficients_schema() -> SchemaRef {
-    let f = |n: &str| Field::new(n, DataType::Float64, true);
-    Arc::new(Schema::new(vec![
-        Field::new("term", DataType::Utf8, false),
-        f("estimate"),
-        f("std_error"),
-        f("statistic"),
-        f("p_value"),
-        f("conf_low"),
-        f("conf_high"),
-    ]))
 }
 
 /// The columns of `lm_stats`: one row.
@@ -260,33 +245,12 @@ pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
 
 /// One row per term: estimate, standard error, t, p-value, 95% interval.
 pub fn coefficients_batch(fit: &OlsFit) -> Result<RecordBatch> {
-    let df = fit.df_residual();
-    let t_dist = (df > 0.0).then(|| StudentsT::new(0.0, 1.0, df).expect("df > 0"));
-    let quantile = t_dist.as_ref().map(|t| t.inverse_cdf(0.975));
-    let mut columns: [Vec<Option<f64>>; 6] = Default::default();
-    for (estimate, se) in fit.estimate.iter().zip(&fit.std_error) {
-        let stat = estimate.zip(*se).map(|(b, s)| b / s);
-        let p = stat.zip(t_dist.as_ref()).map(|(t, d)| 2.0 * d.sf(t.abs()));
-        let half = se.zip(quantile).map(|(s, q)| s * q);
-        let values = [
-            *estimate,
-            *se,
-            stat,
-            p,
-            estimate.zip(half).map(|(b, h)| b - h),
-            estimate.zip(half).map(|(b, h)| b + h),
-        ];
-        for (column, value) in columns.iter_mut().zip(values) {
-            column.push(value);
-        }
-    }
-    let mut arrays: Vec<ArrayRef> = vec![Arc::new(StringArray::from(fit.terms.clone()))];
-    arrays.extend(
-        columns
-            .into_iter()
-            .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
-    );
-    Ok(RecordBatch::try_new(coefficients_schema(), arrays)?)
+    inference::coefficients_batch(
+        &fit.terms,
+        &fit.estimate,
+        &fit.std_error,
+        Reference::T(fit.df_residual()),
+    )
 }
 
 /// The one row of `lm_stats`.

@@ -4,6 +4,7 @@
 //! are sent to them.
 
 pub mod deferred;
+pub mod inference;
 pub mod lm;
 pub mod source;
 

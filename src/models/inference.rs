@@ -1,0 +1,88 @@
+//! Coefficient tables: estimates with standard errors, test statistics,
+//! p-values and 95% intervals, against a t distribution (estimated
+//! dispersion: `lm`, gaussian/Gamma/inverse-gaussian GLMs) or the standard
+//! normal (binomial and poisson GLMs), as R's `summary` reports them.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+use crate::error::Result;
+
+/// The reference distribution of the statistics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reference {
+    /// Student's t with these degrees of freedom.
+    T(f64),
+    /// The standard normal (z).
+    Z,
+}
+
+impl Reference {
+    /// Two-sided p-value and the 97.5% quantile; `None` without degrees of freedom.
+    fn tail_and_quantile(self) -> Option<(Box<dyn Fn(f64) -> f64>, f64)> {
+        match self {
+            Reference::T(df) if df > 0.0 => {
+                let t = StudentsT::new(0.0, 1.0, df).expect("df > 0");
+                let q = t.inverse_cdf(0.975);
+                Some((Box::new(move |s: f64| 2.0 * t.sf(s.abs())), q))
+            }
+            Reference::T(_) => None,
+            Reference::Z => {
+                let z = Normal::standard();
+                let q = z.inverse_cdf(0.975);
+                Some((Box::new(move |s: f64| 2.0 * z.sf(s.abs())), q))
+            }
+        }
+    }
+}
+
+/// The columns of a coefficient table.
+pub fn coefficients_schema() -> SchemaRef {
+    let f = |n: &str| Field::new(n, DataType::Float64, true);
+    Arc::new(Schema::new(vec![
+        Field::new("term", DataType::Utf8, false),
+        f("estimate"),
+        f("std_error"),
+        f("statistic"),
+        f("p_value"),
+        f("conf_low"),
+        f("conf_high"),
+    ]))
+}
+
+/// One row per term; aliased terms (no estimate) are all NULL.
+pub fn coefficients_batch(
+    terms: &[String],
+    estimates: &[Option<f64>],
+    std_errors: &[Option<f64>],
+    reference: Reference,
+) -> Result<RecordBatch> {
+    let inference = reference.tail_and_quantile();
+    let mut columns: [Vec<Option<f64>>; 6] = Default::default();
+    for (estimate, se) in estimates.iter().zip(std_errors) {
+        let stat = estimate.zip(*se).map(|(b, s)| b / s);
+        let p = stat.zip(inference.as_ref()).map(|(s, (tail, _))| tail(s));
+        let half = se.zip(inference.as_ref()).map(|(s, (_, q))| s * q);
+        let values = [
+            *estimate,
+            *se,
+            stat,
+            p,
+            estimate.zip(half).map(|(b, h)| b - h),
+            estimate.zip(half).map(|(b, h)| b + h),
+        ];
+        for (column, value) in columns.iter_mut().zip(values) {
+            column.push(value);
+        }
+    }
+    let mut arrays: Vec<ArrayRef> = vec![Arc::new(StringArray::from(terms.to_vec()))];
+    arrays.extend(
+        columns
+            .into_iter()
+            .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
+    );
+    Ok(RecordBatch::try_new(coefficients_schema(), arrays)?)
+}

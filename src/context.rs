@@ -70,7 +70,8 @@ impl FedContext {
             .set_bool(
                 "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery",
                 false,
-            );
+            )
+            .with_extension(Arc::new(Notices::default()));
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         crate::models::register_all(&ctx);
@@ -396,4 +397,28 @@ fn query_label(sql: &str) -> String {
 /// Counts rows of a result, for the REPL's row-count line.
 pub fn row_count(batches: &[RecordBatch]) -> u64 {
     batches.iter().map(|b| b.num_rows() as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_travel_in_the_session() {
+        let ctx = FedContext::new();
+        assert!(
+            ctx.session()
+                .state()
+                .config()
+                .get_extension::<Notices>()
+                .is_some()
+        );
+        ctx.session()
+            .state()
+            .config()
+            .get_extension::<Notices>()
+            .unwrap()
+            .push("x");
+        assert_eq!(ctx.take_notices(), ["x"]);
+    }
 }

@@ -13,14 +13,14 @@ use tempfile::TempDir;
 
 use crate::support::close;
 
-fn reference(name: &str) -> PathBuf {
+pub(crate) fn reference(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("testdata/reference")
         .join(name)
 }
 
 /// Splits a dataset's rows into CSV clients of the given sizes (-1: the rest).
-fn split_dataset(dataset: &str, sizes: &[i64]) -> TempDir {
+pub(crate) fn split_dataset(dataset: &str, sizes: &[i64]) -> TempDir {
     let text = std::fs::read_to_string(reference(&format!("{dataset}.csv"))).unwrap();
     let mut lines = text.lines();
     let header = lines.next().unwrap();
@@ -46,7 +46,7 @@ fn split_dataset(dataset: &str, sizes: &[i64]) -> TempDir {
     dir
 }
 
-async fn federated(dataset: &str, sizes: &[i64]) -> (FedContext, TempDir) {
+pub(crate) async fn federated(dataset: &str, sizes: &[i64]) -> (FedContext, TempDir) {
     let dir = split_dataset(dataset, sizes);
     let ctx = FedContext::new();
     ctx.sql(&format!(
@@ -68,7 +68,7 @@ async fn run(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
 }
 
 /// Rows of a reference CSV as maps from column to text.
-fn read_csv(name: &str) -> Vec<HashMap<String, String>> {
+pub(crate) fn read_csv(name: &str) -> Vec<HashMap<String, String>> {
     let text = std::fs::read_to_string(reference(name)).unwrap();
     let mut lines = text.lines();
     let header: Vec<String> = lines
@@ -90,7 +90,7 @@ fn read_csv(name: &str) -> Vec<HashMap<String, String>> {
         .collect()
 }
 
-fn value(batches: &[RecordBatch], row: usize, column: &str) -> Option<f64> {
+pub(crate) fn value(batches: &[RecordBatch], row: usize, column: &str) -> Option<f64> {
     let col = batches[0].column_by_name(column).unwrap();
     if col.is_null(row) {
         return None;
@@ -99,7 +99,7 @@ fn value(batches: &[RecordBatch], row: usize, column: &str) -> Option<f64> {
     Some(col.as_primitive::<Float64Type>().value(row))
 }
 
-fn terms(batches: &[RecordBatch]) -> Vec<String> {
+pub(crate) fn terms(batches: &[RecordBatch]) -> Vec<String> {
     let t = batches[0].column_by_name("term").unwrap();
     let t = datafusion::arrow::compute::cast(t, &DataType::Utf8).unwrap();
     t.as_string::<i32>()

@@ -6,6 +6,7 @@ mod support;
 mod consistency;
 mod dataframe;
 mod explain;
+mod glm;
 mod lm;
 mod refusal;
 mod repl;

@@ -4,6 +4,7 @@
 //! are sent to them.
 
 pub mod deferred;
+pub mod glm;
 pub mod inference;
 pub mod lm;
 pub mod source;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
-/// Registers the model table functions (`lm`, `lm_stats`).
+/// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`).
 pub fn register_all(ctx: &SessionContext) {
     ctx.register_udtf(
         "lm",
@@ -24,6 +25,18 @@ pub fn register_all(ctx: &SessionContext) {
         "lm_stats",
         Arc::new(lm::LmFunction {
             output: lm::LmOutput::Stats,
+        }),
+    );
+    ctx.register_udtf(
+        "glm",
+        Arc::new(glm::GlmFunction {
+            output: glm::GlmOutput::Coefficients,
+        }),
+    );
+    ctx.register_udtf(
+        "glm_stats",
+        Arc::new(glm::GlmFunction {
+            output: glm::GlmOutput::Stats,
         }),
     );
 }

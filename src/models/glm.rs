@@ -1,0 +1,659 @@
+//! `glm` and `glm_stats`: generalized linear models by federated IRLS.
+//!
+//! ```sql
+//! SELECT * FROM glm('clinic', 'event ~ age + bmi + smoker + C(region)', 'binomial');
+//! SELECT * FROM glm_stats('star98', 'cbind(nabove, nbelow) ~ lowinc + perasian', 'binomial');
+//! SELECT * FROM glm('scotland', 'yes ~ coutax + unempf', 'gamma(log)', 'maxit=50, epsilon=1e-10');
+//! ```
+//!
+//! An iterative typed program: each IRLS round is one federated aggregate
+//! (`irls_step`) whose only shared input is the current coefficient vector;
+//! every client returns X'WX, X'Wz, its deviance contribution and counts —
+//! a fixed-size state — and the coordinator merges them and solves for the
+//! next coefficients. Start values and the stopping rule are R's `glm.fit`:
+//! the first round starts from `mustart`, and the fit stops when
+//! |dev − dev_old| / (|dev| + 0.1) < epsilon (1e-8), after at most maxit
+//! (25) rounds; a non-finite deviance halves the step as R does. Standard
+//! errors come from the information matrix at the final estimate (the
+//! round that evaluates it also returns its X'WX).
+//!
+//! Options (fourth argument, `key=value` separated by commas): `maxit`,
+//! `epsilon`, and `weights=column` for prior weights.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use fedsql_udfs::family::{Family, Link, parse_family};
+use fedsql_udfs::irls_step::{IrlsConfig, IrlsSums, NullMean};
+use fedsql_udfs::linalg::{
+    ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd, to_dmatrix,
+    to_dvector,
+};
+use fedsql_udfs::normal_equations::INTERCEPT;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use statrs::function::gamma::ln_gamma;
+
+use super::deferred::DeferredExec;
+use super::inference::{Reference, coefficients_batch, coefficients_schema};
+use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
+use crate::context::FedContext;
+use crate::error::{FedError, Result};
+use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
+use crate::notices::{Notices, Progress};
+
+const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
+
+/// Which table a call returns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GlmOutput {
+    Coefficients,
+    Stats,
+}
+
+/// The table functions `glm` and `glm_stats`.
+#[derive(Debug)]
+pub struct GlmFunction {
+    pub output: GlmOutput,
+}
+
+/// Everything that defines a fit.
+#[derive(Debug, Clone)]
+pub struct GlmSpec {
+    pub source: ModelSource,
+    pub formula: Formula,
+    pub family: Family,
+    pub link: Link,
+    pub maxit: usize,
+    pub epsilon: f64,
+    pub weights: Option<String>,
+}
+
+impl GlmSpec {
+    /// Parses the string arguments of `glm(source, formula, family [, options])`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        if !(3..=4).contains(&args.len()) {
+            return Err(FedError::Plan(format!(
+                "glm takes 3 or 4 arguments; usage: {USAGE}"
+            )));
+        }
+        let formula = Formula::parse(&args[1])?;
+        let (family, link) = parse_family(&args[2]).map_err(FedError::Plan)?;
+        if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
+            return Err(FedError::Plan(
+                "cbind(successes, failures) responses are for the binomial family".into(),
+            ));
+        }
+        let mut spec = GlmSpec {
+            source: ModelSource::parse(&args[0]),
+            formula,
+            family,
+            link,
+            maxit: 25,
+            epsilon: 1e-8,
+            weights: None,
+        };
+        for option in args
+            .get(3)
+            .map(|o| o.split(','))
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.trim().is_empty())
+        {
+            let (key, value) = option
+                .split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| {
+                    FedError::Plan(format!("option `{}`: expected key=value", option.trim()))
+                })?;
+            let bad = |what: &str| FedError::Plan(format!("option {key}={value}: {what}"));
+            match key {
+                "maxit" => {
+                    spec.maxit = value.parse().map_err(|_| bad("expected a whole number"))?;
+                    if spec.maxit == 0 {
+                        return Err(bad("maxit must be at least 1"));
+                    }
+                }
+                "epsilon" => {
+                    spec.epsilon = value.parse().map_err(|_| bad("expected a number"))?;
+                    if !(spec.epsilon > 0.0) {
+                        return Err(bad("epsilon must be positive"));
+                    }
+                }
+                "weights" => spec.weights = Some(value.to_string()),
+                other => {
+                    return Err(FedError::Plan(format!(
+                        "unknown option `{other}`: glm takes maxit, epsilon and weights"
+                    )));
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+impl TableFunctionImpl for GlmFunction {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
+        let name = match self.output {
+            GlmOutput::Coefficients => "glm",
+            GlmOutput::Stats => "glm_stats",
+        };
+        let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
+        let spec = GlmSpec::parse(&strings)
+            .map_err(|e| datafusion::error::DataFusionError::Plan(format!("{name}: {e}")))?;
+        Ok(Arc::new(GlmTable {
+            output: self.output,
+            spec,
+        }))
+    }
+}
+
+/// The columns of `glm_stats`.
+pub fn stats_schema() -> SchemaRef {
+    let f = |n: &str| Field::new(n, DataType::Float64, true);
+    let i = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("family", DataType::Utf8, false),
+        Field::new("link", DataType::Utf8, false),
+        i("nobs"),
+        i("rows_dropped"),
+        i("df_null"),
+        i("df_residual"),
+        f("null_deviance"),
+        f("deviance"),
+        f("dispersion"),
+        f("log_likelihood"),
+        f("aic"),
+        f("bic"),
+        i("iterations"),
+        Field::new("converged", DataType::Boolean, false),
+    ]))
+}
+
+#[derive(Debug)]
+struct GlmTable {
+    output: GlmOutput,
+    spec: GlmSpec,
+}
+
+#[async_trait]
+impl TableProvider for GlmTable {
+    fn schema(&self) -> SchemaRef {
+        match self.output {
+            GlmOutput::Coefficients => coefficients_schema(),
+            GlmOutput::Stats => stats_schema(),
+        }
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::Plan("glm needs a fedsql session".into())
+            })?
+            .clone();
+        let (output, spec) = (self.output, self.spec.clone());
+        let compute = Arc::new(move || {
+            let ctx = FedContext::from_state(state.clone());
+            let notices = state.config().get_extension::<Notices>();
+            let progress = state.config().get_extension::<Progress>();
+            let spec = spec.clone();
+            async move {
+                let fit = fit(&ctx, &spec, progress.as_deref()).await?;
+                if let Some(notices) = notices {
+                    for warning in &fit.warnings {
+                        notices.push(format!("Warning: {warning}"));
+                    }
+                    if output == GlmOutput::Coefficients {
+                        notices.push(fit.summary());
+                    }
+                }
+                match output {
+                    GlmOutput::Coefficients => fit.coefficients(),
+                    GlmOutput::Stats => fit.stats(),
+                }
+            }
+            .boxed()
+        });
+        let label = format!(
+            "glm('{}', family {}({}))",
+            self.spec.source.given, self.spec.family, self.spec.link
+        );
+        Ok(Arc::new(DeferredExec::new(
+            label,
+            self.schema(),
+            projection.cloned(),
+            compute,
+        )?))
+    }
+}
+
+/// A fitted GLM.
+#[derive(Debug, Clone)]
+pub struct GlmFit {
+    pub family: Family,
+    pub link: Link,
+    pub terms: Vec<String>,
+    pub estimate: Vec<Option<f64>>,
+    pub std_error: Vec<Option<f64>>,
+    pub nobs: i64,
+    pub rows_dropped: i64,
+    pub rank: usize,
+    pub intercept: bool,
+    pub deviance: f64,
+    pub null_deviance: f64,
+    pub dispersion: f64,
+    pub log_likelihood: f64,
+    pub iterations: usize,
+    pub converged: bool,
+    pub warnings: Vec<String>,
+}
+
+impl GlmFit {
+    pub fn df_residual(&self) -> i64 {
+        self.nobs - self.rank as i64
+    }
+
+    pub fn df_null(&self) -> i64 {
+        self.nobs - i64::from(self.intercept)
+    }
+
+    /// Parameters counted by AIC/BIC: coefficients, plus the dispersion
+    /// where the family estimates one (R's `logLik.glm`).
+    fn parameters(&self) -> f64 {
+        self.rank as f64 + f64::from(u8::from(self.family.estimates_dispersion()))
+    }
+
+    pub fn aic(&self) -> f64 {
+        -2.0 * self.log_likelihood + 2.0 * self.parameters()
+    }
+
+    pub fn bic(&self) -> f64 {
+        -2.0 * self.log_likelihood + (self.nobs as f64).ln() * self.parameters()
+    }
+
+    /// The deviance lines R's `summary.glm` prints under the coefficients.
+    pub fn summary(&self) -> String {
+        format!(
+            "(Dispersion parameter for {} family taken to be {})\n\n    Null deviance: {:.3}  on {}  degrees of freedom\nResidual deviance: {:.3}  on {}  degrees of freedom\nAIC: {:.3}\n\nNumber of Fisher Scoring iterations: {}",
+            self.family,
+            if self.family.estimates_dispersion() {
+                format!("{:.6}", self.dispersion)
+            } else {
+                "1".into()
+            },
+            self.null_deviance,
+            self.df_null(),
+            self.deviance,
+            self.df_residual(),
+            self.aic(),
+            self.iterations
+        )
+    }
+
+    /// One row per term.
+    pub fn coefficients(&self) -> Result<RecordBatch> {
+        let reference = if self.family.estimates_dispersion() {
+            Reference::T(self.df_residual() as f64)
+        } else {
+            Reference::Z
+        };
+        coefficients_batch(&self.terms, &self.estimate, &self.std_error, reference)
+    }
+
+    /// The one row of `glm_stats`.
+    pub fn stats(&self) -> Result<RecordBatch> {
+        let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
+        let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![self.family.name()])),
+            Arc::new(StringArray::from(vec![self.link.name()])),
+            int(self.nobs),
+            int(self.rows_dropped),
+            int(self.df_null()),
+            int(self.df_residual()),
+            float(self.null_deviance),
+            float(self.deviance),
+            float(self.dispersion),
+            float(self.log_likelihood),
+            float(self.aic()),
+            float(self.bic()),
+            int(self.iterations as i64),
+            Arc::new(BooleanArray::from(vec![self.converged])),
+        ];
+        Ok(RecordBatch::try_new(stats_schema(), columns)?)
+    }
+}
+
+/// The SQL pieces of a fit: the argument list of `irls_step` after its
+/// config, and the design column names. Rows with a NULL in any argument
+/// (a factor's dummies are NULL where the factor is) drop out of every round.
+struct Design {
+    arguments: Vec<String>,
+    names: Vec<String>,
+}
+
+async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
+    let schema = spec.source.schema(ctx).await?;
+    let numeric = |column: &str, role: &str| -> Result<String> {
+        let t = schema
+            .field_with_name(column)
+            .map_err(|_| missing_column(column, &schema))?
+            .data_type();
+        if !t.is_numeric() {
+            return Err(FedError::Plan(format!(
+                "the {role} `{column}` is {t}; it must be numeric"
+            )));
+        }
+        Ok(format!("CAST({} AS DOUBLE)", quote_ident(column)))
+    };
+    let (y, trials) = match &spec.formula.response {
+        Response::Column(y) => (numeric(y, "response")?, "1.0".to_string()),
+        Response::Counts {
+            successes,
+            failures,
+        } => {
+            let (s, f) = (
+                numeric(successes, "successes column")?,
+                numeric(failures, "failures column")?,
+            );
+            (format!("{s} / ({s} + {f})"), format!("({s} + {f})"))
+        }
+    };
+    let offset = match &spec.formula.offset {
+        Some(column) => numeric(column, "offset")?,
+        None => "0.0".into(),
+    };
+    let weight = match &spec.weights {
+        Some(column) => numeric(column, "weights column")?,
+        None => "1.0".into(),
+    };
+    let factors = spec.formula.factors(&schema)?;
+    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
+    let columns = design_columns(&spec.formula, &schema, &levels)?;
+    let mut names = Vec::new();
+    let mut arguments = vec![y, trials, offset, weight];
+    if spec.formula.intercept {
+        names.push(INTERCEPT.to_string());
+        arguments.push("1.0".into());
+    }
+    for c in columns {
+        names.push(c.name);
+        arguments.push(c.sql);
+    }
+    Ok(Design { arguments, names })
+}
+
+/// One IRLS round: the sums, and the total row count of the source.
+async fn round(
+    ctx: &FedContext,
+    spec: &GlmSpec,
+    design: &Design,
+    config: &IrlsConfig,
+) -> Result<(IrlsSums, i64)> {
+    let sql = format!(
+        "SELECT count(*) AS total, irls_step('{}', {}) AS sums FROM {}",
+        config.encode(),
+        design.arguments.join(", "),
+        spec.source.from
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batch = batches
+        .first()
+        .ok_or_else(|| FedError::Plan("internal: an IRLS round returned nothing".into()))?;
+    let total = batch.column(0).as_primitive::<Int64Type>().value(0);
+    let sums = batch.column(1).as_list::<i32>().value(0);
+    let sums = sums.as_primitive::<Float64Type>().values();
+    Ok((IrlsSums::from_slice(sums, design.names.len()), total))
+}
+
+/// Solves the weighted least-squares step on the kept (non-aliased) columns.
+fn solve(sums: &IrlsSums, kept: &[usize], k: usize) -> Result<Vec<f64>> {
+    let gram = select(&to_dmatrix(&sums.xtwx), kept);
+    let rhs = select_vector(&to_dvector(&sums.xtwz), kept);
+    let solved = solve_spd(&gram, &rhs).ok_or_else(|| {
+        FedError::Plan("the weighted design is singular: the IRLS step cannot be solved".into())
+    })?;
+    let mut beta = vec![0.0; k];
+    for (i, &j) in kept.iter().enumerate() {
+        beta[j] = solved[i];
+    }
+    Ok(beta)
+}
+
+/// Fits the GLM by federated IRLS.
+pub fn fit<'a>(
+    ctx: &'a FedContext,
+    spec: &'a GlmSpec,
+    progress: Option<&'a Progress>,
+) -> BoxFuture<'a, Result<GlmFit>> {
+    fit_model(ctx, spec, progress, true)
+}
+
+/// Fits the GLM; `with_null` also computes the null deviance (which, for a
+/// model with an offset and an intercept, is a fit of `y ~ 1 + offset`).
+fn fit_model<'a>(
+    ctx: &'a FedContext,
+    spec: &'a GlmSpec,
+    progress: Option<&'a Progress>,
+    with_null: bool,
+) -> BoxFuture<'a, Result<GlmFit>> {
+    async move {
+        let design = design(ctx, spec).await?;
+        let k = design.names.len();
+        let config = |beta: Option<Vec<f64>>, null_mu: NullMean| IrlsConfig {
+            family: spec.family,
+            link: spec.link,
+            beta,
+            null_mu,
+        };
+        // Round 1: from R's starting means; also the weighted mean of y.
+        let (start, total) = round(ctx, spec, &design, &config(None, NullMean::None)).await?;
+        if start.invalid > 0.0 {
+            let rule = spec
+                .family
+                .check_response(-1.0)
+                .or(spec.family.check_response(2.0))
+                .unwrap_or("");
+            return Err(FedError::Plan(format!(
+                "{} rows have a response outside the range of the {} family: {rule}",
+                start.invalid, spec.family
+            )));
+        }
+        if start.n == 0.0 {
+            return Err(FedError::Plan(if total == 0 {
+                format!(
+                    "the source '{}' has no rows (after its filter)",
+                    spec.source.given
+                )
+            } else {
+                format!(
+                    "no rows left: all {total} rows of '{}' have a NULL in a column the model uses",
+                    spec.source.given
+                )
+            }));
+        }
+        let null_mu = match (spec.formula.intercept, spec.formula.offset.is_some()) {
+            (true, false) => NullMean::Value(start.sum_wy / start.sum_w),
+            (false, _) => NullMean::Offset,
+            // R refits y ~ 1 + offset for the null deviance.
+            (true, true) => NullMean::None,
+        };
+        let aliased = aliased_columns(&to_dmatrix(&start.xtwx), ALIAS_TOLERANCE);
+        let kept: Vec<usize> = (0..k).filter(|&j| !aliased[j]).collect();
+
+        let mut beta = solve(&start, &kept, k)?;
+        let mut previous: Option<Vec<f64>> = None;
+        let mut dev_old = start.deviance;
+        let mut iterations = 0;
+        let mut converged = false;
+        let mut last;
+        loop {
+            iterations += 1;
+            let (mut sums, _) =
+                round(ctx, spec, &design, &config(Some(beta.clone()), null_mu)).await?;
+            // A non-finite deviance halves the step back towards the last
+            // good coefficients, as R's glm.fit does.
+            let mut halvings = 0;
+            while !sums.deviance.is_finite() {
+                let Some(prev) = &previous else {
+                    return Err(FedError::Plan(
+                        "no valid set of coefficients: please supply starting values".into(),
+                    ));
+                };
+                halvings += 1;
+                if halvings > spec.maxit {
+                    return Err(FedError::Plan(
+                        "inner loop; cannot correct step size".into(),
+                    ));
+                }
+                beta = beta.iter().zip(prev).map(|(b, p)| (b + p) / 2.0).collect();
+                sums = round(ctx, spec, &design, &config(Some(beta.clone()), null_mu))
+                    .await?
+                    .0;
+            }
+            if let Some(progress) = progress {
+                progress.report(&format!(
+                    "glm iteration {iterations}: deviance {:.6}",
+                    sums.deviance
+                ));
+            }
+            let change = (sums.deviance - dev_old).abs() / (sums.deviance.abs() + 0.1);
+            dev_old = sums.deviance;
+            last = sums;
+            if change < spec.epsilon {
+                converged = true;
+                break;
+            }
+            if iterations >= spec.maxit {
+                break;
+            }
+            previous = Some(beta.clone());
+            beta = solve(&last, &kept, k)?;
+        }
+
+        let mut warnings = Vec::new();
+        if !converged {
+            warnings.push(format!(
+                "glm.fit: algorithm did not converge in {} iterations",
+                spec.maxit
+            ));
+        }
+        if last.boundary > 0.0 {
+            warnings.push(match spec.family {
+                Family::Binomial => {
+                    "glm.fit: fitted probabilities numerically 0 or 1 occurred".into()
+                }
+                _ => "glm.fit: fitted rates numerically 0 occurred".to_string(),
+            });
+        }
+        let nobs = last.n;
+        let rank = kept.len();
+        let df_residual = nobs - rank as f64;
+        let dispersion = if spec.family.estimates_dispersion() {
+            if df_residual > 0.0 {
+                last.pearson / df_residual
+            } else {
+                f64::NAN
+            }
+        } else {
+            1.0
+        };
+        let inverse = inverse_spd(&select(&to_dmatrix(&last.xtwx), &kept)).ok_or_else(|| {
+            FedError::Plan("the information matrix at the estimate is singular".into())
+        })?;
+        let mut estimate = vec![None; k];
+        let mut std_error = vec![None; k];
+        for (i, &j) in kept.iter().enumerate() {
+            estimate[j] = Some(beta[j]);
+            std_error[j] = Some((dispersion * inverse[(i, i)]).sqrt());
+        }
+        let null_deviance = match null_mu {
+            NullMean::None if !with_null => f64::NAN,
+            NullMean::None => {
+                // The null model is fitted on the same rows as the model.
+                let mut used = spec.formula.columns();
+                used.extend(spec.weights.iter().cloned());
+                let rows = format!(
+                    "SELECT * FROM {} WHERE {}",
+                    spec.source.from,
+                    complete_cases(&used)
+                );
+                let null_spec = GlmSpec {
+                    source: ModelSource::parse(&rows),
+                    formula: Formula {
+                        terms: Vec::new(),
+                        ..spec.formula.clone()
+                    },
+                    ..spec.clone()
+                };
+                fit_model(ctx, &null_spec, None, false).await?.deviance
+            }
+            _ => last.null_deviance,
+        };
+        Ok(GlmFit {
+            family: spec.family,
+            link: spec.link,
+            terms: design.names,
+            estimate,
+            std_error,
+            nobs: nobs as i64,
+            rows_dropped: total - nobs as i64,
+            rank,
+            intercept: spec.formula.intercept,
+            deviance: last.deviance,
+            null_deviance,
+            dispersion,
+            log_likelihood: log_likelihood(spec.family, &last),
+            iterations,
+            converged,
+            warnings,
+        })
+    }
+    .boxed()
+}
+
+/// The log-likelihood at the fit, as R's family `aic` functions define it.
+fn log_likelihood(family: Family, s: &IrlsSums) -> f64 {
+    match family {
+        Family::Binomial | Family::Poisson => s.log_pmf,
+        // R: n (log(2π dev / n) + 1) + 2 is the gaussian aic term.
+        Family::Gaussian => {
+            -0.5 * s.n * ((2.0 * std::f64::consts::PI * s.deviance / s.n).ln() + 1.0)
+        }
+        Family::Gamma => {
+            // Σ w log dgamma(y; shape 1/φ, scale μφ), φ = deviance / Σw.
+            let phi = s.deviance / s.sum_w;
+            let shape = 1.0 / phi;
+            -s.sum_w * ln_gamma(shape) - shape * (s.sum_w_log_mu + s.sum_w * phi.ln())
+                + (shape - 1.0) * s.sum_w_log_y
+                - s.sum_w_y_over_mu / phi
+        }
+        Family::InverseGaussian => {
+            let phi = s.deviance / s.sum_w;
+            -0.5 * (s.sum_w * ((2.0 * std::f64::consts::PI * phi).ln() + 1.0) + 3.0 * s.sum_w_log_y)
+        }
+    }
+}

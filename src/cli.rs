@@ -73,6 +73,7 @@ impl Args {
             format: self.format,
             timing: !self.quiet,
             stop_on_error,
+            progress: false,
         }
     }
 }

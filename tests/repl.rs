@@ -339,3 +339,50 @@ async fn explain_federated_prints_the_plan_text() {
         "the plan spans several lines:\n{out}"
     );
 }
+
+#[tokio::test]
+async fn a_glm_is_followed_by_its_deviance_summary() {
+    let ctx = demo();
+    let script = "SELECT term, round(estimate, 6) AS estimate FROM glm('clinic', 'event ~ age + smoker', 'binomial');";
+    let (out, summary) = run(&ctx, script, &untimed()).await;
+    assert_eq!(summary.errors, 0, "{out}");
+    // The summary's figures are glm_stats' own.
+    let stats = ctx
+        .sql("SELECT null_deviance, deviance, df_residual, iterations FROM glm_stats('clinic', 'event ~ age + smoker', 'binomial')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let float = |i: usize| {
+        datafusion::arrow::compute::cast(
+            stats[0].column(i),
+            &datafusion::arrow::datatypes::DataType::Float64,
+        )
+        .unwrap()
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Float64Array>()
+        .unwrap()
+        .value(0)
+    };
+    assert!(
+        out.contains(&format!("Null deviance: {:.3}", float(0))),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Residual deviance: {:.3}  on {}  degrees of freedom",
+            float(1),
+            float(2)
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Number of Fisher Scoring iterations: {}",
+            float(3)
+        )),
+        "{out}"
+    );
+    assert!(out.find("(Intercept)").unwrap() < out.find("Residual deviance").unwrap());
+}

@@ -35,7 +35,17 @@ pub async fn run_interactive(ctx: &FedContext, options: ReplOptions) -> Result<(
         // No history file yet is the normal first run.
         let _ = editor.load_history(path);
     }
-    let mut session = Session::new(ctx, options);
+    ctx.set_progress(crate::notices::Progress::new(|message| {
+        eprint!("\r\x1b[K{message}");
+        let _ = io::stderr().flush();
+    }));
+    let mut session = Session::new(
+        ctx,
+        ReplOptions {
+            progress: true,
+            ..options
+        },
+    );
     let mut buffer = LineBuffer::new();
     // The lines of the statement being typed, kept as one history entry.
     let mut typed = String::new();

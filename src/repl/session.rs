@@ -34,6 +34,9 @@ pub struct ReplOptions {
     /// Stop at the first error and return it (non-interactive use), instead
     /// of printing `Error: ...` and going on.
     pub stop_on_error: bool,
+    /// Long fits draw a progress line on stderr (interactive use); it is
+    /// cleared before the result prints.
+    pub progress: bool,
 }
 
 impl Default for ReplOptions {
@@ -43,6 +46,7 @@ impl Default for ReplOptions {
             format: OutputFormat::Table,
             timing: true,
             stop_on_error: false,
+            progress: false,
         }
     }
 }
@@ -184,10 +188,21 @@ impl Session {
         let start = Instant::now();
         let df = self.ctx.sql(sql).await?;
         let schema: SchemaRef = df.schema().inner().clone();
-        let batches = df.collect().await?;
+        let result = df.collect().await;
+        if self.options.progress {
+            // Clear the progress line a long fit may have drawn.
+            eprint!("\r\x1b[K");
+        }
+        let notices = self.ctx.take_notices();
+        let batches = result?;
         let elapsed = start.elapsed();
         let mut out = out;
         print::print_batches(&batches, &schema, self.options.format, &mut out)?;
+        // Warnings and model summaries (a GLM's deviance lines), as R prints
+        // them under the coefficients.
+        for notice in notices {
+            writeln!(out, "{notice}")?;
+        }
         if self.options.timing {
             print::print_timing(print::row_count(&batches, &schema), elapsed, &mut out)?;
         }

@@ -394,11 +394,6 @@ fn query_label(sql: &str) -> String {
     }
 }
 
-/// Counts rows of a result, for the REPL's row-count line.
-pub fn row_count(batches: &[RecordBatch]) -> u64 {
-    batches.iter().map(|b| b.num_rows() as u64).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

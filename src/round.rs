@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::TableProvider;
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::Transformed;
 use datafusion::execution::SessionState;
@@ -25,7 +24,6 @@ use futures::future::try_join_all;
 use crate::encoder::{self, Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::exposure;
-use crate::federated_table::FederatedTable;
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -176,18 +174,4 @@ pub fn substitute(
             }
         })?
         .data)
-}
-
-/// The federated table an encoder plan reads (for callers that only have a cut).
-pub fn federated_table_of(cut: &LogicalPlan) -> Option<Arc<dyn TableProvider>> {
-    let mut found = None;
-    let _ = cut.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && let Some(p) = exposure::federated_scan(scan)
-        {
-            found = Some(p);
-        }
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    });
-    found.filter(|p| FederatedTable::from_provider(p.as_ref()).is_some())
 }

@@ -83,6 +83,12 @@ struct Args {
     /// Rewrite the data even if files with the right row counts exist.
     #[arg(long)]
     regenerate: bool,
+    /// Skip the aggregate suite (time only the models).
+    #[arg(long)]
+    no_suite: bool,
+    /// Skip the model fits (lm, glm binomial and poisson).
+    #[arg(long)]
+    no_models: bool,
 }
 
 #[tokio::main]
@@ -122,7 +128,8 @@ async fn main() -> BenchResult<()> {
     let mut timings = Vec::new();
     let mut warnings = Vec::new();
     let mut compared = 0;
-    for query in &queries {
+    let suite: &[SuiteQuery] = if args.no_suite { &[] } else { &queries };
+    for query in suite {
         eprintln!("{}: warm-up", query.name);
         let (_, fed_rows) = run_federated(&federated, &query.sql).await?;
         let (_, central_rows) = run_centralized(&centralized, &query.sql).await?;
@@ -167,18 +174,125 @@ async fn main() -> BenchResult<()> {
         timings.push((query.name.clone(), timing));
     }
 
-    print_report(&args, bytes, &timings);
-    println!();
-    for warning in &warnings {
-        println!("{warning}");
+    if !args.no_suite {
+        print_report(&args, bytes, &timings);
+        println!();
+        for warning in &warnings {
+            println!("{warning}");
+        }
+        if warnings.is_empty() {
+            println!(
+                "Results: federated and centralized agree on all {compared} exact queries \
+                 (floats to {FLOAT_TOLERANCE:e} relative; approximate queries not compared)."
+            );
+        }
     }
-    if warnings.is_empty() {
-        println!(
-            "Results: federated and centralized agree on all {compared} exact queries \
-             (floats to {FLOAT_TOLERANCE:e} relative; approximate queries not compared)."
-        );
+    if !args.no_models {
+        models::run(&federated, args.runs).await?;
     }
     Ok(())
+}
+
+/// Model fits against the plain federated aggregate they compare with.
+mod models {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use fedsql::FedContext;
+    use fedsql::notices::Progress;
+
+    use super::{BenchResult, median};
+
+    const XS: &str = "x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10";
+    const SUMS_X: &str = "SELECT sum(x1), sum(x2), sum(x3), sum(x4), sum(x5), sum(x6), sum(x7), sum(x8), sum(x9), sum(x10) FROM t";
+
+    async fn time(ctx: &FedContext, sql: &str) -> BenchResult<Duration> {
+        let started = Instant::now();
+        ctx.sql(sql).await?.collect().await?;
+        Ok(started.elapsed())
+    }
+
+    /// Median of `runs` timed runs after one warm-up.
+    async fn median_time(ctx: &FedContext, sql: &str, runs: usize) -> BenchResult<f64> {
+        time(ctx, sql).await?;
+        let mut times = Vec::new();
+        for _ in 0..runs {
+            times.push(time(ctx, sql).await?);
+        }
+        Ok(median(&times))
+    }
+
+    /// One GLM fit: total seconds, IRLS iterations, and the times of the
+    /// rounds after the first (between consecutive progress reports).
+    async fn glm_fit(
+        ctx: &FedContext,
+        family: &str,
+        y: &str,
+    ) -> BenchResult<(f64, usize, Vec<Duration>)> {
+        let reports: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let sink = Arc::clone(&reports);
+        ctx.set_progress(Progress::new(move |_| {
+            sink.lock().unwrap().push(Instant::now())
+        }));
+        let started = Instant::now();
+        ctx.sql(&format!(
+            "SELECT * FROM glm_stats('t', '{y} ~ {XS}', '{family}')"
+        ))
+        .await?
+        .collect()
+        .await?;
+        let total = started.elapsed().as_secs_f64();
+        ctx.take_notices();
+        let reports = reports.lock().unwrap().clone();
+        let rounds = reports.windows(2).map(|w| w[1] - w[0]).collect();
+        Ok((total, reports.len(), rounds))
+    }
+
+    pub async fn run(ctx: &FedContext, runs: usize) -> BenchResult<()> {
+        eprintln!("models: baselines");
+        let sums_xy = format!(
+            "{} , sum(y_gaussian) FROM t",
+            SUMS_X.trim_end_matches(" FROM t")
+        );
+        let base_xy = median_time(ctx, &sums_xy, runs).await?;
+        let base_x = median_time(ctx, SUMS_X, runs).await?;
+        eprintln!("models: lm");
+        let lm = median_time(
+            ctx,
+            &format!("SELECT * FROM lm('t', 'y_gaussian ~ {XS}')"),
+            runs,
+        )
+        .await?;
+        println!();
+        println!(
+            "| model (10 covariates, all rows, federated) | time | baseline: federated sum query | ratio |"
+        );
+        println!("|---|---|---|---|");
+        println!(
+            "| `lm` (one round of co-moments) | {lm:.3} s | {base_xy:.3} s (sum of x1..x10, y) | {:.2} |",
+            lm / base_xy
+        );
+        for (family, y) in [("binomial", "y_logistic"), ("poisson", "y_poisson")] {
+            eprintln!("models: glm {family}");
+            glm_fit(ctx, family, y).await?;
+            let mut totals = Vec::new();
+            let mut rounds = Vec::new();
+            let mut iterations = 0;
+            for _ in 0..runs {
+                let (total, its, r) = glm_fit(ctx, family, y).await?;
+                totals.push(Duration::from_secs_f64(total));
+                rounds.extend(r);
+                iterations = its;
+            }
+            let (total, round) = (median(&totals), median(&rounds));
+            println!(
+                "| `glm` {family}, one IRLS round after the first | {round:.3} s | {base_x:.3} s (sum of x1..x10) | {:.2} |",
+                round / base_x
+            );
+            println!("| `glm` {family}, whole fit ({iterations} iterations) | {total:.3} s | | |");
+        }
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------

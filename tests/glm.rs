@@ -298,3 +298,17 @@ async fn prior_weights_scale_the_information() {
         assert!(close(s / 2f64.sqrt(), sw, 1e-9), "{s} vs {sw}");
     }
 }
+
+#[tokio::test]
+async fn gaussian_identity_equals_lm_including_aliased_terms() {
+    // x3 = x1 + x2 exactly: R reports NA for x3 in both lm and glm.
+    let (ctx, _dir) = federated("synthetic_lm", &[1, 200, -1]).await;
+    let formula = "y ~ x1 + x2 + x3 + C(grp)";
+    let lm = run(&ctx, &format!("SELECT * FROM lm('synthetic_lm', '{formula}')")).await;
+    let glm = run(&ctx, &format!("SELECT * FROM glm('synthetic_lm', '{formula}', 'gaussian')")).await;
+    assert_eq!(terms(&lm), terms(&glm));
+    let x3 = terms(&glm).iter().position(|t| t == "x3").unwrap();
+    assert_eq!(value(&glm, x3, "estimate"), None, "x3 is aliased");
+    // Gaussian IRLS converges in one step to the least-squares solution.
+    crate::support::assert_same_result("gaussian glm vs lm", &glm, &lm, true, 1e-8);
+}

@@ -510,10 +510,14 @@ fn fit_model<'a>(
         let mut iterations = 0;
         let mut converged = false;
         let mut last;
+        // The null deviance does not change between rounds: the first
+        // evaluated round computes it, later rounds skip that work.
+        let mut null_deviance_sum = f64::NAN;
         loop {
             iterations += 1;
+            let round_null = if iterations == 1 { null_mu } else { NullMean::None };
             let (mut sums, _) =
-                round(ctx, spec, &design, &config(Some(beta.clone()), null_mu)).await?;
+                round(ctx, spec, &design, &config(Some(beta.clone()), round_null)).await?;
             // A non-finite deviance halves the step back towards the last
             // good coefficients, as R's glm.fit does.
             let mut halvings = 0;
@@ -530,9 +534,12 @@ fn fit_model<'a>(
                     ));
                 }
                 beta = beta.iter().zip(prev).map(|(b, p)| (b + p) / 2.0).collect();
-                sums = round(ctx, spec, &design, &config(Some(beta.clone()), null_mu))
+                sums = round(ctx, spec, &design, &config(Some(beta.clone()), round_null))
                     .await?
                     .0;
+            }
+            if iterations == 1 {
+                null_deviance_sum = sums.null_deviance;
             }
             if let Some(progress) = progress {
                 progress.report(&format!(
@@ -611,7 +618,7 @@ fn fit_model<'a>(
                 };
                 fit_model(ctx, &null_spec, None, false).await?.deviance
             }
-            _ => last.null_deviance,
+            _ => null_deviance_sum,
         };
         Ok(GlmFit {
             family: spec.family,

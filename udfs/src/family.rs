@@ -244,6 +244,28 @@ impl Link {
     }
 }
 
+impl Link {
+    /// μ and dμ/dη together, sharing the exponential where the link has one.
+    pub fn inverse_and_derivative(self, eta: f64) -> (f64, f64) {
+        match self {
+            Link::Logit => {
+                if eta.abs() > LOGIT_THRESH {
+                    (self.inverse(eta), EPS)
+                } else {
+                    let e = eta.exp();
+                    let opexp = 1.0 + e;
+                    (e / opexp, e / (opexp * opexp))
+                }
+            }
+            Link::Log => {
+                let e = eta.exp().max(EPS);
+                (e, e)
+            }
+            _ => (self.inverse(eta), self.mu_eta(eta)),
+        }
+    }
+}
+
 impl FromStr for Link {
     type Err = String;
 
@@ -300,7 +322,11 @@ fn standard_normal() -> Normal {
 /// log of the binomial probability of `s` successes in `m` trials.
 pub fn ln_binomial_pmf(s: f64, m: f64, mu: f64) -> f64 {
     let (s, m) = (s.round(), m.round());
-    let ln_choose = ln_gamma(m + 1.0) - ln_gamma(s + 1.0) - ln_gamma(m - s + 1.0);
+    let ln_choose = if m == 1.0 {
+        0.0
+    } else {
+        ln_factorial(m) - ln_factorial(s) - ln_factorial(m - s)
+    };
     let term = |k: f64, p: f64| if k > 0.0 { k * p.ln() } else { 0.0 };
     ln_choose + term(s, mu) + term(m - s, 1.0 - mu)
 }
@@ -308,7 +334,21 @@ pub fn ln_binomial_pmf(s: f64, m: f64, mu: f64) -> f64 {
 /// log of the Poisson probability of `y` at mean `mu`.
 pub fn ln_poisson_pmf(y: f64, mu: f64) -> f64 {
     let term = if y > 0.0 { y * mu.ln() } else { 0.0 };
-    term - mu - ln_gamma(y + 1.0)
+    term - mu - ln_factorial(y)
+}
+
+/// Whole numbers below this have their log-factorial tabulated.
+const FACTORIAL_TABLE: usize = 1024;
+
+/// log(x!) = lgamma(x + 1), from a table for small whole numbers.
+pub fn ln_factorial(x: f64) -> f64 {
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
+        let table = TABLE.get_or_init(|| (0..FACTORIAL_TABLE).map(|k| ln_gamma(k as f64 + 1.0)).collect());
+        table[x as usize]
+    } else {
+        ln_gamma(x + 1.0)
+    }
 }
 
 #[cfg(test)]
@@ -385,6 +425,19 @@ mod tests {
             );
         }
         assert_eq!(Family::Poisson.deviance_residual(0.0, 2.0, 1.0), 4.0);
+    }
+
+    #[test]
+    fn shared_exponentials_give_the_same_values() {
+        for link in [Link::Logit, Link::Log, Link::Probit, Link::Identity] {
+            for eta in [-40.0, -3.0, 0.2, 5.0, 35.0] {
+                let (mu, d) = link.inverse_and_derivative(eta);
+                assert!((mu - link.inverse(eta)).abs() <= 1e-15 * mu.abs().max(1.0), "{link} {eta}");
+                assert!((d - link.mu_eta(eta)).abs() <= 1e-15 * d.abs().max(1e-300), "{link} {eta}");
+            }
+        }
+        assert!((ln_factorial(5.0) - 120f64.ln()).abs() < 1e-13);
+        assert!((ln_factorial(2000.0) - ln_gamma(2001.0)).abs() < 1e-9);
     }
 
     #[test]

@@ -245,14 +245,17 @@ impl IrlsSums {
                 self.invalid += 1.0;
                 continue;
             }
-            let (eta_i, mu) = match &eta {
-                Some(eta) => (eta[i], link.inverse(eta[i])),
+            let (eta_i, mu, mu_eta) = match &eta {
+                Some(eta) => {
+                    let (mu, mu_eta) = link.inverse_and_derivative(eta[i]);
+                    (eta[i], mu, mu_eta)
+                }
                 None => {
                     let mu = family.start_mu(yi, w);
-                    (link.link(mu), mu)
+                    let eta_i = link.link(mu);
+                    (eta_i, mu, link.mu_eta(eta_i))
                 }
             };
-            let mu_eta = link.mu_eta(eta_i);
             let variance = family.variance(mu);
             self.n += 1.0;
             self.sum_w += w;

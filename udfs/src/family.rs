@@ -340,6 +340,17 @@ pub fn ln_poisson_pmf(y: f64, mu: f64) -> f64 {
 /// Whole numbers below this have their log-factorial tabulated.
 const FACTORIAL_TABLE: usize = 1024;
 
+/// log(x), from a table for small whole numbers (counts).
+pub fn ln_whole(x: f64) -> f64 {
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
+        let table = TABLE.get_or_init(|| (0..FACTORIAL_TABLE).map(|k| (k as f64).ln()).collect());
+        table[x as usize]
+    } else {
+        x.ln()
+    }
+}
+
 /// log(x!) = lgamma(x + 1), from a table for small whole numbers.
 pub fn ln_factorial(x: f64) -> f64 {
     static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();

@@ -26,7 +26,7 @@ use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatil
 use datafusion::physical_expr::expressions::Literal;
 use ndarray::{Array1, Array2};
 
-use crate::family::{Family, Link, ln_binomial_pmf, ln_poisson_pmf, parse_family};
+use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -260,24 +260,41 @@ impl IrlsSums {
             self.n += 1.0;
             self.sum_w += w;
             self.sum_wy += w * yi;
-            self.deviance += family.deviance_residual(yi, mu, w);
+            // Deviance and log-likelihood terms. The common cases share
+            // their one logarithm: a 0/1 response in one trial, and the
+            // poisson log link (log μ = η).
+            let (deviance, log_pmf) = match family {
+                Family::Binomial if trials[i] == 1.0 && (yi == 0.0 || yi == 1.0) => {
+                    let log_p = if yi == 1.0 { mu.ln() } else { (1.0 - mu).ln() };
+                    (-2.0 * w * log_p, prior * log_p)
+                }
+                Family::Binomial => (
+                    family.deviance_residual(yi, mu, w),
+                    prior * ln_binomial_pmf(yi * trials[i], trials[i], mu),
+                ),
+                Family::Poisson => {
+                    let log_mu = if link == Link::Log && mu > f64::EPSILON { eta_i } else { mu.ln() };
+                    let y_log_y = if yi > 0.0 { yi * ln_whole(yi) } else { 0.0 };
+                    (
+                        2.0 * w * (y_log_y - yi * log_mu - (yi - mu)),
+                        prior * (yi * log_mu - mu - ln_factorial(yi)),
+                    )
+                }
+                _ => {
+                    self.sum_w_log_y += w * yi.ln();
+                    self.sum_w_log_mu += w * mu.ln();
+                    self.sum_w_y_over_mu += w * yi / mu;
+                    (family.deviance_residual(yi, mu, w), 0.0)
+                }
+            };
+            self.deviance += deviance;
+            self.log_pmf += log_pmf;
             self.pearson += w * (yi - mu) * (yi - mu) / variance;
             match config.null_mu {
                 NullMean::None => {}
                 NullMean::Value(m) => self.null_deviance += family.deviance_residual(yi, m, w),
                 NullMean::Offset => {
                     self.null_deviance += family.deviance_residual(yi, link.inverse(offset[i]), w)
-                }
-            }
-            match family {
-                Family::Binomial => {
-                    self.log_pmf += prior * ln_binomial_pmf(yi * trials[i], trials[i], mu)
-                }
-                Family::Poisson => self.log_pmf += prior * ln_poisson_pmf(yi, mu),
-                _ => {
-                    self.sum_w_log_y += w * yi.ln();
-                    self.sum_w_log_mu += w * mu.ln();
-                    self.sum_w_y_over_mu += w * yi / mu;
                 }
             }
             let at_boundary = match family {

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
@@ -23,9 +23,11 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::{collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -54,6 +56,8 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch>;
     /// The physical plan this client would run for the encoder.
     async fn explain(&self, encoder: &Encoder) -> Result<String>;
+    /// Drops whatever the client kept in memory for the fit `scope`.
+    fn release_fit(&self, _scope: u64) {}
 }
 
 /// A session for running encoders at a client.
@@ -84,6 +88,15 @@ pub struct LocalClient {
     format: String,
     rows: Arc<dyn TableProvider>,
     session: SessionContext,
+    /// The decoded input of the current fit's encoder (see [`crate::fit_cache`]).
+    fit_input: Mutex<Option<FitInput>>,
+}
+
+/// Decoded rows kept for the rounds of one fit.
+struct FitInput {
+    scope: u64,
+    key: String,
+    batches: Vec<RecordBatch>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -122,6 +135,7 @@ impl LocalClient {
             format: files.format.to_string(),
             rows: Arc::new(ListingTable::try_new(config)?),
             session,
+            fit_input: Mutex::default(),
         })
     }
 
@@ -138,6 +152,7 @@ impl LocalClient {
             format: "MEMORY".into(),
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
             session: client_session(),
+            fit_input: Mutex::default(),
         })
     }
 
@@ -160,7 +175,56 @@ impl LocalClient {
             .query_planner()
             .create_physical_plan(&plan, &state)
             .await?;
-        encoder::one_state_per_group(encoder::partial_aggregate(&physical)?)
+        let partial = encoder::partial_aggregate(&physical)?;
+        match encoder.fit_scope() {
+            Some(scope) => {
+                encoder::one_state_per_group(self.over_fit_input(partial, scope, encoder).await?)
+            }
+            None => encoder::one_state_per_group(partial),
+        }
+    }
+
+    /// The partial aggregate over the fit's decoded input, read once per fit.
+    async fn over_fit_input(
+        &self,
+        partial: AggregateExec,
+        scope: u64,
+        encoder: &Encoder,
+    ) -> Result<AggregateExec> {
+        let key = encoder.input_key();
+        let cached = {
+            let kept = self.fit_input.lock().expect("not poisoned");
+            kept.as_ref()
+                .filter(|k| k.scope == scope && k.key == key)
+                .map(|k| k.batches.clone())
+        };
+        let batches = match cached {
+            Some(batches) => batches,
+            None => {
+                let batches = collect(Arc::clone(partial.input()), self.session.task_ctx()).await?;
+                *self.fit_input.lock().expect("not poisoned") = Some(FitInput {
+                    scope,
+                    key,
+                    batches: batches.clone(),
+                });
+                batches
+            }
+        };
+        // Spread the kept batches over the session's partitions.
+        let parts = self.session.state().config().target_partitions().max(1);
+        let mut partitions = vec![Vec::new(); parts];
+        for (i, batch) in batches.into_iter().enumerate() {
+            partitions[i % parts].push(batch);
+        }
+        let input = MemorySourceConfig::try_new_exec(&partitions, partial.input().schema(), None)?;
+        Ok(AggregateExec::try_new(
+            AggregateMode::Partial,
+            partial.group_expr().clone(),
+            partial.aggr_expr().to_vec(),
+            partial.filter_expr().to_vec(),
+            input,
+            partial.input_schema(),
+        )?)
     }
 }
 
@@ -187,6 +251,13 @@ impl ClientRunner for LocalClient {
             .await
             .map_err(|e| self.error(strip_context(e)))?;
         encoder.accept(&batches).map_err(|e| self.error(e))
+    }
+
+    fn release_fit(&self, scope: u64) {
+        let mut kept = self.fit_input.lock().expect("not poisoned");
+        if kept.as_ref().is_some_and(|k| k.scope == scope) {
+            *kept = None;
+        }
     }
 
     async fn explain(&self, encoder: &Encoder) -> Result<String> {
@@ -302,4 +373,61 @@ pub fn check_declared(client: &ClientFiles, declared: &Schema) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Float64Type;
+
+    use crate::FedContext;
+    use crate::fit_cache::FitScope;
+    use crate::round;
+
+    /// The state a client returns for `SELECT sum(x) FROM t`, in `scope`.
+    async fn client_sum(ctx: &FedContext, scope: &Arc<FitScope>) -> f64 {
+        let mut state = ctx.session().state();
+        state.config_mut().set_extension(Arc::clone(scope));
+        let plan = state
+            .create_logical_plan("SELECT sum(x) FROM t")
+            .await
+            .unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = round::lowest_cut(&plan).unwrap();
+        let round = round::plan_round(&state, &cut).await.unwrap();
+        let client = &round.encoder.table().clients()[0];
+        let batch = client.encode(&round.encoder).await.unwrap();
+        let sum = datafusion::arrow::compute::cast(
+            batch.batch().column(0),
+            &datafusion::arrow::datatypes::DataType::Float64,
+        )
+        .unwrap();
+        sum.as_primitive::<Float64Type>().value(0)
+    }
+
+    #[tokio::test]
+    async fn a_fit_reads_its_rows_once_and_releases_them() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("a.csv");
+        std::fs::write(&file, "x\n1.5\n2.5\n").unwrap();
+        let ctx = FedContext::new();
+        ctx.sql(&format!(
+            "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = '{}')",
+            file.display()
+        ))
+        .await
+        .unwrap();
+        let scope = FitScope::new();
+        assert_eq!(client_sum(&ctx, &scope).await, 4.0);
+        // Within the fit the client answers from the rows it decoded.
+        std::fs::write(&file, "x\n10.0\n").unwrap();
+        assert_eq!(client_sum(&ctx, &scope).await, 4.0);
+        // After the fit, and in another fit, it reads its file again.
+        ctx.release_fit(scope.id()).await;
+        assert_eq!(client_sum(&ctx, &scope).await, 10.0);
+        std::fs::write(&file, "x\n7.0\n").unwrap();
+        assert_eq!(client_sum(&ctx, &FitScope::new()).await, 7.0);
+    }
 }

@@ -319,6 +319,22 @@ impl FedContext {
         Ok(tables)
     }
 
+    /// Tells every client of every federated table that the fit `scope` has
+    /// ended, so that they drop what they kept for it.
+    pub async fn release_fit(&self, scope: u64) {
+        for table in self.tables().await.unwrap_or_default() {
+            if table.clients.is_some()
+                && let Ok(provider) = self.federated_table(&table.name).await
+                && let Some(federated) = FederatedTable::from_provider(provider.as_ref())
+            {
+                federated
+                    .clients()
+                    .iter()
+                    .for_each(|c| c.release_fit(scope));
+            }
+        }
+    }
+
     /// The text of EXPLAIN FEDERATED for a dataframe's plan.
     pub(crate) async fn explain_plan(&self, df: DataFrame, label: &str) -> Result<String> {
         let (state, plan) = df.into_parts();

@@ -38,6 +38,8 @@ pub struct Encoder {
     plan: LogicalPlan,
     table: Arc<dyn TableProvider>,
     state_schema: SchemaRef,
+    /// The fit this encoder belongs to, if any: clients may cache its input.
+    fit_scope: Option<u64>,
 }
 
 impl Encoder {
@@ -62,7 +64,28 @@ impl Encoder {
             plan,
             table,
             state_schema,
+            fit_scope: None,
         })
+    }
+
+    /// The same encoder, run as part of a fit (see [`crate::fit_cache`]).
+    pub(crate) fn in_fit(mut self, scope: Option<u64>) -> Self {
+        self.fit_scope = scope;
+        self
+    }
+
+    /// The fit this encoder belongs to, if any.
+    pub fn fit_scope(&self) -> Option<u64> {
+        self.fit_scope
+    }
+
+    /// What identifies the encoder's input (the rows it aggregates) within
+    /// one fit: the text of the plan below the aggregate.
+    pub fn input_key(&self) -> String {
+        match &self.plan {
+            LogicalPlan::Aggregate(agg) => agg.input.display_indent().to_string(),
+            other => other.display_indent().to_string(),
+        }
     }
 
     /// The encoder's logical plan (an aggregate at the root).

@@ -30,6 +30,7 @@ pub mod error;
 pub mod explain;
 pub mod exposure;
 pub mod federated_table;
+pub mod fit_cache;
 pub mod formula;
 pub mod matrix_display;
 pub mod models;

@@ -24,6 +24,7 @@ use futures::future::try_join_all;
 use crate::encoder::{self, Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::exposure;
+use crate::fit_cache::FitScope;
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -97,7 +98,8 @@ pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round
         .create_physical_plan(cut, state)
         .await?;
     let partial = encoder::partial_aggregate(&physical)?;
-    let encoder = Encoder::try_new(cut.clone(), partial.schema())?;
+    let scope = state.config().get_extension::<FitScope>().map(|s| s.id());
+    let encoder = Encoder::try_new(cut.clone(), partial.schema())?.in_fit(scope);
     Ok(Round { encoder, partial })
 }
 

@@ -304,8 +304,16 @@ async fn gaussian_identity_equals_lm_including_aliased_terms() {
     // x3 = x1 + x2 exactly: R reports NA for x3 in both lm and glm.
     let (ctx, _dir) = federated("synthetic_lm", &[1, 200, -1]).await;
     let formula = "y ~ x1 + x2 + x3 + C(grp)";
-    let lm = run(&ctx, &format!("SELECT * FROM lm('synthetic_lm', '{formula}')")).await;
-    let glm = run(&ctx, &format!("SELECT * FROM glm('synthetic_lm', '{formula}', 'gaussian')")).await;
+    let lm = run(
+        &ctx,
+        &format!("SELECT * FROM lm('synthetic_lm', '{formula}')"),
+    )
+    .await;
+    let glm = run(
+        &ctx,
+        &format!("SELECT * FROM glm('synthetic_lm', '{formula}', 'gaussian')"),
+    )
+    .await;
     assert_eq!(terms(&lm), terms(&glm));
     let x3 = terms(&glm).iter().position(|t| t == "x3").unwrap();
     assert_eq!(value(&glm, x3, "estimate"), None, "x3 is aliased");

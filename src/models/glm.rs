@@ -47,6 +47,7 @@ use super::inference::{Reference, coefficients_batch, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
+use crate::fit_cache::FitScope;
 use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
 use crate::notices::{Notices, Progress};
 
@@ -216,12 +217,19 @@ impl TableProvider for GlmTable {
             .clone();
         let (output, spec) = (self.output, self.spec.clone());
         let compute = Arc::new(move || {
-            let ctx = FedContext::from_state(state.clone());
+            // The fit's rounds run in one scope: clients may keep their
+            // decoded rows in memory until the fit ends.
+            let scope = FitScope::new();
+            let mut fit_state = state.clone();
+            fit_state.config_mut().set_extension(Arc::clone(&scope));
+            let ctx = FedContext::from_state(fit_state);
             let notices = state.config().get_extension::<Notices>();
             let progress = state.config().get_extension::<Progress>();
             let spec = spec.clone();
             async move {
-                let fit = fit(&ctx, &spec, progress.as_deref()).await?;
+                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
+                ctx.release_fit(scope.id()).await;
+                let fit = fitted?;
                 if let Some(notices) = notices {
                     for warning in &fit.warnings {
                         notices.push(format!("Warning: {warning}"));
@@ -515,7 +523,11 @@ fn fit_model<'a>(
         let mut null_deviance_sum = f64::NAN;
         loop {
             iterations += 1;
-            let round_null = if iterations == 1 { null_mu } else { NullMean::None };
+            let round_null = if iterations == 1 {
+                null_mu
+            } else {
+                NullMean::None
+            };
             let (mut sums, _) =
                 round(ctx, spec, &design, &config(Some(beta.clone()), round_null)).await?;
             // A non-finite deviance halves the step back towards the last

@@ -355,7 +355,11 @@ pub fn ln_whole(x: f64) -> f64 {
 pub fn ln_factorial(x: f64) -> f64 {
     static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
     if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
-        let table = TABLE.get_or_init(|| (0..FACTORIAL_TABLE).map(|k| ln_gamma(k as f64 + 1.0)).collect());
+        let table = TABLE.get_or_init(|| {
+            (0..FACTORIAL_TABLE)
+                .map(|k| ln_gamma(k as f64 + 1.0))
+                .collect()
+        });
         table[x as usize]
     } else {
         ln_gamma(x + 1.0)
@@ -443,8 +447,14 @@ mod tests {
         for link in [Link::Logit, Link::Log, Link::Probit, Link::Identity] {
             for eta in [-40.0, -3.0, 0.2, 5.0, 35.0] {
                 let (mu, d) = link.inverse_and_derivative(eta);
-                assert!((mu - link.inverse(eta)).abs() <= 1e-15 * mu.abs().max(1.0), "{link} {eta}");
-                assert!((d - link.mu_eta(eta)).abs() <= 1e-15 * d.abs().max(1e-300), "{link} {eta}");
+                assert!(
+                    (mu - link.inverse(eta)).abs() <= 1e-15 * mu.abs().max(1.0),
+                    "{link} {eta}"
+                );
+                assert!(
+                    (d - link.mu_eta(eta)).abs() <= 1e-15 * d.abs().max(1e-300),
+                    "{link} {eta}"
+                );
             }
         }
         assert!((ln_factorial(5.0) - 120f64.ln()).abs() < 1e-13);

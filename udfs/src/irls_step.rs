@@ -273,7 +273,11 @@ impl IrlsSums {
                     prior * ln_binomial_pmf(yi * trials[i], trials[i], mu),
                 ),
                 Family::Poisson => {
-                    let log_mu = if link == Link::Log && mu > f64::EPSILON { eta_i } else { mu.ln() };
+                    let log_mu = if link == Link::Log && mu > f64::EPSILON {
+                        eta_i
+                    } else {
+                        mu.ln()
+                    };
                     let y_log_y = if yi > 0.0 { yi * ln_whole(yi) } else { 0.0 };
                     (
                         2.0 * w * (y_log_y - yi * log_mu - (yi - mu)),

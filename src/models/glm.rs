@@ -125,7 +125,7 @@ impl GlmSpec {
                 }
                 "epsilon" => {
                     spec.epsilon = value.parse().map_err(|_| bad("expected a number"))?;
-                    if !(spec.epsilon > 0.0) {
+                    if spec.epsilon.is_nan() || spec.epsilon <= 0.0 {
                         return Err(bad("epsilon must be positive"));
                     }
                 }

@@ -20,9 +20,12 @@ pub enum Reference {
     Z,
 }
 
+/// A two-sided p-value function and the 97.5% quantile.
+type TailAndQuantile = (Box<dyn Fn(f64) -> f64>, f64);
+
 impl Reference {
     /// Two-sided p-value and the 97.5% quantile; `None` without degrees of freedom.
-    fn tail_and_quantile(self) -> Option<(Box<dyn Fn(f64) -> f64>, f64)> {
+    fn tail_and_quantile(self) -> Option<TailAndQuantile> {
         match self {
             Reference::T(df) if df > 0.0 => {
                 let t = StudentsT::new(0.0, 1.0, df).expect("df > 0");

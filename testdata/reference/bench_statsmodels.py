@@ -5,7 +5,7 @@ loaded into memory").
 Usage (after `cargo run --release --bin fedsql-bench` wrote bench-data/):
 
     pip install statsmodels pandas pyarrow
-    python3 testdata/reference/bench_statsmodels.py [bench-data/]
+    python3 testdata/reference/bench_statsmodels.py [bench-data/ [runs]]
 
 It loads the 8 client Parquet files into one in-memory table, then fits
 y_logistic ~ x1..x10 (binomial) and y_poisson ~ x1..x10 (poisson) with
@@ -25,7 +25,7 @@ import statsmodels.api as sm
 
 def main() -> None:
     folder = sys.argv[1] if len(sys.argv) > 1 else "bench-data/"
-    runs = 3
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     started = time.perf_counter()
     files = sorted(glob.glob(f"{folder.rstrip('/')}/*.parquet"))
     data = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)

@@ -75,22 +75,21 @@ pub fn inverse_spd(a: &DMatrix<f64>) -> Option<DMatrix<f64>> {
 /// no variation at all (zero diagonal) is aliased.
 pub fn aliased_columns(gram: &DMatrix<f64>, tol: f64) -> Vec<bool> {
     let mut kept: Vec<usize> = Vec::new();
-    let mut aliased = vec![false; gram.nrows()];
-    for j in 0..gram.nrows() {
-        let mut candidate = kept.clone();
-        candidate.push(j);
-        let independent = cholesky(&select(gram, &candidate)).is_some_and(|(chol, _)| {
-            let l = chol.l();
-            let last = candidate.len() - 1;
-            l[(last, last)] * l[(last, last)] > tol
-        });
-        if independent {
-            kept.push(j);
-        } else {
-            aliased[j] = true;
-        }
-    }
-    aliased
+    (0..gram.nrows())
+        .map(|j| {
+            let mut candidate = kept.clone();
+            candidate.push(j);
+            let independent = cholesky(&select(gram, &candidate)).is_some_and(|(chol, _)| {
+                let l = chol.l();
+                let last = candidate.len() - 1;
+                l[(last, last)] * l[(last, last)] > tol
+            });
+            if independent {
+                kept.push(j);
+            }
+            !independent
+        })
+        .collect()
 }
 
 /// The rank of a Gram matrix (its number of non-aliased columns).

@@ -28,7 +28,6 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use fedsql_udfs::family::{Family, Link, parse_family};
@@ -208,13 +207,7 @@ impl TableProvider for GlmTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let state = state
-            .as_any()
-            .downcast_ref::<SessionState>()
-            .ok_or_else(|| {
-                datafusion::error::DataFusionError::Plan("glm needs a fedsql session".into())
-            })?
-            .clone();
+        let state = super::fit_session(state, "glm")?;
         let (output, spec) = (self.output, self.spec.clone());
         let compute = Arc::new(move || {
             // The fit's rounds run in one scope: clients may keep their

@@ -18,7 +18,6 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use fedsql_udfs::ols::{OlsFit, fit_ols};
@@ -131,13 +130,7 @@ impl TableProvider for LmTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let state = state
-            .as_any()
-            .downcast_ref::<SessionState>()
-            .ok_or_else(|| {
-                datafusion::error::DataFusionError::Plan("lm needs a fedsql session".into())
-            })?
-            .clone();
+        let state = super::fit_session(state, "lm")?;
         let (output, source, formula) = (self.output, self.source.clone(), self.formula.clone());
         let compute = Arc::new(move || {
             let ctx = FedContext::from_state(state.clone());

@@ -1,13 +1,22 @@
 //! The one integration test binary (every extra tests/*.rs would link
-//! DataFusion again). Each module is one suite.
+//! DataFusion again). Each module is one suite, in tests/suites/.
 
+#[path = "suites/support.rs"]
 mod support;
 
+#[path = "suites/consistency.rs"]
 mod consistency;
+#[path = "suites/dataframe.rs"]
 mod dataframe;
+#[path = "suites/explain.rs"]
 mod explain;
+#[path = "suites/glm.rs"]
 mod glm;
+#[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/refusal.rs"]
 mod refusal;
+#[path = "suites/repl.rs"]
 mod repl;
+#[path = "suites/tables.rs"]
 mod tables;

@@ -6,28 +6,22 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, StructArray};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use datafusion::arrow::datatypes::{DataType, Field, Fields};
 use datafusion::common::{Result, ScalarValue};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature};
+use datafusion::logical_expr::AggregateUDF;
 
-use crate::comoments::{CoMoments, CoMomentsAccumulator, argument_names};
+use crate::comoments::{CoMoments, CoMomentsAggregate};
 use crate::labeled::{
     matrix_array, matrix_type, names_array, names_type, vector_array, vector_type,
 };
 
-/// The centered co-moments of its arguments.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CenteredMoments {
-    signature: Signature,
-}
-
-impl Default for CenteredMoments {
-    fn default() -> Self {
-        Self {
-            signature: crate::comoments::numeric_signature(),
-        }
-    }
+/// `centered_moments(x1, ..., xk)`: the co-moment state itself (n, means, centered cross products).
+pub fn centered_moments() -> AggregateUDF {
+    AggregateUDF::from(CoMomentsAggregate::new(
+        "centered_moments",
+        DataType::Struct(centered_moments_fields()),
+        finish,
+    ))
 }
 
 /// The fields of the result struct.
@@ -53,35 +47,6 @@ fn finish(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
         columns,
         None,
     )?)))
-}
-
-impl AggregateUDFImpl for CenteredMoments {
-    fn name(&self) -> &str {
-        "centered_moments"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Struct(centered_moments_fields()))
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        crate::comoments::coerce_to_float(self.name(), arg_types)
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(CoMoments::state_fields(args.name, args.input_fields.len()))
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CoMomentsAccumulator::new(
-            argument_names(&args),
-            finish,
-        )))
-    }
 }
 
 /// Reads row `row` of a `centered_moments` result back into names and state.

@@ -358,6 +358,92 @@ mod tests {
 /// How an aggregate over co-moments turns the merged state into its result.
 pub type Finish = fn(&CoMoments, &[String]) -> Result<ScalarValue>;
 
+/// An aggregate over the co-moments of its numeric arguments. The aggregates
+/// of this kind differ only in their name, result type and [`Finish`]; each
+/// is defined in its own file by a constructor.
+#[derive(Debug)]
+pub struct CoMomentsAggregate {
+    name: &'static str,
+    return_type: DataType,
+    /// Fewest arguments, with what they are for (for the error).
+    min_args: (usize, &'static str),
+    finish: Finish,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl CoMomentsAggregate {
+    /// The aggregate `name`, returning `return_type` made by `finish`.
+    pub fn new(name: &'static str, return_type: DataType, finish: Finish) -> Self {
+        Self {
+            name,
+            return_type,
+            min_args: (1, "at least one numeric argument"),
+            finish,
+            signature: numeric_signature(),
+        }
+    }
+
+    /// The same, needing at least `n` arguments (`usage` says which).
+    pub fn with_min_args(mut self, n: usize, usage: &'static str) -> Self {
+        self.min_args = (n, usage);
+        self
+    }
+}
+
+// Aggregates are told apart by name: two with one name are the same function.
+impl PartialEq for CoMomentsAggregate {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for CoMomentsAggregate {}
+
+impl std::hash::Hash for CoMomentsAggregate {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl datafusion::logical_expr::AggregateUDFImpl for CoMomentsAggregate {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        let (min, usage) = self.min_args;
+        if arg_types.len() < min {
+            return datafusion::common::plan_err!("{} needs {usage}", self.name);
+        }
+        Ok(self.return_type.clone())
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        coerce_to_float(self.name, arg_types)
+    }
+
+    fn state_fields(
+        &self,
+        args: datafusion::logical_expr::function::StateFieldsArgs,
+    ) -> Result<Vec<FieldRef>> {
+        Ok(CoMoments::state_fields(args.name, args.input_fields.len()))
+    }
+
+    fn accumulator(
+        &self,
+        args: datafusion::logical_expr::function::AccumulatorArgs,
+    ) -> Result<Box<dyn datafusion::logical_expr::Accumulator>> {
+        Ok(Box::new(CoMomentsAccumulator::new(
+            argument_names(&args),
+            self.finish,
+        )))
+    }
+}
+
 /// The accumulator shared by every co-moment aggregate: it differs between
 /// them only in how the merged state is finished.
 #[derive(Debug)]

@@ -2,59 +2,23 @@
 //! columns (listwise deletion of rows with a NULL). State: the centered
 //! co-moments n, means and cross products (k² + k + 1 numbers).
 
-use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, ScalarValue};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature};
+use datafusion::logical_expr::AggregateUDF;
 
-use crate::comoments::{CoMoments, CoMomentsAccumulator, argument_names};
+use crate::comoments::{CoMoments, CoMomentsAggregate};
 use crate::labeled::{labeled_matrix, labeled_matrix_type};
 
-/// The sample covariance matrix of its arguments, as a labeled matrix.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CovarianceMatrix {
-    signature: Signature,
-}
-
-impl Default for CovarianceMatrix {
-    fn default() -> Self {
-        Self {
-            signature: crate::comoments::numeric_signature(),
-        }
-    }
+/// `covariance_matrix(x1, ..., xk)`: the sample covariance matrix, as a labeled matrix.
+pub fn covariance_matrix() -> AggregateUDF {
+    AggregateUDF::from(CoMomentsAggregate::new(
+        "covariance_matrix",
+        labeled_matrix_type(),
+        finish,
+    ))
 }
 
 fn finish(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     labeled_matrix(names, state.covariance().as_ref())
-}
-
-impl AggregateUDFImpl for CovarianceMatrix {
-    fn name(&self) -> &str {
-        "covariance_matrix"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(labeled_matrix_type())
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        crate::comoments::coerce_to_float(self.name(), arg_types)
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(CoMoments::state_fields(args.name, args.input_fields.len()))
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CoMomentsAccumulator::new(
-            argument_names(&args),
-            finish,
-        )))
-    }
 }
 
 #[cfg(test)]

@@ -26,11 +26,11 @@ use datafusion::prelude::SessionContext;
 /// Every aggregate function of this crate.
 pub fn all() -> Vec<AggregateUDF> {
     vec![
-        AggregateUDF::from(covariance_matrix::CovarianceMatrix::default()),
-        AggregateUDF::from(correlation_matrix::CorrelationMatrix::default()),
-        AggregateUDF::from(normal_equations::NormalEquations::new(true)),
-        AggregateUDF::from(normal_equations::NormalEquations::new(false)),
-        AggregateUDF::from(centered_moments::CenteredMoments::default()),
+        covariance_matrix::covariance_matrix(),
+        correlation_matrix::correlation_matrix(),
+        normal_equations::normal_equations(),
+        normal_equations::normal_equations_no_intercept(),
+        centered_moments::centered_moments(),
         AggregateUDF::from(irls_step::IrlsStep::default()),
     ]
 }

@@ -11,13 +11,12 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StructArray};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use datafusion::arrow::datatypes::{DataType, Field, Fields};
 use datafusion::common::{Result, ScalarValue};
-use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature};
+use datafusion::logical_expr::AggregateUDF;
 use ndarray::{Array1, Array2};
 
-use crate::comoments::{CoMoments, CoMomentsAccumulator, argument_names};
+use crate::comoments::{CoMoments, CoMomentsAggregate, Finish};
 use crate::labeled::{
     matrix_array, matrix_type, names_array, names_type, vector_array, vector_type,
 };
@@ -25,21 +24,21 @@ use crate::labeled::{
 /// The name of the intercept term.
 pub const INTERCEPT: &str = "(Intercept)";
 
-/// The normal-equation blocks of y on x1..xk, with or without an intercept.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct NormalEquations {
-    signature: Signature,
-    intercept: bool,
+/// `normal_equations(y, x1, ..., xk)`: X'X with an intercept column, X'y, y'y, n.
+pub fn normal_equations() -> AggregateUDF {
+    aggregate("normal_equations", finish_with_intercept)
 }
 
-impl NormalEquations {
-    /// `normal_equations` (intercept) or `normal_equations_no_intercept`.
-    pub fn new(intercept: bool) -> Self {
-        Self {
-            signature: crate::comoments::numeric_signature(),
-            intercept,
-        }
-    }
+/// `normal_equations_no_intercept(y, x1, ..., xk)`: the same without the intercept.
+pub fn normal_equations_no_intercept() -> AggregateUDF {
+    aggregate("normal_equations_no_intercept", finish_without_intercept)
+}
+
+fn aggregate(name: &'static str, finish: Finish) -> AggregateUDF {
+    AggregateUDF::from(
+        CoMomentsAggregate::new(name, DataType::Struct(normal_equations_fields()), finish)
+            .with_min_args(2, "y and at least one x: (y, x1, ..., xk)"),
+    )
 }
 
 /// The fields of the result struct.
@@ -102,50 +101,6 @@ fn finish_with_intercept(state: &CoMoments, names: &[String]) -> Result<ScalarVa
 
 fn finish_without_intercept(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     finish(state, names, false)
-}
-
-impl AggregateUDFImpl for NormalEquations {
-    fn name(&self) -> &str {
-        if self.intercept {
-            "normal_equations"
-        } else {
-            "normal_equations_no_intercept"
-        }
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        if arg_types.len() < 2 {
-            return datafusion::common::plan_err!(
-                "{}(y, x1, ..., xk) needs y and at least one x",
-                self.name()
-            );
-        }
-        Ok(DataType::Struct(normal_equations_fields()))
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        crate::comoments::coerce_to_float(self.name(), arg_types)
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(CoMoments::state_fields(args.name, args.input_fields.len()))
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let finish = if self.intercept {
-            finish_with_intercept
-        } else {
-            finish_without_intercept
-        };
-        Ok(Box::new(CoMomentsAccumulator::new(
-            argument_names(&args),
-            finish,
-        )))
-    }
 }
 
 #[cfg(test)]

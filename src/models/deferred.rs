@@ -1,20 +1,85 @@
-//! A physical plan whose one batch is computed by an async function when the
-//! plan is executed (not when it is planned): model fitting table functions
-//! run their federated rounds here, so `EXPLAIN` does not fit anything.
+//! A model fit as a table: [`FitTable`] knows its schema when planned, and
+//! its one batch is computed by [`DeferredExec`] when the plan is executed
+//! (not when it is planned), so `EXPLAIN` does not fit anything. The model
+//! table functions (`lm`, `glm`, ...) only say how to fit.
 
 use std::fmt;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::future::BoxFuture;
+
+/// Fits the model in a session and returns its result batch.
+pub type Fit =
+    Arc<dyn Fn(SessionState) -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
+
+/// A model fit as a table (see the module docs).
+pub struct FitTable {
+    label: String,
+    schema: SchemaRef,
+    fit: Fit,
+}
+
+impl FitTable {
+    /// A table of `schema` whose rows `fit` computes; `label` names it in plans.
+    pub fn new(label: String, schema: SchemaRef, fit: Fit) -> Self {
+        Self { label, schema, fit }
+    }
+}
+
+impl fmt::Debug for FitTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FitTable({})", self.label)
+    }
+}
+
+#[async_trait]
+impl TableProvider for FitTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        // The fit's queries run in the same session: catalog, functions, settings.
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .cloned()
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!("{} needs a fedsql session", self.label))
+            })?;
+        let fit = Arc::clone(&self.fit);
+        let compute: Compute = Arc::new(move || fit(state.clone()));
+        Ok(Arc::new(DeferredExec::new(
+            self.label.clone(),
+            self.schema(),
+            projection.cloned(),
+            compute,
+        )?))
+    }
+}
 
 /// Produces the batch, when executed.
 pub type Compute = Arc<dyn Fn() -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;

@@ -22,14 +22,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{
     ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::logical_expr::{Expr, TableType};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::family::{Family, Link, parse_family};
 use fedsql_udfs::irls_step::{IrlsConfig, IrlsSums, NullMean};
 use fedsql_udfs::linalg::{
@@ -41,7 +38,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
-use super::deferred::DeferredExec;
+use super::deferred::{Fit, FitTable};
 use super::inference::{Reference, coefficients_batch, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
 use crate::context::FedContext;
@@ -152,10 +149,45 @@ impl TableFunctionImpl for GlmFunction {
         let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
         let spec = GlmSpec::parse(&strings)
             .map_err(|e| datafusion::error::DataFusionError::Plan(format!("{name}: {e}")))?;
-        Ok(Arc::new(GlmTable {
-            output: self.output,
-            spec,
-        }))
+        let label = format!(
+            "{name}('{}', family {}({}))",
+            spec.source.given, spec.family, spec.link
+        );
+        let output = self.output;
+        let schema = match output {
+            GlmOutput::Coefficients => coefficients_schema(),
+            GlmOutput::Stats => stats_schema(),
+        };
+        let fit_table: Fit = Arc::new(move |state| {
+            // The fit's rounds run in one scope: clients may keep their
+            // decoded rows in memory until the fit ends.
+            let scope = FitScope::new();
+            let notices = state.config().get_extension::<Notices>();
+            let progress = state.config().get_extension::<Progress>();
+            let mut fit_state = state;
+            fit_state.config_mut().set_extension(Arc::clone(&scope));
+            let ctx = FedContext::from_state(fit_state);
+            let spec = spec.clone();
+            async move {
+                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
+                ctx.release_fit(scope.id()).await;
+                let fit = fitted?;
+                if let Some(notices) = notices {
+                    for warning in &fit.warnings {
+                        notices.push(format!("Warning: {warning}"));
+                    }
+                    if output == GlmOutput::Coefficients {
+                        notices.push(fit.summary());
+                    }
+                }
+                match output {
+                    GlmOutput::Coefficients => fit.coefficients(),
+                    GlmOutput::Stats => fit.stats(),
+                }
+            }
+            .boxed()
+        });
+        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
     }
 }
 
@@ -179,76 +211,6 @@ pub fn stats_schema() -> SchemaRef {
         i("iterations"),
         Field::new("converged", DataType::Boolean, false),
     ]))
-}
-
-#[derive(Debug)]
-struct GlmTable {
-    output: GlmOutput,
-    spec: GlmSpec,
-}
-
-#[async_trait]
-impl TableProvider for GlmTable {
-    fn schema(&self) -> SchemaRef {
-        match self.output {
-            GlmOutput::Coefficients => coefficients_schema(),
-            GlmOutput::Stats => stats_schema(),
-        }
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let state = super::fit_session(state, "glm")?;
-        let (output, spec) = (self.output, self.spec.clone());
-        let compute = Arc::new(move || {
-            // The fit's rounds run in one scope: clients may keep their
-            // decoded rows in memory until the fit ends.
-            let scope = FitScope::new();
-            let mut fit_state = state.clone();
-            fit_state.config_mut().set_extension(Arc::clone(&scope));
-            let ctx = FedContext::from_state(fit_state);
-            let notices = state.config().get_extension::<Notices>();
-            let progress = state.config().get_extension::<Progress>();
-            let spec = spec.clone();
-            async move {
-                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
-                ctx.release_fit(scope.id()).await;
-                let fit = fitted?;
-                if let Some(notices) = notices {
-                    for warning in &fit.warnings {
-                        notices.push(format!("Warning: {warning}"));
-                    }
-                    if output == GlmOutput::Coefficients {
-                        notices.push(fit.summary());
-                    }
-                }
-                match output {
-                    GlmOutput::Coefficients => fit.coefficients(),
-                    GlmOutput::Stats => fit.stats(),
-                }
-            }
-            .boxed()
-        });
-        let label = format!(
-            "glm('{}', family {}({}))",
-            self.spec.source.given, self.spec.family, self.spec.link
-        );
-        Ok(Arc::new(DeferredExec::new(
-            label,
-            self.schema(),
-            projection.cloned(),
-            compute,
-        )?))
-    }
 }
 
 /// A fitted GLM.

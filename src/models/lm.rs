@@ -14,17 +14,14 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::logical_expr::{Expr, TableType};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 use futures::FutureExt;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::deferred::DeferredExec;
+use super::deferred::{Fit, FitTable};
 use super::inference::{self, Reference, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
 use crate::context::FedContext;
@@ -65,11 +62,22 @@ impl TableFunctionImpl for LmFunction {
                 "{name}: offset() and cbind() belong to glm formulas"
             );
         }
-        Ok(Arc::new(LmTable {
-            output: self.output,
-            source: ModelSource::parse(&strings[0]),
-            formula,
-        }))
+        let source = ModelSource::parse(&strings[0]);
+        let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
+        let (output, schema) = (self.output, self.schema());
+        let fit_table: Fit = Arc::new(move |state| {
+            let ctx = FedContext::from_state(state);
+            let (source, formula) = (source.clone(), formula.clone());
+            async move {
+                let fit = fit(&ctx, &source, &formula).await?;
+                match output {
+                    LmOutput::Coefficients => coefficients_batch(&fit.ols),
+                    LmOutput::Stats => stats_batch(&fit),
+                }
+            }
+            .boxed()
+        });
+        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
     }
 }
 
@@ -78,6 +86,13 @@ impl LmFunction {
         match self.output {
             LmOutput::Coefficients => "lm",
             LmOutput::Stats => "lm_stats",
+        }
+    }
+
+    fn schema(&self) -> SchemaRef {
+        match self.output {
+            LmOutput::Coefficients => coefficients_schema(),
+            LmOutput::Stats => stats_schema(),
         }
     }
 }
@@ -100,62 +115,6 @@ pub fn stats_schema() -> SchemaRef {
         f("bic"),
         i("rows_dropped"),
     ]))
-}
-
-/// A fit of `formula` on `source`, as a table.
-#[derive(Debug)]
-struct LmTable {
-    output: LmOutput,
-    source: ModelSource,
-    formula: Formula,
-}
-
-#[async_trait]
-impl TableProvider for LmTable {
-    fn schema(&self) -> SchemaRef {
-        match self.output {
-            LmOutput::Coefficients => coefficients_schema(),
-            LmOutput::Stats => stats_schema(),
-        }
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let state = super::fit_session(state, "lm")?;
-        let (output, source, formula) = (self.output, self.source.clone(), self.formula.clone());
-        let compute = Arc::new(move || {
-            let ctx = FedContext::from_state(state.clone());
-            let (source, formula) = (source.clone(), formula.clone());
-            async move {
-                let fit = fit(&ctx, &source, &formula).await?;
-                match output {
-                    LmOutput::Coefficients => coefficients_batch(&fit.ols),
-                    LmOutput::Stats => stats_batch(&fit),
-                }
-            }
-            .boxed()
-        });
-        let label = format!(
-            "lm('{}', '{}')",
-            self.source.given,
-            formula_text(&self.formula)
-        );
-        Ok(Arc::new(DeferredExec::new(
-            label,
-            self.schema(),
-            projection.cloned(),
-            compute,
-        )?))
-    }
 }
 
 fn formula_text(f: &Formula) -> String {

@@ -11,23 +11,7 @@ pub mod source;
 
 use std::sync::Arc;
 
-use datafusion::catalog::Session;
-use datafusion::error::DataFusionError;
-use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
-
-/// The session a model table function's scan runs in: its fit's queries
-/// use the same catalog, functions and settings.
-pub(crate) fn fit_session(
-    state: &dyn Session,
-    function: &str,
-) -> datafusion::error::Result<SessionState> {
-    state
-        .as_any()
-        .downcast_ref::<SessionState>()
-        .cloned()
-        .ok_or_else(|| DataFusionError::Plan(format!("{function} needs a fedsql session")))
-}
 
 /// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`).
 pub fn register_all(ctx: &SessionContext) {

@@ -15,18 +15,15 @@
 //! and responses elementwise, then X'WX by one matrix product over the
 //! batch's weighted columns.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
-use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::arrow::array::{ArrayRef, AsArray};
+use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
+use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatility};
-use datafusion::physical_expr::expressions::Literal;
 use ndarray::{Array1, Array2};
 
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
+use crate::flat_state;
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -195,16 +192,6 @@ impl IrlsSums {
         v
     }
 
-    fn add(&mut self, other: &IrlsSums) {
-        let sum: Vec<f64> = self
-            .to_vec()
-            .iter()
-            .zip(other.to_vec())
-            .map(|(a, b)| a + b)
-            .collect();
-        *self = Self::from_slice(&sum, self.xtwz.len());
-    }
-
     /// Adds one batch of complete rows.
     fn update(
         &mut self,
@@ -370,33 +357,19 @@ impl AggregateUDFImpl for IrlsStep {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::new_list(DataType::Float64, true))
+        Ok(flat_state::result_type())
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         let k = args.input_fields.len() - LEADING;
-        let item = Arc::new(Field::new_list_field(DataType::Float64, true));
-        Ok(vec![Arc::new(Field::new(
-            format_state_name(args.name, "sums"),
-            DataType::FixedSizeList(item, (SCALARS + k * k + k) as i32),
-            true,
-        ))])
+        Ok(vec![flat_state::state_field(
+            args.name,
+            SCALARS + k * k + k,
+        )])
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let config = args.exprs[0]
-            .downcast_ref::<Literal>()
-            .and_then(|l| match l.value() {
-                ScalarValue::Utf8(Some(s))
-                | ScalarValue::Utf8View(Some(s))
-                | ScalarValue::LargeUtf8(Some(s)) => Some(s.clone()),
-                _ => None,
-            })
-            .ok_or_else(|| {
-                datafusion::error::DataFusionError::Plan(
-                    "irls_step: the config must be a constant string".into(),
-                )
-            })?;
+        let config = flat_state::config_literal(self.name(), &args.exprs[0])?;
         let config =
             IrlsConfig::decode(&config).map_err(datafusion::error::DataFusionError::Plan)?;
         let k = args.exprs.len() - LEADING;
@@ -434,49 +407,19 @@ impl Accumulator for IrlsAccumulator {
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let lists = states[0].as_fixed_size_list();
         let k = self.sums.xtwz.len();
-        for row in 0..lists.len() {
-            if lists.is_null(row) {
-                continue;
-            }
-            let values = lists.value(row);
-            let values = values.as_primitive::<Float64Type>().values();
-            if values.len() != SCALARS + k * k + k {
-                return exec_err!(
-                    "irls_step state of {} values, expected {}",
-                    values.len(),
-                    SCALARS + k * k + k
-                );
-            }
-            self.sums.add(&IrlsSums::from_slice(values, k));
-        }
+        let mut total = self.sums.to_vec();
+        flat_state::merge_into("irls_step", &mut total, &states[0])?;
+        self.sums = IrlsSums::from_slice(&total, k);
         Ok(())
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let values = self.sums.to_vec();
-        let item = Arc::new(Field::new_list_field(DataType::Float64, true));
-        let len = values.len() as i32;
-        let array = datafusion::arrow::array::FixedSizeListArray::new(
-            item,
-            len,
-            Arc::new(Float64Array::from(values)),
-            None,
-        );
-        Ok(vec![ScalarValue::FixedSizeList(Arc::new(array))])
+        Ok(vec![flat_state::state_value(self.sums.to_vec())])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::List(ScalarValue::new_list_nullable(
-            &self
-                .sums
-                .to_vec()
-                .into_iter()
-                .map(ScalarValue::from)
-                .collect::<Vec<_>>(),
-            &DataType::Float64,
-        )))
+        Ok(flat_state::result_value(self.sums.to_vec()))
     }
 
     fn size(&self) -> usize {

@@ -12,11 +12,13 @@ pub mod comoments;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod family;
+pub mod flat_state;
 pub mod irls_step;
 pub mod labeled;
 pub mod linalg;
 pub mod normal_equations;
 pub mod ols;
+pub mod sgd_step;
 #[cfg(test)]
 mod testing;
 
@@ -32,6 +34,8 @@ pub fn all() -> Vec<AggregateUDF> {
         normal_equations::normal_equations_no_intercept(),
         centered_moments::centered_moments(),
         AggregateUDF::from(irls_step::IrlsStep::default()),
+        sgd_step::sgd_gradient(),
+        sgd_step::sgd_newton(),
     ]
 }
 
@@ -70,6 +74,9 @@ mod tests {
                 // Leading arguments: config, y, trials, offset, weight.
                 "irls_step" => {
                     "irls_step('family=gaussian;beta=1.0,0.5', c, 1.0, 0.0, 1.0, a, b)".to_string()
+                }
+                "sgd_gradient" | "sgd_newton" => {
+                    format!("{}('model=linear;theta=1.0,0.5', c, 0.0, a, b)", f.name())
                 }
                 name => format!("{name}(a, b, c)"),
             };

@@ -110,6 +110,19 @@ impl FedDataFrame {
         round::execute(&state, optimized).await
     }
 
+    /// Runs an aggregate query once per client: each chosen client's state
+    /// is decoded on its own (see [`round::execute_per_client`]). `choose`
+    /// picks clients by index from the federated table's client names.
+    pub async fn collect_per_client(
+        self,
+        choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
+    ) -> Result<Vec<round::ClientAnswer>> {
+        exposure::check(self.df.logical_plan(), &self.label)?;
+        let (state, plan) = self.df.into_parts();
+        let optimized = state.optimize(&plan)?;
+        round::execute_per_client(&state, optimized, choose).await
+    }
+
     /// The EXPLAIN FEDERATED text of this query.
     pub async fn explain_federated(self) -> Result<String> {
         self.ctx.explain_plan(self.df, &self.label).await

@@ -62,6 +62,56 @@ pub async fn execute(
     Ok((collect(physical, state.task_ctx()).await?, reports))
 }
 
+/// One client's own answer to the last cut of a query (see [`execute_per_client`]).
+#[derive(Debug, Clone)]
+pub struct ClientAnswer {
+    pub client: String,
+    /// The cut's output over this client's rows alone.
+    pub batches: Vec<RecordBatch>,
+}
+
+/// Runs an optimized plan whose last cut is answered client by client, for
+/// programs that weigh or sample clients (federated SGD): earlier cuts (the
+/// subqueries of a source) run as usual; the last cut runs at the clients
+/// that `choose` picks from the table's client names, and each client's
+/// state is decoded on its own. Returns the cut's output per client, in the
+/// order chosen; the rest of the plan above the cut is not run.
+pub async fn execute_per_client(
+    state: &SessionState,
+    plan: LogicalPlan,
+    choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
+) -> Result<Vec<ClientAnswer>> {
+    exposure::check(&plan, "the query")?;
+    let mut plan = plan;
+    loop {
+        let cut = lowest_cut(&plan).ok_or_else(|| {
+            FedError::Plan("internal: a per-client query must aggregate federated rows".into())
+        })?;
+        let round = plan_round(state, &cut).await?;
+        let rest = substitute(plan.clone(), &cut, shared_result(&cut, &[])?)?;
+        if lowest_cut(&rest).is_some() {
+            let (result, _) = run_round(state, &round).await?;
+            plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
+            continue;
+        }
+        let clients = round.encoder.table().clients();
+        let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
+        let chosen = choose(&names)?;
+        return try_join_all(chosen.into_iter().map(|i| {
+            let (client, round) = (&clients[i], &round);
+            async move {
+                let client_state = client.encode(&round.encoder).await?;
+                let decode = encoder::merge_and_decode(&round.partial, &[client_state])?;
+                Ok::<_, FedError>(ClientAnswer {
+                    client: client.name().to_string(),
+                    batches: collect(decode, state.task_ctx()).await?,
+                })
+            }
+        }))
+        .await;
+    }
+}
+
 /// The lowest aggregate over federated rows (one with no other cut below it).
 pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
     let mut below = None;

@@ -10,6 +10,8 @@ mod consistency;
 mod dataframe;
 #[path = "suites/explain.rs"]
 mod explain;
+#[path = "suites/fedsgd.rs"]
+mod fedsgd;
 #[path = "suites/glm.rs"]
 mod glm;
 #[path = "suites/lm.rs"]

@@ -40,11 +40,13 @@ use statrs::function::gamma::ln_gamma;
 
 use super::deferred::{Fit, FitTable};
 use super::inference::{Reference, coefficients_batch, coefficients_schema};
-use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
+use super::source::{
+    ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
+};
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::fit_cache::FitScope;
-use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
+use crate::formula::{Formula, Response, design_columns};
 use crate::notices::{Notices, Progress};
 
 const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
@@ -320,18 +322,7 @@ struct Design {
 
 async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
     let schema = spec.source.schema(ctx).await?;
-    let numeric = |column: &str, role: &str| -> Result<String> {
-        let t = schema
-            .field_with_name(column)
-            .map_err(|_| missing_column(column, &schema))?
-            .data_type();
-        if !t.is_numeric() {
-            return Err(FedError::Plan(format!(
-                "the {role} `{column}` is {t}; it must be numeric"
-            )));
-        }
-        Ok(format!("CAST({} AS DOUBLE)", quote_ident(column)))
-    };
+    let numeric = |column: &str, role: &str| numeric_argument(&schema, column, role);
     let (y, trials) = match &spec.formula.response {
         Response::Column(y) => (numeric(y, "response")?, "1.0".to_string()),
         Response::Counts {

@@ -4,16 +4,19 @@
 //! are sent to them.
 
 pub mod deferred;
+pub mod fedsgd;
 pub mod glm;
 pub mod inference;
 pub mod lm;
+pub mod optimizer;
 pub mod source;
 
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
-/// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`).
+/// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`,
+/// `fedsgd`, `fedsgd_history`).
 pub fn register_all(ctx: &SessionContext) {
     ctx.register_udtf(
         "lm",
@@ -37,6 +40,18 @@ pub fn register_all(ctx: &SessionContext) {
         "glm_stats",
         Arc::new(glm::GlmFunction {
             output: glm::GlmOutput::Stats,
+        }),
+    );
+    ctx.register_udtf(
+        "fedsgd",
+        Arc::new(fedsgd::FedSgdFunction {
+            output: fedsgd::FedSgdOutput::Coefficients,
+        }),
+    );
+    ctx.register_udtf(
+        "fedsgd_history",
+        Arc::new(fedsgd::FedSgdFunction {
+            output: fedsgd::FedSgdOutput::History,
         }),
     );
 }

@@ -12,7 +12,7 @@ use datafusion::logical_expr::Expr;
 
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::formula::{Formula, Levels, quote_ident};
+use crate::formula::{Formula, Levels, missing_column, quote_ident};
 
 /// The rows a model is fitted on.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +52,21 @@ impl ModelSource {
             .map_err(|e| FedError::Plan(format!("model source '{}': {e}", self.given)))?;
         Ok(Arc::new(Schema::new(df.schema().fields().clone())))
     }
+}
+
+/// `CAST("column" AS DOUBLE)` for a numeric column of the source, which
+/// plays `role` in the model (for the error when it is missing or not numeric).
+pub fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Result<String> {
+    let t = schema
+        .field_with_name(column)
+        .map_err(|_| missing_column(column, schema))?
+        .data_type();
+    if !t.is_numeric() {
+        return Err(FedError::Plan(format!(
+            "the {role} `{column}` is {t}; it must be numeric"
+        )));
+    }
+    Ok(format!("CAST({} AS DOUBLE)", quote_ident(column)))
 }
 
 /// `"a" IS NOT NULL AND "b" IS NOT NULL ...`: the rows a fit uses.

@@ -1,0 +1,812 @@
+//! `fedsgd` and `fedsgd_history`: federated SGD (FedSGD, McMahan et al.
+//! 2017) with server-side optimizers, from SQL.
+//!
+//! ```sql
+//! SELECT * FROM fedsgd('clinic', 'event ~ age + bmi + smoker', 'logistic',
+//!                      'optimizer=adam, learning_rate=0.05, rounds=200');
+//! SELECT * FROM fedsgd_history('clinic', 'event ~ age + bmi + smoker', 'logistic',
+//!                      'optimizer=newton, rounds=10, tolerance=1e-8');
+//! ```
+//!
+//! An iterative typed program, as TensorFlow Federated's federated SGD
+//! process runs it: each round the server's parameters θ are broadcast (the
+//! only thing sent to a client, inside the config of one `sgd_gradient`
+//! aggregate), each client returns the sum of its per-record gradients at θ,
+//! its loss sum and its example count (plus the curvature block for
+//! `newton`) — a fixed-size state — and the coordinator averages the
+//! clients' gradients (weighted by their example counts by default) and lets
+//! a server optimizer ([`super::optimizer`]) take the step. Optimizer state
+//! lives only at the coordinator.
+//!
+//! The objective is the mean loss plus an optional L2 penalty on every
+//! coefficient but the intercept: L(θ) = Σᵢ ℓᵢ(θ) / N + (l2 / 2) Σⱼ θⱼ².
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::normal_equations::INTERCEPT;
+use fedsql_udfs::sgd_step::{SgdConfig, SgdModel, SgdSums};
+use futures::FutureExt;
+use ndarray::{Array1, Array2};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::deferred::{Fit, FitTable};
+use super::optimizer::{OptimizerKind, ServerOptimizer, parse_bool};
+use super::source::{
+    ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
+};
+use crate::context::FedContext;
+use crate::error::{FedError, Result};
+use crate::fit_cache::FitScope;
+use crate::formula::{Formula, Response, design_columns};
+use crate::notices::{Notices, Progress};
+use crate::round::ClientAnswer;
+
+const USAGE: &str = "fedsgd('table or SELECT query', 'y ~ x1 + C(factor)', 'linear|logistic|poisson' [, 'optimizer=adam, learning_rate=0.05, rounds=200, ...'])";
+
+/// Which table a call returns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FedSgdOutput {
+    /// (term, estimate)
+    Coefficients,
+    /// (round, loss, gradient_norm, clients_used)
+    History,
+}
+
+/// The table functions `fedsgd` and `fedsgd_history`.
+#[derive(Debug)]
+pub struct FedSgdFunction {
+    pub output: FedSgdOutput,
+}
+
+/// How client gradients are averaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Weighting {
+    /// Weighted by example counts: the mean gradient over all examples.
+    NumExamples,
+    /// Every client's mean gradient counts the same.
+    Uniform,
+}
+
+/// Everything that defines a FedSGD run.
+#[derive(Debug, Clone)]
+pub struct FedSgdSpec {
+    pub source: ModelSource,
+    pub formula: Formula,
+    pub model: SgdModel,
+    pub optimizer: OptimizerKind,
+    pub learning_rate: f64,
+    pub rounds: usize,
+    pub l2: f64,
+    pub weighting: Weighting,
+    /// Clients sampled per round (all when `None`), with the sampling seed.
+    pub clients_per_round: Option<usize>,
+    pub seed: u64,
+    /// Fit on standardized columns (means and standard deviations learned by
+    /// one federated round), report on the original scale.
+    pub standardize: bool,
+    /// Stop when the gradient norm falls below this (0: run every round).
+    pub tolerance: f64,
+    /// Where the parameters start.
+    pub start: Start,
+}
+
+/// The starting parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Start {
+    /// Every coefficient 0.
+    Zero,
+    /// The intercept at the intercept-only fit (the link of the mean
+    /// response), every other coefficient 0; models without an intercept
+    /// start at 0.
+    Mean,
+}
+
+/// The options `fedsgd` takes besides each optimizer's own.
+const COMMON_OPTIONS: &[&str] = &[
+    "optimizer",
+    "learning_rate",
+    "rounds",
+    "l2",
+    "weighting",
+    "clients_per_round",
+    "seed",
+    "standardize",
+    "tolerance",
+    "start",
+];
+
+impl FedSgdSpec {
+    /// Parses the string arguments of `fedsgd(source, formula, model [, options])`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        if !(3..=4).contains(&args.len()) {
+            return Err(FedError::Plan(format!(
+                "fedsgd takes 3 or 4 arguments; usage: {USAGE}"
+            )));
+        }
+        let formula = Formula::parse(&args[1])?;
+        if matches!(formula.response, Response::Counts { .. }) {
+            return Err(FedError::Plan(
+                "fedsgd takes one response column; for cbind(successes, failures) use glm(..., 'binomial')".into(),
+            ));
+        }
+        let model = SgdModel::parse(&args[2]).map_err(FedError::Plan)?;
+        let options: Vec<(String, String)> = args
+            .get(3)
+            .map(|o| o.split(','))
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| {
+                o.split_once('=')
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                    .ok_or_else(|| {
+                        FedError::Plan(format!("option `{}`: expected key=value", o.trim()))
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let optimizer = match options.iter().find(|(k, _)| k == "optimizer") {
+            Some((_, name)) => OptimizerKind::parse(name)?,
+            None => OptimizerKind::Sgd,
+        };
+        let mut spec = FedSgdSpec {
+            source: ModelSource::parse(&args[0]),
+            formula,
+            model,
+            learning_rate: optimizer.default_learning_rate(),
+            optimizer,
+            rounds: 100,
+            l2: 0.0,
+            weighting: Weighting::NumExamples,
+            clients_per_round: None,
+            seed: 0,
+            standardize: false,
+            tolerance: 0.0,
+            start: Start::Mean,
+        };
+        for (key, value) in &options {
+            let bad = |what: &str| FedError::Plan(format!("option {key}={value}: {what}"));
+            let number = || value.parse::<f64>().map_err(|_| bad("expected a number"));
+            let whole = || {
+                value
+                    .parse::<usize>()
+                    .map_err(|_| bad("expected a whole number"))
+            };
+            match key.as_str() {
+                "optimizer" => {}
+                "learning_rate" => {
+                    spec.learning_rate = number()?;
+                    if !(spec.learning_rate > 0.0 && spec.learning_rate.is_finite()) {
+                        return Err(bad("the learning rate must be positive"));
+                    }
+                }
+                "rounds" => {
+                    spec.rounds = value
+                        .parse::<i64>()
+                        .map_err(|_| bad("expected a whole number"))?
+                        .try_into()
+                        .map_err(|_| bad("rounds must be at least 1"))?;
+                    if spec.rounds == 0 {
+                        return Err(bad("rounds must be at least 1"));
+                    }
+                }
+                "l2" => {
+                    spec.l2 = number()?;
+                    if !(spec.l2 >= 0.0 && spec.l2.is_finite()) {
+                        return Err(bad("the L2 penalty must not be negative"));
+                    }
+                }
+                "weighting" => {
+                    spec.weighting = match value.to_ascii_lowercase().as_str() {
+                        "num_examples" => Weighting::NumExamples,
+                        "uniform" => Weighting::Uniform,
+                        _ => return Err(bad("use num_examples or uniform")),
+                    }
+                }
+                "clients_per_round" => {
+                    let n = whole()?;
+                    if n == 0 {
+                        return Err(bad("at least one client per round"));
+                    }
+                    spec.clients_per_round = Some(n);
+                }
+                "seed" => spec.seed = value.parse().map_err(|_| bad("expected a whole number"))?,
+                "standardize" => {
+                    spec.standardize =
+                        parse_bool(value).ok_or_else(|| bad("expected true or false"))?
+                }
+                "tolerance" => {
+                    spec.tolerance = number()?;
+                    if spec.tolerance.is_nan() || spec.tolerance < 0.0 {
+                        return Err(bad("the tolerance must not be negative"));
+                    }
+                }
+                "start" => {
+                    spec.start = match value.to_ascii_lowercase().as_str() {
+                        "zero" => Start::Zero,
+                        "mean" => Start::Mean,
+                        _ => return Err(bad("use zero or mean")),
+                    }
+                }
+                other if spec.optimizer.options().contains(&other) => {
+                    spec.optimizer.set(other, value)?
+                }
+                other => {
+                    let all = OptimizerKind::NAMES
+                        .split(", ")
+                        .filter_map(|n| OptimizerKind::parse(n).ok())
+                        .find(|o| o.options().contains(&other));
+                    return Err(FedError::Plan(match all {
+                        Some(owner) => format!(
+                            "option `{other}` is for the {} optimizer, not {}",
+                            owner.name(),
+                            spec.optimizer.name()
+                        ),
+                        None => format!(
+                            "unknown option `{other}`: fedsgd takes {}{}",
+                            COMMON_OPTIONS.join(", "),
+                            spec.optimizer
+                                .options()
+                                .iter()
+                                .map(|o| format!(", {o}"))
+                                .collect::<String>()
+                        ),
+                    }));
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+impl TableFunctionImpl for FedSgdFunction {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
+        let name = match self.output {
+            FedSgdOutput::Coefficients => "fedsgd",
+            FedSgdOutput::History => "fedsgd_history",
+        };
+        let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
+        let spec = FedSgdSpec::parse(&strings)
+            .map_err(|e| datafusion::error::DataFusionError::Plan(format!("{name}: {e}")))?;
+        let label = format!(
+            "{name}('{}', {} model, {} optimizer)",
+            spec.source.given,
+            spec.model.name(),
+            spec.optimizer.name()
+        );
+        let output = self.output;
+        let schema = match output {
+            FedSgdOutput::Coefficients => coefficients_schema(),
+            FedSgdOutput::History => history_schema(),
+        };
+        let fit_table: Fit = Arc::new(move |state| {
+            let scope = FitScope::new();
+            let notices = state.config().get_extension::<Notices>();
+            let progress = state.config().get_extension::<Progress>();
+            let mut fit_state = state;
+            fit_state.config_mut().set_extension(Arc::clone(&scope));
+            let ctx = FedContext::from_state(fit_state);
+            let spec = spec.clone();
+            async move {
+                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
+                ctx.release_fit(scope.id()).await;
+                let fit = fitted?;
+                if let Some(notices) = notices {
+                    for warning in &fit.warnings {
+                        notices.push(format!("Warning: {warning}"));
+                    }
+                    notices.push(fit.summary(&spec));
+                }
+                match output {
+                    FedSgdOutput::Coefficients => fit.coefficients(),
+                    FedSgdOutput::History => fit.history_batch(),
+                }
+            }
+            .boxed()
+        });
+        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
+    }
+}
+
+/// The columns of `fedsgd`.
+pub fn coefficients_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("term", DataType::Utf8, false),
+        Field::new("estimate", DataType::Float64, false),
+    ]))
+}
+
+/// The columns of `fedsgd_history`.
+pub fn history_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("round", DataType::Int64, false),
+        Field::new("loss", DataType::Float64, false),
+        Field::new("gradient_norm", DataType::Float64, false),
+        Field::new("clients_used", DataType::Int64, false),
+    ]))
+}
+
+/// One round of the history: the objective and its gradient at the
+/// parameters the round started from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundRecord {
+    pub round: usize,
+    pub loss: f64,
+    pub gradient_norm: f64,
+    pub clients_used: usize,
+}
+
+/// A finished FedSGD run.
+#[derive(Debug, Clone)]
+pub struct FedSgdFit {
+    pub terms: Vec<String>,
+    /// The final coefficients, on the original scale.
+    pub estimate: Vec<f64>,
+    /// The coefficients after each round's step, on the original scale.
+    pub iterates: Vec<Vec<f64>>,
+    pub history: Vec<RoundRecord>,
+    /// Whether the gradient norm fell below the tolerance.
+    pub converged: bool,
+    pub warnings: Vec<String>,
+}
+
+impl FedSgdFit {
+    pub fn coefficients(&self) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new(
+            coefficients_schema(),
+            vec![
+                Arc::new(StringArray::from_iter_values(&self.terms)),
+                Arc::new(Float64Array::from(self.estimate.clone())),
+            ],
+        )?)
+    }
+
+    pub fn history_batch(&self) -> Result<RecordBatch> {
+        let h = &self.history;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(
+                h.iter().map(|r| r.round as i64),
+            )),
+            Arc::new(Float64Array::from_iter_values(h.iter().map(|r| r.loss))),
+            Arc::new(Float64Array::from_iter_values(
+                h.iter().map(|r| r.gradient_norm),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                h.iter().map(|r| r.clients_used as i64),
+            )),
+        ];
+        Ok(RecordBatch::try_new(history_schema(), columns)?)
+    }
+
+    /// What the REPL prints under the result.
+    pub fn summary(&self, spec: &FedSgdSpec) -> String {
+        let last = self.history.last();
+        let stop = if self.converged {
+            format!(
+                "stopped at round {}: gradient norm below tolerance {:e}",
+                self.history.len(),
+                spec.tolerance
+            )
+        } else {
+            format!("ran all {} rounds", spec.rounds)
+        };
+        format!(
+            "fedsgd: {} model, {} optimizer (learning rate {}); {stop}; final loss {:.6}, gradient norm {:.3e}",
+            spec.model.name(),
+            spec.optimizer.name(),
+            spec.learning_rate,
+            last.map_or(f64::NAN, |r| r.loss),
+            last.map_or(f64::NAN, |r| r.gradient_norm),
+        )
+    }
+}
+
+/// The SQL of a run: the arguments of `sgd_gradient` after its config
+/// (y, offset, x1, ..., xk) and the design column names.
+struct Design {
+    response: String,
+    offset: String,
+    columns: Vec<String>,
+    names: Vec<String>,
+    /// The source columns the model reads (for complete cases).
+    used: Vec<String>,
+}
+
+async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
+    let schema = spec.source.schema(ctx).await?;
+    let Response::Column(y) = &spec.formula.response else {
+        return Err(FedError::Plan("fedsgd takes one response column".into()));
+    };
+    let response = numeric_argument(&schema, y, "response")?;
+    let offset = match &spec.formula.offset {
+        Some(column) => numeric_argument(&schema, column, "offset")?,
+        None => "0.0".into(),
+    };
+    let factors = spec.formula.factors(&schema)?;
+    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
+    let mut names = Vec::new();
+    let mut columns = Vec::new();
+    if spec.formula.intercept {
+        names.push(INTERCEPT.to_string());
+        columns.push("1.0".to_string());
+    }
+    for c in design_columns(&spec.formula, &schema, &levels)? {
+        names.push(c.name);
+        columns.push(c.sql);
+    }
+    if columns.is_empty() {
+        return Err(FedError::Plan(
+            "the model has no coefficients: add a term or the intercept".into(),
+        ));
+    }
+    Ok(Design {
+        response,
+        offset,
+        columns,
+        names,
+        used: spec.formula.columns(),
+    })
+}
+
+/// Per design column: the centre and scale the model is fitted on
+/// (x − centre) / scale. Without standardization, (0, 1).
+type Scaling = Vec<(f64, f64)>;
+
+/// What a run learns before its first round, in one federated round over
+/// the rows the model uses: the mean response (for the starting intercept)
+/// and, to standardize, each column's mean and sample standard deviation.
+/// The intercept, constant columns and (without an intercept) every centre
+/// stay untouched.
+async fn learn_shared(
+    ctx: &FedContext,
+    spec: &FedSgdSpec,
+    design: &Design,
+) -> Result<(Scaling, f64)> {
+    let intercept = design.names.iter().any(|n| n == INTERCEPT);
+    let start = spec.start == Start::Mean && intercept;
+    let k = design.names.len();
+    if !start && !spec.standardize {
+        return Ok((vec![(0.0, 1.0); k], 0.0));
+    }
+    let (y, offset) = (&design.response, &design.offset);
+    let mut items = vec![format!(
+        "avg({y}), avg({offset}), sum({y}), sum(exp({offset}))"
+    )];
+    for column in &design.columns {
+        items.push(format!("avg({column}), stddev_samp({column})"));
+    }
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {}",
+        items.join(", "),
+        spec.source.from,
+        complete_cases(&design.used)
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batch = batches
+        .first()
+        .ok_or_else(|| FedError::Plan("internal: the first round returned nothing".into()))?;
+    let value = |i: usize| {
+        let c = datafusion::arrow::compute::cast(batch.column(i), &DataType::Float64)?;
+        let c = c.as_primitive::<Float64Type>();
+        Ok::<_, FedError>(if c.is_null(0) { f64::NAN } else { c.value(0) })
+    };
+    let (mean_y, mean_offset, sum_y, sum_exp_offset) = (value(0)?, value(1)?, value(2)?, value(3)?);
+    let intercept_start = if start {
+        let eta = match spec.model {
+            SgdModel::Linear => mean_y - mean_offset,
+            SgdModel::Logistic => (mean_y / (1.0 - mean_y)).ln() - mean_offset,
+            SgdModel::Poisson => (sum_y / sum_exp_offset).ln(),
+        };
+        // An all-0 (or all-1) response has no finite start: start from 0.
+        if eta.is_finite() { eta } else { 0.0 }
+    } else {
+        0.0
+    };
+    let mut scaling = Vec::new();
+    for (i, name) in design.names.iter().enumerate() {
+        let (mean, sd) = (value(4 + 2 * i)?, value(5 + 2 * i)?);
+        scaling.push(
+            if !spec.standardize || name == INTERCEPT || !(sd > 0.0 && sd.is_finite()) {
+                (0.0, 1.0)
+            } else if intercept {
+                (mean, sd)
+            } else {
+                (0.0, sd)
+            },
+        );
+    }
+    Ok((scaling, intercept_start))
+}
+
+/// Coefficients on the fitting scale mapped back to the original columns.
+fn original_scale(theta: &[f64], scaling: &Scaling, names: &[String]) -> Vec<f64> {
+    let mut beta: Vec<f64> = theta.iter().zip(scaling).map(|(t, (_, s))| t / s).collect();
+    if let Some(i) = names.iter().position(|n| n == INTERCEPT) {
+        let shift: f64 = beta.iter().zip(scaling).map(|(b, (m, _))| b * m).sum();
+        beta[i] -= shift;
+    }
+    beta
+}
+
+/// The clients of one round: all, or a seeded sample.
+fn choose_clients(
+    names: &[&str],
+    per_round: Option<usize>,
+    rng: &mut StdRng,
+) -> Result<Vec<usize>> {
+    match per_round {
+        None => Ok((0..names.len()).collect()),
+        Some(k) if k > names.len() => Err(FedError::Plan(format!(
+            "clients_per_round={k}, but the table has {} clients",
+            names.len()
+        ))),
+        Some(k) => {
+            let mut chosen = rand::seq::index::sample(rng, names.len(), k).into_vec();
+            chosen.sort_unstable();
+            Ok(chosen)
+        }
+    }
+}
+
+/// The aggregated objective of one round.
+struct Aggregated {
+    loss: f64,
+    gradient: Array1<f64>,
+    curvature: Option<Array2<f64>>,
+    clients_used: usize,
+}
+
+/// Averages the clients' sums as the weighting says; a client whose sums
+/// are not finite gets weight 0 (and a warning), as TensorFlow Federated
+/// does.
+fn aggregate(
+    answers: &[(String, SgdSums)],
+    weighting: Weighting,
+    round: usize,
+    skipped: &mut Vec<(String, usize)>,
+) -> Option<Aggregated> {
+    let k = answers.first()?.1.gradient.len();
+    let mut loss = 0.0;
+    let mut gradient = Array1::<f64>::zeros(k);
+    let mut curvature = answers
+        .first()?
+        .1
+        .curvature
+        .as_ref()
+        .map(|_| Array2::<f64>::zeros((k, k)));
+    let mut weight_total = 0.0;
+    let mut clients_used = 0;
+    for (client, sums) in answers {
+        if sums.n == 0.0 {
+            continue;
+        }
+        let finite = sums.loss.is_finite()
+            && sums.gradient.iter().all(|g| g.is_finite())
+            && sums
+                .curvature
+                .as_ref()
+                .is_none_or(|c| c.iter().all(|v| v.is_finite()));
+        if !finite {
+            skipped.push((client.clone(), round));
+            continue;
+        }
+        // Sums over the client's examples; a uniform weight divides them
+        // by the client's count first.
+        let scale = match weighting {
+            Weighting::NumExamples => 1.0,
+            Weighting::Uniform => 1.0 / sums.n,
+        };
+        loss += scale * sums.loss;
+        gradient.scaled_add(scale, &sums.gradient);
+        if let (Some(total), Some(c)) = (curvature.as_mut(), sums.curvature.as_ref()) {
+            total.scaled_add(scale, c);
+        }
+        weight_total += match weighting {
+            Weighting::NumExamples => sums.n,
+            Weighting::Uniform => 1.0,
+        };
+        clients_used += 1;
+    }
+    if clients_used == 0 {
+        return None;
+    }
+    Some(Aggregated {
+        loss: loss / weight_total,
+        gradient: gradient / weight_total,
+        curvature: curvature.map(|c| c / weight_total),
+        clients_used,
+    })
+}
+
+/// Runs FedSGD.
+pub async fn fit(
+    ctx: &FedContext,
+    spec: &FedSgdSpec,
+    progress: Option<&Progress>,
+) -> Result<FedSgdFit> {
+    let design = design(ctx, spec).await?;
+    let k = design.names.len();
+    let (scaling, intercept_start) = learn_shared(ctx, spec, &design).await?;
+    let columns: Vec<String> = design
+        .columns
+        .iter()
+        .zip(&scaling)
+        .map(|(sql, &(m, s))| {
+            if (m, s) == (0.0, 1.0) {
+                sql.clone()
+            } else {
+                format!("(({sql}) - {m:?}) / {s:?}")
+            }
+        })
+        .collect();
+    let function = if spec.optimizer.needs_curvature() {
+        "sgd_newton"
+    } else {
+        "sgd_gradient"
+    };
+    let penalized: Vec<f64> = design
+        .names
+        .iter()
+        .map(|n| if n == INTERCEPT { 0.0 } else { 1.0 })
+        .collect();
+    let penalized = Array1::from_vec(penalized);
+
+    // Centred columns (or zero coefficients) make η = intercept at the start
+    // on either scale.
+    let mut theta = vec![0.0; k];
+    if let Some(i) = design.names.iter().position(|n| n == INTERCEPT) {
+        theta[i] = intercept_start;
+    }
+    let mut optimizer = ServerOptimizer::new(spec.optimizer.clone(), spec.learning_rate, k);
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let mut history = Vec::new();
+    let mut iterates = Vec::new();
+    let mut skipped = Vec::new();
+    let mut converged = false;
+    for round in 1..=spec.rounds {
+        let config = SgdConfig {
+            model: spec.model,
+            theta: theta.clone(),
+        };
+        let sql = format!(
+            "SELECT {function}('{}', {}, {}, {}) FROM {}",
+            config.encode(),
+            design.response,
+            design.offset,
+            columns.join(", "),
+            spec.source.from
+        );
+        let per_round = spec.clients_per_round;
+        let answers = ctx
+            .sql(&sql)
+            .await?
+            .collect_per_client(|names| choose_clients(names, per_round, &mut rng))
+            .await?;
+        let answers = client_sums(&answers, k)?;
+        if round == 1 {
+            check_first_round(spec, &answers)?;
+        }
+        let Some(mut objective) = aggregate(&answers, spec.weighting, round, &mut skipped) else {
+            return Err(FedError::Plan(format!(
+                "round {round}: no client returned a usable gradient (every chosen client has no rows or a non-finite gradient); lower the learning_rate, or standardize=true"
+            )));
+        };
+        // The L2 penalty, on every coefficient but the intercept.
+        if spec.l2 > 0.0 {
+            let t = Array1::from_vec(theta.clone());
+            objective.loss += 0.5 * spec.l2 * (&t * &t * &penalized).sum();
+            objective.gradient.scaled_add(spec.l2, &(&t * &penalized));
+            if let Some(c) = objective.curvature.as_mut() {
+                for j in 0..k {
+                    c[(j, j)] += spec.l2 * penalized[j];
+                }
+            }
+        }
+        let gradient_norm = objective.gradient.dot(&objective.gradient).sqrt();
+        history.push(RoundRecord {
+            round,
+            loss: objective.loss,
+            gradient_norm,
+            clients_used: objective.clients_used,
+        });
+        if let Some(progress) = progress {
+            progress.report(&format!(
+                "fedsgd round {round}/{}: loss {:.6}, gradient norm {gradient_norm:.3e}",
+                spec.rounds, objective.loss
+            ));
+        }
+        if gradient_norm < spec.tolerance {
+            converged = true;
+            break;
+        }
+        optimizer.step(
+            &mut theta,
+            objective.gradient.as_slice().expect("contiguous"),
+            objective.curvature.as_ref(),
+        )?;
+        if theta.iter().any(|t| !t.is_finite()) {
+            return Err(FedError::Plan(format!(
+                "fedsgd diverged at round {round} (a coefficient is no longer finite): lower the learning_rate, or standardize=true"
+            )));
+        }
+        iterates.push(original_scale(&theta, &scaling, &design.names));
+    }
+    Ok(FedSgdFit {
+        estimate: original_scale(&theta, &scaling, &design.names),
+        terms: design.names,
+        iterates,
+        history,
+        converged,
+        warnings: nonfinite_warnings(&skipped),
+    })
+}
+
+/// The sums each client returned.
+fn client_sums(answers: &[ClientAnswer], k: usize) -> Result<Vec<(String, SgdSums)>> {
+    answers
+        .iter()
+        .map(|a| {
+            let batch = a.batches.first().ok_or_else(|| {
+                FedError::Plan(format!("internal: client `{}` answered nothing", a.client))
+            })?;
+            let list = batch.column(0).as_list::<i32>().value(0);
+            let values = list.as_primitive::<Float64Type>().values();
+            Ok((a.client.clone(), SgdSums::from_slice(values, k)))
+        })
+        .collect()
+}
+
+/// The first round's checks: responses in range, and rows to fit on.
+fn check_first_round(spec: &FedSgdSpec, answers: &[(String, SgdSums)]) -> Result<()> {
+    let invalid: f64 = answers.iter().map(|(_, s)| s.invalid).sum();
+    if invalid > 0.0 {
+        let rule = spec
+            .model
+            .check_response(-1.0)
+            .or(spec.model.check_response(2.0))
+            .or(spec.model.check_response(f64::NAN))
+            .unwrap_or("");
+        return Err(FedError::Plan(format!(
+            "{invalid} rows have a response outside the range of the {} model: {rule}",
+            spec.model.name()
+        )));
+    }
+    if answers.iter().all(|(_, s)| s.n == 0.0) && spec.clients_per_round.is_none() {
+        return Err(FedError::Plan(format!(
+            "no rows to fit: '{}' has no rows with every model column present",
+            spec.source.given
+        )));
+    }
+    Ok(())
+}
+
+/// One warning per client that was given weight 0 in some rounds.
+fn nonfinite_warnings(skipped: &[(String, usize)]) -> Vec<String> {
+    let mut clients: Vec<&str> = skipped.iter().map(|(c, _)| c.as_str()).collect();
+    clients.dedup();
+    clients.sort_unstable();
+    clients.dedup();
+    clients
+        .into_iter()
+        .map(|client| {
+            let rounds: Vec<usize> = skipped
+                .iter()
+                .filter(|(c, _)| c == client)
+                .map(|(_, r)| *r)
+                .collect();
+            format!(
+                "client `{client}` returned a non-finite gradient or loss in {} round(s) (first: round {}); it was given weight 0 there",
+                rounds.len(),
+                rounds[0]
+            )
+        })
+        .collect()
+}

@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod chart;
 pub mod cli;
 pub mod client;
 pub mod context;

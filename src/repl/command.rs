@@ -35,6 +35,11 @@ pub enum Command {
     Format(Option<OutputFormat>),
     /// `\i FILE`: run the statements and commands in a file.
     Include(PathBuf),
+    /// `\chart [Y [X]]`: draw the last result's column Y against X.
+    Chart {
+        y: Option<String>,
+        x: Option<String>,
+    },
 }
 
 /// Usage and description of every command, in the order `\?` lists them.
@@ -59,6 +64,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "show the output format, or set it: table, csv, json, ndjson",
     ),
     ("\\i FILE", "run the SQL statements and commands in FILE"),
+    (
+        "\\chart [Y [X]]",
+        "draw the last result's column Y against X (default: loss by round, e.g. after fedsgd_history)",
+    ),
 ];
 
 impl Command {
@@ -111,6 +120,16 @@ impl FromStr for Command {
             ("format", Some(format)) => Command::Format(Some(format.parse()?)),
             ("i", Some(file)) => Command::Include(PathBuf::from(unquote(file))),
             ("i", None) => return Err(needs("\\i FILE", "a file name")),
+            ("chart", arg) => {
+                let mut words = arg.unwrap_or("").split_whitespace().map(unquote);
+                let (y, x) = (words.next(), words.next());
+                if let Some(extra) = words.next() {
+                    return Err(FedError::Syntax(format!(
+                        "\\chart takes at most two column names (Y, then X), not `{extra}`"
+                    )));
+                }
+                Command::Chart { y, x }
+            }
             ("?" | "help" | "q" | "quit", Some(arg)) => {
                 return Err(FedError::Syntax(format!(
                     "\\{name} takes no argument `{arg}` (\\? lists the commands)"
@@ -181,6 +200,14 @@ mod tests {
             parse("\\format csv"),
             Command::Format(Some(OutputFormat::Csv))
         );
+        assert_eq!(parse("\\chart"), Command::Chart { y: None, x: None });
+        assert_eq!(
+            parse("\\chart loss round"),
+            Command::Chart {
+                y: Some("loss".into()),
+                x: Some("round".into())
+            }
+        );
         assert_eq!(
             parse("\\i 'queries/a b.sql'"),
             Command::Include("queries/a b.sql".into())
@@ -211,7 +238,8 @@ mod tests {
                 .replace("NAME", "t")
                 .replace("FILE", "f.sql")
                 .replace("[on|off]", "on")
-                .replace("[FORMAT]", "csv");
+                .replace("[FORMAT]", "csv")
+                .replace("[Y [X]]", "loss round");
             assert!(line.parse::<Command>().is_ok(), "{line}");
         }
     }

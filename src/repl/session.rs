@@ -78,6 +78,8 @@ pub struct Session {
     ctx: FedContext,
     options: ReplOptions,
     summary: ScriptSummary,
+    /// The last query result, for `\chart`.
+    last: Option<(SchemaRef, Vec<RecordBatch>)>,
 }
 
 impl Session {
@@ -88,6 +90,7 @@ impl Session {
             ctx: ctx.clone(),
             options,
             summary: ScriptSummary::default(),
+            last: None,
         }
     }
 
@@ -206,6 +209,7 @@ impl Session {
         if self.options.timing {
             print::print_timing(print::row_count(&batches, &schema), elapsed, &mut out)?;
         }
+        self.last = Some((schema, batches));
         Ok(())
     }
 
@@ -252,6 +256,15 @@ impl Session {
                 writeln!(out, "Output format is {format}.")?;
             }
             Command::Include(path) => return self.include(&path, out, depth).await,
+            Command::Chart { y, x } => {
+                let (schema, batches) = self.last.as_ref().ok_or_else(|| {
+                    FedError::Plan(
+                        "\\chart draws the last result: run a query first, e.g. SELECT * FROM fedsgd_history(...)".into(),
+                    )
+                })?;
+                let text = crate::chart::line_chart(batches, schema, y.as_deref(), x.as_deref())?;
+                write!(out, "{text}")?;
+            }
         }
         Ok(Flow::Continue)
     }

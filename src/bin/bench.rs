@@ -86,7 +86,7 @@ struct Args {
     /// Skip the aggregate suite (time only the models).
     #[arg(long)]
     no_suite: bool,
-    /// Skip the model fits (lm, glm binomial and poisson).
+    /// Skip the model fits (lm, glm binomial and poisson, fedsgd).
     #[arg(long)]
     no_models: bool,
 }
@@ -222,12 +222,11 @@ mod models {
         Ok(median(&times))
     }
 
-    /// One GLM fit: total seconds, IRLS iterations, and the times of the
-    /// rounds after the first (between consecutive progress reports).
-    async fn glm_fit(
+    /// One iterative fit (`sql`): total seconds, rounds, and the times of
+    /// the rounds after the first (between consecutive progress reports).
+    async fn iterative_fit(
         ctx: &FedContext,
-        family: &str,
-        y: &str,
+        sql: &str,
     ) -> BenchResult<(f64, usize, Vec<Duration>)> {
         let reports: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let sink = Arc::clone(&reports);
@@ -235,17 +234,32 @@ mod models {
             sink.lock().unwrap().push(Instant::now())
         }));
         let started = Instant::now();
-        ctx.sql(&format!(
-            "SELECT * FROM glm_stats('t', '{y} ~ {XS}', '{family}')"
-        ))
-        .await?
-        .collect()
-        .await?;
+        ctx.sql(sql).await?.collect().await?;
         let total = started.elapsed().as_secs_f64();
         ctx.take_notices();
         let reports = reports.lock().unwrap().clone();
         let rounds = reports.windows(2).map(|w| w[1] - w[0]).collect();
         Ok((total, reports.len(), rounds))
+    }
+
+    /// Runs an iterative fit once to warm up, then `runs` times: the median
+    /// whole-fit time, the median round after the first, and the rounds.
+    async fn median_fit(
+        ctx: &FedContext,
+        sql: &str,
+        runs: usize,
+    ) -> BenchResult<(f64, f64, usize)> {
+        iterative_fit(ctx, sql).await?;
+        let mut totals = Vec::new();
+        let mut rounds = Vec::new();
+        let mut count = 0;
+        for _ in 0..runs {
+            let (total, n, r) = iterative_fit(ctx, sql).await?;
+            totals.push(Duration::from_secs_f64(total));
+            rounds.extend(r);
+            count = n;
+        }
+        Ok((median(&totals), median(&rounds), count))
     }
 
     pub async fn run(ctx: &FedContext, runs: usize) -> BenchResult<()> {
@@ -274,22 +288,32 @@ mod models {
         );
         for (family, y) in [("binomial", "y_logistic"), ("poisson", "y_poisson")] {
             eprintln!("models: glm {family}");
-            glm_fit(ctx, family, y).await?;
-            let mut totals = Vec::new();
-            let mut rounds = Vec::new();
-            let mut iterations = 0;
-            for _ in 0..runs {
-                let (total, its, r) = glm_fit(ctx, family, y).await?;
-                totals.push(Duration::from_secs_f64(total));
-                rounds.extend(r);
-                iterations = its;
-            }
-            let (total, round) = (median(&totals), median(&rounds));
+            let sql = format!("SELECT * FROM glm_stats('t', '{y} ~ {XS}', '{family}')");
+            let (total, round, iterations) = median_fit(ctx, &sql, runs).await?;
             println!(
                 "| `glm` {family}, one IRLS round after the first | {round:.3} s | {base_x:.3} s (sum of x1..x10) | {:.2} |",
                 round / base_x
             );
             println!("| `glm` {family}, whole fit ({iterations} iterations) | {total:.3} s | | |");
+        }
+        for (model, y, optimizer) in [
+            ("logistic", "y_logistic", "adam, learning_rate=0.05"),
+            ("poisson", "y_poisson", "adam, learning_rate=0.05"),
+            ("logistic", "y_logistic", "newton"),
+        ] {
+            eprintln!("models: fedsgd {model} {optimizer}");
+            let sql = format!(
+                "SELECT * FROM fedsgd_history('t', '{y} ~ {XS}', '{model}', 'optimizer={optimizer}, rounds=8')"
+            );
+            let (total, round, rounds) = median_fit(ctx, &sql, runs).await?;
+            let name = optimizer.split(',').next().unwrap_or(optimizer);
+            println!(
+                "| `fedsgd` {model} ({name}), one round after the first | {round:.3} s | {base_x:.3} s (sum of x1..x10) | {:.2} |",
+                round / base_x
+            );
+            println!(
+                "| `fedsgd` {model} ({name}), whole run ({rounds} rounds) | {total:.3} s | | |"
+            );
         }
         Ok(())
     }

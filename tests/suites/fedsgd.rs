@@ -672,3 +672,59 @@ async fn bad_options_are_refused_before_anything_runs() {
         "{message}"
     );
 }
+
+/// A client whose gradient overflows gets weight 0 and a warning, and the
+/// run equals the same run without that client.
+#[tokio::test]
+async fn a_client_with_a_non_finite_gradient_gets_weight_zero() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let write = |name: &str, rows: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("y,x\n{rows}")).unwrap();
+        path.display().to_string()
+    };
+    let a = write("a.csv", "1,0.5\n3,1.5\n2,1.0\n0,0.1\n");
+    let b = write("b.csv", "4,2.0\n1,0.3\n");
+    // Two rows of 1e308: the gradient sum overflows to infinity.
+    let bad = write("bad.csv", "0,1e308\n0,1e308\n");
+    let ctx = FedContext::new();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t CLIENTS ('a' = '{a}', 'b' = '{b}', 'bad' = '{bad}')"
+    ))
+    .await
+    .unwrap();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE good CLIENTS ('a' = '{a}', 'b' = '{b}')"
+    ))
+    .await
+    .unwrap();
+    let options = "optimizer=sgd, learning_rate=0.1, rounds=5, start=zero";
+    let with_bad = fedsgd::fit(&ctx, &spec("t", "y ~ x", "poisson", options), None)
+        .await
+        .unwrap();
+    let without = fedsgd::fit(&ctx, &spec("good", "y ~ x", "poisson", options), None)
+        .await
+        .unwrap();
+    assert_eq!(with_bad.iterates, without.iterates);
+    assert!(with_bad.history.iter().all(|r| r.clients_used == 2));
+    assert_eq!(with_bad.warnings.len(), 1, "{:?}", with_bad.warnings);
+    assert!(
+        with_bad.warnings[0].contains("client `bad`")
+            && with_bad.warnings[0].contains("5 round(s)"),
+        "{:?}",
+        with_bad.warnings
+    );
+    // Through SQL the warning is a notice.
+    run(
+        &ctx,
+        &format!("SELECT * FROM fedsgd('t', 'y ~ x', 'poisson', '{options}')"),
+    )
+    .await;
+    let notices = ctx.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("Warning: client `bad`")),
+        "{notices:?}"
+    );
+}

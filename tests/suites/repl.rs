@@ -386,3 +386,29 @@ async fn a_glm_is_followed_by_its_deviance_summary() {
     );
     assert!(out.find("(Intercept)").unwrap() < out.find("Residual deviance").unwrap());
 }
+
+#[tokio::test]
+async fn fedsgd_history_then_chart_draws_the_loss_curve() {
+    let ctx = demo();
+    let call = "fedsgd_history('clinic', 'event ~ age + smoker', 'logistic', 'optimizer=adam, learning_rate=0.05, rounds=30, standardize=true')";
+    let script = format!("SELECT * FROM {call};\n\\chart\n\\chart gradient_norm round\n");
+    let (out, summary) = run(&ctx, &script, &untimed()).await;
+    assert_eq!(summary.errors, 0, "{out}");
+    assert!(
+        out.contains("fedsgd: logistic model, adam optimizer"),
+        "{out}"
+    );
+    assert!(out.contains("loss by round, 30 points"), "{out}");
+    assert!(out.contains("gradient_norm by round, 30 points"), "{out}");
+    // The chart's y range is the history's own: the top label is the first
+    // round's loss (the largest under Adam here), to 6 decimals.
+    let (batches, _) = library_result(&ctx, &format!("SELECT max(loss) FROM {call}")).await;
+    let top = batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+        .value(0);
+    assert!(out.contains(&format!("{:.6}", top as f32)), "{top}: {out}");
+    // Without a result to draw, \chart says what to do.
+    let (out, _) = run(&demo(), "\\chart\n", &untimed()).await;
+    assert!(out.contains("run a query first"), "{out}");
+}

@@ -4,6 +4,7 @@
 //! table functions (`lm`, `glm`, ...) only say how to fit.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,9 +22,37 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::future::BoxFuture;
 
+use crate::context::FedContext;
+use crate::fit_cache::FitScope;
+use crate::notices::{Notices, Progress};
+
 /// Fits the model in a session and returns its result batch.
 pub type Fit =
     Arc<dyn Fn(SessionState) -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
+
+/// Runs an iterative fit in its own scope (see [`crate::fit_cache`]):
+/// clients may keep their decoded rows in memory until the fit ends, and
+/// they are told to release them when it does, however it ends. `fit` gets
+/// a context over `state` and the session's progress reporter; the result
+/// comes back with the session's notices, for warnings and summaries.
+pub async fn in_fit_scope<T, F, Fut>(
+    state: SessionState,
+    fit: F,
+) -> (crate::Result<T>, Option<Arc<Notices>>)
+where
+    F: FnOnce(FedContext, Option<Arc<Progress>>) -> Fut,
+    Fut: Future<Output = crate::Result<T>>,
+{
+    let scope = FitScope::new();
+    let notices = state.config().get_extension::<Notices>();
+    let progress = state.config().get_extension::<Progress>();
+    let mut fit_state = state;
+    fit_state.config_mut().set_extension(Arc::clone(&scope));
+    let ctx = FedContext::from_state(fit_state);
+    let result = fit(ctx.clone(), progress).await;
+    ctx.release_fit(scope.id()).await;
+    (result, notices)
+}
 
 /// A model fit as a table (see the module docs).
 pub struct FitTable {

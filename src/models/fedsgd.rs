@@ -35,16 +35,15 @@ use ndarray::{Array1, Array2};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::deferred::{Fit, FitTable};
+use super::deferred::{Fit, FitTable, in_fit_scope};
 use super::optimizer::{OptimizerKind, ServerOptimizer, parse_bool};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
 };
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::fit_cache::FitScope;
 use crate::formula::{Formula, Response, design_columns};
-use crate::notices::{Notices, Progress};
+use crate::notices::Progress;
 use crate::round::ClientAnswer;
 
 const USAGE: &str = "fedsgd('table or SELECT query', 'y ~ x1 + C(factor)', 'linear|logistic|poisson' [, 'optimizer=adam, learning_rate=0.05, rounds=200, ...'])";
@@ -288,16 +287,13 @@ impl TableFunctionImpl for FedSgdFunction {
             FedSgdOutput::History => history_schema(),
         };
         let fit_table: Fit = Arc::new(move |state| {
-            let scope = FitScope::new();
-            let notices = state.config().get_extension::<Notices>();
-            let progress = state.config().get_extension::<Progress>();
-            let mut fit_state = state;
-            fit_state.config_mut().set_extension(Arc::clone(&scope));
-            let ctx = FedContext::from_state(fit_state);
             let spec = spec.clone();
             async move {
-                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
-                ctx.release_fit(scope.id()).await;
+                let run = |ctx: FedContext, progress: Option<Arc<Progress>>| {
+                    let spec = spec.clone();
+                    async move { fit(&ctx, &spec, progress.as_deref()).await }
+                };
+                let (fitted, notices) = in_fit_scope(state, run).await;
                 let fit = fitted?;
                 if let Some(notices) = notices {
                     for warning in &fit.warnings {

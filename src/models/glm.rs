@@ -38,16 +38,15 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
-use super::deferred::{Fit, FitTable};
+use super::deferred::{Fit, FitTable, in_fit_scope};
 use super::inference::{Reference, coefficients_batch, coefficients_schema};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
 };
 use crate::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::fit_cache::FitScope;
 use crate::formula::{Formula, Response, design_columns};
-use crate::notices::{Notices, Progress};
+use crate::notices::Progress;
 
 const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
 
@@ -161,18 +160,12 @@ impl TableFunctionImpl for GlmFunction {
             GlmOutput::Stats => stats_schema(),
         };
         let fit_table: Fit = Arc::new(move |state| {
-            // The fit's rounds run in one scope: clients may keep their
-            // decoded rows in memory until the fit ends.
-            let scope = FitScope::new();
-            let notices = state.config().get_extension::<Notices>();
-            let progress = state.config().get_extension::<Progress>();
-            let mut fit_state = state;
-            fit_state.config_mut().set_extension(Arc::clone(&scope));
-            let ctx = FedContext::from_state(fit_state);
             let spec = spec.clone();
             async move {
-                let fitted = fit(&ctx, &spec, progress.as_deref()).await;
-                ctx.release_fit(scope.id()).await;
+                let (fitted, notices) = in_fit_scope(state, |ctx, progress| async move {
+                    fit(&ctx, &spec, progress.as_deref()).await
+                })
+                .await;
                 let fit = fitted?;
                 if let Some(notices) = notices {
                     for warning in &fit.warnings {

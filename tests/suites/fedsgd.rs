@@ -14,6 +14,7 @@ use fedsql::FedContext;
 use fedsql::models::fedsgd::{self, FedSgdSpec};
 use nalgebra::{DMatrix, DVector};
 
+use crate::glm::run;
 use crate::lm::federated;
 use crate::support::{Format, federation, split_sizes};
 
@@ -445,15 +446,6 @@ fn column_text(batches: &[RecordBatch], name: &str) -> Vec<String> {
                 .collect::<Vec<_>>()
         })
         .collect()
-}
-
-async fn run(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
-    ctx.sql(sql)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 async fn error(ctx: &FedContext, sql: &str) -> String {

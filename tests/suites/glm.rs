@@ -55,7 +55,7 @@ const MODELS: &[(&str, &str, &str, &str, &[i64])] = &[
     ),
 ];
 
-async fn run(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
+pub(crate) async fn run(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
     ctx.sql(sql)
         .await
         .unwrap()

@@ -22,6 +22,23 @@ pub fn state_field(aggregate: &str, len: usize) -> FieldRef {
     ))
 }
 
+/// Argument types of a step aggregate `name(config, ..., x1, ..., xk)`: the
+/// config string, then floats; `usage` names the arguments for the error
+/// when there are no regressors after the `leading` ones.
+pub fn coerce_step_arguments(
+    name: &str,
+    usage: &str,
+    leading: usize,
+    arg_types: &[DataType],
+) -> Result<Vec<DataType>> {
+    if arg_types.len() <= leading {
+        return datafusion::common::plan_err!("{name}({usage}) needs at least one x");
+    }
+    let mut types = vec![DataType::Utf8];
+    types.extend(crate::comoments::coerce_to_float(name, &arg_types[1..])?);
+    Ok(types)
+}
+
 /// The result type: the merged sums as a list.
 pub fn result_type() -> DataType {
     DataType::new_list(DataType::Float64, true)

@@ -280,18 +280,12 @@ impl AggregateUDFImpl for SgdStep {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        if arg_types.len() <= LEADING {
-            return plan_err!(
-                "{}(config, y, offset, x1, ..., xk) needs at least one x",
-                self.name()
-            );
-        }
-        let mut types = vec![DataType::Utf8];
-        types.extend(crate::comoments::coerce_to_float(
+        flat_state::coerce_step_arguments(
             self.name(),
-            &arg_types[1..],
-        )?);
-        Ok(types)
+            "config, y, offset, x1, ..., xk",
+            LEADING,
+            arg_types,
+        )
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {

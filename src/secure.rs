@@ -555,6 +555,66 @@ pub async fn collect_masked_states(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::StringArray;
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    fn keys(values: &[&str]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("g", DataType::Utf8, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(values.to_vec()))]).unwrap()
+    }
+
+    #[test]
+    fn the_group_union_is_canonical_and_alignment_fills_the_identity() {
+        let a = keys(&["y", "x"]);
+        let b = keys(&["z", "x"]);
+        let union = union_groups(&[a.clone(), b.clone()]).unwrap();
+        // The same list whatever the clients' order.
+        let again = union_groups(&[b, a.clone()]).unwrap();
+        assert_eq!(union, again);
+        assert_eq!(union.num_rows(), 3);
+
+        // Client a's state: g, sum, count; it has no row of group z.
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("g", DataType::Utf8, true),
+            Field::new("s", DataType::UInt64, true),
+            Field::new("n", DataType::UInt64, true),
+        ]));
+        let state = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::clone(a.column(0)),
+                Arc::new(UInt64Array::from(vec![10, 20])),
+                Arc::new(UInt64Array::from(vec![1, 2])),
+            ],
+        )
+        .unwrap();
+        let layout = SecureLayout {
+            key_columns: 1,
+            secure_columns: vec![1, 2],
+            zero_state: vec![
+                Arc::new(UInt64Array::from(vec![0])),
+                Arc::new(UInt64Array::from(vec![0])),
+            ],
+            schema,
+        };
+        let aligned = align(&state, &layout, &union).unwrap();
+        let groups = aligned.column(0).as_string::<i32>();
+        let sums = aligned.column(1).as_primitive::<UInt64Type>();
+        for row in 0..3 {
+            let want = match groups.value(row) {
+                "x" => 20,
+                "y" => 10,
+                _ => 0,
+            };
+            assert_eq!(sums.value(row), want, "group {}", groups.value(row));
+        }
+        // A group list that lacks one of the client's groups is refused.
+        let err = align(&state, &layout, &keys(&["x"])).unwrap_err();
+        assert!(
+            err.to_string().contains("lacks 1 of this client's groups"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn pairwise_seeds_agree_and_differ_per_session() {

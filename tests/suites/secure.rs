@@ -486,10 +486,23 @@ async fn secure_and_plain_aggregates_mix() {
         let s = setup(client_rows(&sizes, 13), None);
         let sql = "SELECT g, secure_sum(i, -50, 50) AS si, sum(i) AS plain_sum, count(*) AS n, avg(d) AS mean_d, \
                    secure_avg(d, -1000, 1000) AS secure_mean FROM t GROUP BY g ORDER BY g";
-        let fed = run_fed(&s, sql).await.unwrap();
-        // The same query on all rows in one place (same deterministic quantization).
-        let central = run_central(&s, sql).await;
-        assert_same_result(&format!("sizes {sizes:?}"), &fed, &central, true, 1e-9);
+        // Also: ROLLUP (a grouping id among the keys), HAVING over a secure
+        // result, and a secure aggregate in an earlier round.
+        let rollup = "SELECT g, secure_sum(i, -50, 50) AS si, count(*) AS n FROM t GROUP BY ROLLUP (g) \
+                      HAVING secure_count(i) > 0 ORDER BY g NULLS LAST";
+        let two_rounds = "SELECT secure_count(d) AS n FROM t WHERE d > (SELECT secure_avg(d, -1000, 1000) FROM t)";
+        for sql in [sql, rollup, two_rounds] {
+            let fed = run_fed(&s, sql).await.unwrap();
+            // The same query on all rows in one place (same deterministic quantization).
+            let central = run_central(&s, sql).await;
+            assert_same_result(
+                &format!("{sql} sizes {sizes:?}"),
+                &fed,
+                &central,
+                true,
+                1e-9,
+            );
+        }
     }
 }
 

@@ -780,6 +780,33 @@ mod tests {
     }
 
     #[test]
+    fn quantization_rounds_to_nearest_ties_to_even() {
+        // A range of 2^32 − 1 makes one step exactly 1.
+        let q = Quantizer::Float {
+            lower: 0.0,
+            upper: LEVELS as f64,
+        };
+        for (v, want) in [
+            (2.4, 2u64),
+            (2.5, 2),
+            (2.6, 3),
+            (3.5, 4),
+            (0.0, 0),
+            (-7.0, 0),
+        ] {
+            let (mut s, mut n) = (0, 0);
+            let values: ArrayRef = Arc::new(Float64Array::from(vec![v]));
+            q.add(values.as_ref(), &mut s, &mut n).unwrap();
+            assert_eq!((s, n), (want, 1), "{v}");
+        }
+        // NaN is skipped like NULL; the upper bound maps to the last level.
+        let values: ArrayRef = Arc::new(Float64Array::from(vec![f64::NAN, 1e300]));
+        let (mut s, mut n) = (0, 0);
+        q.add(values.as_ref(), &mut s, &mut n).unwrap();
+        assert_eq!((s, n), (LEVELS, 1));
+    }
+
+    #[test]
     fn bad_bounds_are_refused() {
         let i = |v: Option<i64>| ScalarValue::Int64(v);
         for (lo, hi, says) in [

@@ -271,6 +271,9 @@ impl ClientRunner for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.error(e))?;
+        if secure::has_secure_aggregates(&plan) {
+            return Err(self.error(secure::plain_state_refused()));
+        }
         let batches = collect(plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;

@@ -22,6 +22,9 @@
 //!    `j`'s, subtracts them if above. It forgets the session's secret and
 //!    answers with the masked state.
 //!
+//! A client refuses the plain `encode` of such an encoder, so its secure
+//! state leaves it only masked.
+//!
 //! Summing all masked states mod 2^64 — the final aggregate's ordinary
 //! merge — cancels every pairwise mask and leaves the true sum; any proper
 //! subset of the masked states is uniformly random to the coordinator.
@@ -184,6 +187,24 @@ pub fn check_round(partial: &AggregateExec) -> Result<bool> {
         }
     }
     Ok(secure)
+}
+
+/// Whether the aggregate at the root of a client's physical plan has a
+/// secure aggregate: then the client sends its state only masked.
+pub fn has_secure_aggregates(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
+        a.aggr_expr()
+            .iter()
+            .any(|e| fedsql_udfs::is_secure(e.fun().name()))
+    })
+}
+
+/// The error a client gives when asked for the plain state of an encoder
+/// with secure aggregates.
+pub fn plain_state_refused() -> FedError {
+    FedError::Plan(
+        "this encoder has secure aggregates (secure_sum, ...): their state leaves the client only masked, through secure_setup and encode_masked".into(),
+    )
 }
 
 /// The error for a client runner that cannot take part in secure aggregation.

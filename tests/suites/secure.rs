@@ -386,19 +386,26 @@ async fn floats_are_within_the_documented_error_bound() {
     }
 }
 
-/// The quantized states a client computes in plain for `sql` (the encoder
-/// of its one round), as the coordinator would see them without masks.
-async fn plain_states(s: &Setup, sql: &str) -> Vec<RecordBatch> {
-    let state = s.fed.session().state();
-    let plan = state.create_logical_plan(sql).await.unwrap();
-    let plan = state.optimize(&plan).unwrap();
-    let cut = fedsql::round::lowest_cut(&plan).unwrap();
-    let round = fedsql::round::plan_round(&state, &cut).await.unwrap();
-    let mut out = Vec::new();
-    for client in &s.clients {
-        out.push(client.encode(&round.encoder).await.unwrap().batch().clone());
-    }
-    out
+/// Each client's plain quantized state for `secure_sum(b, 0, 1000000),
+/// secure_sum(d, -1000, 1000)`, computed here from its rows: the quantized
+/// sums and counts (exact integers for b; 32-bit levels for d).
+fn plain_states(s: &Setup) -> Vec<[u64; 4]> {
+    s.rows
+        .iter()
+        .map(|rows| {
+            let bs: Vec<i64> = rows.iter().filter_map(|r| r.b).collect();
+            let ds: Vec<f64> = rows.iter().filter_map(|r| r.d).collect();
+            let q = |d: f64| {
+                ((d.clamp(-1000.0, 1000.0) + 1000.0) * LEVELS / 2000.0).round_ties_even() as u64
+            };
+            [
+                bs.iter().map(|&b| b.clamp(0, 1_000_000) as u64).sum(),
+                bs.len() as u64,
+                ds.iter().map(|&d| q(d)).sum(),
+                ds.len() as u64,
+            ]
+        })
+        .collect()
 }
 
 fn u64s(batch: &RecordBatch, column: usize) -> Vec<u64> {
@@ -414,15 +421,15 @@ async fn the_coordinator_sees_only_masked_states() {
     let s = setup(client_rows(&[40, 1, 0, 75], 3), None);
     let sql = "SELECT secure_sum(b, 0, 1000000) AS sb, secure_sum(d, -1000, 1000) AS sd FROM t";
     let fed = run_fed(&s, sql).await.unwrap();
-    let plain = plain_states(&s, sql).await;
+    let plain = plain_states(&s);
     // State columns: sb[quantized_sum], sb[count], sd[quantized_sum], sd[count].
     for column in 0..4 {
         let mut masked_total = 0u64;
         let mut plain_total = 0u64;
-        for (c, log) in s.logs.iter().enumerate() {
+        for (c, (log, own)) in s.logs.iter().zip(&plain).enumerate() {
             let log = log.lock().unwrap();
             let masked = u64s(&log.masked[0], column)[0];
-            let own = u64s(&plain[c], column)[0];
+            let own = own[column];
             assert_ne!(
                 masked, own,
                 "client {c} column {column} sent its plain state"
@@ -449,6 +456,26 @@ async fn the_coordinator_sees_only_masked_states() {
             .value(0),
         want
     );
+}
+
+#[tokio::test]
+async fn a_client_never_sends_a_secure_state_in_plain() {
+    let s = setup(client_rows(&[10, 10], 4), None);
+    // A coordinator asking for the plain state of a secure encoder is refused.
+    let state = s.fed.session().state();
+    let plan = state
+        .create_logical_plan("SELECT secure_sum(b, 0, 100) FROM t")
+        .await
+        .unwrap();
+    let plan = state.optimize(&plan).unwrap();
+    let cut = fedsql::round::lowest_cut(&plan).unwrap();
+    let round = fedsql::round::plan_round(&state, &cut).await.unwrap();
+    let err = s.clients[0].encode(&round.encoder).await.unwrap_err();
+    assert!(
+        err.to_string().contains("leaves the client only masked"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("site0"), "{err}");
 }
 
 #[tokio::test]

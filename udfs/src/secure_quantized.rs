@@ -251,7 +251,7 @@ impl Quantizer {
 
 /// `round_half_even(offset · (2^32 − 1) / range)`, with `0 ≤ offset ≤ range`.
 fn quantize(offset: f64, range: f64) -> u64 {
-    let q = (offset / range * LEVELS as f64).round_ties_even();
+    let q = (offset * LEVELS as f64 / range).round_ties_even();
     q.clamp(0.0, LEVELS as f64) as u64
 }
 

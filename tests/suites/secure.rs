@@ -311,6 +311,37 @@ async fn group_by_with_groups_missing_at_some_clients() {
     }
 }
 
+#[tokio::test]
+async fn wide_integer_ranges_are_within_half_a_step_per_value() {
+    for sizes in splits(200) {
+        let s = setup(client_rows(&sizes, 23), None);
+        // upper − lower = 10^10 > 2^32: 32-bit quantization, mapped back exactly.
+        let fed = run_fed(
+            &s,
+            "SELECT secure_sum(b * 10000, -5000000000, 5000000000) AS s FROM t",
+        )
+        .await
+        .unwrap();
+        let got = fed[0]
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .value(0);
+        let values: Vec<i64> = s
+            .rows
+            .iter()
+            .flatten()
+            .filter_map(|r| r.b)
+            .map(|b| (b * 10_000).clamp(-5_000_000_000, 5_000_000_000))
+            .collect();
+        let want: i64 = values.iter().sum();
+        let bound = values.len() as f64 * 1e10 / LEVELS / 2.0 + 1.0;
+        assert!(
+            ((got - want) as f64).abs() <= bound,
+            "sizes {sizes:?}: {got} vs {want}, bound {bound}"
+        );
+    }
+}
+
 /// The documented bound: half a step, (upper − lower) / (2 · (2^32 − 1)),
 /// per contributing value, plus the rounding of the result to its type.
 fn float_bound(n: usize, range: f64, total: f64, result_eps: f64) -> f64 {

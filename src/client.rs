@@ -34,6 +34,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::encoder::{self, Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::federated_table::{ClientFiles, FileFormat, ObservedSchema};
+use crate::secure::{self, ClientSecrets, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 
 /// Physical optimizer rules that must not run where a plan is split: the
 /// first answers `count(*)` from file metadata (so a client would not run
@@ -58,6 +59,25 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     async fn explain(&self, encoder: &Encoder) -> Result<String>;
     /// Drops whatever the client kept in memory for the fit `scope`.
     fn release_fit(&self, _scope: u64) {}
+    /// Secure aggregation, step 1 (see [`crate::secure`]): runs the
+    /// encoder, keeps its state and a fresh key pair for the session, and
+    /// returns the public key and the group keys.
+    async fn secure_setup(
+        &self,
+        _encoder: &Encoder,
+        _session: &SecureSession,
+    ) -> Result<SecureSetup> {
+        Err(secure::unsupported(self.name()))
+    }
+    /// Secure aggregation, step 2: the kept state, aligned to the
+    /// coordinator's groups, with pairwise masks added to its secure columns.
+    async fn encode_masked(
+        &self,
+        _encoder: &Encoder,
+        _request: &MaskRequest,
+    ) -> Result<StateBatch> {
+        Err(secure::unsupported(self.name()))
+    }
 }
 
 /// A session for running encoders at a client.
@@ -90,6 +110,8 @@ pub struct LocalClient {
     session: SessionContext,
     /// The decoded input of the current fit's encoder (see [`crate::fit_cache`]).
     fit_input: Mutex<Option<FitInput>>,
+    /// Key pairs and states of secure rounds between their two steps.
+    secrets: ClientSecrets,
 }
 
 /// Decoded rows kept for the rounds of one fit.
@@ -136,6 +158,7 @@ impl LocalClient {
             rows: Arc::new(ListingTable::try_new(config)?),
             session,
             fit_input: Mutex::default(),
+            secrets: ClientSecrets::default(),
         })
     }
 
@@ -153,6 +176,7 @@ impl LocalClient {
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
             session: client_session(),
             fit_input: Mutex::default(),
+            secrets: ClientSecrets::default(),
         })
     }
 
@@ -247,10 +271,38 @@ impl ClientRunner for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.error(e))?;
+        if secure::has_secure_aggregates(&plan) {
+            return Err(self.error(secure::plain_state_refused()));
+        }
         let batches = collect(plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
         encoder.accept(&batches).map_err(|e| self.error(e))
+    }
+
+    async fn secure_setup(
+        &self,
+        encoder: &Encoder,
+        session: &SecureSession,
+    ) -> Result<SecureSetup> {
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        let layout = SecureLayout::of_plan(&plan).map_err(|e| self.error(e))?;
+        let batches = collect(plan, self.session.task_ctx())
+            .await
+            .map_err(|e| self.error(strip_context(e)))?;
+        let state = encoder.accept(&batches).map_err(|e| self.error(e))?;
+        self.secrets
+            .setup(session, &state, layout)
+            .map_err(|e| self.error(e))
+    }
+
+    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+        self.secrets
+            .mask(&self.name, encoder, request)
+            .map_err(|e| self.error(e))
     }
 
     fn release_fit(&self, scope: u64) {

@@ -21,6 +21,7 @@ use crate::encoder;
 use crate::error::Result;
 use crate::exposure;
 use crate::round::{self, Round};
+use crate::secure::SecureLayout;
 
 /// The explanation of an optimized plan that reads federated tables.
 pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
@@ -138,7 +139,8 @@ async fn explain_round(
     }
 
     let schema = round.encoder.state_schema();
-    let groups = round.partial.group_expr().expr().len();
+    let layout = SecureLayout::of(&round.partial)?;
+    let groups = layout.key_columns;
     writeln!(
         out,
         "== Round {round_no}, state: what leaves each client, one row per group{} ==",
@@ -152,12 +154,20 @@ async fn explain_round(
     let mut fixed = 0usize;
     let mut variable = Vec::new();
     for (i, field) in schema.fields().iter().enumerate() {
-        let role = if i < groups || field.name() == "__grouping_id" {
+        let role = if i < groups {
             "group key"
+        } else if layout.secure_columns.contains(&i) {
+            "secure (masked)"
         } else {
             "state"
         };
-        let size = field_size(field);
+        let size = match field_size(field) {
+            // A secure list state: one masked UInt64 per value of the call.
+            FieldSize::Variable(_) if layout.secure_columns.contains(&i) => {
+                FieldSize::Variable("8 B per value".into())
+            }
+            size => size,
+        };
         match size {
             FieldSize::Fixed(n) => fixed += n,
             FieldSize::Variable(ref what) => variable.push(format!("{} ({what})", field.name())),
@@ -188,6 +198,30 @@ async fn explain_round(
     }
 
     let decode = encoder::merge_and_decode(&round.partial, &[])?;
+    if layout.is_secure() {
+        writeln!(
+            out,
+            "== Round {round_no}, secure merge: the secure (masked) columns are a pairwise-masked sum mod 2^64 =="
+        )
+        .ok();
+        writeln!(
+            out,
+            "  each client adds pairwise masks (X25519 keys fresh per round, HKDF-SHA256, ChaCha20) mod 2^64 to its secure columns; the masks cancel in the sum, so the coordinator sees only masked states and their total{}",
+            if layout.secure_columns.len() + groups < schema.fields().len() {
+                "; the other state columns are sent in plain"
+            } else {
+                ""
+            }
+        )
+        .ok();
+        if groups > 0 {
+            writeln!(
+                out,
+                "  group keys are not masked: the coordinator learns which groups each client has, and sends every client the union to align to"
+            )
+            .ok();
+        }
+    }
     writeln!(
         out,
         "== Round {round_no}, merge + decode: the clients' states merged (a commutative monoid: any arrival order) by the final aggregate =="

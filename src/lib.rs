@@ -39,6 +39,7 @@ pub mod notices;
 pub mod print;
 pub mod repl;
 pub mod round;
+pub mod secure;
 pub mod statements;
 
 pub use context::{FedContext, TableInfo};

@@ -25,6 +25,7 @@ use crate::encoder::{self, Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::exposure;
 use crate::fit_cache::FitScope;
+use crate::secure;
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -148,6 +149,8 @@ pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round
         .create_physical_plan(cut, state)
         .await?;
     let partial = encoder::partial_aggregate(&physical)?;
+    // Bad secure_sum bounds fail here, before any client runs.
+    secure::check_round(&partial)?;
     let scope = state.config().get_extension::<FitScope>().map(|s| s.id());
     let encoder = Encoder::try_new(cut.clone(), partial.schema())?.in_fit(scope);
     Ok(Round { encoder, partial })
@@ -159,13 +162,16 @@ pub async fn run_round(
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
     let table = round.encoder.table();
-    let states: Vec<(StateBatch, Duration)> =
+    let states: Vec<(StateBatch, Duration)> = if secure::check_round(&round.partial)? {
+        secure::collect_masked_states(table.clients(), &round.encoder).await?
+    } else {
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
             let state = client.encode(&round.encoder).await?;
             Ok::<_, FedError>((state, start.elapsed()))
         }))
-        .await?;
+        .await?
+    };
     let report = RoundReport {
         table: table.name().to_string(),
         clients: table

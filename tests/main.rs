@@ -20,5 +20,7 @@ mod lm;
 mod refusal;
 #[path = "suites/repl.rs"]
 mod repl;
+#[path = "suites/secure.rs"]
+mod secure;
 #[path = "suites/tables.rs"]
 mod tables;

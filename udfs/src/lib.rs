@@ -4,7 +4,8 @@
 //! monoid, so fedsql can run its partial half at each client and merge the
 //! states on the coordinator. [`register_all`] adds them to a context, and
 //! [`is_bounded`] tells fedsql's exposure check that they are safe to run
-//! over federated rows. [`linalg`] is the linear algebra the decoders run on
+//! over federated rows; [`is_secure`] names those whose state is a sum mod
+//! 2^64 that clients may mask (secure aggregation). [`linalg`] is the linear algebra the decoders run on
 //! merged matrices.
 
 pub mod centered_moments;
@@ -18,9 +19,16 @@ pub mod labeled;
 pub mod linalg;
 pub mod normal_equations;
 pub mod ols;
+pub mod secure_avg;
+pub mod secure_count;
+pub mod secure_quantized;
+pub mod secure_sum;
+pub mod secure_sum_vec;
 pub mod sgd_step;
 #[cfg(test)]
 mod testing;
+
+pub use secure_quantized::is_secure;
 
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::prelude::SessionContext;
@@ -36,6 +44,10 @@ pub fn all() -> Vec<AggregateUDF> {
         AggregateUDF::from(irls_step::IrlsStep::default()),
         sgd_step::sgd_gradient(),
         sgd_step::sgd_newton(),
+        secure_sum::secure_sum(),
+        secure_avg::secure_avg(),
+        secure_count::secure_count(),
+        secure_sum_vec::secure_sum_vec(),
     ]
 }
 
@@ -78,6 +90,9 @@ mod tests {
                 "sgd_gradient" | "sgd_newton" => {
                     format!("{}('model=linear;theta=1.0,0.5', c, 0.0, a, b)", f.name())
                 }
+                "secure_sum" | "secure_avg" => format!("{}(a, 990, 1010)", f.name()),
+                "secure_count" => "secure_count(b)".to_string(),
+                "secure_sum_vec" => "secure_sum_vec([a, b], [990, -1], [1010, 1])".to_string(),
                 name => format!("{name}(a, b, c)"),
             };
             crate::testing::assert_split_invariant(&call).await;

@@ -301,7 +301,7 @@ impl ClientRunner for LocalClient {
 
     async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
         self.secrets
-            .mask(&self.name, encoder, request)
+            .mask(encoder, request)
             .map_err(|e| self.error(e))
     }
 

@@ -266,9 +266,9 @@ impl ClientSecrets {
         })
     }
 
-    /// Step 2 at client `me`: the kept state aligned to the request's
+    /// Step 2: the kept state aligned to the request's
     /// groups and masked; the session's secret is forgotten.
-    pub fn mask(&self, me: &str, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+    pub fn mask(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
         let session = &request.session;
         let pending = {
             let mut kept = self.pending.lock().expect("not poisoned");
@@ -280,16 +280,6 @@ impl ClientSecrets {
                 ))
             })?
         };
-        let me_at = session
-            .clients
-            .iter()
-            .position(|c| c == me)
-            .ok_or_else(|| {
-                FedError::Plan(format!(
-                    "this client is not in secure session {}",
-                    session.id_hex()
-                ))
-            })?;
         if request.public_keys.len() != session.clients.len() {
             return Err(FedError::Plan(format!(
                 "{} public keys relayed for {} clients",
@@ -297,11 +287,27 @@ impl ClientSecrets {
                 session.clients.len()
             )));
         }
-        if request.public_keys[me_at] != pending.public.to_bytes() {
-            return Err(FedError::Plan(
-                "the coordinator relayed a different public key for this client".into(),
-            ));
-        }
+        // This client's place in the session is where its own public key
+        // was relayed (a worker need not know the name the coordinator
+        // gave it); a key relayed twice would pair a client with itself.
+        let mine = pending.public.to_bytes();
+        let places: Vec<usize> = (0..request.public_keys.len())
+            .filter(|&j| request.public_keys[j] == mine)
+            .collect();
+        let me_at = match places[..] {
+            [at] => at,
+            [] => {
+                return Err(FedError::Plan(format!(
+                    "the coordinator did not relay this client's public key for secure session {}",
+                    session.id_hex()
+                )));
+            }
+            _ => {
+                return Err(FedError::Plan(
+                    "the coordinator relayed this client's public key more than once".into(),
+                ));
+            }
+        };
         let aligned = align(&pending.state, &pending.layout, &request.groups)?;
         let words = secure_words(&aligned, &pending.layout)?;
         let mut mask = vec![0u64; words];

@@ -36,6 +36,7 @@ pub mod matrix_display;
 pub mod models;
 pub mod notices;
 pub mod print;
+pub mod remote;
 pub mod repl;
 pub mod round;
 pub mod statements;

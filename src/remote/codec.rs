@@ -99,7 +99,7 @@ impl TableProvider for InlineTable {
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         Ok(MemorySourceConfig::try_new_exec(
-            &[self.batches.clone()],
+            std::slice::from_ref(&self.batches),
             Arc::clone(&self.schema),
             projection.cloned(),
         )?)

@@ -133,6 +133,22 @@ async fn three_workers_match_local_federated_and_centralized() {
         let b = run(&f.fed, sql).await.unwrap();
         assert_same_result(sql, &a, &b, sql.contains("ORDER BY"), 1e-12);
     }
+    // EXPLAIN FEDERATED shows the physical plan the first worker would run.
+    let explained = run(
+        &remote,
+        "EXPLAIN FEDERATED SELECT region, avg(bmi) FROM clinic GROUP BY region",
+    )
+    .await
+    .unwrap();
+    let text = explained[0]
+        .column(0)
+        .as_string::<i32>()
+        .value(0)
+        .to_string();
+    assert!(
+        text.contains("(at worker grpc://") && text.contains("mode=PartialReduce"),
+        "{text}"
+    );
     // Remote = centralized, over the whole consistency suite (queries/,
     // shared tables joined inside the encoders, multi-round queries).
     f.fed = remote;
@@ -416,6 +432,15 @@ async fn the_worker_refuses_hand_crafted_plans_and_keeps_serving() {
     // A well-formed aggregate sent the same way gets exactly one state row.
     let states = send_plan(addr, proto(&count)).await.unwrap();
     assert_eq!(states.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let covering = format!("covering {} row(s)", f.sizes[2]);
+    assert!(
+        workers
+            .logs()
+            .iter()
+            .any(|l| l.contains("released 1 state row(s) of [count]") && l.contains(&covering)),
+        "the log says what was released and how many rows it covers: {:?}",
+        workers.logs()
+    );
     // And the worker still serves the coordinator.
     let got = run(&ctx, "SELECT count(*) AS n, avg(bmi) AS b FROM clinic")
         .await

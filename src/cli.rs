@@ -55,6 +55,18 @@ pub struct Args {
     /// The `-c` and `-f` arguments in the order they were given.
     #[arg(skip)]
     pub sources: Vec<Source>,
+
+    /// A subcommand instead of a session.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands of `fedsql`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Serve this site's tables to coordinators over Arrow Flight; each
+    /// request must carry the token, and only aggregate states leave.
+    Worker(crate::remote::worker::WorkerArgs),
 }
 
 /// One thing to run non-interactively.
@@ -111,6 +123,9 @@ where
 
 /// Runs parsed arguments: the REPL, or the `-c`/`-f` sources.
 pub async fn run(args: &Args) -> Result<()> {
+    if let Some(Command::Worker(worker)) = &args.command {
+        return crate::remote::worker::run_cli(worker).await;
+    }
     let ctx = FedContext::new();
     if !args.no_demo {
         demo::register_demo(&ctx)?;
@@ -238,6 +253,32 @@ mod tests {
         assert!(args.quiet && args.no_demo);
         assert!(!args.repl_options(true).timing);
         assert!(try_parse_args(["fedsql", "--format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn worker_subcommand_and_top_level_flags() {
+        let args = parse(&[
+            "worker",
+            "--listen",
+            "127.0.0.1:50051",
+            "--table",
+            "clinic=/data/clinic.parquet",
+            "--table",
+            "visits=/data/visits/",
+            "--token-file",
+            "secret.txt",
+        ]);
+        let Some(Command::Worker(w)) = &args.command else {
+            panic!("expected the worker subcommand");
+        };
+        assert_eq!(w.listen.as_deref(), Some("127.0.0.1:50051"));
+        assert_eq!(
+            w.tables,
+            ["clinic=/data/clinic.parquet", "visits=/data/visits/"]
+        );
+        assert_eq!(w.token_file, Some("secret.txt".into()));
+        assert!(parse(&["-c", "SELECT 1"]).command.is_none());
+        assert!(try_parse_args(["fedsql", "worker", "--bogus"]).is_err());
     }
 
     #[test]

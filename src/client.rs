@@ -28,7 +28,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::{collect, displayable};
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::encoder::{self, Encoder, StateBatch};
@@ -78,6 +78,31 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     ) -> Result<StateBatch> {
         Err(secure::unsupported(self.name()))
     }
+    /// Runs the encoder as [`ClientRunner::encode`] does, and says what the
+    /// exchange cost in bytes (for `EXPLAIN ANALYZE FEDERATED`). An
+    /// in-process client sends nothing over a wire; what it hands back is
+    /// its state's Arrow buffers.
+    async fn encode_with_traffic(&self, encoder: &Encoder) -> Result<(StateBatch, Traffic)> {
+        let state = self.encode(encoder).await?;
+        let received = state.size_bytes();
+        Ok((
+            state,
+            Traffic {
+                sent: None,
+                received,
+            },
+        ))
+    }
+}
+
+/// The bytes one encoder run moved between the coordinator and a client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes sent to the client (plan and parameters); `None` for an
+    /// in-process client, where nothing crosses a wire.
+    pub sent: Option<usize>,
+    /// Bytes received from the client (its state).
+    pub received: usize,
 }
 
 /// A session for running encoders at a client.
@@ -250,6 +275,34 @@ impl LocalClient {
             partial.input_schema(),
         )?)
     }
+
+    /// Runs the encoder as [`ClientRunner::encode`] does, and also counts
+    /// the rows its partial aggregate consumed: what a worker logs as the
+    /// rows a released state covers.
+    /// The physical plan of an encoder whose state may leave this client
+    /// as it is: never one with a secure aggregate, whose state leaves only
+    /// masked (see [`crate::secure`]).
+    async fn plain_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        if secure::has_secure_aggregates(&plan) {
+            return Err(self.error(secure::plain_state_refused()));
+        }
+        Ok(plan)
+    }
+
+    pub async fn encode_counted(&self, encoder: &Encoder) -> Result<(StateBatch, u64)> {
+        let plan = self.plain_plan(encoder).await?;
+        let (plan, rows) = crate::remote::covered::CountRowsExec::under_partial_aggregates(plan)
+            .map_err(|e| self.error(e))?;
+        let batches = collect(plan, self.session.task_ctx())
+            .await
+            .map_err(|e| self.error(strip_context(e)))?;
+        let state = encoder.accept(&batches).map_err(|e| self.error(e))?;
+        Ok((state, crate::remote::covered::CountRowsExec::count(&rows)))
+    }
 }
 
 #[async_trait]
@@ -267,13 +320,7 @@ impl ClientRunner for LocalClient {
     }
 
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
-        let plan = self
-            .physical_plan(encoder)
-            .await
-            .map_err(|e| self.error(e))?;
-        if secure::has_secure_aggregates(&plan) {
-            return Err(self.error(secure::plain_state_refused()));
-        }
+        let plan = self.plain_plan(encoder).await?;
         let batches = collect(plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
@@ -386,43 +433,49 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
 /// (CSV: in the same order, as CSV is read by position).
 pub fn check_declared(client: &ClientFiles, declared: &Schema) -> Result<()> {
     for seen in observe_schemas(client)? {
-        let names: Vec<&str> = seen
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        let want: Vec<&str> = declared
-            .fields()
-            .iter()
-            .map(|f| f.name().as_str())
-            .collect();
-        let missing: Vec<&str> = want
-            .iter()
-            .filter(|n| !names.contains(n))
-            .copied()
-            .collect();
-        let ok = if seen.positional {
-            names == want
+        check_declared_schema(seen, declared)?;
+    }
+    Ok(())
+}
+
+/// Checks a declared schema against the schema seen at one client.
+pub fn check_declared_schema(seen: ObservedSchema, declared: &Schema) -> Result<()> {
+    let names: Vec<&str> = seen
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    let want: Vec<&str> = declared
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    let missing: Vec<&str> = want
+        .iter()
+        .filter(|n| !names.contains(n))
+        .copied()
+        .collect();
+    let ok = if seen.positional {
+        names == want
+    } else {
+        missing.is_empty()
+    };
+    if !ok {
+        let detail = if missing.is_empty() {
+            format!(
+                "the header is ({}) but the declared columns are ({})",
+                names.join(", "),
+                want.join(", ")
+            )
         } else {
-            missing.is_empty()
+            format!("missing declared column(s) {}", missing.join(", "))
         };
-        if !ok {
-            let detail = if missing.is_empty() {
-                format!(
-                    "the header is ({}) but the declared columns are ({})",
-                    names.join(", "),
-                    want.join(", ")
-                )
-            } else {
-                format!("missing declared column(s) {}", missing.join(", "))
-            };
-            return Err(FedError::Client {
-                client: seen.client,
-                location: seen.file,
-                message: detail,
-            });
-        }
+        return Err(FedError::Client {
+            client: seen.client,
+            location: seen.file,
+            message: detail,
+        });
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
+use futures::future::try_join_all;
 
 use crate::client::{self, ClientRunner, LocalClient};
 use crate::dataframe::FedDataFrame;
@@ -24,6 +25,7 @@ use crate::explain;
 use crate::exposure;
 use crate::federated_table::{ClientFiles, FederatedTable, unify_schemas};
 use crate::notices::{Notices, Progress};
+use crate::remote::{self, client::RemoteClient};
 
 /// The coordinator: register federated and shared tables, run SQL.
 ///
@@ -121,6 +123,13 @@ impl FedContext {
             self.create_federated(&stmt).await?;
             return self.empty();
         }
+        if let Some(rest) = strip_words(sql, &["EXPLAIN", "ANALYZE", "FEDERATED"]) {
+            let (_, reports) = Box::pin(self.sql(rest))
+                .await?
+                .collect_with_report()
+                .await?;
+            return self.batch_result(explain::analyze_batch(&reports)?);
+        }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
             let df = self.ctx.sql(rest).await?;
             let text = self.explain_plan(df, &query_label(rest)).await?;
@@ -188,31 +197,66 @@ impl FedContext {
                 )));
             }
         }
-        let clients = match &stmt.clients {
-            ClientList::Location(dir) => ClientFiles::discover(dir, stmt.format)?,
-            ClientList::Named(named) => named
-                .iter()
-                .map(|(name, path)| ClientFiles::from_path(name, path, stmt.format))
-                .collect::<Result<Vec<_>>>()?,
-        };
-        let schema = if stmt.columns.is_empty() {
-            let mut observed = Vec::new();
-            for c in &clients {
-                observed.extend(client::observe_schemas(c)?);
+        let sites: Vec<Site> = match &stmt.clients {
+            ClientList::Location(dir) => ClientFiles::discover(dir, stmt.format)?
+                .into_iter()
+                .map(Site::Local)
+                .collect(),
+            ClientList::Named(named) => {
+                let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+                remote::check_option_keys(&stmt.options, &names)?;
+                named
+                    .iter()
+                    .map(|(name, path)| {
+                        let location = path.to_string_lossy();
+                        if remote::is_worker_url(&location) {
+                            let url = remote::WorkerUrl::parse(&location, &stmt.name)?;
+                            let options = remote::RemoteOptions::for_client(&stmt.options, name)?;
+                            Ok(Site::Remote(Arc::new(RemoteClient::new(
+                                name, url, options,
+                            )?)))
+                        } else {
+                            Ok(Site::Local(ClientFiles::from_path(
+                                name,
+                                path,
+                                stmt.format,
+                            )?))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?
             }
+        };
+        // Every worker reports its table's schema (all at once).
+        let remote_schemas = try_join_all(sites.iter().filter_map(|s| match s {
+            Site::Remote(r) => Some(r.observe_schema()),
+            Site::Local(_) => None,
+        }))
+        .await?;
+        let mut remote_schemas = remote_schemas.into_iter();
+        let mut observed = Vec::new();
+        for site in &sites {
+            match site {
+                Site::Local(c) => observed.extend(client::observe_schemas(c)?),
+                Site::Remote(_) => observed.extend(remote_schemas.next()),
+            }
+        }
+        let schema = if stmt.columns.is_empty() {
             Arc::new(unify_schemas(&stmt.name, &observed)?)
         } else {
             let declared = self.declared_schema(stmt).await?;
-            for c in &clients {
-                client::check_declared(c, &declared)?;
+            for seen in observed {
+                client::check_declared_schema(seen, &declared)?;
             }
             Arc::new(declared)
         };
-        let runners = clients
-            .iter()
-            .map(|c| {
-                Ok(Arc::new(LocalClient::from_files(c, Arc::clone(&schema))?)
-                    as Arc<dyn ClientRunner>)
+        let runners = sites
+            .into_iter()
+            .map(|site| {
+                Ok(match site {
+                    Site::Local(c) => Arc::new(LocalClient::from_files(&c, Arc::clone(&schema))?)
+                        as Arc<dyn ClientRunner>,
+                    Site::Remote(r) => r as Arc<dyn ClientRunner>,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
@@ -364,6 +408,12 @@ impl FedContext {
         )?;
         self.batch_result(batch)
     }
+}
+
+/// Where one client of a table being created is.
+enum Site {
+    Local(ClientFiles),
+    Remote(Arc<RemoteClient>),
 }
 
 /// Strips leading keywords (any case, any whitespace); `None` if absent.

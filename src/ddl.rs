@@ -45,6 +45,9 @@ pub struct CreateFederatedTable {
     pub columns: Vec<ColumnDef>,
     pub format: Option<FileFormat>,
     pub clients: ClientList,
+    /// `OPTIONS ('key' 'value', ...)`: how to reach remote clients (see
+    /// [`crate::remote`]).
+    pub options: Vec<(String, String)>,
 }
 
 /// Whether a statement is a `CREATE [OR REPLACE] FEDERATED TABLE`.
@@ -69,7 +72,8 @@ pub fn parse_create_federated(sql: &str) -> Result<CreateFederatedTable> {
         let e = e.strip_prefix("sql parser error: ").unwrap_or(&e);
         FedError::Syntax(format!(
             "{e}\nusage: CREATE FEDERATED TABLE name [(col TYPE, ...)] [STORED AS CSV|PARQUET] \
-             {{ LOCATION 'folder/' | CLIENTS ('client' = 'path', ...) }}"
+             {{ LOCATION 'folder/' | CLIENTS ('client' = 'path' | 'grpc://host:port[/table]', ...) }} \
+             [OPTIONS ('token_file' 'file', 'timeout' '30s', 'ca_cert' 'ca.pem')]"
         ))
     })
 }
@@ -87,6 +91,7 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
 
     let mut format = None;
     let mut clients = None;
+    let mut options = Vec::new();
     loop {
         if p.parse_keywords(&[Keyword::STORED, Keyword::AS]) {
             let ident = p.parse_identifier()?;
@@ -105,6 +110,11 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
                 &mut clients,
                 ClientList::Named(parse_named_clients(&mut p)?),
             )?;
+        } else if p.parse_keyword(Keyword::OPTIONS) {
+            if !options.is_empty() {
+                return Err(ParserError::ParserError("give OPTIONS once".into()));
+            }
+            options = parse_options(&mut p)?;
         } else {
             break;
         }
@@ -113,7 +123,7 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
     let next = p.peek_token();
     if next.token != Token::EOF {
         return Err(ParserError::ParserError(format!(
-            "unexpected `{}` at {}: expected STORED AS, LOCATION or CLIENTS",
+            "unexpected `{}` at {}: expected STORED AS, LOCATION, CLIENTS or OPTIONS",
             next.token, next.span.start
         )));
     }
@@ -129,7 +139,38 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
         columns,
         format,
         clients,
+        options,
     })
+}
+
+/// `('key' 'value', ...)`, an `=` between key and value allowed.
+fn parse_options(p: &mut Parser) -> Result<Vec<(String, String)>, ParserError> {
+    p.expect_token(&Token::LParen)?;
+    let mut options: Vec<(String, String)> = Vec::new();
+    loop {
+        let key = match p.next_token().token {
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s,
+            Token::Word(w) => w.value,
+            other => {
+                return Err(ParserError::ParserError(format!(
+                    "expected an option name ('key' 'value'), found `{other}`"
+                )));
+            }
+        };
+        let _ = p.consume_token(&Token::Eq);
+        let value = p.parse_literal_string()?;
+        if options.iter().any(|(k, _)| k.eq_ignore_ascii_case(&key)) {
+            return Err(ParserError::ParserError(format!(
+                "option '{key}' is given twice"
+            )));
+        }
+        options.push((key, value));
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen)?;
+    Ok(options)
 }
 
 fn parse_named_clients(p: &mut Parser) -> Result<Vec<(String, PathBuf)>, ParserError> {
@@ -217,6 +258,29 @@ mod tests {
                 ("b".into(), "/data/b.parquet".into())
             ])
         );
+    }
+
+    #[test]
+    fn remote_clients_with_options() {
+        let c = parse_create_federated(
+            "CREATE FEDERATED TABLE t CLIENTS ('a' = 'grpc://127.0.0.1:5/x', 'b' = 'b.csv') \
+             OPTIONS ('token_file' 'tok', timeout = '5s', 'token_file.a' 'tok_a')",
+        )
+        .unwrap();
+        assert_eq!(
+            c.options,
+            [
+                ("token_file".to_string(), "tok".to_string()),
+                ("timeout".to_string(), "5s".to_string()),
+                ("token_file.a".to_string(), "tok_a".to_string())
+            ]
+        );
+        let e = parse_create_federated(
+            "CREATE FEDERATED TABLE t CLIENTS ('a' = 'x.csv') OPTIONS ('k' 'v', 'K' 'w')",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("twice"), "{e}");
     }
 
     #[test]

@@ -4,12 +4,18 @@
 //! client runs, and the physical plan at one client), the state schema with
 //! its size in bytes per group, the merge, and finally the shared-only
 //! decoder run on the coordinator. Nothing is executed.
+//!
+//! `EXPLAIN ANALYZE FEDERATED` runs the query and reports what each round
+//! cost per client: state rows, bytes sent and received, time
+//! ([`analyze_batch`]).
 
 use std::cmp::Ordering;
 use std::fmt::{self, Write};
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::DFSchemaRef;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{
@@ -297,4 +303,48 @@ fn field_size(field: &Field) -> FieldSize {
         }
         _ => FieldSize::Variable("bounded".into()),
     }
+}
+
+/// `EXPLAIN ANALYZE FEDERATED`: after running the query, one row per round
+/// and client with the state rows, the bytes sent to the client (plan and
+/// parameters; NULL for an in-process client, where nothing crosses a
+/// wire), the bytes received (the state: Arrow IPC on the wire from a
+/// worker, Arrow buffers from an in-process client) and the time.
+pub fn analyze_batch(reports: &[round::RoundReport]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("round", DataType::Int64, false),
+        Field::new("table", DataType::Utf8, false),
+        Field::new("client", DataType::Utf8, false),
+        Field::new("state_rows", DataType::Int64, false),
+        Field::new("bytes_sent", DataType::Int64, true),
+        Field::new("bytes_received", DataType::Int64, false),
+        Field::new("time_ms", DataType::Float64, false),
+    ]));
+    let (mut rounds, mut tables, mut clients) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rows, mut sent, mut received, mut times) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, report) in reports.iter().enumerate() {
+        for (j, (client, state_rows, _, time)) in report.clients.iter().enumerate() {
+            let traffic = report.traffic.get(j).copied().unwrap_or_default();
+            rounds.push(i as i64 + 1);
+            tables.push(report.table.clone());
+            clients.push(client.clone());
+            rows.push(*state_rows as i64);
+            sent.push(traffic.sent.map(|s| s as i64));
+            received.push(traffic.received as i64);
+            times.push(time.as_secs_f64() * 1000.0);
+        }
+    }
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(rounds)),
+            Arc::new(StringArray::from(tables)),
+            Arc::new(StringArray::from(clients)),
+            Arc::new(Int64Array::from(rows)),
+            Arc::new(Int64Array::from(sent)),
+            Arc::new(Int64Array::from(received)),
+            Arc::new(Float64Array::from(times)),
+        ],
+    )?)
 }

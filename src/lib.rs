@@ -37,6 +37,7 @@ pub mod matrix_display;
 pub mod models;
 pub mod notices;
 pub mod print;
+pub mod remote;
 pub mod repl;
 pub mod round;
 pub mod secure;

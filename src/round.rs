@@ -21,6 +21,7 @@ use datafusion::logical_expr::{EmptyRelation, Expr, LogicalPlan, Values};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use futures::future::try_join_all;
 
+use crate::client::Traffic;
 use crate::encoder::{self, Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::exposure;
@@ -33,6 +34,8 @@ pub struct RoundReport {
     pub table: String,
     /// Per client: name, state rows, state bytes, time.
     pub clients: Vec<(String, usize, usize, Duration)>,
+    /// Per client, in the same order: the bytes sent and received.
+    pub traffic: Vec<Traffic>,
 }
 
 /// One planned round: the encoder and the coordinator's partial aggregate
@@ -162,13 +165,28 @@ pub async fn run_round(
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
     let table = round.encoder.table();
-    let states: Vec<(StateBatch, Duration)> = if secure::check_round(&round.partial)? {
-        secure::collect_masked_states(table.clients(), &round.encoder).await?
+    let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
+        // Masked states: what arrives is the masked state itself.
+        secure::collect_masked_states(table.clients(), &round.encoder)
+            .await?
+            .into_iter()
+            .map(|(state, time)| {
+                let received = state.size_bytes();
+                (
+                    state,
+                    time,
+                    Traffic {
+                        sent: None,
+                        received,
+                    },
+                )
+            })
+            .collect()
     } else {
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
-            let state = client.encode(&round.encoder).await?;
-            Ok::<_, FedError>((state, start.elapsed()))
+            let (state, traffic) = client.encode_with_traffic(&round.encoder).await?;
+            Ok::<_, FedError>((state, start.elapsed(), traffic))
         }))
         .await?
     };
@@ -178,7 +196,7 @@ pub async fn run_round(
             .clients()
             .iter()
             .zip(&states)
-            .map(|(c, (s, t))| {
+            .map(|(c, (s, t, _))| {
                 (
                     c.name().to_string(),
                     s.batch().num_rows(),
@@ -187,8 +205,9 @@ pub async fn run_round(
                 )
             })
             .collect(),
+        traffic: states.iter().map(|(_, _, traffic)| *traffic).collect(),
     };
-    let states: Vec<StateBatch> = states.into_iter().map(|(s, _)| s).collect();
+    let states: Vec<StateBatch> = states.into_iter().map(|(s, _, _)| s).collect();
     let decode: Arc<dyn ExecutionPlan> = encoder::merge_and_decode(&round.partial, &states)?;
     Ok((collect(decode, state.task_ctx()).await?, report))
 }

@@ -18,6 +18,8 @@ mod glm;
 mod lm;
 #[path = "suites/refusal.rs"]
 mod refusal;
+#[path = "suites/remote.rs"]
+mod remote;
 #[path = "suites/repl.rs"]
 mod repl;
 #[path = "suites/secure.rs"]

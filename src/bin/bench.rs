@@ -89,6 +89,11 @@ struct Args {
     /// Skip the model fits (lm, glm binomial and poisson, fedsgd).
     #[arg(long)]
     no_models: bool,
+    /// Instead: start one `fedsql worker` per client on loopback (in this
+    /// process) and time the suite and a GLM fit over the workers against
+    /// the in-process federation, in the same run.
+    #[arg(long)]
+    remote: bool,
 }
 
 #[tokio::main]
@@ -124,6 +129,10 @@ async fn main() -> BenchResult<()> {
     centralized
         .register_parquet("t", &dir, ParquetReadOptions::default())
         .await?;
+
+    if args.remote {
+        return remote::run(&args, &plan, &federated, &queries).await;
+    }
 
     let mut timings = Vec::new();
     let mut warnings = Vec::new();
@@ -224,7 +233,7 @@ mod models {
 
     /// One iterative fit (`sql`): total seconds, rounds, and the times of
     /// the rounds after the first (between consecutive progress reports).
-    async fn iterative_fit(
+    pub(super) async fn iterative_fit(
         ctx: &FedContext,
         sql: &str,
     ) -> BenchResult<(f64, usize, Vec<Duration>)> {
@@ -240,6 +249,19 @@ mod models {
         let reports = reports.lock().unwrap().clone();
         let rounds = reports.windows(2).map(|w| w[1] - w[0]).collect();
         Ok((total, reports.len(), rounds))
+    }
+
+    /// One GLM fit of `y` on x1..x10 (see [`iterative_fit`]).
+    pub(super) async fn glm_fit(
+        ctx: &FedContext,
+        family: &str,
+        y: &str,
+    ) -> BenchResult<(f64, usize, Vec<Duration>)> {
+        iterative_fit(
+            ctx,
+            &format!("SELECT * FROM glm_stats('t', '{y} ~ {XS}', '{family}')"),
+        )
+        .await
     }
 
     /// Runs an iterative fit once to warm up, then `runs` times: the median
@@ -316,6 +338,138 @@ mod models {
             );
         }
         Ok(())
+    }
+}
+
+/// The suite and a GLM fit over workers on loopback against the same
+/// clients in-process.
+mod remote {
+    use fedsql::FedContext;
+    use fedsql::remote::worker::{self, WorkerConfig};
+
+    use super::{
+        Args, BenchResult, ClientFile, SuiteQuery, compare_results, median, models, run_federated,
+    };
+
+    const TOKEN: &str = "fedsql-bench-token";
+
+    pub async fn run(
+        args: &Args,
+        plan: &[ClientFile],
+        local: &FedContext,
+        queries: &[SuiteQuery],
+    ) -> BenchResult<()> {
+        let dir = tempfile_dir()?;
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, TOKEN)?;
+        let mut workers = Vec::new();
+        for client in plan {
+            let mut config = WorkerConfig::new(
+                "127.0.0.1:0".parse()?,
+                vec![("t".to_string(), client.path.clone())],
+                TOKEN,
+            );
+            // The log is the operator's; keep the benchmark's output clean.
+            config.log = Some(std::sync::Arc::new(|_: &str| {}));
+            workers.push(worker::start(config).await?);
+        }
+        let clients: Vec<String> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("'c{i}' = 'grpc://{}'", w.addr()))
+            .collect();
+        let remote = FedContext::new();
+        remote
+            .sql(&format!(
+                "CREATE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}')",
+                clients.join(", "),
+                token_file.display()
+            ))
+            .await?;
+
+        println!(
+            "fedsql-bench --remote: {} rows over {} Parquet clients, each served by a `fedsql worker` \
+             on loopback (Arrow Flight, plain text, in this process); median of {} runs after one warm-up; \
+             ratio = over workers / in-process federated.",
+            args.rows,
+            plan.len(),
+            args.runs
+        );
+        println!();
+        println!("| query | workers (s) | in-process (s) | ratio |");
+        println!("|---|---:|---:|---:|");
+        let (mut remote_total, mut local_total) = (0.0, 0.0);
+        let mut ratios = Vec::new();
+        if !args.no_suite {
+            for query in queries {
+                eprintln!("{}: warm-up", query.name);
+                let (_, over_workers) = run_federated(&remote, &query.sql).await?;
+                let (_, in_process) = run_federated(local, &query.sql).await?;
+                if let Err(difference) = compare_results(&over_workers, &in_process) {
+                    println!("WARNING: {}: results differ: {difference}", query.name);
+                }
+                let (mut r, mut l) = (Vec::new(), Vec::new());
+                for run in 0..args.runs {
+                    if run % 2 == 0 {
+                        r.push(run_federated(&remote, &query.sql).await?.0);
+                        l.push(run_federated(local, &query.sql).await?.0);
+                    } else {
+                        l.push(run_federated(local, &query.sql).await?.0);
+                        r.push(run_federated(&remote, &query.sql).await?.0);
+                    }
+                }
+                let (r, l) = (median(&r), median(&l));
+                remote_total += r;
+                local_total += l;
+                ratios.push(r / l);
+                println!("| {} | {r:.3} | {l:.3} | {:.2} |", query.name, r / l);
+            }
+            println!(
+                "| **suite total** | **{remote_total:.3}** | **{local_total:.3}** | **{:.2}** |",
+                remote_total / local_total
+            );
+            ratios.sort_by(f64::total_cmp);
+            println!();
+            println!(
+                "Median ratio {:.2} (target: suite within 1.2x of in-process).",
+                ratios[ratios.len() / 2]
+            );
+        }
+        if !args.no_models {
+            println!();
+            println!(
+                "| GLM binomial (10 covariates), one IRLS round after the first | workers | in-process | overhead per round |"
+            );
+            println!("|---|---:|---:|---:|");
+            let mut over_workers = Vec::new();
+            let mut in_process = Vec::new();
+            models::glm_fit(&remote, "binomial", "y_logistic").await?;
+            models::glm_fit(local, "binomial", "y_logistic").await?;
+            for _ in 0..args.runs {
+                over_workers.extend(models::glm_fit(&remote, "binomial", "y_logistic").await?.2);
+                in_process.extend(models::glm_fit(local, "binomial", "y_logistic").await?.2);
+            }
+            let (r, l) = (median(&over_workers), median(&in_process));
+            println!(
+                "| median of {} / {} rounds | {:.1} ms | {:.1} ms | {:.1} ms (target <= 5 ms) |",
+                over_workers.len(),
+                in_process.len(),
+                r * 1000.0,
+                l * 1000.0,
+                (r - l) * 1000.0
+            );
+        }
+        for worker in workers {
+            worker.shutdown().await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    fn tempfile_dir() -> BenchResult<std::path::PathBuf> {
+        let dir = std::env::temp_dir().join(format!("fedsql-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
     }
 }
 

@@ -9,7 +9,7 @@ use crate::support::{
 };
 
 /// Queries beyond `queries/`: every bounded aggregate family and clause.
-const QUERIES: &[&str] = &[
+pub const QUERIES: &[&str] = &[
     "SELECT count(*) AS n FROM clinic",
     "SELECT count(*) AS n, count(bmi) AS n_bmi, sum(age) AS s, avg(bmi) AS a FROM clinic WHERE age > 200",
     "SELECT region, count(*) AS n FROM clinic WHERE age > 200 GROUP BY region",
@@ -71,7 +71,7 @@ fn query_files() -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-async fn check_all(f: &Federation) {
+pub async fn check_all(f: &Federation) {
     for sql in SHARED_SETUP {
         run_both(f, sql).await;
     }

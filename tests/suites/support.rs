@@ -30,6 +30,8 @@ pub struct Federation {
     pub fed: FedContext,
     pub central: SessionContext,
     pub sizes: Vec<usize>,
+    /// Each client's file, in client order.
+    pub client_files: Vec<PathBuf>,
 }
 
 /// The demo rows: the header and every data line, clients concatenated.
@@ -121,7 +123,7 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
     let (header, rows) = demo_rows();
     let dir = TempDir::new().unwrap();
     let clients = dir.path().join("clinic");
-    write_clients(&clients, &header, &rows, sizes, format);
+    let client_files = write_clients(&clients, &header, &rows, sizes, format);
     let fed = FedContext::new();
     let stored = match format {
         Format::Csv => "CSV",
@@ -157,6 +159,7 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
         fed,
         central,
         sizes: sizes.to_vec(),
+        client_files,
     }
 }
 

@@ -1,0 +1,287 @@
+//! [`RemoteClient`]: a client that is a `fedsql worker` on another machine.
+//!
+//! It implements [`ClientRunner`] over Arrow Flight: an encoder travels as
+//! its serialized logical plan (see [`super::codec`]) with the fit it
+//! belongs to, and the state batch comes back as Arrow IPC. Every call
+//! carries the worker's token and runs under the client's timeout; any
+//! failure — unreachable, refused, timed out, cut off mid-answer — is a
+//! [`FedError::Client`] naming this client, and the round fails as a whole
+//! (no partial result).
+
+use std::fmt;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, FlightData, FlightDescriptor, Ticket};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::Schema;
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Request, Status};
+
+use super::codec;
+use super::protocol::{
+    ACTION_EXPLAIN, ACTION_RELEASE_FIT, AUTHORIZATION, BEARER, EncodeRequest, HAS_ROWS_KEY,
+    MAX_MESSAGE_BYTES, POSITIONAL_KEY, ReleaseFit, TicketCommand, ticket_command,
+};
+use super::{RemoteOptions, WorkerUrl};
+use crate::client::{ClientRunner, Traffic};
+use crate::encoder::{Encoder, StateBatch};
+use crate::error::{FedError, Result};
+use crate::federated_table::ObservedSchema;
+
+/// A client served by a remote worker.
+pub struct RemoteClient {
+    name: String,
+    url: WorkerUrl,
+    options: RemoteOptions,
+    channel: Channel,
+}
+
+impl fmt::Debug for RemoteClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteClient({} at {})", self.name, self.url)
+    }
+}
+
+impl RemoteClient {
+    /// A client for the worker at `url` (connections are made on first use
+    /// and remade after a failure).
+    pub fn new(name: &str, url: WorkerUrl, options: RemoteOptions) -> Result<Self> {
+        let error = |message: String| FedError::Client {
+            client: name.to_string(),
+            location: url.to_string(),
+            message,
+        };
+        let mut endpoint = Endpoint::from_shared(url.endpoint())
+            .map_err(|e| error(format!("not a worker address: {e}")))?
+            .connect_timeout(options.timeout)
+            .timeout(options.timeout)
+            .tcp_nodelay(true);
+        if url.tls {
+            let ca = options.ca_cert.as_ref().ok_or_else(|| {
+                error(
+                    "grpcs:// needs the certificate authority that signed the worker's certificate: OPTIONS ('ca_cert' 'ca.pem')".into(),
+                )
+            })?;
+            endpoint = endpoint
+                .tls_config(
+                    ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(ca))
+                        .domain_name(url.host.clone()),
+                )
+                .map_err(|e| error(format!("TLS setup failed: {e}")))?;
+        }
+        Ok(Self {
+            name: name.to_string(),
+            channel: endpoint.connect_lazy(),
+            url,
+            options,
+        })
+    }
+
+    fn error(&self, message: impl fmt::Display) -> FedError {
+        FedError::Client {
+            client: self.name.clone(),
+            location: self.url.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// What a failed call means, for the user.
+    fn status_error(&self, status: &Status) -> FedError {
+        let message = status.message();
+        self.error(match status.code() {
+            Code::Unauthenticated => format!(
+                "the worker refused our token ({message}); check the table's token_file option"
+            ),
+            Code::PermissionDenied => format!("the worker refused the plan: {message}"),
+            Code::Unavailable => format!("worker unreachable: {message}"),
+            Code::DeadlineExceeded | Code::Cancelled => format!(
+                "no answer within {:?} ({message}); the timeout option sets the limit",
+                self.options.timeout
+            ),
+            Code::NotFound => format!("worker: {message}"),
+            code => format!("worker error ({code:?}): {message}"),
+        })
+    }
+
+    fn flight_error(&self, e: FlightError) -> FedError {
+        match e {
+            FlightError::Tonic(status) => self.status_error(&status),
+            other => self.error(format!("bad answer from the worker: {other}")),
+        }
+    }
+
+    fn request<T>(&self, message: T) -> Result<Request<T>> {
+        let mut request = Request::new(message);
+        let value = MetadataValue::try_from(format!("{BEARER}{}", self.options.token))
+            .map_err(|_| self.error("the token is not a valid header value"))?;
+        request.metadata_mut().insert(AUTHORIZATION, value);
+        request.set_timeout(self.options.timeout);
+        Ok(request)
+    }
+
+    fn flight(&self) -> FlightServiceClient<Channel> {
+        FlightServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Runs `call` under the client's timeout.
+    async fn timed<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.options.timeout, call)
+            .await
+            .map_err(|_| {
+                self.error(format!(
+                    "no answer within {:?}; the timeout option sets the limit",
+                    self.options.timeout
+                ))
+            })?
+    }
+
+    /// The served table's schema, as the worker sees its files.
+    pub async fn observe_schema(&self) -> Result<ObservedSchema> {
+        self.timed(async {
+            let request = self.request(FlightDescriptor::new_path(vec![self.url.table.clone()]))?;
+            let result = self
+                .flight()
+                .get_schema(request)
+                .await
+                .map_err(|s| self.status_error(&s))?
+                .into_inner();
+            let schema = Schema::try_from(&result)
+                .map_err(|e| self.error(format!("bad schema from the worker: {e}")))?;
+            let flag = |key: &str| schema.metadata().get(key).is_some_and(|v| v == "true");
+            Ok(ObservedSchema {
+                client: self.name.clone(),
+                file: self.url.to_string(),
+                has_rows: flag(HAS_ROWS_KEY),
+                positional: flag(POSITIONAL_KEY),
+                schema: Schema::new(schema.fields().clone()),
+            })
+        })
+        .await
+    }
+
+    async fn encode_request(&self, encoder: &Encoder) -> Result<EncodeRequest> {
+        let plan = codec::plan_to_bytes(encoder.plan(), &self.url.table)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(EncodeRequest {
+            plan,
+            fit_scope: encoder.fit_scope(),
+        })
+    }
+}
+
+#[async_trait]
+impl ClientRunner for RemoteClient {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn location(&self) -> String {
+        self.url.to_string()
+    }
+
+    fn format(&self) -> String {
+        if self.url.tls {
+            "WORKER (TLS)"
+        } else {
+            "WORKER"
+        }
+        .into()
+    }
+
+    async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
+        Ok(self.encode_with_traffic(encoder).await?.0)
+    }
+
+    async fn encode_with_traffic(&self, encoder: &Encoder) -> Result<(StateBatch, Traffic)> {
+        self.timed(async {
+            let ticket = TicketCommand {
+                command: Some(ticket_command::Command::Encode(
+                    self.encode_request(encoder).await?,
+                )),
+            }
+            .encode_to_vec();
+            let sent = ticket.len();
+            let request = self.request(Ticket {
+                ticket: ticket.into(),
+            })?;
+            let stream = self
+                .flight()
+                .do_get(request)
+                .await
+                .map_err(|s| self.status_error(&s))?
+                .into_inner();
+            let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = std::sync::Arc::clone(&received);
+            let counted = stream
+                .inspect_ok(move |data: &FlightData| {
+                    counter.fetch_add(
+                        data.data_header.len() + data.data_body.len() + data.app_metadata.len(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                })
+                .map_err(FlightError::from);
+            let batches: Vec<_> = FlightRecordBatchStream::new_from_flight_data(counted)
+                .try_collect()
+                .await
+                .map_err(|e| self.flight_error(e))?;
+            let state = encoder.accept(&batches).map_err(|e| self.error(e))?;
+            let traffic = Traffic {
+                sent: Some(sent),
+                received: received.load(std::sync::atomic::Ordering::Relaxed),
+            };
+            Ok((state, traffic))
+        })
+        .await
+    }
+
+    async fn explain(&self, encoder: &Encoder) -> Result<String> {
+        self.timed(async {
+            let body = self.encode_request(encoder).await?.encode_to_vec();
+            let request = self.request(Action {
+                r#type: ACTION_EXPLAIN.into(),
+                body: body.into(),
+            })?;
+            let mut results = self
+                .flight()
+                .do_action(request)
+                .await
+                .map_err(|s| self.status_error(&s))?
+                .into_inner();
+            let mut text = String::new();
+            while let Some(result) = results.next().await {
+                let result = result.map_err(|s| self.status_error(&s))?;
+                text.push_str(&String::from_utf8_lossy(&result.body));
+            }
+            Ok(format!("(at worker {})\n{text}", self.url))
+        })
+        .await
+    }
+
+    /// Tells the worker in the background; a worker that misses it drops
+    /// the rows when the next fit starts.
+    fn release_fit(&self, scope: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(request) = self.request(Action {
+            r#type: ACTION_RELEASE_FIT.into(),
+            body: ReleaseFit { scope }.encode_to_vec().into(),
+        }) else {
+            return;
+        };
+        let mut flight = self.flight();
+        let timeout = self.options.timeout;
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(timeout, flight.do_action(request)).await;
+        });
+    }
+}

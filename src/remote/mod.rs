@@ -1,0 +1,290 @@
+//! Remote clients: `fedsql worker` processes reached over Arrow Flight.
+//!
+//! A data owner runs [`worker`] over its files; a coordinator names it as a
+//! client of a federated table by URL:
+//!
+//! ```sql
+//! CREATE FEDERATED TABLE clinic CLIENTS (
+//!     'hospital_a' = 'grpc://10.0.0.5:50051',          -- worker table `clinic` (the table's name)
+//!     'hospital_b' = 'grpcs://b.example.org:50051/cl',  -- TLS; worker table `cl`
+//!     'hospital_c' = '/data/c/clinic.parquet'           -- an in-process client
+//! ) OPTIONS ('token_file' 'secrets/workers.token', 'timeout' '30s', 'ca_cert' 'ca.pem');
+//! ```
+//!
+//! [`client::RemoteClient`] is the coordinator's side ([`crate::client::ClientRunner`]),
+//! [`codec`] puts plans on the wire, [`protocol`] is the Flight contract,
+//! and [`covered`] counts the rows a released state covers.
+
+pub mod client;
+pub mod codec;
+pub mod covered;
+pub mod protocol;
+pub mod worker;
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::{FedError, Result};
+
+/// How long a remote call may take unless the `timeout` option says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Option keys of `CREATE FEDERATED TABLE ... OPTIONS (...)`; the first
+/// two may also be given per client as `key.client`.
+const OPTION_KEYS: &[&str] = &["token_file", "ca_cert", "timeout"];
+
+/// Whether a client location is a worker URL rather than a path.
+pub fn is_worker_url(location: &str) -> bool {
+    location.starts_with("grpc://") || location.starts_with("grpcs://")
+}
+
+/// A worker's address: `grpc://host:port[/table]` (or `grpcs://` for TLS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerUrl {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// The table's name at the worker.
+    pub table: String,
+}
+
+impl WorkerUrl {
+    /// Parses a worker URL; `default_table` is used when it names none.
+    pub fn parse(url: &str, default_table: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            FedError::Syntax(format!(
+                "worker address '{url}': {why}; expected grpc://host:port or grpc://host:port/table (grpcs:// for TLS)"
+            ))
+        };
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("grpcs://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("grpc://") {
+            (false, rest)
+        } else {
+            return Err(bad("unknown scheme"));
+        };
+        let (authority, table) = rest.split_once('/').unwrap_or((rest, ""));
+        let (host, port) = authority.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port.parse().map_err(|_| bad("the port is not a number"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let table = table.trim_end_matches('/');
+        if table.contains('/') {
+            return Err(bad("the table name may not contain '/'"));
+        }
+        Ok(Self {
+            tls,
+            host: host.to_string(),
+            port,
+            table: if table.is_empty() {
+                default_table.to_string()
+            } else {
+                table.to_string()
+            },
+        })
+    }
+
+    /// The URI tonic connects to.
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        if self.host.contains(':') {
+            format!("{scheme}://[{}]:{}", self.host, self.port)
+        } else {
+            format!("{scheme}://{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for WorkerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "grpcs" } else { "grpc" };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        write!(f, "{scheme}://{host}:{}/{}", self.port, self.table)
+    }
+}
+
+/// How a coordinator talks to one worker.
+#[derive(Clone)]
+pub struct RemoteOptions {
+    /// The worker's token, sent with every call.
+    pub token: String,
+    /// Limit on every call.
+    pub timeout: Duration,
+    /// PEM certificate of the authority that signed the worker's
+    /// certificate (needed for `grpcs://`).
+    pub ca_cert: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for RemoteOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteOptions")
+            .field("token", &"<hidden>")
+            .field("timeout", &self.timeout)
+            .field("ca_cert", &self.ca_cert.as_ref().map(|c| c.len()))
+            .finish()
+    }
+}
+
+impl RemoteOptions {
+    /// The options for `client` from a statement's `OPTIONS (...)`: a
+    /// `key.client` entry overrides `key`.
+    pub fn for_client(options: &[(String, String)], client: &str) -> Result<Self> {
+        let get = |key: &str| {
+            let specific = format!("{key}.{client}");
+            options
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(&specific))
+                .or_else(|| options.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
+                .map(|(_, v)| v.as_str())
+        };
+        let client_err = |message: String| FedError::Client {
+            client: client.to_string(),
+            location: "OPTIONS".into(),
+            message,
+        };
+        let token_file = get("token_file").ok_or_else(|| {
+            client_err(
+                "a worker needs its token: OPTIONS ('token_file' 'path/to/token') (or 'token_file.<client>' for this client only)".into(),
+            )
+        })?;
+        let token =
+            worker::read_token(Path::new(token_file)).map_err(|e| client_err(e.to_string()))?;
+        let ca_cert = get("ca_cert")
+            .map(|path| {
+                std::fs::read(path)
+                    .map_err(|e| client_err(format!("cannot read ca_cert {path}: {e}")))
+            })
+            .transpose()?;
+        let timeout = match get("timeout") {
+            Some(text) => parse_duration(text).ok_or_else(|| {
+                FedError::Syntax(format!(
+                    "OPTIONS timeout '{text}': expected a duration such as '30s', '500ms' or '2m'"
+                ))
+            })?,
+            None => DEFAULT_TIMEOUT,
+        };
+        Ok(Self {
+            token,
+            timeout,
+            ca_cert,
+        })
+    }
+}
+
+/// Checks that every option key is known (`key` or `key.client` for one
+/// of `clients`).
+pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
+    for (key, _) in options {
+        let lower = key.to_ascii_lowercase();
+        let (base, client) = lower.split_once('.').unwrap_or((&lower, ""));
+        let known = OPTION_KEYS.contains(&base)
+            && (client.is_empty()
+                || (base != "timeout" && clients.iter().any(|c| c.eq_ignore_ascii_case(client))));
+        if !known {
+            return Err(FedError::Syntax(format!(
+                "unknown option '{key}': the options of a federated table are token_file, ca_cert and timeout (token_file.<client> and ca_cert.<client> for one remote client)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `30s`, `500ms`, `2m`, or a number of seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, "s"),
+    };
+    let value: f64 = number.trim().parse().ok()?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_urls() {
+        let u = WorkerUrl::parse("grpc://127.0.0.1:50051", "clinic").unwrap();
+        assert_eq!(
+            (u.tls, u.host.as_str(), u.port, u.table.as_str()),
+            (false, "127.0.0.1", 50051, "clinic")
+        );
+        assert_eq!(u.endpoint(), "http://127.0.0.1:50051");
+        let u = WorkerUrl::parse("grpcs://localhost:1/visits/", "clinic").unwrap();
+        assert_eq!((u.tls, u.table.as_str()), (true, "visits"));
+        assert_eq!(u.to_string(), "grpcs://localhost:1/visits");
+        assert_eq!(
+            WorkerUrl::parse("grpc://[::1]:7", "t").unwrap().endpoint(),
+            "http://[::1]:7"
+        );
+        for bad in [
+            "http://x:1",
+            "grpc://x",
+            "grpc://x:port",
+            "grpc://:1",
+            "grpc://x:1/a/b",
+        ] {
+            assert!(WorkerUrl::parse(bad, "t").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0s"), None);
+        assert_eq!(parse_duration("soon"), None);
+    }
+
+    #[test]
+    fn option_keys() {
+        let opts = |k: &str| vec![(k.to_string(), "x".to_string())];
+        assert!(check_option_keys(&opts("token_file"), &["a"]).is_ok());
+        assert!(check_option_keys(&opts("token_file.a"), &["a"]).is_ok());
+        assert!(check_option_keys(&opts("token_file.b"), &["a"]).is_err());
+        assert!(check_option_keys(&opts("tokenfile"), &["a"]).is_err());
+        assert!(check_option_keys(&opts("timeout.a"), &["a"]).is_err());
+    }
+
+    #[test]
+    fn per_client_token_overrides_the_table_token() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (all, a) = (dir.path().join("all"), dir.path().join("a"));
+        std::fs::write(&all, "secret-all\n").unwrap();
+        std::fs::write(&a, "secret-a").unwrap();
+        let options = vec![
+            ("token_file".to_string(), all.display().to_string()),
+            ("token_file.a".to_string(), a.display().to_string()),
+            ("timeout".to_string(), "2s".to_string()),
+        ];
+        let for_a = RemoteOptions::for_client(&options, "a").unwrap();
+        let for_b = RemoteOptions::for_client(&options, "b").unwrap();
+        assert_eq!(
+            (for_a.token.as_str(), for_b.token.as_str()),
+            ("secret-a", "secret-all")
+        );
+        assert_eq!(for_a.timeout, Duration::from_secs(2));
+        let err = RemoteOptions::for_client(&[], "a").unwrap_err().to_string();
+        assert!(
+            err.contains("client 'a'") && err.contains("token_file"),
+            "{err}"
+        );
+    }
+}

@@ -19,6 +19,10 @@
 //! prints a Markdown table of medians and minima. Wall-clock times on shared
 //! machines are noisy: compare the ratio, measured in the same run, rather
 //! than absolute times across runs.
+//!
+//! With `--remote` it instead starts one `fedsql worker` per client on
+//! loopback (in this process) and times the suite and a GLM fit over the
+//! workers against the same clients in-process, in the same run.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};

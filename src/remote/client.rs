@@ -24,14 +24,17 @@ use tonic::{Code, Request, Status};
 
 use super::codec;
 use super::protocol::{
-    ACTION_EXPLAIN, ACTION_RELEASE_FIT, AUTHORIZATION, BEARER, EncodeRequest, HAS_ROWS_KEY,
-    MAX_MESSAGE_BYTES, POSITIONAL_KEY, ReleaseFit, TicketCommand, ticket_command,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
+    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POSITIONAL_KEY,
+    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
+    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
 use super::{RemoteOptions, WorkerUrl};
 use crate::client::{ClientRunner, Traffic};
 use crate::encoder::{Encoder, StateBatch};
 use crate::error::{FedError, Result};
 use crate::federated_table::ObservedSchema;
+use crate::secure::{MaskRequest, SecureSession, SecureSetup};
 
 /// A client served by a remote worker.
 pub struct RemoteClient {
@@ -167,6 +170,26 @@ impl RemoteClient {
         .await
     }
 
+    /// Runs a named action and returns the bodies of its results, joined.
+    async fn action(&self, name: &str, body: Vec<u8>) -> Result<Vec<u8>> {
+        let request = self.request(Action {
+            r#type: name.into(),
+            body: body.into(),
+        })?;
+        let mut results = self
+            .flight()
+            .do_action(request)
+            .await
+            .map_err(|s| self.status_error(&s))?
+            .into_inner();
+        let mut answer = Vec::new();
+        while let Some(result) = results.next().await {
+            let result = result.map_err(|s| self.status_error(&s))?;
+            answer.extend_from_slice(&result.body);
+        }
+        Ok(answer)
+    }
+
     async fn encode_request(&self, encoder: &Encoder) -> Result<EncodeRequest> {
         let plan = codec::plan_to_bytes(encoder.plan(), &self.url.table)
             .await
@@ -246,22 +269,50 @@ impl ClientRunner for RemoteClient {
     async fn explain(&self, encoder: &Encoder) -> Result<String> {
         self.timed(async {
             let body = self.encode_request(encoder).await?.encode_to_vec();
-            let request = self.request(Action {
-                r#type: ACTION_EXPLAIN.into(),
-                body: body.into(),
-            })?;
-            let mut results = self
-                .flight()
-                .do_action(request)
-                .await
-                .map_err(|s| self.status_error(&s))?
-                .into_inner();
-            let mut text = String::new();
-            while let Some(result) = results.next().await {
-                let result = result.map_err(|s| self.status_error(&s))?;
-                text.push_str(&String::from_utf8_lossy(&result.body));
+            let text = self.action(ACTION_EXPLAIN, body).await?;
+            Ok(format!(
+                "(at worker {})\n{}",
+                self.url,
+                String::from_utf8_lossy(&text)
+            ))
+        })
+        .await
+    }
+
+    async fn secure_setup(
+        &self,
+        encoder: &Encoder,
+        session: &SecureSession,
+    ) -> Result<SecureSetup> {
+        self.timed(async {
+            let body = SecureSetupRequest {
+                encode: Some(self.encode_request(encoder).await?),
+                session: Some(SessionMessage::of(session)),
             }
-            Ok(format!("(at worker {})\n{text}", self.url))
+            .encode_to_vec();
+            let answer = self.action(ACTION_SECURE_SETUP, body).await?;
+            let reply = SecureSetupReply::decode(answer.as_slice())
+                .map_err(|e| self.error(format!("bad secure setup answer: {e}")))?;
+            Ok(SecureSetup {
+                public_key: public_key(&reply.public_key).map_err(|e| self.error(e))?,
+                group_keys: batch_from_ipc(&reply.group_keys).map_err(|e| self.error(e))?,
+            })
+        })
+        .await
+    }
+
+    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+        self.timed(async {
+            let body = EncodeMaskedRequest {
+                encode: Some(self.encode_request(encoder).await?),
+                session: Some(SessionMessage::of(&request.session)),
+                public_keys: request.public_keys.iter().map(|k| k.to_vec()).collect(),
+                groups: batch_to_ipc(&request.groups).map_err(|e| self.error(e))?,
+            }
+            .encode_to_vec();
+            let answer = self.action(ACTION_ENCODE_MASKED, body).await?;
+            let batch = batch_from_ipc(&answer).map_err(|e| self.error(e))?;
+            encoder.accept(&[batch]).map_err(|e| self.error(e))
         })
         .await
     }

@@ -7,12 +7,27 @@
 //! | `DoGet` | ticket: a [`TicketCommand`] | the state batch (Arrow IPC), one row per group |
 //! | `DoAction` [`ACTION_EXPLAIN`] | body: an [`EncodeRequest`] | the worker's physical plan, as text |
 //! | `DoAction` [`ACTION_RELEASE_FIT`] | body: a [`ReleaseFit`] | nothing |
+//! | `DoAction` [`ACTION_SECURE_SETUP`] | body: a [`SecureSetupRequest`] | a [`SecureSetupReply`]: the worker's public key for the session and its group keys |
+//! | `DoAction` [`ACTION_ENCODE_MASKED`] | body: an [`EncodeMaskedRequest`] | the masked state batch (Arrow IPC stream) |
 //! | `ListActions` | | the action types above |
 //!
 //! Every call carries `authorization: Bearer <token>` in its gRPC metadata.
 //! The ticket is a protobuf message with a `oneof`, and actions are named,
-//! so later calls (a key exchange, masked encoding) are new variants and new
-//! action names without changing the existing ones.
+//! so later calls are new variants and new action names without changing
+//! the existing ones (the two steps of secure aggregation came that way).
+
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{FedError, Result};
+use crate::secure::SecureSession;
+
+/// DoAction: secure aggregation, step 1 (see [`crate::secure`]).
+pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
+
+/// DoAction: secure aggregation, step 2: the masked state.
+pub const ACTION_ENCODE_MASKED: &str = "fedsql.encode_masked";
 
 /// gRPC metadata key of the worker's token.
 pub const AUTHORIZATION: &str = "authorization";
@@ -56,6 +71,103 @@ pub struct ReleaseFit {
     pub scope: u64,
 }
 
+/// A secure-aggregation session: its random id and the round's clients in
+/// order (see [`crate::secure::SecureSession`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SessionMessage {
+    #[prost(bytes = "vec", tag = "1")]
+    pub id: Vec<u8>,
+    #[prost(string, repeated, tag = "2")]
+    pub clients: Vec<String>,
+}
+
+impl SessionMessage {
+    pub fn of(session: &SecureSession) -> Self {
+        Self {
+            id: session.id.to_vec(),
+            clients: session.clients.clone(),
+        }
+    }
+
+    pub fn session(&self) -> Result<SecureSession> {
+        let id = self.id.as_slice().try_into().map_err(|_| {
+            FedError::Plan(format!(
+                "a secure session id is 16 bytes, not {}",
+                self.id.len()
+            ))
+        })?;
+        Ok(SecureSession {
+            id,
+            clients: self.clients.clone(),
+        })
+    }
+}
+
+/// The body of [`ACTION_SECURE_SETUP`]: the encoder and the session.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureSetupRequest {
+    #[prost(message, optional, tag = "1")]
+    pub encode: Option<EncodeRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub session: Option<SessionMessage>,
+}
+
+/// The answer to [`ACTION_SECURE_SETUP`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureSetupReply {
+    /// The worker's X25519 public key for the session (32 bytes).
+    #[prost(bytes = "vec", tag = "1")]
+    pub public_key: Vec<u8>,
+    /// Its group keys, as an Arrow IPC stream.
+    #[prost(bytes = "vec", tag = "2")]
+    pub group_keys: Vec<u8>,
+}
+
+/// The body of [`ACTION_ENCODE_MASKED`]: the encoder again, the session,
+/// every client's public key in session order and the union of the group
+/// keys (an Arrow IPC stream).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EncodeMaskedRequest {
+    #[prost(message, optional, tag = "1")]
+    pub encode: Option<EncodeRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub session: Option<SessionMessage>,
+    #[prost(bytes = "vec", repeated, tag = "3")]
+    pub public_keys: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", tag = "4")]
+    pub groups: Vec<u8>,
+}
+
+/// A public key from the wire.
+pub fn public_key(bytes: &[u8]) -> Result<[u8; 32]> {
+    bytes.try_into().map_err(|_| {
+        FedError::Plan(format!(
+            "an X25519 public key is 32 bytes, not {}",
+            bytes.len()
+        ))
+    })
+}
+
+/// One batch as an Arrow IPC stream.
+pub fn batch_to_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut bytes, &batch.schema())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(bytes)
+}
+
+/// The one batch of an Arrow IPC stream.
+pub fn batch_from_ipc(bytes: &[u8]) -> Result<RecordBatch> {
+    let reader = StreamReader::try_new(bytes, None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
+}
+
 /// What a `DoGet` ticket asks for.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TicketCommand {
@@ -91,5 +203,38 @@ mod tests {
         let bytes = ticket.encode_to_vec();
         assert_eq!(TicketCommand::decode(bytes.as_slice()).unwrap(), ticket);
         assert!(TicketCommand::decode(&[0xff, 0xff, 0xff][..]).is_err());
+    }
+
+    #[test]
+    fn secure_messages_round_trip() {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        use std::sync::Arc;
+        let session = SecureSession::fresh(vec!["a".into(), "b".into()]);
+        let message = SessionMessage::of(&session);
+        assert_eq!(message.session().unwrap(), session);
+        let short = SessionMessage {
+            id: vec![1, 2],
+            clients: vec![],
+        };
+        assert!(short.session().is_err());
+        assert!(public_key(&[0; 31]).is_err());
+        assert_eq!(public_key(&[7; 32]).unwrap(), [7; 32]);
+        let batch = RecordBatch::try_from_iter(vec![
+            ("g", Arc::new(StringArray::from(vec!["x", "y"])) as _),
+            ("n", Arc::new(Int64Array::from(vec![1, 2])) as _),
+        ])
+        .unwrap();
+        assert_eq!(
+            batch_from_ipc(&batch_to_ipc(&batch).unwrap()).unwrap(),
+            batch
+        );
+        // No GROUP BY: group keys without columns, one row.
+        let keys = batch.project(&[]).unwrap();
+        assert_eq!(
+            batch_from_ipc(&batch_to_ipc(&keys).unwrap())
+                .unwrap()
+                .num_rows(),
+            keys.num_rows()
+        );
     }
 }

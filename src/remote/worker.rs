@@ -52,14 +52,17 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::codec::{self, InlineTable, TableBinder};
 use super::protocol::{
-    ACTION_EXPLAIN, ACTION_RELEASE_FIT, AUTHORIZATION, BEARER, EncodeRequest, HAS_ROWS_KEY,
-    MAX_MESSAGE_BYTES, POSITIONAL_KEY, ReleaseFit, TicketCommand, ticket_command,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
+    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POSITIONAL_KEY,
+    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
+    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
 use crate::client::{self, ClientRunner, LocalClient};
 use crate::encoder::Encoder;
 use crate::error::{FedError, Result};
 use crate::federated_table::{ClientFiles, FederatedTable, FileFormat, unify_schemas};
 use crate::round;
+use crate::secure::{MaskRequest, SecureSession};
 
 /// Command-line arguments of `fedsql worker`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -547,6 +550,113 @@ impl WorkerService {
     }
 }
 
+/// A secure-aggregation request's encoder and session, or why it is malformed.
+fn secure_parts(
+    encode: Option<EncodeRequest>,
+    session: Option<SessionMessage>,
+) -> Result<(EncodeRequest, SecureSession), Status> {
+    let encode = encode.ok_or_else(|| Status::invalid_argument("the request holds no encoder"))?;
+    let session = session
+        .ok_or_else(|| Status::invalid_argument("the request holds no session"))?
+        .session()
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok((encode, session))
+}
+
+impl WorkerService {
+    /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
+    /// state with a fresh key pair, and answers with the public key and
+    /// the group keys.
+    async fn secure_setup(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_SETUP;
+        let request = SecureSetupRequest::decode(body).map_err(|e| {
+            self.refuse(
+                peer,
+                call,
+                Status::invalid_argument(format!("malformed request: {e}")),
+            )
+        })?;
+        let (encode, session) = secure_parts(request.encode, request.session)
+            .map_err(|s| self.refuse(peer, call, s))?;
+        let checked = self
+            .check(&encode)
+            .await
+            .map_err(|s| self.refuse(peer, call, s))?;
+        let setup = checked
+            .client
+            .secure_setup(&checked.encoder, &session)
+            .await
+            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: key pair made for [{}], {} group key(s) sent, state kept",
+                checked.table.name,
+                session.id_hex(),
+                aggregate_names(checked.encoder.plan()),
+                setup.group_keys.num_rows()
+            ),
+        );
+        let group_keys =
+            batch_to_ipc(&setup.group_keys).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(SecureSetupReply {
+            public_key: setup.public_key.to_vec(),
+            group_keys,
+        }
+        .encode_to_vec())
+    }
+
+    /// Secure aggregation, step 2: the kept state, aligned to the
+    /// coordinator's groups and masked.
+    async fn encode_masked(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let call = ACTION_ENCODE_MASKED;
+        let request = EncodeMaskedRequest::decode(body).map_err(|e| {
+            self.refuse(
+                peer,
+                call,
+                Status::invalid_argument(format!("malformed request: {e}")),
+            )
+        })?;
+        let malformed =
+            |e: FedError| self.refuse(peer, call, Status::invalid_argument(e.to_string()));
+        let public_keys = request
+            .public_keys
+            .iter()
+            .map(|k| public_key(k))
+            .collect::<Result<Vec<_>>>()
+            .map_err(malformed)?;
+        let groups = batch_from_ipc(&request.groups).map_err(malformed)?;
+        let (encode, session) = secure_parts(request.encode, request.session)
+            .map_err(|s| self.refuse(peer, call, s))?;
+        let checked = self
+            .check(&encode)
+            .await
+            .map_err(|s| self.refuse(peer, call, s))?;
+        let mask = MaskRequest {
+            session,
+            public_keys,
+            groups,
+        };
+        let state = checked
+            .client
+            .encode_masked(&checked.encoder, &mask)
+            .await
+            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: released {} masked state row(s) of [{}], {} bytes",
+                checked.table.name,
+                mask.session.id_hex(),
+                state.batch().num_rows(),
+                aggregate_names(checked.encoder.plan()),
+                state.size_bytes()
+            ),
+        );
+        batch_to_ipc(state.batch()).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
 type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
 
 #[tonic::async_trait]
@@ -664,12 +774,14 @@ impl FlightService for WorkerService {
                 self.log(&peer, &format!("released fit {}", release.scope));
                 Vec::new()
             }
+            ACTION_SECURE_SETUP => self.secure_setup(&peer, &action.body).await?,
+            ACTION_ENCODE_MASKED => self.encode_masked(&peer, &action.body).await?,
             other => {
                 return Err(self.refuse(
                     &peer,
                     "DoAction",
                     Status::invalid_argument(format!(
-                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT})"
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_ENCODE_MASKED})"
                     )),
                 ));
             }
@@ -691,6 +803,14 @@ impl FlightService for WorkerService {
                 "the physical plan an encoder would run here",
             ),
             (ACTION_RELEASE_FIT, "drop the rows kept for a fit"),
+            (
+                ACTION_SECURE_SETUP,
+                "secure aggregation step 1: a session key pair and the group keys",
+            ),
+            (
+                ACTION_ENCODE_MASKED,
+                "secure aggregation step 2: the state, aligned and pairwise-masked",
+            ),
         ]
         .map(|(name, description)| {
             Ok(ActionType {

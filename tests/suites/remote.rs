@@ -909,3 +909,57 @@ async fn a_worker_killed_mid_query_names_its_client_and_the_rest_keep_working() 
     assert_same_result(sql, &got, &expected, true, 1e-9);
     assert!(w0.saw("released") && w1.saw("released"));
 }
+
+/// Secure sums over workers: the two steps of the masking protocol travel
+/// as Flight actions; the result equals the in-process federation's (which
+/// tests/suites/secure.rs checks against the centralized sum), each worker
+/// releases only a masked state, and a plain ticket for a secure encoder is
+/// refused by the worker itself.
+#[tokio::test]
+async fn secure_sums_run_over_workers_and_leave_them_only_masked() {
+    let n = demo_rows().1.len();
+    let f = federation(&split_sizes(n, 3), Format::Csv).await;
+    let workers = Workers::start(&f.client_files, "clinic").await;
+    let remote = remote_context(&workers).await;
+    for sql in [
+        "SELECT secure_sum(age, 0, 120) AS s, secure_count(1) AS n FROM clinic",
+        "SELECT region, secure_sum(age, 0, 120) AS s, secure_avg(bmi, 10, 60) AS b, count(*) AS n FROM clinic GROUP BY region ORDER BY region",
+        "SELECT sex, secure_sum_vec([CAST(age AS DOUBLE), bmi], [0, 10], [120, 60]) AS v FROM clinic WHERE smoker = 1 GROUP BY sex ORDER BY sex",
+    ] {
+        let a = run(&remote, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = run(&f.fed, sql).await.unwrap();
+        assert_same_result(sql, &a, &b, true, 0.0);
+    }
+    let logs = workers.logs();
+    let masked = logs
+        .iter()
+        .filter(|l| l.contains("released") && l.contains("masked state"))
+        .count();
+    assert_eq!(masked, 9, "three queries, three workers: {logs:#?}");
+    assert!(
+        !logs
+            .iter()
+            .any(|l| l.contains("released") && !l.contains("masked") && l.contains("secure_")),
+        "{logs:#?}"
+    );
+    // A hand-crafted plain ticket for a secure encoder.
+    let plan = find(
+        &logical(&remote, "SELECT secure_sum(age, 0, 120) FROM clinic").await,
+        |p| matches!(p, LogicalPlan::Aggregate(_)),
+    );
+    let bytes = plan_to_bytes(&plan, "clinic").await.unwrap();
+    let refused = send_plan(workers.workers[0].addr(), bytes)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("masked"),
+        "{}",
+        refused.message()
+    );
+    // The worker keeps serving.
+    run(&remote, "SELECT secure_sum(age, 0, 120) FROM clinic")
+        .await
+        .unwrap();
+}

@@ -963,3 +963,35 @@ async fn secure_sums_run_over_workers_and_leave_them_only_masked() {
         .await
         .unwrap();
 }
+
+/// FedSGD over workers: the per-client rounds (weighting, sampling) go
+/// through the same runner calls, and the iterates equal the in-process
+/// federation's.
+#[tokio::test]
+async fn fedsgd_runs_the_same_over_workers() {
+    let n = demo_rows().1.len();
+    let f = federation(&split_sizes(n, 3), Format::Csv).await;
+    let workers = Workers::start(&f.client_files, "clinic").await;
+    let remote = remote_context(&workers).await;
+    for options in [
+        "optimizer=adam, learning_rate=0.05, rounds=5, standardize=true",
+        "optimizer=newton, rounds=4",
+        "optimizer=sgd, learning_rate=0.001, rounds=4, weighting=uniform, clients_per_round=2, seed=3",
+    ] {
+        let spec = fedsql::models::fedsgd::FedSgdSpec::parse(&[
+            "clinic".to_string(),
+            "event ~ age + bmi + smoker".to_string(),
+            "logistic".to_string(),
+            options.to_string(),
+        ])
+        .unwrap();
+        let a = fedsql::models::fedsgd::fit(&remote, &spec, None)
+            .await
+            .unwrap_or_else(|e| panic!("{options}: {e}"));
+        let b = fedsql::models::fedsgd::fit(&f.fed, &spec, None)
+            .await
+            .unwrap();
+        assert_eq!(a.iterates, b.iterates, "{options}");
+        assert_eq!(a.history, b.history, "{options}");
+    }
+}

@@ -550,38 +550,47 @@ impl WorkerService {
     }
 }
 
-/// A secure-aggregation request's encoder and session, or why it is malformed.
-fn secure_parts(
-    encode: Option<EncodeRequest>,
-    session: Option<SessionMessage>,
-) -> Result<(EncodeRequest, SecureSession), Status> {
-    let encode = encode.ok_or_else(|| Status::invalid_argument("the request holds no encoder"))?;
-    let session = session
-        .ok_or_else(|| Status::invalid_argument("the request holds no session"))?
-        .session()
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
-    Ok((encode, session))
-}
-
 impl WorkerService {
+    /// Refuses (and logs) a request that does not decode.
+    fn malformed(&self, peer: &str, call: &str, e: impl std::fmt::Display) -> Status {
+        self.refuse(
+            peer,
+            call,
+            Status::invalid_argument(format!("malformed request: {e}")),
+        )
+    }
+
+    /// A secure-aggregation request's session, and its encoder checked as
+    /// every encoder is.
+    async fn check_secure(
+        &self,
+        peer: &str,
+        call: &str,
+        encode: Option<EncodeRequest>,
+        session: Option<SessionMessage>,
+    ) -> Result<(Checked, SecureSession), Status> {
+        let encode = encode.ok_or_else(|| self.malformed(peer, call, "no encoder"))?;
+        let session = session
+            .ok_or_else(|| self.malformed(peer, call, "no session"))?
+            .session()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let checked = self
+            .check(&encode)
+            .await
+            .map_err(|s| self.refuse(peer, call, s))?;
+        Ok((checked, session))
+    }
+
     /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
     /// state with a fresh key pair, and answers with the public key and
     /// the group keys.
     async fn secure_setup(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
         let call = ACTION_SECURE_SETUP;
-        let request = SecureSetupRequest::decode(body).map_err(|e| {
-            self.refuse(
-                peer,
-                call,
-                Status::invalid_argument(format!("malformed request: {e}")),
-            )
-        })?;
-        let (encode, session) = secure_parts(request.encode, request.session)
-            .map_err(|s| self.refuse(peer, call, s))?;
-        let checked = self
-            .check(&encode)
-            .await
-            .map_err(|s| self.refuse(peer, call, s))?;
+        let request =
+            SecureSetupRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
         let setup = checked
             .client
             .secure_setup(&checked.encoder, &session)
@@ -610,28 +619,18 @@ impl WorkerService {
     /// coordinator's groups and masked.
     async fn encode_masked(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
         let call = ACTION_ENCODE_MASKED;
-        let request = EncodeMaskedRequest::decode(body).map_err(|e| {
-            self.refuse(
-                peer,
-                call,
-                Status::invalid_argument(format!("malformed request: {e}")),
-            )
-        })?;
-        let malformed =
-            |e: FedError| self.refuse(peer, call, Status::invalid_argument(e.to_string()));
+        let request =
+            EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
         let public_keys = request
             .public_keys
             .iter()
             .map(|k| public_key(k))
             .collect::<Result<Vec<_>>>()
-            .map_err(malformed)?;
-        let groups = batch_from_ipc(&request.groups).map_err(malformed)?;
-        let (encode, session) = secure_parts(request.encode, request.session)
-            .map_err(|s| self.refuse(peer, call, s))?;
-        let checked = self
-            .check(&encode)
-            .await
-            .map_err(|s| self.refuse(peer, call, s))?;
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let groups = batch_from_ipc(&request.groups).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
         let mask = MaskRequest {
             session,
             public_keys,

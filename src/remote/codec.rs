@@ -22,8 +22,6 @@ use async_trait::async_trait;
 use datafusion::arrow::array::new_empty_array;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
@@ -41,6 +39,7 @@ use datafusion_proto::bytes::{
 };
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 
+use super::protocol;
 use crate::error::{FedError, Result};
 use crate::federated_table::FederatedTable;
 
@@ -63,20 +62,11 @@ impl InlineTable {
     }
 
     fn to_ipc(&self) -> DFResult<Vec<u8>> {
-        let mut out = Vec::new();
-        let mut writer = StreamWriter::try_new(&mut out, &self.schema)?;
-        for batch in &self.batches {
-            writer.write(batch)?;
-        }
-        writer.finish()?;
-        drop(writer);
-        Ok(out)
+        Ok(protocol::batches_to_ipc(&self.schema, &self.batches)?)
     }
 
     fn from_ipc(bytes: &[u8]) -> DFResult<Self> {
-        let reader = StreamReader::try_new(bytes, None)?;
-        let schema = reader.schema();
-        let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+        let (schema, batches) = protocol::batches_from_ipc(bytes)?;
         Ok(Self { schema, batches })
     }
 }

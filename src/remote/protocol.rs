@@ -16,6 +16,8 @@
 //! so later calls are new variants and new action names without changing
 //! the existing ones (the two steps of secure aggregation came that way).
 
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -148,21 +150,38 @@ pub fn public_key(bytes: &[u8]) -> Result<[u8; 32]> {
     })
 }
 
-/// One batch as an Arrow IPC stream.
-pub fn batch_to_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+/// Batches as an Arrow IPC stream (the wire form of inline tables, group
+/// keys and masked states).
+pub fn batches_to_ipc(schema: &Schema, batches: &[RecordBatch]) -> Result<Vec<u8>, ArrowError> {
     let mut bytes = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut bytes, &batch.schema())?;
-    writer.write(batch)?;
+    let mut writer = StreamWriter::try_new(&mut bytes, schema)?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
     writer.finish()?;
     drop(writer);
     Ok(bytes)
 }
 
-/// The one batch of an Arrow IPC stream.
-pub fn batch_from_ipc(bytes: &[u8]) -> Result<RecordBatch> {
+/// The schema and batches of an Arrow IPC stream.
+pub fn batches_from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
     let reader = StreamReader::try_new(bytes, None)?;
     let schema = reader.schema();
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((schema, batches))
+}
+
+/// One batch as an Arrow IPC stream.
+pub fn batch_to_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    Ok(batches_to_ipc(
+        &batch.schema(),
+        std::slice::from_ref(batch),
+    )?)
+}
+
+/// The one batch of an Arrow IPC stream.
+pub fn batch_from_ipc(bytes: &[u8]) -> Result<RecordBatch> {
+    let (schema, batches) = batches_from_ipc(bytes)?;
     Ok(datafusion::arrow::compute::concat_batches(
         &schema, &batches,
     )?)

@@ -21,7 +21,7 @@ pub use input::{Input, LineBuffer};
 pub use interactive::run_interactive;
 pub use session::{Flow, ReplOptions, ScriptSummary, Session};
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::Result;
 
 /// Runs `input` — SQL statements and backslash commands — through a fresh

@@ -35,7 +35,7 @@ use crate::error::Result;
 /// ```no_run
 /// # async fn demo() -> fedsql::Result<()> {
 /// let ctx = fedsql::FedContext::new();
-/// fedsql::demo::register_demo(&ctx)?;
+/// fedsql::coordinator::demo::register_demo(&ctx)?;
 /// let mut out = Vec::new();
 /// let opts = fedsql::repl::ReplOptions::default();
 /// fedsql::repl::run_script(&ctx, "\\d\nSELECT count(*) FROM clinic;", &mut out, &opts).await?;

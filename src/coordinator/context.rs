@@ -27,6 +27,7 @@ use crate::error::{FedError, Result};
 use crate::notices::{Notices, Progress};
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::local::LocalClient;
+use crate::site::policy::DisclosurePolicy;
 use crate::site::runner::ClientRunner;
 use crate::wire::exposure;
 
@@ -252,12 +253,17 @@ impl FedContext {
             }
             Arc::new(declared)
         };
+        // In-process sites have no data owner: a policy is a rehearsal the
+        // table's OPTIONS ask for.
+        let policy = DisclosurePolicy::from_options(&stmt.options)?;
         let runners = sites
             .into_iter()
             .map(|site| {
                 Ok(match site {
-                    Site::Local(c) => Arc::new(LocalClient::from_files(&c, Arc::clone(&schema))?)
-                        as Arc<dyn ClientRunner>,
+                    Site::Local(c) => Arc::new(
+                        LocalClient::from_files(&c, Arc::clone(&schema))?
+                            .with_policy(policy.clone()),
+                    ) as Arc<dyn ClientRunner>,
                     Site::Remote(r) => r as Arc<dyn ClientRunner>,
                 })
             })
@@ -315,7 +321,8 @@ impl FedContext {
         Ok(provider)
     }
 
-    /// One row per client of a federated table: client, format, location.
+    /// One row per client of a federated table: client, format, location,
+    /// and the disclosure policy it enforces.
     pub async fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
         let provider = self.federated_table(name).await?;
         let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
@@ -324,6 +331,7 @@ impl FedContext {
             Field::new("client", DataType::Utf8, false),
             Field::new("format", DataType::Utf8, false),
             Field::new("location", DataType::Utf8, false),
+            Field::new("policy", DataType::Utf8, false),
         ]));
         Ok(RecordBatch::try_new(
             schema,
@@ -336,6 +344,9 @@ impl FedContext {
                 )),
                 Arc::new(StringArray::from_iter_values(
                     clients.iter().map(|c| c.location()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    clients.iter().map(|c| c.policy()),
                 )),
             ],
         )?)

@@ -14,7 +14,7 @@ use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{EmptyRelation, Expr, LogicalPlan, Values};
+use datafusion::logical_expr::{Distinct, EmptyRelation, Expr, LogicalPlan, Values};
 use datafusion::physical_plan::aggregates::AggregateExec;
 
 use crate::coordinator::federated_table::FederatedTable;
@@ -63,6 +63,10 @@ pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
     }
     match plan {
         LogicalPlan::Aggregate(agg) if exposure::touches_federated(&agg.input) => {
+            Some(plan.clone())
+        }
+        // Before optimization, `SELECT DISTINCT` stands for its GROUP BY.
+        LogicalPlan::Distinct(Distinct::All(input)) if exposure::touches_federated(input) => {
             Some(plan.clone())
         }
         _ => None,

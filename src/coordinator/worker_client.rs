@@ -30,9 +30,9 @@ use crate::wire::codec;
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POSITIONAL_KEY,
-    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
-    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POLICY_KEY,
+    POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply, SecureSetupRequest,
+    SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup};
 
@@ -42,6 +42,8 @@ pub struct RemoteClient {
     url: WorkerUrl,
     options: RemoteOptions,
     channel: Channel,
+    /// The policy the worker announced with its schema.
+    policy: std::sync::Mutex<String>,
 }
 
 impl fmt::Debug for RemoteClient {
@@ -83,6 +85,7 @@ impl RemoteClient {
             channel: endpoint.connect_lazy(),
             url,
             options,
+            policy: std::sync::Mutex::new("unknown (not yet asked)".into()),
         })
     }
 
@@ -97,6 +100,19 @@ impl RemoteClient {
     /// What a failed call means, for the user.
     fn status_error(&self, status: &Status) -> FedError {
         let message = status.message();
+        if status.code() == Code::PermissionDenied
+            && let Some(refusal) = message.strip_prefix(POLICY_REFUSAL)
+        {
+            let (rule, hint) = match refusal.split_once("\nhint: ") {
+                Some((rule, hint)) => (rule, Some(hint.to_string())),
+                None => (refusal, None),
+            };
+            return FedError::Policy {
+                client: self.name.clone(),
+                rule: rule.to_string(),
+                hint,
+            };
+        }
         self.error(match status.code() {
             Code::Unauthenticated => format!(
                 "the worker refused our token ({message}); check the table's token_file option"
@@ -159,6 +175,9 @@ impl RemoteClient {
             let schema = Schema::try_from(&result)
                 .map_err(|e| self.error(format!("bad schema from the worker: {e}")))?;
             let flag = |key: &str| schema.metadata().get(key).is_some_and(|v| v == "true");
+            if let Some(policy) = schema.metadata().get(POLICY_KEY) {
+                *self.policy.lock().expect("not poisoned") = policy.clone();
+            }
             Ok(ObservedSchema {
                 client: self.name.clone(),
                 file: self.url.to_string(),
@@ -209,6 +228,10 @@ impl ClientRunner for RemoteClient {
 
     fn location(&self) -> String {
         self.url.to_string()
+    }
+
+    fn policy(&self) -> String {
+        self.policy.lock().expect("not poisoned").clone()
     }
 
     fn format(&self) -> String {

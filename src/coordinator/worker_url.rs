@@ -180,12 +180,16 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
         let (base, client) = lower.split_once('.').unwrap_or((&lower, ""));
+        if crate::site::policy::POLICY_KEYS.contains(&lower.as_str()) {
+            continue;
+        }
         let known = OPTION_KEYS.contains(&base)
             && (client.is_empty()
                 || (base != "timeout" && clients.iter().any(|c| c.eq_ignore_ascii_case(client))));
         if !known {
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': the options of a federated table are token_file, ca_cert and timeout (token_file.<client> and ca_cert.<client> for one remote client)"
+                "unknown option '{key}': the options of a federated table are token_file, ca_cert and timeout (token_file.<client> and ca_cert.<client> for one remote client), and the disclosure policy of its in-process clients: {}",
+                crate::site::policy::POLICY_KEYS.join(", ")
             )));
         }
     }

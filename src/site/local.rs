@@ -28,7 +28,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::files::{ClientFiles, FileFormat};
+use crate::site::group_rows;
 use crate::site::kept_rows::KeptRows;
+use crate::site::never_fail::never_fail_on_data;
+use crate::site::policy::{DisclosurePolicy, describe_policy};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
 use crate::wire::encoder::{self, Encoder, StateBatch};
@@ -71,6 +74,8 @@ pub struct LocalClient {
     kept: KeptRows,
     /// Key pairs and states of secure rounds between their two steps.
     secrets: ClientSecrets,
+    /// The data owner's disclosure policy, if any.
+    policy: Option<DisclosurePolicy>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -111,7 +116,14 @@ impl LocalClient {
             session,
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
+            policy: None,
         })
+    }
+
+    /// The same site under a disclosure policy (or none).
+    pub fn with_policy(mut self, policy: Option<DisclosurePolicy>) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// A site over batches held in memory (cast to `schema`).
@@ -129,6 +141,7 @@ impl LocalClient {
             session: site_session(),
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
+            policy: None,
         })
     }
 
@@ -143,7 +156,13 @@ impl LocalClient {
     /// The site's physical plan for an encoder: the partial aggregate over
     /// its own rows (or the fit's kept rows), one state row per group.
     async fn physical_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
-        let plan = encoder.bind(Arc::clone(&self.rows))?;
+        if let Some(policy) = &self.policy {
+            policy.check_encoder(&self.name, encoder.plan())?;
+        }
+        let mut plan = encoder.bind(Arc::clone(&self.rows))?;
+        if self.policy.is_some() {
+            plan = never_fail_on_data(plan)?;
+        }
         let state = self.session.state();
         // The encoder is already optimized and validated: plan it as it is.
         let physical = state
@@ -165,6 +184,10 @@ impl LocalClient {
             }
             None => partial,
         };
+        let partial = match &self.policy {
+            Some(_) => group_rows::counted(partial)?,
+            None => partial,
+        };
         encoder::one_state_per_group(partial)
     }
 
@@ -175,19 +198,37 @@ impl LocalClient {
         let plan = self
             .physical_plan(encoder)
             .await
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.site_error(e))?;
         if secure::has_secure_aggregates(&plan) {
-            return Err(self.error(secure::plain_state_refused()));
+            return Err(secure::plain_state_refused(&self.name));
         }
         Ok(plan)
     }
 
-    /// Runs a plan of this site's to its state batch.
+    /// Runs a plan of this site's to its state batch; under a policy, the
+    /// state is checked (and its row counts dropped) before it is handed
+    /// out.
     async fn run(&self, encoder: &Encoder, plan: Arc<dyn ExecutionPlan>) -> Result<StateBatch> {
         let batches = collect(plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
+        let batches = match &self.policy {
+            Some(policy) => {
+                let (batches, rows) = group_rows::split_off(&batches)?;
+                policy.check_state(&self.name, &rows)?;
+                batches
+            }
+            None => batches,
+        };
         encoder.accept(&batches).map_err(|e| self.error(e))
+    }
+
+    /// A policy refusal as it is; any other error names this site.
+    fn site_error(&self, e: FedError) -> FedError {
+        match e {
+            FedError::Policy { .. } | FedError::Refused { .. } => e,
+            other => self.error(other),
+        }
     }
 
     /// Runs the encoder as [`ClientRunner::encode`] does, and also counts
@@ -216,6 +257,10 @@ impl ClientRunner for LocalClient {
         self.format.clone()
     }
 
+    fn policy(&self) -> String {
+        describe_policy(self.policy.as_ref())
+    }
+
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
         let plan = self.plain_plan(encoder).await?;
         self.run(encoder, plan).await
@@ -226,11 +271,17 @@ impl ClientRunner for LocalClient {
         encoder: &Encoder,
         session: &SecureSession,
     ) -> Result<SecureSetup> {
+        if let Some(policy) = &self.policy {
+            policy.check_secure_session(&self.name, session)?;
+        }
         let plan = self
             .physical_plan(encoder)
             .await
-            .map_err(|e| self.error(e))?;
-        let layout = SecureLayout::of_plan(&plan).map_err(|e| self.error(e))?;
+            .map_err(|e| self.site_error(e))?;
+        let mut layout = SecureLayout::of_plan(&plan).map_err(|e| self.error(e))?;
+        if self.policy.is_some() {
+            layout = layout.without_last_column();
+        }
         let state = self.run(encoder, plan).await?;
         self.secrets
             .setup(session, &state, layout)
@@ -251,7 +302,7 @@ impl ClientRunner for LocalClient {
         let plan = self
             .physical_plan(encoder)
             .await
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.site_error(e))?;
         Ok(displayable(plan.as_ref()).indent(false).to_string())
     }
 }

@@ -12,8 +12,11 @@
 
 pub mod covered;
 pub mod files;
+pub mod group_rows;
 pub mod kept_rows;
 pub mod local;
+pub mod never_fail;
+pub mod policy;
 pub mod runner;
 pub mod secure;
 pub mod worker;

@@ -22,6 +22,10 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     fn location(&self) -> String;
     /// How its rows are stored (CSV, PARQUET, MEMORY, ...).
     fn format(&self) -> String;
+    /// The disclosure policy it enforces, as `\\clients` shows it.
+    fn policy(&self) -> String {
+        "none".into()
+    }
     /// Runs the encoder over this client's rows and returns its state.
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch>;
     /// The physical plan this client would run for the encoder.

@@ -10,7 +10,7 @@
 //! [`check`] walks a plan bottom-up and refuses, with an error naming the
 //! operator or function and the bounded alternative, anything that would need
 //! raw rows or row-count-sized state to leave a client: a federated result at
-//! the root, DISTINCT, window functions, LIMIT over rows, joins or unions of
+//! the root, DISTINCT ON, window functions, LIMIT over rows, joins or unions of
 //! federated rows, outer joins that keep unmatched shared rows (they would be
 //! counted once per client), and aggregates whose state is unbounded.
 //!
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{Aggregate, Expr, JoinType, LogicalPlan, TableScan};
+use datafusion::logical_expr::{Aggregate, Distinct, Expr, JoinType, LogicalPlan, TableScan};
 
 use crate::error::{FedError, Result};
 use crate::wire::federated_scan::FederatedScan;
@@ -210,13 +210,14 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
             "a LIMIT over rows picks rows across clients",
             Some("aggregate first, then ORDER BY/LIMIT the aggregated result"),
         )),
-        LogicalPlan::Distinct(_) => Err(refuse_rows(
-            "DISTINCT",
+        // `SELECT DISTINCT cols` asks what `GROUP BY cols` asks: the
+        // optimizer turns it into that aggregate, a cut like any other.
+        LogicalPlan::Distinct(Distinct::All(_)) => Ok(Locality::Shared),
+        LogicalPlan::Distinct(Distinct::On(_)) => Err(refuse_rows(
+            "DISTINCT ON",
             federated[0],
-            "SELECT DISTINCT returns each distinct row",
-            Some(
-                "GROUP BY the columns with an aggregate, e.g. SELECT col, count(*) FROM t GROUP BY col",
-            ),
+            "DISTINCT ON picks one row per key",
+            Some("GROUP BY the key with aggregates of the other columns"),
         )),
         LogicalPlan::Window(window) => {
             let name = window

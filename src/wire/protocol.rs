@@ -25,6 +25,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::error::{FedError, Result};
 use crate::wire::secure::SecureSession;
 
+/// How a worker's policy refusal begins (a `PermissionDenied` status):
+/// the rule and its hint follow, so that the coordinator names the client.
+pub const POLICY_REFUSAL: &str = "policy: ";
+
 /// DoAction: secure aggregation, step 1 (see [`crate::wire::secure`]).
 pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
 
@@ -46,6 +50,10 @@ pub const ACTION_RELEASE_FIT: &str = "fedsql.release_fit";
 /// Schema metadata: `"true"` when the served table has data rows (so its
 /// column types are evidence when schemas are unified), `"false"` otherwise.
 pub const HAS_ROWS_KEY: &str = "fedsql.has_rows";
+
+/// Schema metadata key: the worker's disclosure policy, as `\clients`
+/// shows it (`none` when it has none).
+pub const POLICY_KEY: &str = "fedsql.policy";
 
 /// Schema metadata: `"true"` when the served table is CSV (columns are read
 /// by position, so their order must agree with the other clients).

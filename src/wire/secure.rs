@@ -160,6 +160,17 @@ impl SecureLayout {
         Self::of(aggregate)
     }
 
+    /// The layout of the same state with its last column dropped (the row
+    /// count a site under a disclosure policy adds and removes).
+    pub fn without_last_column(mut self) -> Self {
+        self.zero_state.pop();
+        let last = self.schema.fields().len().saturating_sub(1);
+        self.secure_columns.retain(|&i| i < last);
+        let fields: Vec<_> = self.schema.fields().iter().take(last).cloned().collect();
+        self.schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        self
+    }
+
     /// Whether any state column is secure.
     pub fn is_secure(&self) -> bool {
         !self.secure_columns.is_empty()
@@ -192,9 +203,12 @@ pub fn has_secure_aggregates(plan: &Arc<dyn ExecutionPlan>) -> bool {
 
 /// The error a client gives when asked for the plain state of an encoder
 /// with secure aggregates.
-pub fn plain_state_refused() -> FedError {
-    FedError::InvalidArgument(
-        "this encoder has secure aggregates (secure_sum, ...): their state leaves the client only masked, through secure_setup and encode_masked".into(),
+pub fn plain_state_refused(client: &str) -> FedError {
+    FedError::refused(
+        format!(
+            "client '{client}': this encoder has secure aggregates (secure_sum, ...): their state leaves the client only masked, through secure_setup and encode_masked"
+        ),
+        None,
     )
 }
 

@@ -38,7 +38,7 @@ use crate::support::{
 const TOKEN: &str = "s3cret-token-for-tests";
 
 /// In-process workers, one per client file, each serving it as `table`.
-struct Workers {
+pub(crate) struct Workers {
     workers: Vec<RunningWorker>,
     logs: Arc<Mutex<Vec<String>>>,
     token_file: PathBuf,
@@ -50,7 +50,7 @@ impl Workers {
         Self::start_with(files, table, |c| c).await
     }
 
-    async fn start_with(
+    pub(crate) async fn start_with(
         files: &[PathBuf],
         table: &str,
         configure: impl Fn(WorkerConfig) -> WorkerConfig,
@@ -67,6 +67,9 @@ impl Workers {
                 vec![(table.to_string(), file.clone())],
                 TOKEN,
             );
+            // These suites compare with the unrestricted answer: the worker
+            // runs with no disclosure policy, as `--policy none` asks.
+            config.policy = None;
             config.log = Some(Arc::new(move |line: &str| {
                 sink.lock().unwrap().push(line.to_string())
             }));
@@ -85,7 +88,7 @@ impl Workers {
     }
 
     /// `CREATE FEDERATED TABLE name CLIENTS ('h0' = url0, ...) OPTIONS (token)`.
-    fn create(&self, name: &str) -> String {
+    pub(crate) fn create(&self, name: &str) -> String {
         let clients: Vec<String> = (0..self.workers.len())
             .map(|i| format!("'h{i}' = '{}'", self.url(i)))
             .collect();
@@ -96,12 +99,12 @@ impl Workers {
         )
     }
 
-    fn logs(&self) -> Vec<String> {
+    pub(crate) fn logs(&self) -> Vec<String> {
         self.logs.lock().unwrap().clone()
     }
 }
 
-async fn run(ctx: &FedContext, sql: &str) -> fedsql::Result<Vec<RecordBatch>> {
+pub(crate) async fn run(ctx: &FedContext, sql: &str) -> fedsql::Result<Vec<RecordBatch>> {
     ctx.sql(sql).await?.collect().await
 }
 
@@ -762,7 +765,14 @@ struct ChildWorker {
 impl ChildWorker {
     fn spawn(table_file: &Path, token_file: &Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
-            .args(["worker", "--listen", "127.0.0.1:0", "--table"])
+            .args([
+                "worker",
+                "--policy",
+                "none",
+                "--listen",
+                "127.0.0.1:0",
+                "--table",
+            ])
             .arg(format!("clinic={}", table_file.display()))
             .arg("--token-file")
             .arg(token_file)

@@ -28,6 +28,8 @@ pub async fn run(
             vec![("t".to_string(), client.path.clone())],
             TOKEN,
         );
+        // Compared with in-process clients, which have no policy.
+        config.policy = None;
         // The log is the operator's; keep the benchmark's output clean.
         config.log = Some(std::sync::Arc::new(|_: &str| {}));
         workers.push(worker::start(config).await?);

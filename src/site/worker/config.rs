@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
+use crate::site::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
 /// Command-line arguments of `fedsql worker`.
@@ -33,6 +34,25 @@ pub struct WorkerArgs {
     /// TLS private key (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// `none` serves without a disclosure policy (only for data you may
+    /// show in full); by default the worker enforces one.
+    #[arg(long, value_name = "none")]
+    pub policy: Option<String>,
+    /// Every released group covers 0 or at least this many rows (default 5).
+    #[arg(long, value_name = "K")]
+    pub min_group_rows: Option<u64>,
+    /// Model parameters per row at most (default 0.33).
+    #[arg(long, value_name = "RATIO")]
+    pub max_parameter_ratio: Option<f64>,
+    /// `allow` or `refuse` min, max and the other one-row aggregates (default refuse).
+    #[arg(long, value_name = "allow|refuse")]
+    pub extremes: Option<String>,
+    /// At most this many groups in a released state (default 100000).
+    #[arg(long, value_name = "N")]
+    pub max_groups: Option<u64>,
+    /// Secure sums need at least this many participants (default 3).
+    #[arg(long, value_name = "N")]
+    pub min_secure_clients: Option<u64>,
 }
 
 /// The worker's TOML configuration file.
@@ -45,6 +65,8 @@ struct ConfigFile {
     tls_key: Option<PathBuf>,
     #[serde(default)]
     tables: BTreeMap<String, PathBuf>,
+    /// `"none"`, or a `[policy]` table of settings.
+    policy: Option<toml::Value>,
 }
 
 /// Everything a worker needs to start.
@@ -58,6 +80,9 @@ pub struct WorkerConfig {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// Log sink; `None` writes to stderr.
     pub log: Option<LogSink>,
+    /// The disclosure policy of every served table; `None` only when the
+    /// data owner asked for none.
+    pub policy: Option<DisclosurePolicy>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -80,6 +105,7 @@ impl WorkerConfig {
             token: token.to_string(),
             tls: None,
             log: None,
+            policy: Some(DisclosurePolicy::default()),
         }
     }
 
@@ -158,14 +184,71 @@ impl WorkerConfig {
                 ));
             }
         };
+        let policy = worker_policy(args, file.policy.as_ref())?;
         Ok(Self {
             listen,
             tables,
             token,
             tls,
             log: None,
+            policy,
         })
     }
+}
+
+/// The policy flags and the TOML `policy` give: the defaults, changed by
+/// the file's `[policy]` settings, then by the flags; or none, when either
+/// says `none`.
+fn worker_policy(
+    args: &WorkerArgs,
+    file: Option<&toml::Value>,
+) -> Result<Option<DisclosurePolicy>> {
+    let none = |v: &str| v.trim().eq_ignore_ascii_case("none");
+    if args.policy.as_deref().is_some_and(none) || file.and_then(|v| v.as_str()).is_some_and(none) {
+        return Ok(None);
+    }
+    if let Some(other) = args.policy.as_deref() {
+        return Err(FedError::InvalidArgument(format!(
+            "--policy {other}: the only value is `none` (the settings have their own flags)"
+        )));
+    }
+    let mut policy = DisclosurePolicy::default();
+    match file {
+        None => {}
+        Some(toml::Value::Table(settings)) => {
+            for (key, value) in settings {
+                let text = match value {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                policy.set(key, &text)?;
+            }
+        }
+        Some(other) => {
+            return Err(FedError::Syntax(format!(
+                "worker config: `policy = {other}`: write policy = \"none\" or a [policy] section"
+            )));
+        }
+    }
+    let flags = [
+        ("min_group_rows", args.min_group_rows.map(|v| v.to_string())),
+        (
+            "max_parameter_ratio",
+            args.max_parameter_ratio.map(|v| v.to_string()),
+        ),
+        ("extremes", args.extremes.clone()),
+        ("max_groups", args.max_groups.map(|v| v.to_string())),
+        (
+            "min_secure_clients",
+            args.min_secure_clients.map(|v| v.to_string()),
+        ),
+    ];
+    for (key, value) in flags {
+        if let Some(value) = value {
+            policy.set(key, &value)?;
+        }
+    }
+    Ok(Some(policy))
 }
 
 async fn resolve(listen: &str) -> Result<SocketAddr> {

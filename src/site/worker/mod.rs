@@ -83,7 +83,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let tables = config
         .tables
         .iter()
-        .map(|(name, path)| ServedTable::open(name, path))
+        .map(|(name, path)| ServedTable::open(name, path, config.policy.clone()))
         .collect::<Result<Vec<_>>>()?;
     let service = WorkerService::new(tables, &config.token, config.log.clone());
     let incoming = TcpIncoming::bind(config.listen)

@@ -31,8 +31,9 @@ use crate::wire::codec::{self, TableBinder};
 use crate::wire::encoder::Encoder;
 use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, ReleaseFit, SecureSetupReply, SecureSetupRequest,
-    SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+    BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit, SecureSetupReply,
+    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
+    ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession};
 
@@ -172,13 +173,7 @@ impl WorkerService {
             .client
             .encode_counted(&checked.encoder)
             .await
-            .map_err(|e| {
-                self.refuse(
-                    peer,
-                    &format!("encode table={table}"),
-                    Status::internal(e.to_string()),
-                )
-            })?;
+            .map_err(|e| self.site_status(peer, &format!("encode table={table}"), table, e))?;
         let batch = state.batch().clone();
         self.log(
             peer,
@@ -198,6 +193,31 @@ impl WorkerService {
 }
 
 impl WorkerService {
+    /// How a site's error crosses the wire, refused and logged: a policy
+    /// refusal as a refusal the coordinator can name (rule and hint), a
+    /// plan refusal as it is; any other error as its kind and a reference
+    /// to the full message in this worker's log — never data values, row
+    /// text or the worker's paths.
+    fn site_status(&self, peer: &str, call: &str, table: &str, e: FedError) -> Status {
+        let status = match e {
+            FedError::Policy { rule, hint, .. } => Status::permission_denied(format!(
+                "{POLICY_REFUSAL}{rule}{}",
+                hint.map(|h| format!("\nhint: {h}")).unwrap_or_default()
+            )),
+            refused @ FedError::Refused { .. } => Status::permission_denied(refused.to_string()),
+            other => {
+                let full = other.to_string();
+                let reference = format!("{:08x}", rand::random::<u32>());
+                self.log(peer, &format!("error {reference} (table={table}): {full}"));
+                Status::internal(format!(
+                    "{} error in table `{table}` (reference {reference}: the full message is in the worker's log)",
+                    error_kind(&full)
+                ))
+            }
+        };
+        self.refuse(peer, call, status)
+    }
+
     /// Refuses (and logs) a request that does not decode.
     fn malformed(&self, peer: &str, call: &str, e: impl std::fmt::Display) -> Status {
         self.refuse(
@@ -242,7 +262,7 @@ impl WorkerService {
             .client
             .secure_setup(&checked.encoder, &session)
             .await
-            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
         self.log(
             peer,
             &format!(
@@ -287,7 +307,7 @@ impl WorkerService {
             .client
             .encode_masked(&checked.encoder, &mask)
             .await
-            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
         self.log(
             peer,
             &format!(
@@ -400,7 +420,7 @@ impl FlightService for WorkerService {
                     .client
                     .explain(&checked.encoder)
                     .await
-                    .map_err(|e| Status::internal(e.to_string()))?;
+                    .map_err(|e| self.site_status(&peer, ACTION_EXPLAIN, &checked.table.name, e))?;
                 self.log(&peer, &format!("table={}: explain", checked.table.name));
                 text.into_bytes()
             }
@@ -513,6 +533,24 @@ impl FlightService for WorkerService {
         Err(Status::unimplemented(
             "a worker serves states through DoGet only",
         ))
+    }
+}
+
+/// What kind of error a message describes, in words that carry no data.
+fn error_kind(message: &str) -> &'static str {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("csv") || lower.contains("parse") || lower.contains("parquet") {
+        "a parse"
+    } else if lower.contains("cast") {
+        "a cast"
+    } else if lower.contains("divide by zero") || lower.contains("overflow") {
+        "an arithmetic"
+    } else if lower.contains("schema") || lower.contains("column") {
+        "a schema"
+    } else if lower.contains("resources exhausted") || lower.contains("memory") {
+        "a resource"
+    } else {
+        "an execution"
     }
 }
 

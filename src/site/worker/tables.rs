@@ -20,10 +20,11 @@ use datafusion::logical_expr::LogicalPlan;
 use crate::error::{FedError, Result};
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::local::LocalClient;
+use crate::site::policy::{DisclosurePolicy, describe_policy};
 use crate::site::runner::ClientRunner;
 use crate::wire::codec::{InlineTable, TableBinder};
 use crate::wire::federated_scan::FederatedScan;
-use crate::wire::protocol::{HAS_ROWS_KEY, POSITIONAL_KEY};
+use crate::wire::protocol::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
 
 /// One served table: its files, its own schema, and a local client per
 /// column list coordinators read it with.
@@ -35,6 +36,8 @@ pub struct ServedTable {
     has_rows: bool,
     /// Clients by the schema they read with (the coordinator's unified schema).
     clients: Mutex<Vec<(SchemaRef, Arc<LocalClient>)>>,
+    /// The data owner's disclosure policy for this table.
+    policy: Option<DisclosurePolicy>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -42,7 +45,7 @@ const CLIENTS_PER_TABLE: usize = 8;
 
 impl ServedTable {
     /// Opens a table: finds its files and reads their schemas.
-    pub fn open(name: &str, path: &Path) -> Result<Self> {
+    pub fn open(name: &str, path: &Path, policy: Option<DisclosurePolicy>) -> Result<Self> {
         let files = ClientFiles::from_path(name, path, None)?;
         let observed = observe_schemas(&files)?;
         let schema = unify_schemas(name, &observed)?;
@@ -52,6 +55,7 @@ impl ServedTable {
             files,
             schema: Arc::new(schema),
             clients: Mutex::default(),
+            policy,
         })
     }
 
@@ -65,6 +69,10 @@ impl ServedTable {
         let metadata = [
             (HAS_ROWS_KEY.to_string(), self.has_rows.to_string()),
             (POSITIONAL_KEY.to_string(), self.positional().to_string()),
+            (
+                POLICY_KEY.to_string(),
+                describe_policy(self.policy.as_ref()),
+            ),
         ];
         Schema::new(self.schema.fields().clone()).with_metadata(metadata.into_iter().collect())
     }
@@ -100,7 +108,10 @@ impl ServedTable {
         if let Some((_, client)) = clients.iter().find(|(s, _)| s == schema) {
             return Ok(Arc::clone(client));
         }
-        let client = Arc::new(LocalClient::from_files(&self.files, Arc::clone(schema))?);
+        let client = Arc::new(
+            LocalClient::from_files(&self.files, Arc::clone(schema))?
+                .with_policy(self.policy.clone()),
+        );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);
         }

@@ -1,0 +1,415 @@
+//! Disclosure policy: each rule has a query that passes and a near twin
+//! that is refused, in-process (the table's OPTIONS) and over workers (their
+//! defaults and a TOML policy). What passes equals the answer without a
+//! policy; what is refused names the site and the rule, never the data.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use fedsql::FedContext;
+use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::worker::{WorkerArgs, WorkerConfig};
+use tempfile::TempDir;
+
+use crate::remote::{Workers, run};
+use crate::support::assert_same_result;
+
+/// Three sites: `a` with 20 rows, `b` with 15 (two of them in the rare
+/// group), `c` with none. Column `id` is unique, as a near-identifier is.
+fn write_sites(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut id = 0;
+    for (site, rows, rare) in [("a", 20, 0), ("b", 15, 2), ("c", 0, 0)] {
+        let mut csv = String::from("id,g,x,y\n");
+        for r in 0..rows {
+            id += 1;
+            let g = if r < rare {
+                "rare"
+            } else if r % 2 == 0 {
+                "p"
+            } else {
+                "q"
+            };
+            csv.push_str(&format!("{id},{g},{}.5,{}\n", (id * 7) % 23, id % 3));
+        }
+        let path = dir.join(format!("{site}.csv"));
+        std::fs::write(&path, csv).unwrap();
+        files.push(path);
+    }
+    files
+}
+
+/// `CREATE FEDERATED TABLE t` over the sites, with `options` (may be empty).
+async fn table(files: &[PathBuf], options: &str) -> FedContext {
+    let ctx = FedContext::new();
+    let clients: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let name = f.file_stem().unwrap().to_string_lossy();
+            format!("'{name}' = '{}'", f.display())
+        })
+        .collect();
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!(" OPTIONS ({options})")
+    };
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t (id BIGINT, g VARCHAR, x DOUBLE, y BIGINT) CLIENTS ({}){options}",
+            clients.join(", ")
+        ),
+    )
+    .await
+    .unwrap();
+    ctx
+}
+
+async fn refusal(ctx: &FedContext, sql: &str) -> String {
+    match run(ctx, sql).await {
+        Ok(batches) => panic!("{sql}: answered {batches:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+async fn answer(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
+    run(ctx, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+const PASSES: &[&str] = &[
+    "SELECT count(*) AS n, avg(x) AS m, sum(y) AS s FROM t",
+    "SELECT g, count(*) AS n, var_samp(x) AS v FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
+    "SELECT y, count(*) AS n FROM t GROUP BY y ORDER BY y",
+    "SELECT count(*) AS n FROM t WHERE id > 100",
+];
+
+/// Near twins of what passes, each isolating one to four rows at a site.
+const REFUSED: &[&str] = &[
+    "SELECT g, count(*) AS n FROM t GROUP BY g",
+    "SELECT avg(x) FROM t WHERE id = 17",
+    "SELECT id, g, x, y, count(*) FROM t GROUP BY id, g, x, y",
+    "SELECT g, y, count(*) FROM t GROUP BY CUBE (g, y)",
+];
+
+#[tokio::test]
+async fn min_group_rows_in_process() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    for sql in PASSES {
+        assert_same_result(
+            sql,
+            &answer(&guarded, sql).await,
+            &answer(&open, sql).await,
+            true,
+            1e-12,
+        );
+    }
+    for sql in REFUSED {
+        // Without a policy the same query is answered.
+        answer(&open, sql).await;
+        let e = refusal(&guarded, sql).await;
+        assert!(
+            e.contains("client 'b' refused") || e.contains("client 'a' refused"),
+            "{sql}: {e}"
+        );
+        assert!(
+            e.contains("fewer than 5 of its rows (its min_group_rows policy)"),
+            "{sql}: {e}"
+        );
+        assert!(
+            e.contains("hint: use coarser groups or a wider filter"),
+            "{sql}: {e}"
+        );
+        // Neither the group nor the row count is disclosed.
+        assert!(!e.contains("rare") && !e.contains("17"), "{sql}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn extremes_and_identifying_sketches_in_process() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let refuse = table(&files, "'min_group_rows' '5', 'extremes' 'refuse'").await;
+    let allow = table(&files, "'min_group_rows' '5', 'extremes' 'allow'").await;
+    for sql in [
+        "SELECT max(x) FROM t",
+        "SELECT min(id) FROM t",
+        "SELECT bit_or(y) FROM t",
+        "SELECT first_value(x ORDER BY id) FROM t",
+    ] {
+        let e = refusal(&refuse, sql).await;
+        assert!(e.contains("extremes=refuse"), "{sql}: {e}");
+        assert!(e.contains("approx_percentile_cont"), "{sql}: {e}");
+        assert_same_result(
+            sql,
+            &answer(&allow, sql).await,
+            &answer(&open, sql).await,
+            true,
+            0.0,
+        );
+    }
+    for sql in [
+        "SELECT approx_distinct(id) FROM t",
+        "SELECT approx_percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t",
+    ] {
+        answer(&open, sql).await;
+        let e = refusal(&allow, sql).await;
+        assert!(
+            e.contains("identifies the values it summarizes"),
+            "{sql}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn policy_options_are_checked() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let ctx = FedContext::new();
+    let e = run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('a' = '{}') OPTIONS ('extremes' 'sometimes')",
+            files[0].display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("use allow or refuse"), "{e}");
+    let e = run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('a' = '{}') OPTIONS ('min_group_row' '5')",
+            files[0].display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("min_group_rows"),
+        "the valid keys are listed: {e}"
+    );
+}
+
+#[tokio::test]
+async fn workers_enforce_their_default_policy() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    // The worker's defaults, as `fedsql worker` without --policy has them.
+    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    for sql in PASSES {
+        assert_same_result(
+            sql,
+            &answer(&remote, sql).await,
+            &answer(&open, sql).await,
+            true,
+            1e-12,
+        );
+    }
+    for sql in REFUSED {
+        let e = refusal(&remote, sql).await;
+        // The coordinator's name for the worker, the rule, no data.
+        assert!(
+            e.contains("client 'h1' refused") || e.contains("client 'h0' refused"),
+            "{sql}: {e}"
+        );
+        assert!(e.contains("min_group_rows policy"), "{sql}: {e}");
+        assert!(!e.contains("rare") && !e.contains("17"), "{sql}: {e}");
+    }
+    let e = refusal(&remote, "SELECT max(x) FROM t").await;
+    assert!(e.contains("extremes=refuse"), "{e}");
+    // The worker logs every refusal with its reason.
+    let logs = workers.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("REFUSED") && l.contains("min_group_rows")),
+        "{logs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_policy_comes_from_flags_and_toml() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(dir.path().join("token"), "tok\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    let args = |extra: &[&str]| {
+        let mut args = WorkerArgs {
+            listen: Some("127.0.0.1:0".into()),
+            token_file: Some(dir.path().join("token")),
+            tables: vec!["t=/srv/t.csv".into()],
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        for pair in extra.chunks(2) {
+            match pair[0] {
+                "--policy" => args.policy = Some(pair[1].into()),
+                "--min-group-rows" => args.min_group_rows = Some(pair[1].parse().unwrap()),
+                "--extremes" => args.extremes = Some(pair[1].into()),
+                other => panic!("{other}"),
+            }
+        }
+        args
+    };
+    std::fs::write(
+        &config,
+        "[policy]\nmin_group_rows = 10\nextremes = \"allow\"\n",
+    )
+    .unwrap();
+    let c = WorkerConfig::from_args(&args(&[])).await.unwrap();
+    let policy = c.policy.unwrap();
+    assert_eq!(policy.min_group_rows, 10);
+    assert!(policy.allow_extremes);
+    assert_eq!(policy.max_groups, DisclosurePolicy::default().max_groups);
+    // A flag wins over the file.
+    let c = WorkerConfig::from_args(&args(&["--min-group-rows", "7", "--extremes", "refuse"]))
+        .await
+        .unwrap();
+    let policy = c.policy.unwrap();
+    assert_eq!((policy.min_group_rows, policy.allow_extremes), (7, false));
+    // No [policy] section: the defaults.
+    std::fs::write(&config, "").unwrap();
+    let c = WorkerConfig::from_args(&args(&[])).await.unwrap();
+    assert_eq!(c.policy, Some(DisclosurePolicy::default()));
+    // Only explicitly none.
+    let c = WorkerConfig::from_args(&args(&["--policy", "none"]))
+        .await
+        .unwrap();
+    assert_eq!(c.policy, None);
+    std::fs::write(&config, "policy = \"none\"\n").unwrap();
+    let c = WorkerConfig::from_args(&args(&[])).await.unwrap();
+    assert_eq!(c.policy, None);
+    std::fs::write(&config, "[policy]\nmin_group_row = 3\n").unwrap();
+    let e = WorkerConfig::from_args(&args(&[]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown policy setting `min_group_row`"), "{e}");
+}
+
+/// Under a policy a row's values never decide whether a query fails: the
+/// matching and the non-matching row give the same outcome.
+#[tokio::test]
+async fn evaluation_errors_are_not_an_oracle() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    let probe = |id: i64| {
+        format!("SELECT sum(CASE WHEN id = {id} THEN 1 / (y - y) ELSE 0 END) AS s FROM t")
+    };
+    // Without a policy the error tells whether row 3 exists.
+    assert!(run(&open, &probe(3)).await.is_err());
+    assert!(run(&open, &probe(999)).await.is_ok());
+    // With one, both are answered alike.
+    let hit = answer(&guarded, &probe(3)).await;
+    let miss = answer(&guarded, &probe(999)).await;
+    assert_same_result("probe", &hit, &miss, true, 0.0);
+    // A cast that fails on some rows gives NULL there, and keeps its name.
+    let sql = "SELECT count(CAST(g AS INT)) AS n, sum(CAST(x AS BIGINT)) AS s FROM t";
+    assert!(run(&open, sql).await.is_err());
+    let got = answer(&guarded, sql).await;
+    let want = answer(
+        &open,
+        "SELECT count(TRY_CAST(g AS INT)) AS n, sum(TRY_CAST(x AS BIGINT)) AS s FROM t",
+    )
+    .await;
+    assert_same_result(sql, &got, &want, true, 0.0);
+}
+
+/// A secure sum needs company: a site refuses a session of fewer distinct
+/// participants than its `min_secure_clients`.
+#[tokio::test]
+async fn secure_sums_need_company() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let sql = "SELECT secure_sum(y, 0, 10) AS s FROM t";
+    let three = table(&files, "'min_group_rows' '5'").await;
+    let open = table(&files, "").await;
+    assert_same_result(
+        sql,
+        &answer(&three, sql).await,
+        &answer(&open, sql).await,
+        true,
+        0.0,
+    );
+    let four = table(&files, "'min_group_rows' '5', 'min_secure_clients' '4'").await;
+    let e = refusal(&four, sql).await;
+    assert!(
+        e.contains("at least 4 participants (its min_secure_clients policy)"),
+        "{e}"
+    );
+}
+
+/// Nothing that crosses the wire carries data: a worker whose file gains a
+/// malformed row after start-up fails the query with the kind of error and
+/// a reference into its own log, never the row or its path.
+#[tokio::test]
+async fn worker_errors_carry_no_data() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    answer(&remote, "SELECT count(*), sum(x) FROM t").await;
+    let mut text = std::fs::read_to_string(&files[0]).unwrap();
+    text.push_str("999,p,secret-value-42,1\n");
+    std::fs::write(&files[0], text).unwrap();
+    let e = refusal(&remote, "SELECT count(*), sum(x) FROM t").await;
+    assert!(e.contains("client 'h0'"), "{e}");
+    assert!(e.contains("error in table `t` (reference "), "{e}");
+    assert!(!e.contains("secret-value-42"), "{e}");
+    let folder = dir.path().display().to_string();
+    assert!(!e.contains(&folder), "{e}");
+    // The full message stays in the worker's log, under the reference.
+    let reference = e.split("reference ").nth(1).unwrap()[..8].to_string();
+    let logs = workers.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains(&format!("error {reference}"))),
+        "{logs:?}"
+    );
+}
+
+/// `\clients` and `SHOW CLIENTS` show each site's policy; a worker
+/// announces its policy with its schema.
+#[tokio::test]
+async fn clients_show_their_policy() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let guarded = table(&files, "'min_group_rows' '7'").await;
+    let shown = guarded.clients_batch("t").await.unwrap();
+    let policies = datafusion::arrow::array::AsArray::as_string::<i32>(
+        shown.column_by_name("policy").unwrap(),
+    );
+    assert!(policies.value(0).contains("min_group_rows=7"), "{shown:?}");
+    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    let shown = remote.clients_batch("t").await.unwrap();
+    let policies = datafusion::arrow::array::AsArray::as_string::<i32>(
+        shown.column_by_name("policy").unwrap(),
+    );
+    assert_eq!(policies.value(0), DisclosurePolicy::default().to_string());
+    assert!(policies.value(0).contains("extremes=refuse"));
+}

@@ -42,6 +42,7 @@ pub mod repl;
 pub mod round;
 pub mod secure;
 pub mod statements;
+pub mod stats;
 
 pub use context::{FedContext, TableInfo};
 pub use dataframe::FedDataFrame;

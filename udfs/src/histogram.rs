@@ -89,7 +89,10 @@ impl Bins {
                     (h[m / 2 - 1] + h[m / 2]) / 2.0
                 }
             } else {
-                h.iter().copied().filter(|w| *w > 0.0).fold(f64::INFINITY, f64::min)
+                h.iter()
+                    .copied()
+                    .filter(|w| *w > 0.0)
+                    .fold(f64::INFINITY, f64::min)
             };
         let fuzzy = breaks
             .iter()
@@ -159,7 +162,9 @@ impl AggregateUDFImpl for Histogram {
             }
         }
         if !bins.is_integer() {
-            return plan_err!("{NAME}: bins is {bins}, but it must be a whole number; usage: {USAGE}");
+            return plan_err!(
+                "{NAME}: bins is {bins}, but it must be a whole number; usage: {USAGE}"
+            );
         }
         Ok(vec![
             DataType::Float64,
@@ -318,7 +323,12 @@ mod tests {
 
     #[test]
     fn bad_bins_and_ranges_are_refused() {
-        assert!(Bins::new(0.0, 1.0, 0).unwrap_err().to_string().contains("at least 1"));
+        assert!(
+            Bins::new(0.0, 1.0, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("at least 1")
+        );
         assert!(Bins::new(0.0, 1.0, -3).is_err());
         let err = Bins::new(2.0, 2.0, 4).unwrap_err().to_string();
         assert!(err.contains("must be less than upper"), "{err}");
@@ -341,7 +351,10 @@ mod tests {
             "SELECT count(a) FILTER (WHERE a >= 990 AND a <= 1010) FROM t",
         )
         .await;
-        assert_eq!(c.iter().sum::<i64>() as f64, crate::testing::float(&total, 0));
+        assert_eq!(
+            c.iter().sum::<i64>() as f64,
+            crate::testing::float(&total, 0)
+        );
     }
 
     #[tokio::test]

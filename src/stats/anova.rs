@@ -273,7 +273,8 @@ pub fn sequential_sums(state: &CoMoments, intercept: bool) -> (Vec<Option<f64>>,
     // Column 0 is y; sweep the design columns 1..p in order.
     for j in 1..p {
         let pivot = a[[j, j]];
-        if !(pivot > ALIASED * original[j]) || pivot <= 0.0 {
+        let independent = pivot > 0.0 && pivot > ALIASED * original[j];
+        if !independent {
             effects.push(None);
             continue;
         }

@@ -125,7 +125,8 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
         )));
     }
     for (i, name) in [(0, &spec.x), (1, &spec.y)] {
-        if !(state.m2[[i, i]] > 0.0) {
+        let spread = state.m2[[i, i]];
+        if spread.is_nan() || spread <= 0.0 {
             return Err(FedError::Plan(format!(
                 "cor_test: `{name}` is constant (its standard deviation is zero), so the correlation is undefined"
             )));

@@ -33,7 +33,7 @@ pub fn line_chart(
         Some(y) => y,
         None if has("loss") => "loss",
         None => *numeric.last().ok_or_else(|| {
-            FedError::Plan("\\chart: the last result has no numeric column".into())
+            FedError::InvalidArgument("\\chart: the last result has no numeric column".into())
         })?,
     };
     let x = match x {
@@ -57,7 +57,7 @@ pub fn line_chart(
         })
         .collect();
     if points.len() < 2 {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "\\chart: `{y}` has fewer than two finite values to draw"
         )));
     }
@@ -85,13 +85,13 @@ pub fn line_chart(
 fn values(batches: &[RecordBatch], schema: &Schema, name: &str) -> Result<Vec<Option<f64>>> {
     let (i, field) = schema.column_with_name(name).ok_or_else(|| {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        FedError::Plan(format!(
+        FedError::UnknownObject(format!(
             "\\chart: the last result has no column `{name}` (it has {})",
             names.join(", ")
         ))
     })?;
     if !field.data_type().is_numeric() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "\\chart: column `{name}` is {}, not numeric",
             field.data_type()
         )));

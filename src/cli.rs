@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 
-use crate::context::FedContext;
-use crate::demo;
+use crate::coordinator::context::FedContext;
+use crate::coordinator::demo;
 use crate::error::{FedError, Result};
 use crate::print::OutputFormat;
 use crate::repl::{self, Flow, ReplOptions, Session};
@@ -66,7 +66,7 @@ pub struct Args {
 pub enum Command {
     /// Serve this site's tables to coordinators over Arrow Flight; each
     /// request must carry the token, and only aggregate states leave.
-    Worker(crate::remote::worker::WorkerArgs),
+    Worker(crate::site::worker::WorkerArgs),
 }
 
 /// One thing to run non-interactively.
@@ -124,7 +124,7 @@ where
 /// Runs parsed arguments: the REPL, or the `-c`/`-f` sources.
 pub async fn run(args: &Args) -> Result<()> {
     if let Some(Command::Worker(worker)) = &args.command {
-        return crate::remote::worker::run_cli(worker).await;
+        return crate::site::worker::run_cli(worker).await;
     }
     let ctx = FedContext::new();
     if !args.no_demo {
@@ -203,7 +203,9 @@ fn read_script(path: &Path) -> Result<String> {
     } else {
         std::fs::read_to_string(path)
     };
-    read.map_err(|e| FedError::Plan(format!("cannot read the script {}: {e}", path.display())))
+    read.map_err(|e| {
+        FedError::InvalidArgument(format!("cannot read the script {}: {e}", path.display()))
+    })
 }
 
 #[cfg(test)]

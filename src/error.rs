@@ -1,33 +1,61 @@
-//! The one error type of the engine. Each variant names the thing a user must
-//! fix — the client, file, column or SQL operator — and says what to do.
+//! The one error type of the engine. Each variant is a kind a caller acts
+//! on (a refusal, a failed site, a timeout, bad syntax, an unknown object,
+//! a bad argument, a bug), and names the thing a user must fix — the
+//! client, file, column or SQL operator — and says what to do.
 
 use datafusion::error::DataFusionError;
+use datafusion::sql::sqlparser::parser::ParserError;
 
 /// Errors raised by fedsql.
 #[derive(Debug, thiserror::Error)]
 pub enum FedError {
     /// The query would let raw rows (or row-count-sized state) leave a client.
-    #[error("refused: {reason}{}", hint.as_ref().map(|h| format!("\nhint: {h}")).unwrap_or_default())]
+    #[error("refused: {reason}{}", hint_line(hint))]
     Refused {
         /// Which operator or function is the problem and why.
         reason: String,
         /// The bounded alternative, where one exists.
         hint: Option<String>,
     },
-    /// A client's data could not be read, or does not fit the federated schema.
+    /// A site refused to release a state under its data owner's policy.
+    #[error("client '{client}' refused: {rule}{}", hint_line(hint))]
+    Policy {
+        client: String,
+        /// The rule and its setting (never the data that broke it).
+        rule: String,
+        hint: Option<String>,
+    },
+    /// A client's data could not be read, or does not fit the federated
+    /// schema, or the client failed while running an encoder.
     #[error("client '{client}' ({location}): {message}")]
     Client {
         client: String,
         location: String,
         message: String,
     },
-    /// The statement is not valid fedsql (e.g. a malformed CREATE FEDERATED TABLE).
+    /// A client did not answer in time.
+    #[error("client '{client}' ({location}) did not answer within {after}; {hint}")]
+    Timeout {
+        client: String,
+        location: String,
+        /// The time allowed, as the user gave it (e.g. `30s`).
+        after: String,
+        hint: String,
+    },
+    /// The statement is not valid SQL or fedsql (e.g. a malformed CREATE
+    /// FEDERATED TABLE, a malformed formula).
     #[error("{0}")]
     Syntax(String),
-    /// Anything else the user asked for that cannot be done (unknown table, ...).
+    /// A table, column, function or option that does not exist.
     #[error("{0}")]
-    Plan(String),
-    /// An error from DataFusion itself.
+    UnknownObject(String),
+    /// An argument or setting whose value cannot be used.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A bug in fedsql: what should not happen did.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// An error from DataFusion that is none of the kinds above.
     #[error(transparent)]
     DataFusion(DataFusionError),
     /// An error from Arrow (building or converting batches).
@@ -38,17 +66,40 @@ pub enum FedError {
     Io(#[from] std::io::Error),
 }
 
+fn hint_line(hint: &Option<String>) -> String {
+    hint.as_ref()
+        .map(|h| format!("\nhint: {h}"))
+        .unwrap_or_default()
+}
+
 impl From<DataFusionError> for FedError {
     /// A fedsql error that travelled through DataFusion (e.g. raised while a
-    /// table function's plan ran) comes back as itself.
+    /// table function's plan ran) comes back as itself; DataFusion's own
+    /// errors map to the nearest kind.
     fn from(e: DataFusionError) -> Self {
-        let root = e.find_root();
-        if let DataFusionError::External(inner) = root
-            && let Some(fed) = inner.downcast_ref::<FedError>()
-        {
-            return FedError::Plan(fed.to_string());
+        match e {
+            DataFusionError::External(inner) => match inner.downcast::<FedError>() {
+                Ok(fed) => *fed,
+                Err(other) => FedError::DataFusion(DataFusionError::External(other)),
+            },
+            DataFusionError::Context(context, inner) => match FedError::from(*inner) {
+                FedError::DataFusion(inner) => {
+                    FedError::DataFusion(DataFusionError::Context(context, Box::new(inner)))
+                }
+                kind => kind,
+            },
+            DataFusionError::Shared(shared) => match std::sync::Arc::try_unwrap(shared) {
+                Ok(inner) => FedError::from(inner),
+                Err(shared) => FedError::DataFusion(DataFusionError::Shared(shared)),
+            },
+            DataFusionError::SQL(e, _) => match *e {
+                ParserError::ParserError(m) | ParserError::TokenizerError(m) => FedError::Syntax(m),
+                other => FedError::Syntax(other.to_string()),
+            },
+            DataFusionError::SchemaError(e, _) => FedError::UnknownObject(e.to_string()),
+            DataFusionError::Internal(m) => FedError::Internal(m),
+            other => FedError::DataFusion(other),
         }
-        FedError::DataFusion(e)
     }
 }
 

@@ -76,7 +76,8 @@ pub struct Formula {
 impl Formula {
     /// Parses `response ~ terms`.
     pub fn parse(text: &str) -> Result<Self> {
-        let err = |message: String| FedError::Plan(format!("formula '{text}': {message}"));
+        let err =
+            |message: String| FedError::InvalidArgument(format!("formula '{text}': {message}"));
         let (lhs, rhs) = text
             .split_once('~')
             .ok_or_else(|| err("expected `response ~ terms`, e.g. 'y ~ x1 + x2'".into()))?;
@@ -337,7 +338,7 @@ pub fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
 /// The error for a formula naming a column the source lacks.
 pub fn missing_column(column: &str, schema: &Schema) -> FedError {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    FedError::Plan(format!(
+    FedError::InvalidArgument(format!(
         "the formula names column `{column}`, which the source does not have (its columns: {})",
         names.join(", ")
     ))
@@ -372,9 +373,7 @@ pub fn design_columns(
                 let values = &levels
                     .iter()
                     .find(|(c, _)| c == &v.column)
-                    .ok_or_else(|| {
-                        FedError::Plan(format!("internal: no levels for `{}`", v.column))
-                    })?
+                    .ok_or_else(|| FedError::Internal(format!("no levels for `{}`", v.column)))?
                     .1;
                 // Without an intercept the first factor main effect gets every
                 // level (R's and patsy's full-rank coding); else drop the reference.
@@ -407,7 +406,7 @@ pub fn design_columns(
                     format!("CAST({} AS DOUBLE)", quote_ident(&v.column)),
                 )]);
             } else {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "column `{}` is {}: a model term must be numeric, or a factor written C({})",
                     v.column,
                     field.data_type(),

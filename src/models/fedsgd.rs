@@ -30,21 +30,21 @@ use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaR
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::normal_equations::INTERCEPT;
 use fedsql_udfs::sgd_step::{SgdConfig, SgdModel, SgdSums};
-use futures::FutureExt;
 use ndarray::{Array1, Array2};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::deferred::{Fit, FitTable, in_fit_scope};
-use super::optimizer::{OptimizerKind, ServerOptimizer, parse_bool};
+use super::fit_table::{argument_error, model_table};
+use super::optimizer::{OptimizerKind, ServerOptimizer};
+use super::options::{parse_options, unknown_option};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
 };
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
+use crate::coordinator::rounds::ClientAnswer;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
 use crate::notices::Progress;
-use crate::round::ClientAnswer;
 
 const USAGE: &str = "fedsgd('table or SELECT query', 'y ~ x1 + C(factor)', 'linear|logistic|poisson' [, 'optimizer=adam, learning_rate=0.05, rounds=200, ...'])";
 
@@ -124,33 +124,20 @@ impl FedSgdSpec {
     /// Parses the string arguments of `fedsgd(source, formula, model [, options])`.
     pub fn parse(args: &[String]) -> Result<Self> {
         if !(3..=4).contains(&args.len()) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "fedsgd takes 3 or 4 arguments; usage: {USAGE}"
             )));
         }
         let formula = Formula::parse(&args[1])?;
         if matches!(formula.response, Response::Counts { .. }) {
-            return Err(FedError::Plan(
+            return Err(FedError::InvalidArgument(
                 "fedsgd takes one response column; for cbind(successes, failures) use glm(..., 'binomial')".into(),
             ));
         }
-        let model = SgdModel::parse(&args[2]).map_err(FedError::Plan)?;
-        let options: Vec<(String, String)> = args
-            .get(3)
-            .map(|o| o.split(','))
-            .into_iter()
-            .flatten()
-            .filter(|o| !o.trim().is_empty())
-            .map(|o| {
-                o.split_once('=')
-                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-                    .ok_or_else(|| {
-                        FedError::Plan(format!("option `{}`: expected key=value", o.trim()))
-                    })
-            })
-            .collect::<Result<_>>()?;
-        let optimizer = match options.iter().find(|(k, _)| k == "optimizer") {
-            Some((_, name)) => OptimizerKind::parse(name)?,
+        let model = SgdModel::parse(&args[2]).map_err(FedError::InvalidArgument)?;
+        let options = parse_options(args.get(3).map(String::as_str))?;
+        let optimizer = match options.iter().find(|o| o.key == "optimizer") {
+            Some(o) => OptimizerKind::parse(&o.value)?,
             None => OptimizerKind::Sgd,
         };
         let mut spec = FedSgdSpec {
@@ -168,93 +155,76 @@ impl FedSgdSpec {
             tolerance: 0.0,
             start: Start::Mean,
         };
-        for (key, value) in &options {
-            let bad = |what: &str| FedError::Plan(format!("option {key}={value}: {what}"));
-            let number = || value.parse::<f64>().map_err(|_| bad("expected a number"));
-            let whole = || {
-                value
-                    .parse::<usize>()
-                    .map_err(|_| bad("expected a whole number"))
-            };
-            match key.as_str() {
+        for option in &options {
+            let bad = |what: &str| option.bad(what);
+            match option.key.as_str() {
                 "optimizer" => {}
                 "learning_rate" => {
-                    spec.learning_rate = number()?;
-                    if !(spec.learning_rate > 0.0 && spec.learning_rate.is_finite()) {
-                        return Err(bad("the learning rate must be positive"));
-                    }
+                    spec.learning_rate = option
+                        .positive()
+                        .map_err(|_| bad("the learning rate must be positive"))?
                 }
                 "rounds" => {
-                    spec.rounds = value
-                        .parse::<i64>()
-                        .map_err(|_| bad("expected a whole number"))?
-                        .try_into()
-                        .map_err(|_| bad("rounds must be at least 1"))?;
-                    if spec.rounds == 0 {
-                        return Err(bad("rounds must be at least 1"));
-                    }
+                    spec.rounds = option
+                        .count()
+                        .map_err(|_| bad("rounds must be at least 1"))?
                 }
                 "l2" => {
-                    spec.l2 = number()?;
-                    if !(spec.l2 >= 0.0 && spec.l2.is_finite()) {
-                        return Err(bad("the L2 penalty must not be negative"));
-                    }
+                    spec.l2 = option
+                        .non_negative()
+                        .map_err(|_| bad("the L2 penalty must not be negative"))?
                 }
                 "weighting" => {
-                    spec.weighting = match value.to_ascii_lowercase().as_str() {
-                        "num_examples" => Weighting::NumExamples,
+                    spec.weighting = match option.choice(&["num_examples", "uniform"])? {
                         "uniform" => Weighting::Uniform,
-                        _ => return Err(bad("use num_examples or uniform")),
+                        _ => Weighting::NumExamples,
                     }
                 }
                 "clients_per_round" => {
-                    let n = whole()?;
-                    if n == 0 {
-                        return Err(bad("at least one client per round"));
-                    }
-                    spec.clients_per_round = Some(n);
+                    spec.clients_per_round = Some(
+                        option
+                            .count()
+                            .map_err(|_| bad("at least one client per round"))?,
+                    )
                 }
-                "seed" => spec.seed = value.parse().map_err(|_| bad("expected a whole number"))?,
-                "standardize" => {
-                    spec.standardize =
-                        parse_bool(value).ok_or_else(|| bad("expected true or false"))?
+                "seed" => {
+                    spec.seed = option
+                        .value
+                        .parse()
+                        .map_err(|_| bad("expected a whole number"))?
                 }
+                "standardize" => spec.standardize = option.boolean()?,
                 "tolerance" => {
-                    spec.tolerance = number()?;
-                    if spec.tolerance.is_nan() || spec.tolerance < 0.0 {
-                        return Err(bad("the tolerance must not be negative"));
-                    }
+                    spec.tolerance = option
+                        .non_negative()
+                        .map_err(|_| bad("the tolerance must not be negative"))?
                 }
                 "start" => {
-                    spec.start = match value.to_ascii_lowercase().as_str() {
+                    spec.start = match option.choice(&["zero", "mean"])? {
                         "zero" => Start::Zero,
-                        "mean" => Start::Mean,
-                        _ => return Err(bad("use zero or mean")),
+                        _ => Start::Mean,
                     }
                 }
-                other if spec.optimizer.options().contains(&other) => {
-                    spec.optimizer.set(other, value)?
-                }
+                other if spec.optimizer.options().contains(&other) => spec.optimizer.set(option)?,
                 other => {
                     let all = OptimizerKind::NAMES
                         .split(", ")
                         .filter_map(|n| OptimizerKind::parse(n).ok())
                         .find(|o| o.options().contains(&other));
-                    return Err(FedError::Plan(match all {
+                    return Err(FedError::InvalidArgument(match all {
                         Some(owner) => format!(
                             "option `{other}` is for the {} optimizer, not {}",
                             owner.name(),
                             spec.optimizer.name()
                         ),
-                        None => format!(
-                            "unknown option `{other}`: fedsgd takes {}{}",
-                            COMMON_OPTIONS.join(", "),
-                            spec.optimizer
-                                .options()
+                        None => {
+                            let valid: Vec<&str> = COMMON_OPTIONS
                                 .iter()
-                                .map(|o| format!(", {o}"))
-                                .collect::<String>()
-                        ),
+                                .chain(spec.optimizer.options())
+                                .copied()
+                                .collect();
+                            return Err(unknown_option("fedsgd", other, &valid));
+                        }
                     }));
                 }
             }
@@ -273,8 +243,7 @@ impl TableFunctionImpl for FedSgdFunction {
             FedSgdOutput::History => "fedsgd_history",
         };
         let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
-        let spec = FedSgdSpec::parse(&strings)
-            .map_err(|e| datafusion::error::DataFusionError::Plan(format!("{name}: {e}")))?;
+        let spec = FedSgdSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
         let label = format!(
             "{name}('{}', {} model, {} optimizer)",
             spec.source.given,
@@ -286,29 +255,28 @@ impl TableFunctionImpl for FedSgdFunction {
             FedSgdOutput::Coefficients => coefficients_schema(),
             FedSgdOutput::History => history_schema(),
         };
-        let fit_table: Fit = Arc::new(move |state| {
-            let spec = spec.clone();
-            async move {
-                let run = |ctx: FedContext, progress: Option<Arc<Progress>>| {
-                    let spec = spec.clone();
-                    async move { fit(&ctx, &spec, progress.as_deref()).await }
+        Ok(model_table(
+            label,
+            schema,
+            spec,
+            true,
+            |ctx, spec, progress| {
+                Box::pin(async move { fit(&ctx, &spec, progress.as_deref()).await })
+            },
+            move |spec, fit| {
+                let mut notices: Vec<String> = fit
+                    .warnings
+                    .iter()
+                    .map(|w| format!("Warning: {w}"))
+                    .collect();
+                notices.push(fit.summary(spec));
+                let batch = match output {
+                    FedSgdOutput::Coefficients => fit.coefficients()?,
+                    FedSgdOutput::History => fit.history_batch()?,
                 };
-                let (fitted, notices) = in_fit_scope(state, run).await;
-                let fit = fitted?;
-                if let Some(notices) = notices {
-                    for warning in &fit.warnings {
-                        notices.push(format!("Warning: {warning}"));
-                    }
-                    notices.push(fit.summary(&spec));
-                }
-                match output {
-                    FedSgdOutput::Coefficients => fit.coefficients(),
-                    FedSgdOutput::History => fit.history_batch(),
-                }
-            }
-            .boxed()
-        });
-        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
+                Ok((batch, notices))
+            },
+        ))
     }
 }
 
@@ -419,7 +387,9 @@ struct Design {
 async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
     let schema = spec.source.schema(ctx).await?;
     let Response::Column(y) = &spec.formula.response else {
-        return Err(FedError::Plan("fedsgd takes one response column".into()));
+        return Err(FedError::InvalidArgument(
+            "fedsgd takes one response column".into(),
+        ));
     };
     let response = numeric_argument(&schema, y, "response")?;
     let offset = match &spec.formula.offset {
@@ -439,7 +409,7 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
         columns.push(c.sql);
     }
     if columns.is_empty() {
-        return Err(FedError::Plan(
+        return Err(FedError::InvalidArgument(
             "the model has no coefficients: add a term or the intercept".into(),
         ));
     }
@@ -488,7 +458,7 @@ async fn learn_shared(
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
-        .ok_or_else(|| FedError::Plan("internal: the first round returned nothing".into()))?;
+        .ok_or_else(|| FedError::Internal("the first round returned nothing".into()))?;
     let value = |i: usize| {
         let c = datafusion::arrow::compute::cast(batch.column(i), &DataType::Float64)?;
         let c = c.as_primitive::<Float64Type>();
@@ -540,7 +510,7 @@ fn choose_clients(
 ) -> Result<Vec<usize>> {
     match per_round {
         None => Ok((0..names.len()).collect()),
-        Some(k) if k > names.len() => Err(FedError::Plan(format!(
+        Some(k) if k > names.len() => Err(FedError::InvalidArgument(format!(
             "clients_per_round={k}, but the table has {} clients",
             names.len()
         ))),
@@ -691,7 +661,7 @@ pub async fn fit(
             check_first_round(spec, &answers)?;
         }
         let Some(mut objective) = aggregate(&answers, spec.weighting, round, &mut skipped) else {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "round {round}: no client returned a usable gradient (every chosen client has no rows or a non-finite gradient); lower the learning_rate, or standardize=true"
             )));
         };
@@ -729,7 +699,7 @@ pub async fn fit(
             objective.curvature.as_ref(),
         )?;
         if theta.iter().any(|t| !t.is_finite()) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "fedsgd diverged at round {round} (a coefficient is no longer finite): lower the learning_rate, or standardize=true"
             )));
         }
@@ -751,7 +721,7 @@ fn client_sums(answers: &[ClientAnswer], k: usize) -> Result<Vec<(String, SgdSum
         .iter()
         .map(|a| {
             let batch = a.batches.first().ok_or_else(|| {
-                FedError::Plan(format!("internal: client `{}` answered nothing", a.client))
+                FedError::Internal(format!("client `{}` answered nothing", a.client))
             })?;
             let list = batch.column(0).as_list::<i32>().value(0);
             let values = list.as_primitive::<Float64Type>().values();
@@ -770,13 +740,13 @@ fn check_first_round(spec: &FedSgdSpec, answers: &[(String, SgdSums)]) -> Result
             .or(spec.model.check_response(2.0))
             .or(spec.model.check_response(f64::NAN))
             .unwrap_or("");
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "{invalid} rows have a response outside the range of the {} model: {rule}",
             spec.model.name()
         )));
     }
     if answers.iter().all(|(_, s)| s.n == 0.0) && spec.clients_per_round.is_none() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "no rows to fit: '{}' has no rows with every model column present",
             spec.source.given
         )));

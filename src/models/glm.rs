@@ -38,15 +38,19 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
-use super::deferred::{Fit, FitTable, in_fit_scope};
+use super::fit_table::{argument_error, model_table};
 use super::inference::{Reference, coefficients_batch, coefficients_schema};
+use super::options::{parse_options, unknown_option};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
 };
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
 use crate::notices::Progress;
+
+/// The options `glm` takes.
+const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
 
 const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
 
@@ -79,14 +83,14 @@ impl GlmSpec {
     /// Parses the string arguments of `glm(source, formula, family [, options])`.
     pub fn parse(args: &[String]) -> Result<Self> {
         if !(3..=4).contains(&args.len()) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "glm takes 3 or 4 arguments; usage: {USAGE}"
             )));
         }
         let formula = Formula::parse(&args[1])?;
-        let (family, link) = parse_family(&args[2]).map_err(FedError::Plan)?;
+        let (family, link) = parse_family(&args[2]).map_err(FedError::InvalidArgument)?;
         if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
-            return Err(FedError::Plan(
+            return Err(FedError::InvalidArgument(
                 "cbind(successes, failures) responses are for the binomial family".into(),
             ));
         }
@@ -99,39 +103,12 @@ impl GlmSpec {
             epsilon: 1e-8,
             weights: None,
         };
-        for option in args
-            .get(3)
-            .map(|o| o.split(','))
-            .into_iter()
-            .flatten()
-            .filter(|o| !o.trim().is_empty())
-        {
-            let (key, value) = option
-                .split_once('=')
-                .map(|(k, v)| (k.trim(), v.trim()))
-                .ok_or_else(|| {
-                    FedError::Plan(format!("option `{}`: expected key=value", option.trim()))
-                })?;
-            let bad = |what: &str| FedError::Plan(format!("option {key}={value}: {what}"));
-            match key {
-                "maxit" => {
-                    spec.maxit = value.parse().map_err(|_| bad("expected a whole number"))?;
-                    if spec.maxit == 0 {
-                        return Err(bad("maxit must be at least 1"));
-                    }
-                }
-                "epsilon" => {
-                    spec.epsilon = value.parse().map_err(|_| bad("expected a number"))?;
-                    if spec.epsilon.is_nan() || spec.epsilon <= 0.0 {
-                        return Err(bad("epsilon must be positive"));
-                    }
-                }
-                "weights" => spec.weights = Some(value.to_string()),
-                other => {
-                    return Err(FedError::Plan(format!(
-                        "unknown option `{other}`: glm takes maxit, epsilon and weights"
-                    )));
-                }
+        for option in parse_options(args.get(3).map(String::as_str))? {
+            match option.key.as_str() {
+                "maxit" => spec.maxit = option.count()?,
+                "epsilon" => spec.epsilon = option.positive()?,
+                "weights" => spec.weights = Some(option.value),
+                other => return Err(unknown_option("glm", other, OPTIONS)),
             }
         }
         Ok(spec)
@@ -148,8 +125,7 @@ impl TableFunctionImpl for GlmFunction {
             GlmOutput::Stats => "glm_stats",
         };
         let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
-        let spec = GlmSpec::parse(&strings)
-            .map_err(|e| datafusion::error::DataFusionError::Plan(format!("{name}: {e}")))?;
+        let spec = GlmSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
         let label = format!(
             "{name}('{}', family {}({}))",
             spec.source.given, spec.family, spec.link
@@ -159,30 +135,30 @@ impl TableFunctionImpl for GlmFunction {
             GlmOutput::Coefficients => coefficients_schema(),
             GlmOutput::Stats => stats_schema(),
         };
-        let fit_table: Fit = Arc::new(move |state| {
-            let spec = spec.clone();
-            async move {
-                let (fitted, notices) = in_fit_scope(state, |ctx, progress| async move {
-                    fit(&ctx, &spec, progress.as_deref()).await
-                })
-                .await;
-                let fit = fitted?;
-                if let Some(notices) = notices {
-                    for warning in &fit.warnings {
-                        notices.push(format!("Warning: {warning}"));
-                    }
-                    if output == GlmOutput::Coefficients {
+        Ok(model_table(
+            label,
+            schema,
+            spec,
+            true,
+            |ctx, spec, progress| {
+                Box::pin(async move { fit(&ctx, &spec, progress.as_deref()).await })
+            },
+            move |_, fit| {
+                let mut notices: Vec<String> = fit
+                    .warnings
+                    .iter()
+                    .map(|w| format!("Warning: {w}"))
+                    .collect();
+                let batch = match output {
+                    GlmOutput::Coefficients => {
                         notices.push(fit.summary());
+                        fit.coefficients()?
                     }
-                }
-                match output {
-                    GlmOutput::Coefficients => fit.coefficients(),
-                    GlmOutput::Stats => fit.stats(),
-                }
-            }
-            .boxed()
-        });
-        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
+                    GlmOutput::Stats => fit.stats()?,
+                };
+                Ok((batch, notices))
+            },
+        ))
     }
 }
 
@@ -369,7 +345,7 @@ async fn round(
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
-        .ok_or_else(|| FedError::Plan("internal: an IRLS round returned nothing".into()))?;
+        .ok_or_else(|| FedError::Internal("an IRLS round returned nothing".into()))?;
     let total = batch.column(0).as_primitive::<Int64Type>().value(0);
     let sums = batch.column(1).as_list::<i32>().value(0);
     let sums = sums.as_primitive::<Float64Type>().values();
@@ -381,7 +357,9 @@ fn solve(sums: &IrlsSums, kept: &[usize], k: usize) -> Result<Vec<f64>> {
     let gram = select(&to_dmatrix(&sums.xtwx), kept);
     let rhs = select_vector(&to_dvector(&sums.xtwz), kept);
     let solved = solve_spd(&gram, &rhs).ok_or_else(|| {
-        FedError::Plan("the weighted design is singular: the IRLS step cannot be solved".into())
+        FedError::InvalidArgument(
+            "the weighted design is singular: the IRLS step cannot be solved".into(),
+        )
     })?;
     let mut beta = vec![0.0; k];
     for (i, &j) in kept.iter().enumerate() {
@@ -424,13 +402,13 @@ fn fit_model<'a>(
                 .check_response(-1.0)
                 .or(spec.family.check_response(2.0))
                 .unwrap_or("");
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "{} rows have a response outside the range of the {} family: {rule}",
                 start.invalid, spec.family
             )));
         }
         if start.n == 0.0 {
-            return Err(FedError::Plan(if total == 0 {
+            return Err(FedError::InvalidArgument(if total == 0 {
                 format!(
                     "the source '{}' has no rows (after its filter)",
                     spec.source.given
@@ -474,13 +452,13 @@ fn fit_model<'a>(
             let mut halvings = 0;
             while !sums.deviance.is_finite() {
                 let Some(prev) = &previous else {
-                    return Err(FedError::Plan(
+                    return Err(FedError::InvalidArgument(
                         "no valid set of coefficients: please supply starting values".into(),
                     ));
                 };
                 halvings += 1;
                 if halvings > spec.maxit {
-                    return Err(FedError::Plan(
+                    return Err(FedError::InvalidArgument(
                         "inner loop; cannot correct step size".into(),
                     ));
                 }
@@ -540,7 +518,7 @@ fn fit_model<'a>(
             1.0
         };
         let inverse = inverse_spd(&select(&to_dmatrix(&last.xtwx), &kept)).ok_or_else(|| {
-            FedError::Plan("the information matrix at the estimate is singular".into())
+            FedError::InvalidArgument("the information matrix at the estimate is singular".into())
         })?;
         let mut estimate = vec![None; k];
         let mut std_error = vec![None; k];

@@ -18,13 +18,12 @@ use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, Reco
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::ols::{OlsFit, fit_ols};
-use futures::FutureExt;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::deferred::{Fit, FitTable};
+use super::fit_table::{argument_error, model_table};
 use super::inference::{self, Reference, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
 
@@ -55,8 +54,7 @@ impl TableFunctionImpl for LmFunction {
         if strings.len() > 2 {
             return datafusion::common::plan_err!("{name} takes 2 arguments; usage: {USAGE}");
         }
-        let formula = Formula::parse(&strings[1])
-            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let formula = Formula::parse(&strings[1]).map_err(|e| argument_error(name, e))?;
         if formula.offset.is_some() || matches!(formula.response, Response::Counts { .. }) {
             return datafusion::common::plan_err!(
                 "{name}: offset() and cbind() belong to glm formulas"
@@ -65,19 +63,20 @@ impl TableFunctionImpl for LmFunction {
         let source = ModelSource::parse(&strings[0]);
         let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
         let (output, schema) = (self.output, self.schema());
-        let fit_table: Fit = Arc::new(move |state| {
-            let ctx = FedContext::from_state(state);
-            let (source, formula) = (source.clone(), formula.clone());
-            async move {
-                let fit = fit(&ctx, &source, &formula).await?;
-                match output {
-                    LmOutput::Coefficients => coefficients_batch(&fit.ols),
-                    LmOutput::Stats => stats_batch(&fit),
-                }
-            }
-            .boxed()
-        });
-        Ok(Arc::new(FitTable::new(label, schema, fit_table)))
+        Ok(model_table(
+            label,
+            schema,
+            (source, formula),
+            false,
+            |ctx, (source, formula), _| Box::pin(async move { fit(&ctx, &source, &formula).await }),
+            move |_, fit| {
+                let batch = match output {
+                    LmOutput::Coefficients => coefficients_batch(&fit.ols)?,
+                    LmOutput::Stats => stats_batch(&fit)?,
+                };
+                Ok((batch, Vec::new()))
+            },
+        ))
     }
 }
 
@@ -145,14 +144,16 @@ pub struct LmFit {
 pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<LmFit> {
     let schema = source.schema(ctx).await?;
     let Response::Column(y) = &formula.response else {
-        return Err(FedError::Plan("lm takes one response column".into()));
+        return Err(FedError::InvalidArgument(
+            "lm takes one response column".into(),
+        ));
     };
     let y_type = schema
         .field_with_name(y)
         .map_err(|_| missing_column(y, &schema))?
         .data_type();
     if !y_type.is_numeric() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "the response `{y}` is {y_type}; lm needs a numeric response"
         )));
     }
@@ -172,23 +173,23 @@ pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
-        .ok_or_else(|| FedError::Plan("internal: the fit query returned nothing".into()))?;
+        .ok_or_else(|| FedError::Internal("the fit query returned nothing".into()))?;
     let total = batch.column(0).as_primitive::<Int64Type>().value(0);
     let (_, state) = fedsql_udfs::centered_moments::read(batch.column(2).as_struct(), 0)?;
     if total == 0 {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "the source '{}' has no rows (after its filter)",
             source.given
         )));
     }
     if state.n == 0 {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "no rows left: all {total} rows of '{}' have a NULL in a column the formula uses",
             source.given
         )));
     }
     let names: Vec<String> = design.iter().map(|c| c.name.clone()).collect();
-    let ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::Plan)?;
+    let ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::InvalidArgument)?;
     Ok(LmFit {
         ols,
         rows_dropped: total - state.n as i64,

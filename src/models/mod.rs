@@ -3,12 +3,13 @@
 //! states leave the clients, and only shared values (levels, coefficients)
 //! are sent to them.
 
-pub mod deferred;
 pub mod fedsgd;
+pub mod fit_table;
 pub mod glm;
 pub mod inference;
 pub mod lm;
 pub mod optimizer;
+pub mod options;
 pub mod source;
 
 use std::sync::Arc;

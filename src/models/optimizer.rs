@@ -7,6 +7,7 @@
 use fedsql_udfs::linalg::{solve_spd, to_dmatrix, to_dvector};
 use ndarray::Array2;
 
+use super::options::ModelOption;
 use crate::error::{FedError, Result};
 
 /// An optimizer and its hyperparameters.
@@ -53,7 +54,7 @@ impl OptimizerKind {
             },
             "newton" => Self::Newton { damping: 0.0 },
             other => {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::UnknownObject(format!(
                     "unknown optimizer `{other}`: use one of {}",
                     Self::NAMES
                 )));
@@ -96,49 +97,16 @@ impl OptimizerKind {
         }
     }
 
-    /// Sets one hyperparameter (`key` is one of [`Self::options`]).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let bad = |what: &str| FedError::Plan(format!("option {key}={value}: {what}"));
-        let number = || -> Result<f64> {
-            value
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| bad("expected a number"))
-        };
-        let fraction = || -> Result<f64> {
-            let v = number()?;
-            if (0.0..1.0).contains(&v) {
-                Ok(v)
-            } else {
-                Err(bad("must be in [0, 1)"))
-            }
-        };
-        let non_negative = || -> Result<f64> {
-            let v = number()?;
-            if v >= 0.0 {
-                Ok(v)
-            } else {
-                Err(bad("must not be negative"))
-            }
-        };
-        let positive = || -> Result<f64> {
-            let v = number()?;
-            if v > 0.0 {
-                Ok(v)
-            } else {
-                Err(bad("must be positive"))
-            }
-        };
+    /// Sets one hyperparameter (`option.key` is one of [`Self::options`]).
+    pub fn set(&mut self, option: &ModelOption) -> Result<()> {
+        let key = option.key.as_str();
         match (self, key) {
-            (Self::Momentum { momentum, .. }, "momentum") => *momentum = fraction()?,
-            (Self::Momentum { nesterov, .. }, "nesterov") => {
-                *nesterov = parse_bool(value).ok_or_else(|| bad("expected true or false"))?
-            }
-            (Self::Adam { beta1, .. }, "beta1") => *beta1 = fraction()?,
-            (Self::Adam { beta2, .. }, "beta2") => *beta2 = fraction()?,
+            (Self::Momentum { momentum, .. }, "momentum") => *momentum = option.fraction()?,
+            (Self::Momentum { nesterov, .. }, "nesterov") => *nesterov = option.boolean()?,
+            (Self::Adam { beta1, .. }, "beta1") => *beta1 = option.fraction()?,
+            (Self::Adam { beta2, .. }, "beta2") => *beta2 = option.fraction()?,
             (Self::Adam { epsilon, .. } | Self::Adagrad { epsilon, .. }, "epsilon") => {
-                *epsilon = positive()?
+                *epsilon = option.positive()?
             }
             (
                 Self::Adagrad {
@@ -146,25 +114,16 @@ impl OptimizerKind {
                     ..
                 },
                 "initial_accumulator_value",
-            ) => *initial_accumulator = non_negative()?,
-            (Self::Newton { damping }, "damping") => *damping = non_negative()?,
+            ) => *initial_accumulator = option.non_negative()?,
+            (Self::Newton { damping }, "damping") => *damping = option.non_negative()?,
             (this, _) => {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "option `{key}` does not apply to the {} optimizer",
                     this.name()
                 )));
             }
         }
         Ok(())
-    }
-}
-
-/// `true`/`false` (also `on`/`off`, `yes`/`no`, `1`/`0`).
-pub fn parse_bool(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" | "on" | "yes" | "1" => Some(true),
-        "false" | "off" | "no" | "0" => Some(false),
-        _ => None,
     }
 }
 
@@ -243,7 +202,7 @@ impl ServerOptimizer {
             }
             OptimizerKind::Newton { damping } => {
                 let h = h.ok_or_else(|| {
-                    FedError::Plan("internal: a Newton step needs the curvature block".into())
+                    FedError::Internal("a Newton step needs the curvature block".into())
                 })?;
                 let mut damped = h.clone();
                 for j in 0..damped.nrows() {
@@ -252,7 +211,7 @@ impl ServerOptimizer {
                 let direction =
                     solve_spd(&to_dmatrix(&damped), &to_dvector(&ndarray::Array1::from(g.to_vec())))
                         .ok_or_else(|| {
-                            FedError::Plan(
+                            FedError::InvalidArgument(
                                 "the curvature matrix is singular (an aliased or constant column?): set damping=1e-6 or more, or drop the column".into(),
                             )
                         })?;

@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{Int32Type, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Expr;
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Levels, missing_column, quote_ident};
 
@@ -49,7 +49,9 @@ impl ModelSource {
         let df = ctx
             .sql(&format!("SELECT * FROM {}", self.from))
             .await
-            .map_err(|e| FedError::Plan(format!("model source '{}': {e}", self.given)))?;
+            .map_err(|e| {
+                FedError::InvalidArgument(format!("model source '{}': {e}", self.given))
+            })?;
         Ok(Arc::new(Schema::new(df.schema().fields().clone())))
     }
 }
@@ -62,7 +64,7 @@ pub fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Result<Str
         .map_err(|_| missing_column(column, schema))?
         .data_type();
     if !t.is_numeric() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "the {role} `{column}` is {t}; it must be numeric"
         )));
     }
@@ -122,7 +124,7 @@ pub async fn learn_levels(
         values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         values.dedup();
         if values.is_empty() {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "factor `{factor}` has no values in the rows used (all NULL, or no rows left after the filter)"
             )));
         }

@@ -4,12 +4,12 @@
 //! go through one [`LineBuffer`]: a line that starts with `\` while no
 //! statement is pending is a backslash command, complete on its own line;
 //! any other line is SQL and is added to the pending text until a `;`
-//! (outside literals and comments, see [`crate::statements`]) completes one
+//! (outside literals and comments, see [`crate::coordinator::statements`]) completes one
 //! or more statements.
 
+use crate::coordinator::statements;
 use crate::error::Result;
 use crate::repl::command::Command;
-use crate::statements;
 
 /// One thing to run: a backslash command or a SQL statement.
 #[derive(Debug, Clone, PartialEq, Eq)]

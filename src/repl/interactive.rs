@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::repl::input::LineBuffer;
 use crate::repl::session::{Flow, ReplOptions, Session};

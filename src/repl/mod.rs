@@ -21,7 +21,7 @@ pub use input::{Input, LineBuffer};
 pub use interactive::run_interactive;
 pub use session::{Flow, ReplOptions, ScriptSummary, Session};
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::Result;
 
 /// Runs `input` — SQL statements and backslash commands — through a fresh
@@ -35,7 +35,7 @@ use crate::error::Result;
 /// ```no_run
 /// # async fn demo() -> fedsql::Result<()> {
 /// let ctx = fedsql::FedContext::new();
-/// fedsql::demo::register_demo(&ctx)?;
+/// fedsql::coordinator::demo::register_demo(&ctx)?;
 /// let mut out = Vec::new();
 /// let opts = fedsql::repl::ReplOptions::default();
 /// fedsql::repl::run_script(&ctx, "\\d\nSELECT count(*) FROM clinic;", &mut out, &opts).await?;

@@ -15,7 +15,7 @@ use datafusion::arrow::array::{ArrayRef, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::context::{FedContext, TableInfo};
+use crate::coordinator::context::{FedContext, TableInfo};
 use crate::error::{FedError, Result};
 use crate::print::{self, OutputFormat};
 use crate::repl::command::Command;
@@ -258,7 +258,7 @@ impl Session {
             Command::Include(path) => return self.include(&path, out, depth).await,
             Command::Chart { y, x } => {
                 let (schema, batches) = self.last.as_ref().ok_or_else(|| {
-                    FedError::Plan(
+                    FedError::InvalidArgument(
                         "\\chart draws the last result: run a query first, e.g. SELECT * FROM fedsgd_history(...)".into(),
                     )
                 })?;
@@ -276,13 +276,13 @@ impl Session {
 
     async fn include(&mut self, path: &Path, out: &mut dyn Write, depth: usize) -> Result<Flow> {
         if depth >= MAX_INCLUDE_DEPTH {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "\\i {}: files include each other more than {MAX_INCLUDE_DEPTH} deep (does a file include itself?)",
                 path.display()
             )));
         }
         let text = std::fs::read_to_string(path).map_err(|e| {
-            FedError::Plan(format!("\\i {}: cannot read the file: {e}", path.display()))
+            FedError::InvalidArgument(format!("\\i {}: cannot read the file: {e}", path.display()))
         })?;
         Box::pin(self.run_text_at(&text, out, depth + 1)).await
     }
@@ -297,7 +297,7 @@ impl Session {
         };
         match exact.or_else(folded) {
             Some(i) => Ok(tables[i].clone()),
-            None => Err(FedError::Plan(format!(
+            None => Err(FedError::UnknownObject(format!(
                 "no table named `{name}`: \\d lists the tables"
             ))),
         }

@@ -30,7 +30,7 @@ use ndarray::Array2;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::{deferred_table, empty_source, one_row};
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
 use crate::models::source::{ModelSource, learn_levels, string_arguments};
@@ -147,14 +147,16 @@ impl AnovaTable {
 pub async fn run(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<AnovaTable> {
     let schema = source.schema(ctx).await?;
     let Response::Column(y) = &formula.response else {
-        return Err(FedError::Plan("anova takes one response column".into()));
+        return Err(FedError::InvalidArgument(
+            "anova takes one response column".into(),
+        ));
     };
     let y_type = schema
         .field_with_name(y)
         .map_err(|_| missing_column(y, &schema))?
         .data_type();
     if !y_type.is_numeric() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "anova: the response `{y}` is {y_type}; it must be numeric"
         )));
     }
@@ -174,7 +176,7 @@ pub async fn run(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
     }
     let (_, state) = fedsql_udfs::centered_moments::read(batch.column(1).as_struct(), 0)?;
     if state.n == 0 {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "anova: no rows left: every row of '{}' has a NULL in a column the formula uses",
             source.given
         )));
@@ -189,8 +191,8 @@ pub async fn run(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
         owners.extend(std::iter::repeat_n(t, prefix_count));
     }
     if owners.len() != design.len() {
-        return Err(FedError::Plan(
-            "internal: anova could not match design columns to terms".into(),
+        return Err(FedError::Internal(
+            "anova could not match design columns to terms".into(),
         ));
     }
     let (effects, rss, rank) = sequential_sums(&state, formula.intercept);

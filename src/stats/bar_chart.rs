@@ -18,7 +18,7 @@ const EIGHTHS: [char; 8] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉', '�
 pub fn bar_chart(batches: &[RecordBatch], schema: &Schema) -> Result<String> {
     let column = |name: &str, t: &DataType| -> Result<Vec<f64>> {
         let (i, _) = schema.column_with_name(name).ok_or_else(|| {
-            FedError::Plan(format!("\\chart: the last result has no column `{name}`"))
+            FedError::InvalidArgument(format!("\\chart: the last result has no column `{name}`"))
         })?;
         let mut out = Vec::new();
         for batch in batches {
@@ -33,7 +33,9 @@ pub fn bar_chart(batches: &[RecordBatch], schema: &Schema) -> Result<String> {
     let upper = column("upper", &DataType::Float64)?;
     let counts = column("count", &DataType::Int64)?;
     if counts.is_empty() {
-        return Err(FedError::Plan("\\chart: the histogram has no bins".into()));
+        return Err(FedError::InvalidArgument(
+            "\\chart: the histogram has no bins".into(),
+        ));
     }
     let labels: Vec<String> = lower
         .iter()

@@ -26,7 +26,7 @@ use futures::FutureExt;
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 use super::{bool_option, count_at, deferred_table, empty_source, parse_options};
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
 use crate::models::source::{ModelSource, string_arguments};
@@ -225,7 +225,7 @@ impl CrossTable {
             return Err(empty_source(function, &source.given));
         }
         if cells.is_empty() {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "{function}: no row of '{}' has both `{a}` and `{b}` (every row has a NULL in one of them)",
                 source.given
             )));
@@ -254,7 +254,7 @@ impl CrossTable {
     pub fn chisq_test(&self, correct: bool) -> Result<ChisqResult> {
         let (r, c) = (self.rows.len(), self.columns.len());
         if r < 2 || c < 2 {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "chisq_test: the table is {r} × {c}; a test of independence needs at least two levels of each column in the rows used"
             )));
         }
@@ -291,7 +291,7 @@ impl CrossTable {
         }
         let df = ((r - 1) * (c - 1)) as f64;
         let p_value = ChiSquared::new(df)
-            .map_err(|e| FedError::Plan(format!("chisq_test: {e}")))?
+            .map_err(|e| FedError::InvalidArgument(format!("chisq_test: {e}")))?
             .sf(statistic);
         Ok(ChisqResult {
             statistic,

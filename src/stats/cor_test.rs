@@ -20,7 +20,7 @@ use futures::FutureExt;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 use super::{Alternative, conf_level_option, deferred_table, empty_source, one_row, parse_options};
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 
@@ -119,7 +119,7 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
     let (_, state) = fedsql_udfs::centered_moments::read(batch.column(1).as_struct(), 0)?;
     let n = state.n as f64;
     if state.n < 3 {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "cor_test: not enough finite observations ({} rows with both `{}` and `{}`; at least 3 are needed)",
             state.n, spec.x, spec.y
         )));
@@ -127,7 +127,7 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
     for (i, name) in [(0, &spec.x), (1, &spec.y)] {
         let spread = state.m2[[i, i]];
         if spread.is_nan() || spread <= 0.0 {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "cor_test: `{name}` is constant (its standard deviation is zero), so the correlation is undefined"
             )));
         }
@@ -136,8 +136,9 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
     let r = r.clamp(-1.0, 1.0);
     let df = n - 2.0;
     let t = df.sqrt() * r / (1.0 - r * r).sqrt();
-    let dist = StudentsT::new(0.0, 1.0, df)
-        .map_err(|e| FedError::Plan(format!("cor_test: t distribution with {df} df: {e}")))?;
+    let dist = StudentsT::new(0.0, 1.0, df).map_err(|e| {
+        FedError::InvalidArgument(format!("cor_test: t distribution with {df} df: {e}"))
+    })?;
     let p_value = match spec.alternative {
         Alternative::TwoSided => 2.0 * dist.cdf(-t.abs()),
         Alternative::Less => dist.cdf(t),

@@ -28,7 +28,7 @@ use super::{
     count_at, deferred_table, empty_source, float_at, float_literal, number_option, one_row,
     parse_options,
 };
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::notices::Notices;
@@ -53,7 +53,7 @@ impl HistSpec {
     /// Parses the string arguments of `hist(source, column [, options])`.
     pub fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "hist takes 2 or 3 arguments; usage: {USAGE}"
             )));
         }
@@ -72,12 +72,12 @@ impl HistSpec {
             match key.as_str() {
                 "bins" => {
                     spec.bins = value.parse::<i64>().map_err(|_| {
-                        FedError::Plan(format!(
+                        FedError::InvalidArgument(format!(
                             "hist: option bins={value}: expected a whole number"
                         ))
                     })?;
                     if spec.bins <= 0 {
-                        return Err(FedError::Plan(format!(
+                        return Err(FedError::InvalidArgument(format!(
                             "hist: option bins={value}: bins must be at least 1"
                         )));
                     }
@@ -89,7 +89,7 @@ impl HistSpec {
         if let (Some(lower), Some(upper)) = (spec.lower, spec.upper)
             && lower >= upper
         {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "hist: lower ({lower}) must be less than upper ({upper})"
             )));
         }
@@ -155,14 +155,14 @@ async fn run(
             }
             let (Some(lo), Some(hi)) = (float_at(&range, "lo", 0)?, float_at(&range, "hi", 0)?)
             else {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "hist: `{}` has no values (all NULL)",
                     spec.column
                 )));
             };
             let (lower, upper) = (lower.unwrap_or(lo), upper.unwrap_or(hi));
             if lower >= upper {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "hist: the range of `{}` is [{lower}, {upper}], which is empty (data essentially constant?); give lower= and upper=",
                     spec.column
                 )));

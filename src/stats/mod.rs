@@ -27,9 +27,10 @@ use datafusion::catalog::TableProvider;
 use datafusion::prelude::SessionContext;
 use futures::future::BoxFuture;
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::models::deferred::{Fit, FitTable};
+use crate::models::fit_table::{Fit, FitTable};
+use crate::models::options::ModelOption;
 use crate::notices::Notices;
 
 /// Registers the statistics table functions (`t_test`, `anova`,
@@ -89,7 +90,7 @@ impl Alternative {
             "two.sided" | "two_sided" | "two-sided" => Ok(Self::TwoSided),
             "less" => Ok(Self::Less),
             "greater" => Ok(Self::Greater),
-            other => Err(FedError::Plan(format!(
+            other => Err(FedError::InvalidArgument(format!(
                 "option alternative={other}: expected two.sided, less or greater"
             ))),
         }
@@ -105,68 +106,52 @@ impl Alternative {
     }
 }
 
-/// `key=value` options separated by commas, each key one of `allowed`.
+/// `key=value` options separated by commas (the models' parser), each key
+/// one of `allowed`, as (key, value) pairs.
 pub fn parse_options(
     function: &str,
     text: Option<&str>,
     allowed: &[&str],
 ) -> Result<Vec<(String, String)>> {
     let mut options = Vec::new();
-    for option in text
-        .map(|o| o.split(','))
-        .into_iter()
-        .flatten()
-        .filter(|o| !o.trim().is_empty())
-    {
-        let (key, value) = option
-            .split_once('=')
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .ok_or_else(|| {
-                FedError::Plan(format!(
-                    "{function}: option `{}`: expected key=value",
-                    option.trim()
-                ))
-            })?;
-        if !allowed.contains(&key.as_str()) {
-            return Err(FedError::Plan(format!(
-                "{function}: unknown option `{key}`; it takes {}",
-                allowed.join(", ")
-            )));
+    for option in crate::models::options::parse_options(text)? {
+        if !allowed.contains(&option.key.as_str()) {
+            return Err(crate::models::options::unknown_option(
+                function,
+                &option.key,
+                allowed,
+            ));
         }
-        options.push((key, value));
+        options.push((option.key, option.value));
     }
     Ok(options)
 }
 
+fn option(key: &str, value: &str) -> ModelOption {
+    ModelOption {
+        key: key.to_string(),
+        value: value.to_string(),
+    }
+}
+
 /// A number option.
 pub fn number_option(key: &str, value: &str) -> Result<f64> {
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| FedError::Plan(format!("option {key}={value}: expected a number")))
+    option(key, value).number()
 }
 
 /// A confidence level option: a number strictly between 0 and 1.
 pub fn conf_level_option(value: &str) -> Result<f64> {
-    let level = number_option("conf_level", value)?;
+    let o = option("conf_level", value);
+    let level = o.number()?;
     if !(level > 0.0 && level < 1.0) {
-        return Err(FedError::Plan(format!(
-            "option conf_level={value}: the confidence level must be between 0 and 1"
-        )));
+        return Err(o.bad("the confidence level must be between 0 and 1"));
     }
     Ok(level)
 }
 
 /// A true/false option.
 pub fn bool_option(key: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "t" | "yes" | "1" => Ok(true),
-        "false" | "f" | "no" | "0" => Ok(false),
-        _ => Err(FedError::Plan(format!(
-            "option {key}={value}: expected true or false"
-        ))),
-    }
+    option(key, value).boolean()
 }
 
 /// The one batch a one-row aggregate query returns.
@@ -175,7 +160,7 @@ pub(crate) async fn one_row(ctx: &FedContext, sql: &str) -> Result<RecordBatch> 
     let schema = batches
         .first()
         .map(|b| b.schema())
-        .ok_or_else(|| FedError::Plan("internal: an aggregate query returned nothing".into()))?;
+        .ok_or_else(|| FedError::Internal("an aggregate query returned nothing".into()))?;
     Ok(datafusion::arrow::compute::concat_batches(
         &schema, &batches,
     )?)
@@ -185,7 +170,7 @@ pub(crate) async fn one_row(ctx: &FedContext, sql: &str) -> Result<RecordBatch> 
 pub(crate) fn float_at(batch: &RecordBatch, column: &str, row: usize) -> Result<Option<f64>> {
     let array = batch
         .column_by_name(column)
-        .ok_or_else(|| FedError::Plan(format!("internal: no column `{column}`")))?;
+        .ok_or_else(|| FedError::Internal(format!("no column `{column}`")))?;
     if array.is_null(row) {
         return Ok(None);
     }
@@ -197,7 +182,7 @@ pub(crate) fn float_at(batch: &RecordBatch, column: &str, row: usize) -> Result<
 pub(crate) fn count_at(batch: &RecordBatch, column: &str, row: usize) -> Result<i64> {
     let array = batch
         .column_by_name(column)
-        .ok_or_else(|| FedError::Plan(format!("internal: no column `{column}`")))?;
+        .ok_or_else(|| FedError::Internal(format!("no column `{column}`")))?;
     if array.is_null(row) {
         return Ok(0);
     }
@@ -207,7 +192,7 @@ pub(crate) fn count_at(batch: &RecordBatch, column: &str, row: usize) -> Result<
 
 /// The error for a source with no rows.
 pub(crate) fn empty_source(function: &str, source: &str) -> FedError {
-    FedError::Plan(format!(
+    FedError::InvalidArgument(format!(
         "{function}: the source '{source}' has no rows (after its filter)"
     ))
 }

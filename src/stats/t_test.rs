@@ -28,7 +28,7 @@ use super::{
     Alternative, as_double, bool_option, conf_level_option, count_at, deferred_table, empty_source,
     float_at, number_option, one_row, parse_options,
 };
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
 use crate::models::source::{ModelSource, string_arguments};
@@ -63,7 +63,7 @@ impl TTestSpec {
     /// Parses the string arguments of `t_test(source, spec [, options])`.
     pub fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "t_test takes 2 or 3 arguments; usage: {USAGE}"
             )));
         }
@@ -71,7 +71,7 @@ impl TTestSpec {
             Some((value, group)) => {
                 let (value, group) = (value.trim(), group.trim());
                 if value.is_empty() || group.is_empty() || group.contains(['+', '*', ':', '~']) {
-                    return Err(FedError::Plan(format!(
+                    return Err(FedError::InvalidArgument(format!(
                         "t_test: '{}': a two-sample test is 'value ~ group', with one grouping column",
                         args[1]
                     )));
@@ -82,7 +82,7 @@ impl TTestSpec {
                 }
             }
             None if args[1].trim().is_empty() => {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "t_test: the value to test is empty; usage: {USAGE}"
                 )));
             }
@@ -109,7 +109,7 @@ impl TTestSpec {
                 _ => {
                     spec.var_equal = bool_option(&key, &value)?;
                     if matches!(spec.samples, Samples::One(_)) {
-                        return Err(FedError::Plan(
+                        return Err(FedError::InvalidArgument(
                             "t_test: var_equal is an option of two-sample tests ('value ~ group')"
                                 .into(),
                         ));
@@ -203,7 +203,7 @@ async fn value_expression(ctx: &FedContext, spec: &TTestSpec, value: &str) -> Re
     let schema = spec.source.schema(ctx).await?;
     Ok(match schema.field_with_name(value) {
         Ok(field) if !field.data_type().is_numeric() => {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "t_test: `{value}` is {}; it must be numeric",
                 field.data_type()
             )));
@@ -229,7 +229,7 @@ pub async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
             }
             let n = count_at(&batch, "n", 0)?;
             if n < 2 {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "t_test: not enough observations of `{value}` ({n} non-NULL); a t-test needs at least 2"
                 )));
             }
@@ -274,7 +274,7 @@ pub async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
             }
             if groups.len() != 2 {
                 let levels: Vec<String> = groups.iter().map(|(l, _)| l.to_string()).collect();
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "t_test: the grouping column `{group}` has {} level{} ({}) in the rows used; a two-sample test needs exactly 2 (filter the source to two groups)",
                     groups.len(),
                     if groups.len() == 1 { "" } else { "s" },
@@ -301,7 +301,7 @@ fn one_sample(x: Moments, spec: &TTestSpec) -> Result<TTestResult> {
 fn two_sample(x: Moments, y: Moments, spec: &TTestSpec) -> Result<TTestResult> {
     let too_few = |m: Moments| m.n < 1.0 || (!spec.var_equal && m.n < 2.0);
     if too_few(x) || too_few(y) || x.n + y.n < 3.0 {
-        return Err(FedError::Plan(
+        return Err(FedError::InvalidArgument(
             "t_test: not enough observations: each group needs at least 2 values (1 with var_equal=true, 3 in all)".into(),
         ));
     }
@@ -337,7 +337,9 @@ fn two_sample(x: Moments, y: Moments, spec: &TTestSpec) -> Result<TTestResult> {
 }
 
 fn essentially_constant() -> FedError {
-    FedError::Plan("t_test: data are essentially constant (the standard error is 0)".into())
+    FedError::InvalidArgument(
+        "t_test: data are essentially constant (the standard error is 0)".into(),
+    )
 }
 
 /// p-value and confidence interval, as R computes them from t.
@@ -350,8 +352,9 @@ fn finish(
     estimates: Option<(f64, f64)>,
     method: &'static str,
 ) -> Result<TTestResult> {
-    let dist = StudentsT::new(0.0, 1.0, df)
-        .map_err(|e| FedError::Plan(format!("t_test: t distribution with {df} df: {e}")))?;
+    let dist = StudentsT::new(0.0, 1.0, df).map_err(|e| {
+        FedError::InvalidArgument(format!("t_test: t distribution with {df} df: {e}"))
+    })?;
     let level = spec.conf_level;
     let (p_value, (low, high)) = match spec.alternative {
         Alternative::TwoSided => {

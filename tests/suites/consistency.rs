@@ -66,7 +66,10 @@ fn query_files() -> Vec<(String, Vec<String>)> {
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, fedsql::statements::split_statements(&text).unwrap())
+            (
+                name,
+                fedsql::coordinator::statements::split_statements(&text).unwrap(),
+            )
         })
         .collect()
 }
@@ -125,7 +128,7 @@ async fn bundled_demo_matches_the_same_files_on_disk() {
     let n = demo_rows().1.len();
     let f = federation(&split_sizes(n, 3), Format::Csv).await;
     let demo = fedsql::FedContext::new();
-    fedsql::demo::register_demo(&demo).unwrap();
+    fedsql::coordinator::demo::register_demo(&demo).unwrap();
     for sql in QUERIES {
         let a = demo.sql(sql).await.unwrap().collect().await.unwrap();
         let b = f.central.sql(sql).await.unwrap().collect().await.unwrap();

@@ -22,9 +22,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::CsvReadOptions;
 use fedsql::FedContext;
-use fedsql::remote::codec::{CoordinatorCodec, plan_to_bytes};
-use fedsql::remote::protocol::{EncodeRequest, TicketCommand, ticket_command};
-use fedsql::remote::worker::{self, RunningWorker, WorkerConfig};
+use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
+use fedsql::wire::codec::{CoordinatorCodec, plan_to_bytes};
+use fedsql::wire::protocol::{EncodeRequest, TicketCommand, ticket_command};
 use futures::TryStreamExt;
 use prost::Message;
 use tempfile::TempDir;
@@ -230,7 +230,14 @@ async fn lm_and_glm_fits_are_the_same_over_workers() {
     }
     // Each IRLS round after the first reused the rows the worker decoded,
     // and the fit's end was announced to the workers.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The release is sent as the fit ends, without waiting for an answer:
+    // wait until the workers have logged it (or give up after 10 s).
+    let started = std::time::Instant::now();
+    while !workers.logs().iter().any(|l| l.contains("released fit"))
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let logs = workers.logs();
     assert!(logs.iter().any(|l| l.contains("(fit ")), "{logs:?}");
     assert!(logs.iter().any(|l| l.contains("released fit")), "{logs:?}");

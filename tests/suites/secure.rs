@@ -14,10 +14,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaR
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use fedsql::FedContext;
-use fedsql::client::{ClientRunner, LocalClient};
-use fedsql::encoder::{Encoder, StateBatch};
-use fedsql::federated_table::FederatedTable;
-use fedsql::secure::{MaskRequest, SecureSession, SecureSetup};
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::site::local::LocalClient;
+use fedsql::site::runner::ClientRunner;
+use fedsql::wire::encoder::{Encoder, StateBatch};
+use fedsql::wire::secure::{MaskRequest, SecureSession, SecureSetup};
 use fedsql::{FedError, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -206,7 +207,10 @@ fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
     }
     let fed = FedContext::new();
     fed.session()
-        .register_table("t", Arc::new(FederatedTable::new("t", schema(), runners)))
+        .register_table(
+            "t",
+            FederatedTable::new("t", schema(), runners).into_provider(),
+        )
         .unwrap();
     let central = SessionContext::new();
     fedsql_udfs::register_all(&central);
@@ -499,8 +503,10 @@ async fn a_client_never_sends_a_secure_state_in_plain() {
         .await
         .unwrap();
     let plan = state.optimize(&plan).unwrap();
-    let cut = fedsql::round::lowest_cut(&plan).unwrap();
-    let round = fedsql::round::plan_round(&state, &cut).await.unwrap();
+    let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+    let round = fedsql::coordinator::split::plan_round(&state, &cut)
+        .await
+        .unwrap();
     let err = s.clients[0].encode(&round.encoder).await.unwrap_err();
     assert!(
         err.to_string().contains("leaves the client only masked"),

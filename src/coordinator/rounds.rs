@@ -1,6 +1,6 @@
-//! Factorized execution: a query as rounds of encode → merge → decode.
+//! The rounds: a query run as rounds of encode → merge → decode.
 //!
-//! The optimized plan is checked (see [`crate::exposure`]), then each *cut*
+//! The optimized plan is checked (see [`crate::wire::exposure`]), then each *cut*
 //! (an aggregate over the rows of a federated table) becomes one round,
 //! lowest first: its [`Encoder`] runs at every client concurrently, the
 //! clients' state batches are merged and decoded by the final aggregate on
@@ -14,19 +14,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::Transformed;
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{EmptyRelation, Expr, LogicalPlan, Values};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use futures::future::try_join_all;
 
-use crate::client::Traffic;
-use crate::encoder::{self, Encoder, StateBatch};
+use crate::coordinator::merge::merge_and_decode;
+use crate::coordinator::secure::collect_masked_states;
+use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
-use crate::exposure;
-use crate::fit_cache::FitScope;
-use crate::secure;
+use crate::site::runner::Traffic;
+use crate::wire::encoder::StateBatch;
+use crate::wire::{exposure, secure};
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -36,13 +35,6 @@ pub struct RoundReport {
     pub clients: Vec<(String, usize, usize, Duration)>,
     /// Per client, in the same order: the bytes sent and received.
     pub traffic: Vec<Traffic>,
-}
-
-/// One planned round: the encoder and the coordinator's partial aggregate
-/// (whose final half merges and decodes the states).
-pub struct Round {
-    pub encoder: Encoder,
-    pub partial: datafusion::physical_plan::aggregates::AggregateExec,
 }
 
 /// Runs an optimized plan that touches federated tables.
@@ -89,7 +81,7 @@ pub async fn execute_per_client(
     let mut plan = plan;
     loop {
         let cut = lowest_cut(&plan).ok_or_else(|| {
-            FedError::Plan("internal: a per-client query must aggregate federated rows".into())
+            FedError::Internal("a per-client query must aggregate federated rows".into())
         })?;
         let round = plan_round(state, &cut).await?;
         let rest = substitute(plan.clone(), &cut, shared_result(&cut, &[])?)?;
@@ -98,14 +90,17 @@ pub async fn execute_per_client(
             plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
             continue;
         }
-        let clients = round.encoder.table().clients();
+        let clients = round.table().clients();
         let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
         let chosen = choose(&names)?;
         return try_join_all(chosen.into_iter().map(|i| {
-            let (client, round) = (&clients[i], &round);
+            let round = &round;
             async move {
+                let client = clients.get(i).ok_or_else(|| {
+                    FedError::Internal(format!("client {i} chosen of {}", clients.len()))
+                })?;
                 let client_state = client.encode(&round.encoder).await?;
-                let decode = encoder::merge_and_decode(&round.partial, &[client_state])?;
+                let decode = merge_and_decode(&round.partial, &[client_state])?;
                 Ok::<_, FedError>(ClientAnswer {
                     client: client.name().to_string(),
                     batches: collect(decode, state.task_ctx()).await?,
@@ -116,58 +111,15 @@ pub async fn execute_per_client(
     }
 }
 
-/// The lowest aggregate over federated rows (one with no other cut below it).
-pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
-    let mut below = None;
-    let _ = plan.apply_subqueries(|sub| {
-        if let LogicalPlan::Subquery(sub) = sub {
-            below = lowest_cut(&sub.subquery);
-        }
-        Ok(if below.is_some() {
-            datafusion::common::tree_node::TreeNodeRecursion::Stop
-        } else {
-            datafusion::common::tree_node::TreeNodeRecursion::Continue
-        })
-    });
-    if below.is_some() {
-        return below;
-    }
-    for input in plan.inputs() {
-        if let Some(cut) = lowest_cut(input) {
-            return Some(cut);
-        }
-    }
-    match plan {
-        LogicalPlan::Aggregate(agg) if exposure::touches_federated(&agg.input) => {
-            Some(plan.clone())
-        }
-        _ => None,
-    }
-}
-
-/// Plans one round: the encoder and the coordinator's partial aggregate.
-pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round> {
-    let physical = state
-        .query_planner()
-        .create_physical_plan(cut, state)
-        .await?;
-    let partial = encoder::partial_aggregate(&physical)?;
-    // Bad secure_sum bounds fail here, before any client runs.
-    secure::check_round(&partial)?;
-    let scope = state.config().get_extension::<FitScope>().map(|s| s.id());
-    let encoder = Encoder::try_new(cut.clone(), partial.schema())?.in_fit(scope);
-    Ok(Round { encoder, partial })
-}
-
 /// Runs one round: the encoder at every client at once, then merge + decode.
 pub async fn run_round(
     state: &SessionState,
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
-    let table = round.encoder.table();
+    let table = round.table();
     let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
         // Masked states: what arrives is the masked state itself.
-        secure::collect_masked_states(table.clients(), &round.encoder)
+        collect_masked_states(table.clients(), &round.encoder)
             .await?
             .into_iter()
             .map(|(state, time)| {
@@ -208,47 +160,6 @@ pub async fn run_round(
         traffic: states.iter().map(|(_, _, traffic)| *traffic).collect(),
     };
     let states: Vec<StateBatch> = states.into_iter().map(|(s, _, _)| s).collect();
-    let decode: Arc<dyn ExecutionPlan> = encoder::merge_and_decode(&round.partial, &states)?;
+    let decode: Arc<dyn ExecutionPlan> = merge_and_decode(&round.partial, &states)?;
     Ok((collect(decode, state.task_ctx()).await?, report))
-}
-
-/// A cut's result as a shared plan node with the cut's exact output schema.
-pub fn shared_result(cut: &LogicalPlan, batches: &[RecordBatch]) -> Result<LogicalPlan> {
-    let schema = Arc::clone(cut.schema());
-    let mut values = Vec::new();
-    for batch in batches {
-        for row in 0..batch.num_rows() {
-            let row = batch
-                .columns()
-                .iter()
-                .map(|col| Ok(Expr::Literal(ScalarValue::try_from_array(col, row)?, None)))
-                .collect::<Result<Vec<_>>>()?;
-            values.push(row);
-        }
-    }
-    Ok(if values.is_empty() {
-        LogicalPlan::EmptyRelation(EmptyRelation {
-            produce_one_row: false,
-            schema,
-        })
-    } else {
-        LogicalPlan::Values(Values { schema, values })
-    })
-}
-
-/// Replaces every occurrence of `cut` in the plan (subqueries included).
-pub fn substitute(
-    plan: LogicalPlan,
-    cut: &LogicalPlan,
-    result: LogicalPlan,
-) -> Result<LogicalPlan> {
-    Ok(plan
-        .transform_up_with_subqueries(|node| {
-            if &node == cut {
-                Ok(Transformed::yes(result.clone()))
-            } else {
-                Ok(Transformed::no(node))
-            }
-        })?
-        .data)
 }

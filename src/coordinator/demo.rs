@@ -16,9 +16,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::FedContext;
-use crate::client::{ClientRunner, LocalClient};
+use crate::coordinator::federated_table::FederatedTable;
 use crate::error::{FedError, Result};
-use crate::federated_table::FederatedTable;
+use crate::site::local::LocalClient;
+use crate::site::runner::ClientRunner;
 
 /// Name of the demo federated table.
 pub const DEMO_TABLE: &str = "clinic";
@@ -28,17 +29,20 @@ pub const DEMO_TABLE: &str = "clinic";
 pub const DEMO_CLIENTS: &[(&str, &str)] = &[
     (
         "hospital_a",
-        include_str!("../testdata/clinic/hospital_a.csv"),
+        include_str!("../../testdata/clinic/hospital_a.csv"),
     ),
     (
         "hospital_b",
-        include_str!("../testdata/clinic/hospital_b.csv"),
+        include_str!("../../testdata/clinic/hospital_b.csv"),
     ),
     (
         "hospital_c",
-        include_str!("../testdata/clinic/hospital_c.csv"),
+        include_str!("../../testdata/clinic/hospital_c.csv"),
     ),
-    ("clinic_d", include_str!("../testdata/clinic/clinic_d.csv")),
+    (
+        "clinic_d",
+        include_str!("../../testdata/clinic/clinic_d.csv"),
+    ),
 ];
 
 /// Rows per batch when parsing a bundled file (they are a few hundred rows).

@@ -1,61 +1,21 @@
-//! Secure aggregation: the coordinator learns only the sum of the clients'
-//! states of `secure_sum`, `secure_avg`, `secure_count` and `secure_sum_vec`.
-//!
-//! Those aggregates keep their state as `UInt64` words summed mod 2^64 (see
-//! [`fedsql_udfs::secure_quantized`]). A round with one of them in its
-//! encoder runs as two request/response exchanges with every client, so that
-//! a network worker can serve it the same way as a local client:
-//!
-//! 1. **Setup** ([`ClientRunner::secure_setup`]): the coordinator sends a
-//!    fresh [`SecureSession`] (a random id and the names of the round's
-//!    clients, in order). Each client runs the encoder, keeps its state
-//!    under the session id, draws a fresh X25519 key pair for the session,
-//!    and answers with its public key and its group keys ([`SecureSetup`]).
-//! 2. **Masked state** ([`ClientRunner::encode_masked`]): the coordinator
-//!    relays every public key and the union of all group keys in a
-//!    canonical order ([`MaskRequest`]). Each client aligns its state to that
-//!    group list (the empty-accumulator state, the monoid's identity, for a
-//!    group it lacks), derives with every other client `j` a pairwise key
-//!    from the X25519 shared secret (HKDF-SHA256 bound to the session id and
-//!    both public keys), expands it with ChaCha20 into one 64-bit word per
-//!    secure state word, and adds those words mod 2^64 if its index is below
-//!    `j`'s, subtracts them if above. It forgets the session's secret and
-//!    answers with the masked state.
-//!
-//! A client refuses the plain `encode` of such an encoder, so its secure
-//! state leaves it only masked.
-//!
-//! Summing all masked states mod 2^64 — the final aggregate's ordinary
-//! merge — cancels every pairwise mask and leaves the true sum; any proper
-//! subset of the masked states is uniformly random to the coordinator.
-//! Columns of other aggregates in the same query travel in plain, as in a
-//! round without secure aggregates.
-//!
-//! What the coordinator still sees: which group keys each client has (as in
-//! any GROUP BY), the row counts it is told in plain by plain aggregates,
-//! and the total. With a single client, the total is that client's state.
-//! If a client fails after the keys were exchanged, the round fails with an
-//! error naming it: dropout recovery (Bonawitz et al. 2017) is not done.
+//! A site's half of secure aggregation: its key pair for a session, its
+//! state kept between the two steps, and the pairwise masks it adds (see
+//! [`crate::wire::secure`] for the protocol).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray, UInt64Array, new_empty_array};
-use datafusion::arrow::compute::{cast, interleave};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt64Type};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListArray, UInt64Array};
+use datafusion::arrow::compute::interleave;
+use datafusion::arrow::datatypes::{DataType, UInt64Type};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::aggregates::AggregateExec;
-use futures::future::{join_all, try_join_all};
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use x25519_dalek::{PublicKey, StaticSecret};
 
-use crate::client::ClientRunner;
-use crate::encoder::{Encoder, StateBatch};
 use crate::error::{FedError, Result};
+use crate::wire::encoder::{Encoder, StateBatch};
+use crate::wire::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter};
 
 /// Domain separation of the pairwise key derivation.
 const KDF_INFO: &[u8] = b"fedsql secure aggregation v1: pairwise mask key";
@@ -63,156 +23,6 @@ const KDF_INFO: &[u8] = b"fedsql secure aggregation v1: pairwise mask key";
 /// Sessions a client keeps between setup and masked state; older ones (of
 /// rounds that failed before step 2) are forgotten.
 const MAX_PENDING_SESSIONS: usize = 16;
-
-/// One round of secure aggregation: a fresh random id and the round's
-/// clients in the order that decides who adds and who subtracts a mask.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecureSession {
-    pub id: [u8; 16],
-    pub clients: Vec<String>,
-}
-
-impl SecureSession {
-    /// A new session over `clients`, with a random id.
-    pub fn fresh(clients: Vec<String>) -> Self {
-        Self {
-            id: rand::random(),
-            clients,
-        }
-    }
-
-    /// The session id as hex, for messages.
-    pub fn id_hex(&self) -> String {
-        self.id.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-/// A client's answer to the setup: its public key for the session and the
-/// group keys it has state for (the key columns of its state; no columns
-/// without GROUP BY).
-#[derive(Debug, Clone)]
-pub struct SecureSetup {
-    pub public_key: [u8; 32],
-    pub group_keys: RecordBatch,
-}
-
-/// The coordinator's request for masked states: every client's public key
-/// (in session order) and the union of all group keys, in canonical order.
-#[derive(Debug, Clone)]
-pub struct MaskRequest {
-    pub session: SecureSession,
-    pub public_keys: Vec<[u8; 32]>,
-    pub groups: RecordBatch,
-}
-
-/// Where a state batch's columns are: the group keys first, then the states
-/// of the aggregates; which of them are secure; and the state of an empty
-/// accumulator (the identity of the merge), for groups a client lacks.
-#[derive(Debug, Clone)]
-pub struct SecureLayout {
-    pub key_columns: usize,
-    /// Indices (into the state batch) of the columns to mask.
-    pub secure_columns: Vec<usize>,
-    /// One-row arrays: the empty state of every non-key column.
-    pub zero_state: Vec<ArrayRef>,
-    pub schema: SchemaRef,
-}
-
-impl SecureLayout {
-    /// The layout of the state of an aggregate (partial, or a client's
-    /// one-state-per-group reduction).
-    pub fn of(aggregate: &AggregateExec) -> Result<Self> {
-        let schema = aggregate.schema();
-        let mut widths = Vec::new();
-        for expr in aggregate.aggr_expr() {
-            widths.push((
-                fedsql_udfs::is_secure(expr.fun().name()),
-                expr.state_fields()?.len(),
-                expr,
-            ));
-        }
-        let state_columns: usize = widths.iter().map(|(_, w, _)| w).sum();
-        let key_columns = schema
-            .fields()
-            .len()
-            .checked_sub(state_columns)
-            .ok_or_else(|| {
-                FedError::Plan("internal: the state has fewer columns than its aggregates".into())
-            })?;
-        let mut secure_columns = Vec::new();
-        let mut zero_state = Vec::new();
-        let mut at = key_columns;
-        for (secure, width, expr) in widths {
-            if secure {
-                secure_columns.extend(at..at + width);
-            }
-            let empty = expr.create_accumulator()?.state()?;
-            for (i, value) in empty.into_iter().enumerate() {
-                let want = schema.field(at + i).data_type();
-                zero_state.push(cast(&value.to_array()?, want)?);
-            }
-            at += width;
-        }
-        Ok(Self {
-            key_columns,
-            secure_columns,
-            zero_state,
-            schema,
-        })
-    }
-
-    /// The layout of the aggregate at the root of a client's physical plan.
-    pub fn of_plan(plan: &Arc<dyn ExecutionPlan>) -> Result<Self> {
-        let aggregate = plan.downcast_ref::<AggregateExec>().ok_or_else(|| {
-            FedError::Plan("internal: a client's state plan must end in an aggregate".into())
-        })?;
-        Self::of(aggregate)
-    }
-
-    /// Whether any state column is secure.
-    pub fn is_secure(&self) -> bool {
-        !self.secure_columns.is_empty()
-    }
-}
-
-/// Whether a round's state has secure columns; checks their bounds (by
-/// creating each secure accumulator once), so that a bad `secure_sum` call
-/// fails before any client runs.
-pub fn check_round(partial: &AggregateExec) -> Result<bool> {
-    let mut secure = false;
-    for expr in partial.aggr_expr() {
-        if fedsql_udfs::is_secure(expr.fun().name()) {
-            expr.create_accumulator()?;
-            secure = true;
-        }
-    }
-    Ok(secure)
-}
-
-/// Whether the aggregate at the root of a client's physical plan has a
-/// secure aggregate: then the client sends its state only masked.
-pub fn has_secure_aggregates(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
-        a.aggr_expr()
-            .iter()
-            .any(|e| fedsql_udfs::is_secure(e.fun().name()))
-    })
-}
-
-/// The error a client gives when asked for the plain state of an encoder
-/// with secure aggregates.
-pub fn plain_state_refused() -> FedError {
-    FedError::Plan(
-        "this encoder has secure aggregates (secure_sum, ...): their state leaves the client only masked, through secure_setup and encode_masked".into(),
-    )
-}
-
-/// The error for a client runner that cannot take part in secure aggregation.
-pub fn unsupported(client: &str) -> FedError {
-    FedError::Plan(format!(
-        "client '{client}' does not support secure aggregation (secure_sum and friends); use plain sum/count/avg, or run the table's clients with a runner that does"
-    ))
-}
 
 /// What a client keeps between the two steps: one entry per session.
 #[derive(Default)]
@@ -274,14 +84,14 @@ impl ClientSecrets {
             let mut kept = self.pending.lock().expect("not poisoned");
             let at = kept.iter().position(|p| p.session == session.id);
             at.and_then(|i| kept.remove(i)).ok_or_else(|| {
-                FedError::Plan(format!(
+                FedError::InvalidArgument(format!(
                     "no secure session {} here: the key exchange did not happen, or its masked state was already sent",
                     session.id_hex()
                 ))
             })?
         };
         if request.public_keys.len() != session.clients.len() {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "{} public keys relayed for {} clients",
                 request.public_keys.len(),
                 session.clients.len()
@@ -297,13 +107,13 @@ impl ClientSecrets {
         let me_at = match places[..] {
             [at] => at,
             [] => {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "the coordinator did not relay this client's public key for secure session {}",
                     session.id_hex()
                 )));
             }
             _ => {
-                return Err(FedError::Plan(
+                return Err(FedError::InvalidArgument(
                     "the coordinator relayed this client's public key more than once".into(),
                 ));
             }
@@ -315,8 +125,10 @@ impl ClientSecrets {
             if j == me_at {
                 continue;
             }
-            let seed = pairwise_seed(&pending.secret, &pending.public, key, &session.id)
-                .map_err(|e| FedError::Plan(format!("client '{}': {e}", session.clients[j])))?;
+            let seed =
+                pairwise_seed(&pending.secret, &pending.public, key, &session.id).map_err(|e| {
+                    FedError::InvalidArgument(format!("client '{}': {e}", session.clients[j]))
+                })?;
             let mut prg = ChaCha20Rng::from_seed(seed);
             if me_at < j {
                 mask.iter_mut()
@@ -386,14 +198,14 @@ fn secure_values(column: &ArrayRef) -> Result<UInt64Array> {
                 .clone()
         }
         other => {
-            return Err(FedError::Plan(format!(
-                "internal: a secure state column of type {other}"
+            return Err(FedError::Internal(format!(
+                "a secure state column of type {other}"
             )));
         }
     };
     if column.null_count() > 0 || values.null_count() > 0 {
-        return Err(FedError::Plan(
-            "internal: a secure state column with NULLs".into(),
+        return Err(FedError::Internal(
+            "a secure state column with NULLs".into(),
         ));
     }
     Ok(values)
@@ -428,23 +240,13 @@ fn add_mask(batch: &RecordBatch, layout: &SecureLayout, mask: &[u64]) -> Result<
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
-fn key_converter(keys: &RecordBatch) -> Result<RowConverter> {
-    Ok(RowConverter::new(
-        keys.schema()
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )?)
-}
-
 /// The state aligned to `groups`: one row per group in that order, the
 /// empty state where this client has no rows of the group.
 fn align(state: &RecordBatch, layout: &SecureLayout, groups: &RecordBatch) -> Result<RecordBatch> {
     if layout.key_columns == 0 {
         if state.num_rows() != 1 {
-            return Err(FedError::Plan(format!(
-                "internal: {} state rows without GROUP BY",
+            return Err(FedError::Internal(format!(
+                "{} state rows without GROUP BY",
                 state.num_rows()
             )));
         }
@@ -452,7 +254,7 @@ fn align(state: &RecordBatch, layout: &SecureLayout, groups: &RecordBatch) -> Re
     }
     let own_keys = state.project(&(0..layout.key_columns).collect::<Vec<_>>())?;
     if groups.num_columns() != layout.key_columns {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "the coordinator sent {} group key columns where the state has {}",
             groups.num_columns(),
             layout.key_columns
@@ -479,7 +281,7 @@ fn align(state: &RecordBatch, layout: &SecureLayout, groups: &RecordBatch) -> Re
         }
     }
     if found != own.len() {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "the coordinator's group list lacks {} of this client's groups; its state would be lost",
             own.len() - found
         )));
@@ -497,91 +299,10 @@ fn align(state: &RecordBatch, layout: &SecureLayout, groups: &RecordBatch) -> Re
     )?)
 }
 
-/// The union of the clients' group keys, in the canonical (row-format
-/// byte) order every client aligns to.
-pub fn union_groups(keys: &[RecordBatch]) -> Result<RecordBatch> {
-    let first = keys
-        .first()
-        .ok_or_else(|| FedError::Plan("internal: no client in the round".into()))?;
-    if first.num_columns() == 0 {
-        return Ok(first.clone());
-    }
-    let converter = key_converter(first)?;
-    let mut union: BTreeMap<OwnedRow, (usize, usize)> = BTreeMap::new();
-    for (c, batch) in keys.iter().enumerate() {
-        if batch.schema().fields() != first.schema().fields() {
-            return Err(FedError::Plan(format!(
-                "clients returned group keys {} and {}",
-                first.schema(),
-                batch.schema()
-            )));
-        }
-        let rows = converter.convert_columns(batch.columns())?;
-        for (r, row) in rows.iter().enumerate() {
-            union.entry(row.owned()).or_insert((c, r));
-        }
-    }
-    let picks: Vec<(usize, usize)> = union.into_values().collect();
-    let columns = (0..first.num_columns())
-        .map(|i| {
-            let arrays: Vec<&dyn Array> = keys.iter().map(|b| b.column(i).as_ref()).collect();
-            if picks.is_empty() {
-                Ok(new_empty_array(first.schema().field(i).data_type()))
-            } else {
-                Ok(interleave(&arrays, &picks)?)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(first.schema(), columns)?)
-}
-
-/// Runs a secure round's two exchanges with every client; returns each
-/// client's masked state and the time it took.
-pub async fn collect_masked_states(
-    clients: &[Arc<dyn ClientRunner>],
-    encoder: &Encoder,
-) -> Result<Vec<(StateBatch, Duration)>> {
-    let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect());
-    let start = Instant::now();
-    let setups = try_join_all(clients.iter().map(|c| c.secure_setup(encoder, &session))).await?;
-    let setup_time = start.elapsed();
-    let groups = union_groups(
-        &setups
-            .iter()
-            .map(|s| s.group_keys.clone())
-            .collect::<Vec<_>>(),
-    )?;
-    let request = MaskRequest {
-        session,
-        public_keys: setups.iter().map(|s| s.public_key).collect(),
-        groups,
-    };
-    let answers = join_all(clients.iter().map(|c| async {
-        let start = Instant::now();
-        let state = c.encode_masked(encoder, &request).await;
-        (state, start.elapsed())
-    }))
-    .await;
-    let mut states = Vec::with_capacity(clients.len());
-    for (client, (state, time)) in clients.iter().zip(answers) {
-        match state {
-            Ok(state) => states.push((state, setup_time + time)),
-            Err(e) => {
-                return Err(FedError::Plan(format!(
-                    "secure aggregation failed: client '{}' ({}) dropped out after the public keys were exchanged: {e}\n\
-                     hint: the other clients' masked states cannot be unmasked without it (dropout recovery is not supported); rerun the query when every client is available",
-                    client.name(),
-                    client.location()
-                )));
-            }
-        }
-    }
-    Ok(states)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::secure::union_groups;
     use datafusion::arrow::array::StringArray;
     use datafusion::arrow::datatypes::{Field, Schema};
 

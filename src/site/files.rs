@@ -1,31 +1,22 @@
-//! Federated tables: one logical table whose rows live at several clients.
+//! A site's files: finding them, and observing and unifying their schemas.
 //!
-//! On the coordinator a [`FederatedTable`] is *schema only*: DataFusion plans
-//! queries against it, but it holds no rows and its scan can never run. The
-//! rows are reached only through its clients ([`ClientRunner`]s), which run a
-//! validated encoder over their own data and hand back aggregate states.
-//!
-//! This module also discovers clients from a folder, infers each client's
-//! schema and unifies them, naming the client, file and column whenever they
-//! disagree.
+//! A site's rows are a set of local CSV or Parquet files ([`ClientFiles`]):
+//! one file, a folder of files, or (for `LOCATION`) a folder whose files or
+//! subfolders are the sites. Each file's schema is observed as DataFusion
+//! would infer it ([`observe_schemas`]) and the schemas are unified
+//! ([`unify_schemas`]), naming the site, file and column whenever they
+//! disagree. Both an embedded site and a worker use this.
 
 use std::fmt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result as DFResult, internal_err, project_schema};
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-use crate::client::ClientRunner;
 use crate::error::{FedError, Result};
+
+/// Rows to read for CSV schema inference, as DataFusion does.
+const CSV_INFER_ROWS: usize = 1000;
 
 /// How a client's files are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +139,7 @@ impl ClientFiles {
     /// client's files) is one client, named by its file stem / folder name.
     pub fn discover(dir: &Path, format: Option<FileFormat>) -> Result<Vec<Self>> {
         let entries = read_dir_sorted(dir).map_err(|e| {
-            FedError::Plan(format!(
+            FedError::InvalidArgument(format!(
                 "cannot list LOCATION '{}': {e}; give a folder whose files (or subfolders) are the clients",
                 dir.display()
             ))
@@ -172,13 +163,13 @@ impl ClientFiles {
         }
         if clients.is_empty() {
             let what = format.map(|f| f.extension()).unwrap_or(".csv or .parquet");
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "LOCATION '{}' holds no {what} files and no client subfolders",
                 dir.display()
             )));
         }
         if clients.iter().any(|c| c.format != clients[0].format) && format.is_none() {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "LOCATION '{}' mixes CSV and Parquet clients: add STORED AS, or name each client with CLIENTS (...)",
                 dir.display()
             )));
@@ -229,7 +220,7 @@ pub struct ObservedSchema {
 /// file and column, and suggesting a declared column list.
 pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema> {
     let Some(first) = observed.first() else {
-        return Err(FedError::Plan(format!(
+        return Err(FedError::InvalidArgument(format!(
             "federated table `{table}` has no clients"
         )));
     };
@@ -330,156 +321,94 @@ fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
     }
 }
 
-/// The coordinator's view of a federated table: its schema and its clients.
-/// It has no rows; scanning it yields a plan that cannot execute.
-pub struct FederatedTable {
-    name: String,
-    schema: SchemaRef,
-    clients: Vec<Arc<dyn ClientRunner>>,
+/// The schema of each of a client's files, as DataFusion would infer it.
+pub fn observe_schemas(client: &ClientFiles) -> Result<Vec<ObservedSchema>> {
+    client
+        .files
+        .iter()
+        .map(|file| observe_file(client, file))
+        .collect()
 }
 
-impl fmt::Debug for FederatedTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FederatedTable")
-            .field("name", &self.name)
-            .field(
-                "clients",
-                &self.clients.iter().map(|c| c.name()).collect::<Vec<_>>(),
+fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
+    let err = |message: String| FedError::Client {
+        client: client.name.clone(),
+        location: file.display().to_string(),
+        message,
+    };
+    let handle = File::open(file).map_err(|e| err(format!("cannot open: {e}")))?;
+    let (schema, has_rows, positional) = match client.format {
+        FileFormat::Csv => {
+            let format = datafusion::arrow::csv::reader::Format::default().with_header(true);
+            let (schema, rows) = format
+                .infer_schema(handle, Some(CSV_INFER_ROWS))
+                .map_err(|e| err(format!("not a readable CSV file with a header row: {e}")))?;
+            if schema.fields().is_empty() {
+                return Err(err(
+                    "the CSV file is empty: it needs at least a header row".into()
+                ));
+            }
+            (schema, rows > 0, true)
+        }
+        FileFormat::Parquet => {
+            let meta = datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+                &handle,
+                Default::default(),
             )
-            .finish()
-    }
-}
-
-impl FederatedTable {
-    /// A federated table over the given clients, all of which serve `schema`.
-    pub fn new(
-        name: impl Into<String>,
-        schema: SchemaRef,
-        clients: Vec<Arc<dyn ClientRunner>>,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            schema,
-            clients,
+            .map_err(|e| err(format!("not a readable Parquet file: {e}")))?;
+            let rows = meta.metadata().file_metadata().num_rows();
+            (Schema::new(meta.schema().fields().clone()), rows > 0, false)
         }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn clients(&self) -> &[Arc<dyn ClientRunner>] {
-        &self.clients
-    }
-
-    /// The federated table behind a provider, if it is one.
-    pub fn from_provider(provider: &dyn TableProvider) -> Option<&FederatedTable> {
-        provider.downcast_ref::<FederatedTable>()
-    }
+    };
+    Ok(ObservedSchema {
+        client: client.name.clone(),
+        file: file.display().to_string(),
+        schema,
+        has_rows,
+        positional,
+    })
 }
 
-#[async_trait]
-impl TableProvider for FederatedTable {
-    fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+/// Checks a declared schema against the schema seen at one client.
+pub fn check_declared_schema(seen: ObservedSchema, declared: &Schema) -> Result<()> {
+    let names: Vec<&str> = seen
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    let want: Vec<&str> = declared
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    let missing: Vec<&str> = want
+        .iter()
+        .filter(|n| !names.contains(n))
+        .copied()
+        .collect();
+    let ok = if seen.positional {
+        names == want
+    } else {
+        missing.is_empty()
+    };
+    if !ok {
+        let detail = if missing.is_empty() {
+            format!(
+                "the header is ({}) but the declared columns are ({})",
+                names.join(", "),
+                want.join(", ")
+            )
+        } else {
+            format!("missing declared column(s) {}", missing.join(", "))
+        };
+        return Err(FedError::Client {
+            client: seen.client,
+            location: seen.file,
+            message: detail,
+        });
     }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let schema = project_schema(&self.schema, projection)?;
-        Ok(Arc::new(ClientScanExec::new(&self.name, schema)))
-    }
-
-    /// Filters stay in the plan (so every client applies them) and are also
-    /// offered to each client's scan for pruning.
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
-    }
-}
-
-/// Stands for "the rows of this federated table at one client" in the
-/// coordinator's plans. It never runs on the coordinator: the part of the
-/// plan above it is what each client runs over its own rows.
-#[derive(Debug)]
-pub struct ClientScanExec {
-    table: String,
-    props: Arc<PlanProperties>,
-}
-
-impl ClientScanExec {
-    fn new(table: &str, schema: SchemaRef) -> Self {
-        let props = PlanProperties::new(
-            EquivalenceProperties::new(schema),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        );
-        Self {
-            table: table.to_string(),
-            props: Arc::new(props),
-        }
-    }
-}
-
-impl DisplayAs for ClientScanExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "ClientScanExec: table={} (rows stay at each client)",
-            self.table
-        )
-    }
-}
-
-impl ExecutionPlan for ClientScanExec {
-    fn name(&self) -> &str {
-        "ClientScanExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.props
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
-    ) -> DFResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> DFResult<SendableRecordBatchStream> {
-        internal_err!(
-            "the coordinator holds no rows of federated table `{}`: this plan must run at the clients",
-            self.table
-        )
-    }
+    Ok(())
 }
 
 #[cfg(test)]

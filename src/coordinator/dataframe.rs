@@ -10,7 +10,7 @@
 //! use datafusion::functions_aggregate::expr_fn::avg;
 //! use datafusion::prelude::*;
 //! let ctx = fedsql::FedContext::new();
-//! fedsql::demo::register_demo(&ctx)?;
+//! fedsql::coordinator::demo::register_demo(&ctx)?;
 //! let batches = ctx
 //!     .table("clinic")
 //!     .await?
@@ -27,10 +27,10 @@ use datafusion::common::DFSchema;
 use datafusion::dataframe::DataFrame;
 use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 
-use crate::context::FedContext;
+use crate::coordinator::context::FedContext;
+use crate::coordinator::rounds::{self, RoundReport};
 use crate::error::Result;
-use crate::exposure;
-use crate::round::{self, RoundReport};
+use crate::wire::exposure;
 
 /// A lazily evaluated query over federated and shared tables.
 #[derive(Clone)]
@@ -107,20 +107,20 @@ impl FedDataFrame {
         exposure::check(self.df.logical_plan(), &self.label)?;
         let (state, plan) = self.df.into_parts();
         let optimized = state.optimize(&plan)?;
-        round::execute(&state, optimized).await
+        rounds::execute(&state, optimized).await
     }
 
     /// Runs an aggregate query once per client: each chosen client's state
-    /// is decoded on its own (see [`round::execute_per_client`]). `choose`
+    /// is decoded on its own (see [`rounds::execute_per_client`]). `choose`
     /// picks clients by index from the federated table's client names.
     pub async fn collect_per_client(
         self,
         choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
-    ) -> Result<Vec<round::ClientAnswer>> {
+    ) -> Result<Vec<rounds::ClientAnswer>> {
         exposure::check(self.df.logical_plan(), &self.label)?;
         let (state, plan) = self.df.into_parts();
         let optimized = state.optimize(&plan)?;
-        round::execute_per_client(&state, optimized, choose).await
+        rounds::execute_per_client(&state, optimized, choose).await
     }
 
     /// The EXPLAIN FEDERATED text of this query.

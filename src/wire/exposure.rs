@@ -14,9 +14,11 @@
 //! federated rows, outer joins that keep unmatched shared rows (they would be
 //! counted once per client), and aggregates whose state is unbounded.
 //!
-//! The same walk runs twice: on the plan as the user wrote it (for messages
-//! in the user's terms) and on the optimized plan that actually runs (so the
-//! guarantee holds whatever the optimizer did).
+//! The same walk runs on the plan as the user wrote it (for messages in the
+//! user's terms), on the optimized plan that actually runs (so the guarantee
+//! holds whatever the optimizer did), and again at every site on the encoder
+//! it receives ([`crate::wire::encoder::Encoder::try_new`]): one checker for
+//! both sides of the boundary.
 
 use std::sync::Arc;
 
@@ -26,7 +28,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Aggregate, Expr, JoinType, LogicalPlan, TableScan};
 
 use crate::error::{FedError, Result};
-use crate::federated_table::FederatedTable;
+use crate::wire::federated_scan::FederatedScan;
 
 /// Built-in aggregates whose state has a fixed (or small, bounded) size.
 /// min/max/first_value/last_value/any_value states are single row values:
@@ -100,9 +102,7 @@ impl Locality {
     fn table_name(&self) -> &str {
         match self {
             Locality::Shared => "",
-            Locality::Federated(p) => {
-                FederatedTable::from_provider(p.as_ref()).map_or("", |t| t.name())
-            }
+            Locality::Federated(p) => FederatedScan::of(p.as_ref()).map_or("", |t| t.name()),
         }
     }
 }
@@ -110,7 +110,7 @@ impl Locality {
 /// The federated table a scan reads, if it reads one.
 pub fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
     let provider = source_as_provider(&scan.source).ok()?;
-    FederatedTable::from_provider(provider.as_ref())
+    FederatedScan::of(provider.as_ref())
         .is_some()
         .then_some(provider)
 }
@@ -336,4 +336,35 @@ fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses plan nodes that write or define anything, or that a site would
+/// not know how to run: an encoder only reads, filters, projects, joins
+/// shared rows and aggregates.
+pub fn check_encoder_nodes(plan: &LogicalPlan) -> Result<()> {
+    let mut refusal = None;
+    plan.apply_with_subqueries(|node| {
+        if matches!(
+            node,
+            LogicalPlan::Copy(_)
+                | LogicalPlan::Dml(_)
+                | LogicalPlan::Ddl(_)
+                | LogicalPlan::Statement(_)
+                | LogicalPlan::Extension(_)
+                | LogicalPlan::Explain(_)
+                | LogicalPlan::Analyze(_)
+                | LogicalPlan::DescribeTable(_)
+        ) {
+            refusal = Some(FedError::refused(
+                format!(
+                    "plan node `{}` is not allowed in an encoder",
+                    node.display()
+                ),
+                None,
+            ));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    refusal.map_or(Ok(()), Err)
 }

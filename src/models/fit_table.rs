@@ -22,15 +22,15 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::future::BoxFuture;
 
-use crate::context::FedContext;
-use crate::fit_cache::FitScope;
+use crate::coordinator::context::FedContext;
+use crate::coordinator::fit_scope::FitScope;
 use crate::notices::{Notices, Progress};
 
 /// Fits the model in a session and returns its result batch.
 pub type Fit =
     Arc<dyn Fn(SessionState) -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
 
-/// Runs an iterative fit in its own scope (see [`crate::fit_cache`]):
+/// Runs an iterative fit in its own scope (see [`crate::coordinator::fit_scope`]):
 /// clients may keep their decoded rows in memory until the fit ends, and
 /// they are told to release them when it does, however it ends. `fit` gets
 /// a context over `state` and the session's progress reporter; the result
@@ -209,4 +209,61 @@ impl ExecutionPlan for DeferredExec {
             futures::stream::once(batch),
         )))
     }
+}
+
+/// The table a model function returns (the shell every model shares):
+/// `fit` runs when the table is scanned — in a fit scope when `iterative`,
+/// so sites keep their rows between rounds — and `finish` turns the
+/// fitted model into the output batch and the notices to show.
+pub fn model_table<S, T, F, G>(
+    label: String,
+    schema: SchemaRef,
+    spec: S,
+    iterative: bool,
+    fit: F,
+    finish: G,
+) -> Arc<dyn TableProvider>
+where
+    S: Clone + Send + Sync + 'static,
+    T: Send + 'static,
+    F: Fn(FedContext, S, Option<Arc<Progress>>) -> BoxFuture<'static, crate::Result<T>>
+        + Send
+        + Sync
+        + 'static,
+    G: Fn(&S, T) -> crate::Result<(RecordBatch, Vec<String>)> + Send + Sync + 'static,
+{
+    let (fit, finish) = (Arc::new(fit), Arc::new(finish));
+    let run: Fit = Arc::new(move |state| {
+        let (spec, fit, finish) = (spec.clone(), Arc::clone(&fit), Arc::clone(&finish));
+        Box::pin(async move {
+            let (fitted, notices) = if iterative {
+                in_fit_scope(state, |ctx, progress| fit(ctx, spec.clone(), progress)).await
+            } else {
+                let notices = state.config().get_extension::<Notices>();
+                let progress = state.config().get_extension::<Progress>();
+                let ctx = FedContext::from_state(state);
+                (fit(ctx, spec.clone(), progress).await, notices)
+            };
+            let (batch, lines) = finish(&spec, fitted?)?;
+            if let Some(notices) = notices {
+                lines.into_iter().for_each(|line| notices.push(line));
+            }
+            Ok(batch)
+        })
+    });
+    Arc::new(FitTable::new(label, schema, run))
+}
+
+/// A model function's bad argument as a planning error that keeps its
+/// kind, its message led by the function's name.
+pub fn argument_error(function: &str, e: crate::FedError) -> DataFusionError {
+    use crate::FedError;
+    let named = |m: String| format!("{function}: {m}");
+    let e = match e {
+        FedError::Syntax(m) => FedError::Syntax(named(m)),
+        FedError::UnknownObject(m) => FedError::UnknownObject(named(m)),
+        FedError::InvalidArgument(m) => FedError::InvalidArgument(named(m)),
+        other => other,
+    };
+    DataFusionError::External(Box::new(e))
 }

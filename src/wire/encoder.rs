@@ -2,11 +2,11 @@
 //! the only thing a client may hand back, its [`StateBatch`].
 //!
 //! An [`Encoder`] is a logical plan whose root is a cut aggregate (see
-//! [`crate::exposure`]) and whose input reads exactly one federated table
+//! [`crate::wire::exposure`]) and whose input reads exactly one federated table
 //! through client-local operators. It can only be built by validating such a
 //! plan, and a [`StateBatch`] can only be built by an encoder from batches
 //! whose schema is the encoder's partial-aggregate state schema. A
-//! [`crate::client::ClientRunner`] takes an `&Encoder` and returns a
+//! `site::runner::ClientRunner` takes an `&Encoder` and returns a
 //! `StateBatch`, so "only states leave a client" holds by construction, and
 //! the same interface can be served over the network.
 //!
@@ -20,23 +20,25 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::datasource::provider_as_source;
+use datafusion::datasource::{provider_as_source, source_as_provider};
+use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 
 use crate::error::{FedError, Result};
-use crate::exposure::{self, Locality};
-use crate::federated_table::FederatedTable;
+use crate::wire::exposure::{self, Locality};
+use crate::wire::federated_scan::FederatedScan;
+use crate::wire::secure;
 
 /// A validated encoder: a cut aggregate over client-local operators on one
 /// federated table, and the state schema its clients must return.
 #[derive(Debug, Clone)]
 pub struct Encoder {
     plan: LogicalPlan,
-    table: Arc<dyn TableProvider>,
+    /// The federated table the plan reads, as the plan names it.
+    table: FederatedScan,
     state_schema: SchemaRef,
     /// The fit this encoder belongs to, if any: clients may cache its input.
     fit_scope: Option<u64>,
@@ -46,30 +48,45 @@ impl Encoder {
     /// Validates `plan` as an encoder: an aggregate whose input is the rows
     /// of one federated table, reached only through client-local operators,
     /// computing only bounded aggregates.
-    pub(crate) fn try_new(plan: LogicalPlan, state_schema: SchemaRef) -> Result<Self> {
-        let LogicalPlan::Aggregate(agg) = &plan else {
-            return Err(FedError::Plan(format!(
-                "internal: an encoder must end in an aggregate, got {}",
-                plan.display()
-            )));
-        };
+    pub fn try_new(plan: LogicalPlan, state_schema: SchemaRef) -> Result<Self> {
+        let agg = check_shape(&plan)?;
         let Locality::Federated(table) = exposure::locality(&agg.input)? else {
-            return Err(FedError::Plan(
-                "internal: an encoder must read a federated table".into(),
+            return Err(FedError::Internal(
+                "an encoder must read a federated table".into(),
             ));
         };
         // The aggregate itself must be bounded too.
         exposure::locality(&plan)?;
+        let table = FederatedScan::of(table.as_ref())
+            .ok_or_else(|| FedError::Internal("a federated scan of another kind".into()))?
+            .detached();
         Ok(Self {
-            plan,
+            plan: detach(plan)?,
             table,
             state_schema,
             fit_scope: None,
         })
     }
 
-    /// The same encoder, run as part of a fit (see [`crate::fit_cache`]).
-    pub(crate) fn in_fit(mut self, scope: Option<u64>) -> Self {
+    /// Plans the split of a cut (an aggregate over federated rows): the
+    /// encoder each site runs and the partial aggregate whose final half
+    /// merges and decodes the states. Bad `secure_sum` bounds fail here,
+    /// before any site runs.
+    pub async fn split(state: &SessionState, cut: &LogicalPlan) -> Result<(Self, AggregateExec)> {
+        check_shape(cut)?;
+        let physical = state
+            .query_planner()
+            .create_physical_plan(cut, state)
+            .await?;
+        let partial = partial_aggregate(&physical)?;
+        secure::check_round(&partial)?;
+        let encoder = Self::try_new(cut.clone(), partial.schema())?;
+        Ok((encoder, partial))
+    }
+
+    /// The same encoder, run as part of a fit: sites may keep its input
+    /// between the fit's rounds (see `site::kept_rows`).
+    pub fn in_fit(mut self, scope: Option<u64>) -> Self {
         self.fit_scope = scope;
         self
     }
@@ -93,9 +110,14 @@ impl Encoder {
         &self.plan
     }
 
-    /// The federated table whose clients run this encoder.
-    pub fn table(&self) -> &FederatedTable {
-        FederatedTable::from_provider(self.table.as_ref()).expect("validated: a federated table")
+    /// The name of the federated table whose sites run this encoder.
+    pub fn table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// The schema the encoder reads the federated table with.
+    pub fn table_schema(&self) -> SchemaRef {
+        self.table.schema()
     }
 
     /// The schema of the state rows every client returns.
@@ -133,7 +155,7 @@ impl Encoder {
                     .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
         };
         if let Some(bad) = batches.iter().find(|b| !columns_match(b)) {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::Internal(format!(
                 "a client returned state columns {} where the encoder's state is {}",
                 bad.schema(),
                 self.state_schema
@@ -141,7 +163,7 @@ impl Encoder {
         }
         let batch = datafusion::arrow::compute::concat_batches(&self.state_schema, batches)
             .map_err(|e| {
-                FedError::Plan(format!(
+                FedError::Internal(format!(
                     "a client's state batch does not fit the state schema: {e}"
                 ))
             })?;
@@ -171,15 +193,13 @@ impl StateBatch {
 /// The partial aggregate of a physical aggregate plan: the part whose output
 /// is the state. Handles every mode the planner may produce.
 pub fn partial_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Result<AggregateExec> {
-    let top = find_aggregate(plan, |_| true).ok_or_else(|| {
-        FedError::Plan("internal: no aggregate in the encoder's physical plan".into())
-    })?;
+    let top = find_aggregate(plan, |_| true)
+        .ok_or_else(|| FedError::Internal("no aggregate in the encoder's physical plan".into()))?;
     let source = match top.mode() {
         AggregateMode::Partial => top,
         AggregateMode::Final | AggregateMode::FinalPartitioned => {
-            find_aggregate(top.input(), |a| *a.mode() == AggregateMode::Partial).ok_or_else(
-                || FedError::Plan("internal: final aggregate without a partial one".into()),
-            )?
+            find_aggregate(top.input(), |a| *a.mode() == AggregateMode::Partial)
+                .ok_or_else(|| FedError::Internal("final aggregate without a partial one".into()))?
         }
         // A single-stage aggregate: run its partial half.
         _ => top,
@@ -235,30 +255,40 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
     )?))
 }
 
-/// The coordinator side: merge every client's states and decode them with
-/// the final aggregate. The merge is a commutative monoid, so the order in
-/// which states arrive does not matter.
-pub fn merge_and_decode(
-    partial: &AggregateExec,
-    states: &[StateBatch],
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let schema = partial.schema();
-    let batches = states
-        .iter()
-        .map(|s| RecordBatch::try_new(Arc::clone(&schema), s.batch().columns().to_vec()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| {
-            FedError::Plan(format!(
-                "internal: client state does not fit the state schema: {e}"
-            ))
-        })?;
-    let states = MemorySourceConfig::try_new_exec(&[batches], Arc::clone(&schema), None)?;
-    Ok(Arc::new(AggregateExec::try_new(
-        AggregateMode::Final,
-        partial.group_expr().as_final(),
-        partial.aggr_expr().to_vec(),
-        partial.filter_expr().to_vec(),
-        states,
-        partial.input_schema(),
-    )?))
+/// An encoder's plan ends in an aggregate and only reads: checked before
+/// anything is planned from it.
+fn check_shape(plan: &LogicalPlan) -> Result<&datafusion::logical_expr::Aggregate> {
+    let LogicalPlan::Aggregate(agg) = plan else {
+        return Err(FedError::refused(
+            format!(
+                "the plan's root is `{}`, not an aggregate: a site returns aggregate states only, never rows",
+                plan.display()
+            ),
+            None,
+        ));
+    };
+    exposure::check_encoder_nodes(plan)?;
+    Ok(agg)
+}
+
+/// The plan with every federated scan detached from the coordinator's
+/// catalog: what is left names the table and its schema only.
+fn detach(plan: LogicalPlan) -> Result<LogicalPlan> {
+    Ok(plan
+        .transform_up_with_subqueries(|node| match node {
+            LogicalPlan::TableScan(mut scan) => {
+                let detached = source_as_provider(&scan.source)
+                    .ok()
+                    .and_then(|p| FederatedScan::of(p.as_ref()).map(FederatedScan::detached));
+                match detached {
+                    Some(table) => {
+                        scan.source = provider_as_source(Arc::new(table));
+                        Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+                    }
+                    None => Ok(Transformed::no(LogicalPlan::TableScan(scan))),
+                }
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
 }

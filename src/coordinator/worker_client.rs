@@ -1,7 +1,7 @@
 //! [`RemoteClient`]: a client that is a `fedsql worker` on another machine.
 //!
 //! It implements [`ClientRunner`] over Arrow Flight: an encoder travels as
-//! its serialized logical plan (see [`super::codec`]) with the fit it
+//! its serialized logical plan (see [`crate::wire::codec`]) with the fit it
 //! belongs to, and the state batch comes back as Arrow IPC. Every call
 //! carries the worker's token and runs under the client's timeout; any
 //! failure — unreachable, refused, timed out, cut off mid-answer — is a
@@ -22,19 +22,19 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
-use super::codec;
-use super::protocol::{
+use crate::coordinator::worker_url::{RemoteOptions, WorkerUrl};
+use crate::error::{FedError, Result};
+use crate::site::files::ObservedSchema;
+use crate::site::runner::{ClientRunner, Traffic};
+use crate::wire::codec;
+use crate::wire::encoder::{Encoder, StateBatch};
+use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
     BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POSITIONAL_KEY,
     ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
     batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
-use super::{RemoteOptions, WorkerUrl};
-use crate::client::{ClientRunner, Traffic};
-use crate::encoder::{Encoder, StateBatch};
-use crate::error::{FedError, Result};
-use crate::federated_table::ObservedSchema;
-use crate::secure::{MaskRequest, SecureSession, SecureSetup};
+use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup};
 
 /// A client served by a remote worker.
 pub struct RemoteClient {

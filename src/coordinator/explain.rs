@@ -23,11 +23,11 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 
-use crate::encoder;
+use crate::coordinator::rounds;
+use crate::coordinator::split::{self, Round};
 use crate::error::Result;
-use crate::exposure;
-use crate::round::{self, Round};
-use crate::secure::SecureLayout;
+use crate::wire::exposure;
+use crate::wire::secure::SecureLayout;
 
 /// The explanation of an optimized plan that reads federated tables.
 pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
@@ -40,27 +40,27 @@ pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> 
     let mut shown = plan;
     let mut round_no = 0;
     while let (Some(cut), Some(cut_shown)) =
-        (round::lowest_cut(&planned), round::lowest_cut(&shown))
+        (split::lowest_cut(&planned), split::lowest_cut(&shown))
     {
         round_no += 1;
-        let round = round::plan_round(state, &cut).await?;
+        let round = split::plan_round(state, &cut).await?;
         explain_round(&mut out, round_no, &round, &cut_shown).await?;
         let schema = Arc::clone(cut.schema());
         let placeholder = LogicalPlan::EmptyRelation(EmptyRelation {
             produce_one_row: false,
             schema: Arc::clone(&schema),
         });
-        planned = round::substitute(planned, &cut, placeholder)?;
+        planned = split::substitute(planned, &cut, placeholder)?;
         let merged = MergedRound {
             round: round_no,
-            table: round.encoder.table().name().to_string(),
-            clients: round.encoder.table().clients().len(),
+            table: round.table().name().to_string(),
+            clients: round.table().clients().len(),
             schema,
         };
         let merged = LogicalPlan::Extension(Extension {
             node: Arc::new(merged),
         });
-        shown = round::substitute(shown, &cut_shown, merged)?;
+        shown = split::substitute(shown, &cut_shown, merged)?;
     }
     writeln!(out, "== Decoder: shared-only, on the coordinator ==").ok();
     writeln!(out, "{}", shown.display_indent()).ok();
@@ -127,7 +127,7 @@ async fn explain_round(
     round: &Round,
     shown: &LogicalPlan,
 ) -> Result<()> {
-    let table = round.encoder.table();
+    let table = round.table();
     let clients = table.clients();
     let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
     writeln!(
@@ -203,7 +203,7 @@ async fn explain_round(
         .ok();
     }
 
-    let decode = encoder::merge_and_decode(&round.partial, &[])?;
+    let decode = crate::coordinator::merge::merge_and_decode(&round.partial, &[])?;
     if layout.is_secure() {
         writeln!(
             out,
@@ -310,7 +310,7 @@ fn field_size(field: &Field) -> FieldSize {
 /// parameters; NULL for an in-process client, where nothing crosses a
 /// wire), the bytes received (the state: Arrow IPC on the wire from a
 /// worker, Arrow buffers from an in-process client) and the time.
-pub fn analyze_batch(reports: &[round::RoundReport]) -> Result<RecordBatch> {
+pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("round", DataType::Int64, false),
         Field::new("table", DataType::Utf8, false),

@@ -23,9 +23,9 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{FedError, Result};
-use crate::secure::SecureSession;
+use crate::wire::secure::SecureSession;
 
-/// DoAction: secure aggregation, step 1 (see [`crate::secure`]).
+/// DoAction: secure aggregation, step 1 (see [`crate::wire::secure`]).
 pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
 
 /// DoAction: secure aggregation, step 2: the masked state.
@@ -74,7 +74,7 @@ pub struct ReleaseFit {
 }
 
 /// A secure-aggregation session: its random id and the round's clients in
-/// order (see [`crate::secure::SecureSession`]).
+/// order (see [`crate::wire::secure::SecureSession`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SessionMessage {
     #[prost(bytes = "vec", tag = "1")]
@@ -93,7 +93,7 @@ impl SessionMessage {
 
     pub fn session(&self) -> Result<SecureSession> {
         let id = self.id.as_slice().try_into().map_err(|_| {
-            FedError::Plan(format!(
+            FedError::InvalidArgument(format!(
                 "a secure session id is 16 bytes, not {}",
                 self.id.len()
             ))
@@ -143,7 +143,7 @@ pub struct EncodeMaskedRequest {
 /// A public key from the wire.
 pub fn public_key(bytes: &[u8]) -> Result<[u8; 32]> {
     bytes.try_into().map_err(|_| {
-        FedError::Plan(format!(
+        FedError::InvalidArgument(format!(
             "an X25519 public key is 32 bytes, not {}",
             bytes.len()
         ))

@@ -3,7 +3,7 @@
 //! The [`LogicalExtensionCodec`]s here decide what a table scan becomes:
 //!
 //! * a scan of the **federated table** travels as just a table name (the
-//!   worker-side name the coordinator was given, see [`crate::remote`]); the
+//!   worker-side name the coordinator was given, see `coordinator::worker_url`); the
 //!   worker binds it to the table it serves under that name, with the
 //!   column list the plan carries;
 //! * a **shared table** (one that joins the federated rows inside the
@@ -12,7 +12,7 @@
 //!
 //! Any other table provider cannot be encoded by the coordinator, and a
 //! worker refuses a plan whose scans are not one of these two kinds (see
-//! [`crate::remote::worker`]), whatever the bytes say.
+//! `site::worker`), whatever the bytes say.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -39,9 +39,9 @@ use datafusion_proto::bytes::{
 };
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 
-use super::protocol;
 use crate::error::{FedError, Result};
-use crate::federated_table::FederatedTable;
+use crate::wire::federated_scan::FederatedScan;
+use crate::wire::protocol;
 
 /// First byte of an encoded table provider: the federated table, by name.
 const FEDERATED_TAG: u8 = b'F';
@@ -144,7 +144,7 @@ impl LogicalExtensionCodec for CoordinatorCodec {
         node: Arc<dyn TableProvider>,
         buf: &mut Vec<u8>,
     ) -> DFResult<()> {
-        if FederatedTable::from_provider(node.as_ref()).is_some() {
+        if FederatedScan::of(node.as_ref()).is_some() {
             buf.push(FEDERATED_TAG);
             buf.extend_from_slice(self.remote_table.as_bytes());
             Ok(())
@@ -239,7 +239,7 @@ pub async fn plan_to_bytes(plan: &LogicalPlan, remote_table: &str) -> Result<Vec
     let plan = inline_shared_tables(plan.clone()).await?;
     let bytes =
         logical_plan_to_bytes_with_extension_codec(&plan, &CoordinatorCodec::new(remote_table))
-            .map_err(|e| FedError::Plan(format!("cannot send the encoder to a worker: {e}")))?;
+            .map_err(|e| FedError::Internal(format!("cannot send the encoder to a worker: {e}")))?;
     Ok(bytes.to_vec())
 }
 
@@ -263,7 +263,7 @@ async fn inline_shared_tables(plan: LogicalPlan) -> Result<LogicalPlan> {
     plan.apply_with_subqueries(|node| {
         if let LogicalPlan::TableScan(scan) = node
             && let Ok(provider) = source_as_provider(&scan.source)
-            && FederatedTable::from_provider(provider.as_ref()).is_none()
+            && FederatedScan::of(provider.as_ref()).is_none()
             && provider.downcast_ref::<InlineTable>().is_none()
         {
             shared.push((scan.table_name.clone(), provider));
@@ -283,7 +283,7 @@ async fn inline_shared_tables(plan: LogicalPlan) -> Result<LogicalPlan> {
         }
         let scan = provider.scan(&state, None, &[], None).await?;
         let batches = collect(scan, reader.task_ctx()).await.map_err(|e| {
-            FedError::Plan(format!(
+            FedError::InvalidArgument(format!(
                 "cannot read shared table `{name}` to send it to the workers: {e}"
             ))
         })?;

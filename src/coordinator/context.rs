@@ -1,7 +1,7 @@
 //! [`FedContext`]: the coordinator. It holds the catalog (federated tables
 //! as schema-only providers, ordinary tables as *shared* tables), turns SQL
 //! into plans with DataFusion, and runs every plan that touches a federated
-//! table as rounds of encode → merge → decode (see [`crate::round`]).
+//! table as rounds of encode → merge → decode (see [`crate::coordinator::rounds`]).
 
 use std::sync::Arc;
 
@@ -17,15 +17,18 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
 use futures::future::try_join_all;
 
-use crate::client::{self, ClientRunner, LocalClient};
-use crate::dataframe::FedDataFrame;
-use crate::ddl::{self, ClientList, CreateFederatedTable};
+use crate::coordinator::dataframe::FedDataFrame;
+use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
+use crate::coordinator::explain;
+use crate::coordinator::federated_table::FederatedTable;
+use crate::coordinator::worker_client::RemoteClient;
+use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
-use crate::explain;
-use crate::exposure;
-use crate::federated_table::{ClientFiles, FederatedTable, unify_schemas};
 use crate::notices::{Notices, Progress};
-use crate::remote::{self, client::RemoteClient};
+use crate::site::files::{self, ClientFiles, unify_schemas};
+use crate::site::local::LocalClient;
+use crate::site::runner::ClientRunner;
+use crate::wire::exposure;
 
 /// The coordinator: register federated and shared tables, run SQL.
 ///
@@ -159,12 +162,12 @@ impl FedContext {
                     if create.if_not_exists {
                         return self.empty();
                     }
-                    return Err(FedError::Plan(format!("table `{name}` already exists")));
+                    return Err(FedError::InvalidArgument(format!("table `{name}` already exists")));
                 }
                 self.ctx.register_table(name, Arc::new(table))?;
                 self.empty()
             }
-            LogicalPlan::Analyze(_) if exposure::touches_federated(&plan) => Err(FedError::Plan(
+            LogicalPlan::Analyze(_) if exposure::touches_federated(&plan) => Err(FedError::InvalidArgument(
                 "EXPLAIN ANALYZE would run a federated query on the coordinator: use EXPLAIN FEDERATED".into(),
             )),
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
@@ -192,7 +195,7 @@ impl FedContext {
                 return Ok(());
             }
             if !stmt.or_replace {
-                return Err(FedError::Plan(format!(
+                return Err(FedError::InvalidArgument(format!(
                     "table `{}` already exists: DROP TABLE {} first, or use CREATE OR REPLACE FEDERATED TABLE",
                     stmt.name, stmt.name
                 )));
@@ -237,7 +240,7 @@ impl FedContext {
         let mut observed = Vec::new();
         for site in &sites {
             match site {
-                Site::Local(c) => observed.extend(client::observe_schemas(c)?),
+                Site::Local(c) => observed.extend(files::observe_schemas(c)?),
                 Site::Remote(_) => observed.extend(remote_schemas.next()),
             }
         }
@@ -246,7 +249,7 @@ impl FedContext {
         } else {
             let declared = self.declared_schema(stmt).await?;
             for seen in observed {
-                client::check_declared_schema(seen, &declared)?;
+                files::check_declared_schema(seen, &declared)?;
             }
             Arc::new(declared)
         };
@@ -267,7 +270,8 @@ impl FedContext {
     pub fn register_federated(&self, table: FederatedTable) -> Result<()> {
         let name = table.name().to_string();
         self.ctx.deregister_table(name.as_str())?;
-        self.ctx.register_table(name.as_str(), Arc::new(table))?;
+        self.ctx
+            .register_table(name.as_str(), table.into_provider())?;
         Ok(())
     }
 
@@ -302,10 +306,10 @@ impl FedContext {
     /// The federated table of that name.
     pub async fn federated_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
         let provider = self.ctx.table_provider(name).await.map_err(|_| {
-            FedError::Plan(format!("no table named `{name}`; \\d lists the tables"))
+            FedError::UnknownObject(format!("no table named `{name}`; \\d lists the tables"))
         })?;
         if FederatedTable::from_provider(provider.as_ref()).is_none() {
-            return Err(FedError::Plan(format!(
+            return Err(FedError::InvalidArgument(format!(
                 "`{name}` is a shared table, not a federated one"
             )));
         }
@@ -384,7 +388,7 @@ impl FedContext {
     pub(crate) async fn explain_plan(&self, df: DataFrame, label: &str) -> Result<String> {
         let (state, plan) = df.into_parts();
         if !exposure::touches_federated(&plan) {
-            return Err(FedError::Plan(
+            return Err(FedError::InvalidArgument(
                 "EXPLAIN FEDERATED: the query reads no federated table (use EXPLAIN)".into(),
             ));
         }

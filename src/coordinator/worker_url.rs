@@ -1,7 +1,8 @@
-//! Remote clients: `fedsql worker` processes reached over Arrow Flight.
+//! Where a worker is: the `grpc://` / `grpcs://` URLs and the connection
+//! options of remote clients.
 //!
-//! A data owner runs [`worker`] over its files; a coordinator names it as a
-//! client of a federated table by URL:
+//! A data owner runs [`crate::site::worker`] over its files; a coordinator
+//! names it as a client of a federated table by URL:
 //!
 //! ```sql
 //! CREATE FEDERATED TABLE clinic CLIENTS (
@@ -11,15 +12,10 @@
 //! ) OPTIONS ('token_file' 'secrets/workers.token', 'timeout' '30s', 'ca_cert' 'ca.pem');
 //! ```
 //!
-//! [`client::RemoteClient`] is the coordinator's side ([`crate::client::ClientRunner`]),
-//! [`codec`] puts plans on the wire, [`protocol`] is the Flight contract,
-//! and [`covered`] counts the rows a released state covers.
-
-pub mod client;
-pub mod codec;
-pub mod covered;
-pub mod protocol;
-pub mod worker;
+//! [`crate::coordinator::worker_client::RemoteClient`] is the
+//! coordinator's side of a worker ([`crate::site::runner::ClientRunner`]),
+//! [`crate::wire::codec`] puts plans on the wire and
+//! [`crate::wire::protocol`] is the Flight contract.
 
 use std::fmt;
 use std::path::Path;
@@ -154,8 +150,8 @@ impl RemoteOptions {
                 "a worker needs its token: OPTIONS ('token_file' 'path/to/token') (or 'token_file.<client>' for this client only)".into(),
             )
         })?;
-        let token =
-            worker::read_token(Path::new(token_file)).map_err(|e| client_err(e.to_string()))?;
+        let token = crate::site::worker::read_token(Path::new(token_file))
+            .map_err(|e| client_err(e.to_string()))?;
         let ca_cert = get("ca_cert")
             .map(|path| {
                 std::fs::read(path)

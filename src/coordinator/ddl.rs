@@ -24,7 +24,7 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::Token;
 
 use crate::error::{FedError, Result};
-use crate::federated_table::FileFormat;
+use crate::site::files::FileFormat;
 
 /// Where a federated table's clients are.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +46,7 @@ pub struct CreateFederatedTable {
     pub format: Option<FileFormat>,
     pub clients: ClientList,
     /// `OPTIONS ('key' 'value', ...)`: how to reach remote clients (see
-    /// [`crate::remote`]).
+    /// [`crate::coordinator::worker_url`]).
     pub options: Vec<(String, String)>,
 }
 

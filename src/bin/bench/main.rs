@@ -1,0 +1,312 @@
+//! `fedsql-bench`: how much the federated split costs against one engine
+//! over all rows at once.
+//!
+//! It writes a synthetic regression data set (x1..x10, a Gaussian, a
+//! Bernoulli and a Poisson response, two text keys) over several Parquet
+//! clients of uneven size, then runs every query of the shared aggregate
+//! suite (`queries/bench/aggregate_suite.sql`, compiled in) two ways over
+//! the same files:
+//!
+//! * **federated**: a [`FedContext`] with `CREATE FEDERATED TABLE t STORED AS
+//!   PARQUET LOCATION '<dir>'`, so each file is one client that runs its
+//!   encoder and sends back aggregate states;
+//! * **centralized**: a plain DataFusion [`SessionContext`] with
+//!   `target_partitions = 2` reading all files as one table `t`, the setup
+//!   of the suite's reference figures.
+//!
+//! After one warm-up run of each (whose results are compared, so the figures
+//! are known to be for the same answers) it alternates `--runs` timed runs and
+//! prints a Markdown table of medians and minima. Wall-clock times on shared
+//! machines are noisy: compare the ratio, measured in the same run, rather
+//! than absolute times across runs.
+//!
+//! With `--remote` it instead starts one `fedsql worker` per client on
+//! loopback (in this process) and times the suite and a GLM fit over the
+//! workers against the same clients in-process, in the same run.
+//!
+//! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
+//! runs them both ways and compares, [`report`] prints the table,
+//! [`models`] times the model fits and [`remote`] the workers.
+
+mod baseline;
+mod data;
+mod models;
+mod remote;
+mod report;
+mod suite;
+
+use std::fs;
+use std::path::PathBuf;
+
+use clap::Parser;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use fedsql::FedContext;
+
+use baseline::{Timing, compare_results, run_centralized, run_federated};
+use data::{client_plan, prepare_data};
+use report::{median, print_report};
+use suite::{SuiteQuery, parse_suite};
+
+/// The benchmark suite shared with the reference measurements.
+const SUITE: &str = include_str!("../../../queries/bench/aggregate_suite.sql");
+
+/// Per-cent of the rows at each client when there are 8 clients.
+const SHARES_OF_8: [u64; 8] = [25, 20, 15, 12, 10, 8, 6, 4];
+
+/// Rows per generated record batch.
+const BATCH_ROWS: usize = 65_536;
+
+/// Distinct values of the text keys `g1` and `g2`.
+const G1_VALUES: usize = 10;
+const G2_VALUES: usize = 1000;
+
+/// Relative tolerance when comparing federated and centralized floats: the
+/// two sum in different orders.
+const FLOAT_TOLERANCE: f64 = 1e-9;
+
+/// Seed of client 0's generator; client i uses `SEED + i`.
+const SEED: u64 = 0xFED5_0000;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Times the aggregate suite on federated vs centralized DataFusion.
+#[derive(Parser, Debug)]
+#[command(name = "fedsql-bench", version, about)]
+struct Args {
+    /// Rows in all, over all clients.
+    #[arg(long, default_value_t = 10_000_000)]
+    rows: u64,
+    /// Number of Parquet clients (8 gives shares 25/20/15/12/10/8/6/4 %;
+    /// other counts get linearly declining shares).
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Folder for the clients' Parquet files.
+    #[arg(long, default_value = "bench-data/")]
+    dir: PathBuf,
+    /// Timed runs of each query and engine (after one warm-up run).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Rewrite the data even if files with the right row counts exist.
+    #[arg(long)]
+    regenerate: bool,
+    /// Skip the aggregate suite (time only the models).
+    #[arg(long)]
+    no_suite: bool,
+    /// Skip the model fits (lm, glm binomial and poisson, fedsgd).
+    #[arg(long)]
+    no_models: bool,
+    /// Instead: start one `fedsql worker` per client on loopback (in this
+    /// process) and time the suite and a GLM fit over the workers against
+    /// the in-process federation, in the same run.
+    #[arg(long)]
+    remote: bool,
+}
+
+#[tokio::main]
+async fn main() -> BenchResult<()> {
+    let args = Args::parse();
+    if args.clients == 0 || args.rows < args.clients as u64 {
+        return Err("need at least one client and at least one row per client".into());
+    }
+    if args.runs == 0 {
+        return Err("--runs must be at least 1".into());
+    }
+    let queries = parse_suite(SUITE);
+    if queries.is_empty() {
+        return Err("the benchmark suite has no `-- name:` queries".into());
+    }
+
+    let plan = client_plan(&args.dir, args.rows, args.clients);
+    prepare_data(&args.dir, &plan, args.regenerate)?;
+    let bytes: u64 = plan
+        .iter()
+        .map(|c| fs::metadata(&c.path).map(|m| m.len()).unwrap_or(0))
+        .sum();
+
+    let dir = args.dir.to_string_lossy().into_owned();
+    let federated = FedContext::new();
+    federated
+        .sql(&format!(
+            "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{dir}'"
+        ))
+        .await?;
+    let centralized =
+        SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    centralized
+        .register_parquet("t", &dir, ParquetReadOptions::default())
+        .await?;
+
+    if args.remote {
+        return remote::run(&args, &plan, &federated, &queries).await;
+    }
+
+    let mut timings = Vec::new();
+    let mut warnings = Vec::new();
+    let mut compared = 0;
+    let suite: &[SuiteQuery] = if args.no_suite { &[] } else { &queries };
+    for query in suite {
+        eprintln!("{}: warm-up", query.name);
+        let (_, fed_rows) = run_federated(&federated, &query.sql).await?;
+        let (_, central_rows) = run_centralized(&centralized, &query.sql).await?;
+        if query.is_approximate() {
+            eprintln!("{}: approximate, results not compared", query.name);
+        } else {
+            compared += 1;
+            if let Err(difference) = compare_results(&fed_rows, &central_rows) {
+                warnings.push(format!(
+                    "WARNING: {}: federated and centralized results differ: {difference}",
+                    query.name
+                ));
+            }
+        }
+
+        let mut timing = Timing::default();
+        for run in 0..args.runs {
+            // Alternate which engine goes first, so neither always runs on a
+            // cache the other has just warmed.
+            if run % 2 == 0 {
+                timing
+                    .federated
+                    .push(run_federated(&federated, &query.sql).await?.0);
+                timing
+                    .centralized
+                    .push(run_centralized(&centralized, &query.sql).await?.0);
+            } else {
+                timing
+                    .centralized
+                    .push(run_centralized(&centralized, &query.sql).await?.0);
+                timing
+                    .federated
+                    .push(run_federated(&federated, &query.sql).await?.0);
+            }
+        }
+        eprintln!(
+            "{}: federated {:.3} s, centralized {:.3} s (medians)",
+            query.name,
+            median(&timing.federated),
+            median(&timing.centralized)
+        );
+        timings.push((query.name.clone(), timing));
+    }
+
+    if !args.no_suite {
+        print_report(&args, bytes, &timings);
+        println!();
+        for warning in &warnings {
+            println!("{warning}");
+        }
+        if warnings.is_empty() {
+            println!(
+                "Results: federated and centralized agree on all {compared} exact queries \
+                 (floats to {FLOAT_TOLERANCE:e} relative; approximate queries not compared)."
+            );
+        }
+    }
+    if !args.no_models {
+        models::run(&federated, args.runs).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::values_agree;
+    use std::path::Path;
+
+    use datafusion::arrow::util::display::array_value_to_string;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use crate::data::{TextKeys, bench_schema, generate_batch};
+
+    #[test]
+    fn the_suite_parses_into_ten_named_one_statement_queries() {
+        let queries = parse_suite(SUITE);
+        assert_eq!(queries.len(), 10);
+        assert_eq!(queries[0].name, "q01_count");
+        assert_eq!(queries[0].sql, "SELECT count(*) AS n FROM t");
+        assert!(
+            queries
+                .iter()
+                .all(|q| q.sql.starts_with("SELECT") && !q.sql.contains(';'))
+        );
+        let approximate: Vec<&str> = queries
+            .iter()
+            .filter(|q| q.is_approximate())
+            .map(|q| q.name.as_str())
+            .collect();
+        assert_eq!(approximate, ["q10_approx_median"]);
+    }
+
+    #[test]
+    fn a_query_may_span_lines_and_comments_are_skipped() {
+        let queries = parse_suite(
+            "-- intro\n\n-- name: a\n-- about a\nSELECT 1\n  AS one;\n-- name: b\nSELECT 2;\n",
+        );
+        assert_eq!(
+            queries,
+            [
+                SuiteQuery {
+                    name: "a".into(),
+                    sql: "SELECT 1 AS one".into()
+                },
+                SuiteQuery {
+                    name: "b".into(),
+                    sql: "SELECT 2".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn eight_clients_get_the_reference_shares() {
+        let plan = client_plan(Path::new("d"), 10_000_000, 8);
+        let rows: Vec<u64> = plan.iter().map(|c| c.rows).collect();
+        assert_eq!(
+            rows,
+            [
+                2_500_000, 2_000_000, 1_500_000, 1_200_000, 1_000_000, 800_000, 600_000, 400_000
+            ]
+        );
+        assert_eq!(plan[7].path, Path::new("d").join("client_08.parquet"));
+        let odd = client_plan(Path::new("d"), 1001, 3);
+        assert_eq!(odd.iter().map(|c| c.rows).sum::<u64>(), 1001);
+    }
+
+    #[test]
+    fn generated_batches_have_the_documented_ranges() {
+        let schema = bench_schema();
+        let mut rng = StdRng::seed_from_u64(SEED);
+        let batch = generate_batch(&mut rng, 5000, &schema, &TextKeys::new()).unwrap();
+        assert_eq!(batch.num_columns(), 15);
+        let column = |name: &str| {
+            let array = batch.column(schema.index_of(name).unwrap());
+            (0..batch.num_rows())
+                .map(|i| {
+                    array_value_to_string(array, i)
+                        .unwrap()
+                        .parse::<f64>()
+                        .unwrap_or(f64::NAN)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(column("x1").iter().all(|v| (0.0..1.0).contains(v)));
+        assert!(column("x9").iter().all(|v| *v == 0.0 || *v == 1.0));
+        assert!(column("y_logistic").iter().all(|v| *v == 0.0 || *v == 1.0));
+        assert!(column("y_poisson").iter().all(|v| *v >= 0.0));
+        let rate = column("y_logistic").iter().sum::<f64>() / 5000.0;
+        assert!((0.2..0.8).contains(&rate), "logistic rate {rate}");
+    }
+
+    #[test]
+    fn floats_agree_to_a_relative_tolerance_and_text_exactly() {
+        assert!(values_agree("1.0000000000001", "1.0000000000002"));
+        assert!(values_agree("5", "5.0"));
+        assert!(!values_agree("1.001", "1.002"));
+        assert!(!values_agree("north", "south"));
+        assert!(
+            compare_results(&[vec!["n".into()], vec!["3".into()]], &[vec!["n".into()]]).is_err()
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! Federated tables on the coordinator: a name, a schema and the sites.
+//!
+//! A [`FederatedTable`] is *schema only*: DataFusion plans queries against
+//! it through its [`FederatedScan`] (registered in the catalog with this
+//! table attached), but it holds no rows and its scan can never run. The
+//! rows are reached only through its sites ([`ClientRunner`]s), which run a
+//! validated encoder over their own data and hand back aggregate states.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+
+use crate::site::runner::ClientRunner;
+use crate::wire::federated_scan::FederatedScan;
+
+/// The coordinator's view of a federated table: its schema and its clients.
+pub struct FederatedTable {
+    name: String,
+    schema: SchemaRef,
+    clients: Vec<Arc<dyn ClientRunner>>,
+}
+
+impl fmt::Debug for FederatedTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FederatedTable")
+            .field("name", &self.name)
+            .field(
+                "clients",
+                &self.clients.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl FederatedTable {
+    /// A federated table over the given clients, all of which serve `schema`.
+    pub fn new(
+        name: impl Into<String>,
+        schema: SchemaRef,
+        clients: Vec<Arc<dyn ClientRunner>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            schema,
+            clients,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    pub fn clients(&self) -> &[Arc<dyn ClientRunner>] {
+        &self.clients
+    }
+
+    /// The table provider to register in a catalog: the table's
+    /// [`FederatedScan`] with this table attached.
+    pub fn into_provider(self) -> Arc<dyn TableProvider> {
+        let scan = FederatedScan::new(self.name.clone(), Arc::clone(&self.schema));
+        Arc::new(scan.with_attachment(Arc::new(self)))
+    }
+
+    /// The federated table behind a provider, if it is one.
+    pub fn from_provider(provider: &dyn TableProvider) -> Option<&FederatedTable> {
+        FederatedScan::of(provider)?
+            .attachment()?
+            .downcast_ref::<FederatedTable>()
+    }
+}

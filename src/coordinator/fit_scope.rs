@@ -1,0 +1,86 @@
+//! The rounds of one iterative fit (GLM by IRLS) read the same rows each
+//! time. A fit runs its queries under a [`FitScope`]: its id travels with
+//! every encoder of the fit, and a site may then keep the decoded input of
+//! the fit's encoder between rounds (see [`crate::site::kept_rows`]) until
+//! the fit releases its scope.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Marks the queries of one fit (a session config extension).
+#[derive(Debug)]
+pub struct FitScope {
+    id: u64,
+}
+
+impl FitScope {
+    /// A scope no other fit has.
+    pub fn new() -> Arc<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Arc::new(Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// Its identifier.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Float64Type;
+
+    use super::FitScope;
+    use crate::FedContext;
+    use crate::coordinator::split;
+
+    /// The state a client returns for `SELECT sum(x) FROM t`, in `scope`.
+    async fn client_sum(ctx: &FedContext, scope: &Arc<FitScope>) -> f64 {
+        let mut state = ctx.session().state();
+        state.config_mut().set_extension(Arc::clone(scope));
+        let plan = state
+            .create_logical_plan("SELECT sum(x) FROM t")
+            .await
+            .unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = split::lowest_cut(&plan).unwrap();
+        let round = split::plan_round(&state, &cut).await.unwrap();
+        let client = &round.table().clients()[0];
+        let batch = client.encode(&round.encoder).await.unwrap();
+        let sum = datafusion::arrow::compute::cast(
+            batch.batch().column(0),
+            &datafusion::arrow::datatypes::DataType::Float64,
+        )
+        .unwrap();
+        sum.as_primitive::<Float64Type>().value(0)
+    }
+
+    #[tokio::test]
+    async fn a_fit_reads_its_rows_once_and_releases_them() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("a.csv");
+        std::fs::write(&file, "x\n1.5\n2.5\n").unwrap();
+        let ctx = FedContext::new();
+        ctx.sql(&format!(
+            "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = '{}')",
+            file.display()
+        ))
+        .await
+        .unwrap();
+        let scope = FitScope::new();
+        assert_eq!(client_sum(&ctx, &scope).await, 4.0);
+        // Within the fit the client answers from the rows it decoded.
+        std::fs::write(&file, "x\n10.0\n").unwrap();
+        assert_eq!(client_sum(&ctx, &scope).await, 4.0);
+        // After the fit, and in another fit, it reads its file again.
+        ctx.release_fit(scope.id()).await;
+        assert_eq!(client_sum(&ctx, &scope).await, 10.0);
+        std::fs::write(&file, "x\n7.0\n").unwrap();
+        assert_eq!(client_sum(&ctx, &FitScope::new()).await, 7.0);
+    }
+}

@@ -1,0 +1,31 @@
+//! The coordinator: the analyst's process. It plans, splits, merges and
+//! decodes; it never holds a federated row.
+//!
+//! The data path, in the order a query takes it:
+//! - [`context`]: the catalog and SQL entry point ([`context::FedContext`]),
+//!   with [`ddl`] for `CREATE FEDERATED TABLE` and [`statements`] for
+//!   splitting scripts;
+//! - [`federated_table`]: a federated table's schema and its sites;
+//! - the exposure check ([`crate::wire::exposure`]), then [`split`]: the
+//!   cuts of a plan and each round's encoder and merge;
+//! - [`rounds`]: every site encodes, then [`merge`] merges and decodes;
+//!   [`secure`] relays a secure round's masks;
+//! - [`worker_client`] and [`worker_url`]: the runner that talks to a
+//!   remote worker;
+//! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
+//!   [`fit_scope`] (the rounds of one fit), [`demo`] (the bundled table).
+
+pub mod context;
+pub mod dataframe;
+pub mod ddl;
+pub mod demo;
+pub mod explain;
+pub mod federated_table;
+pub mod fit_scope;
+pub mod merge;
+pub mod rounds;
+pub mod secure;
+pub mod split;
+pub mod statements;
+pub mod worker_client;
+pub mod worker_url;

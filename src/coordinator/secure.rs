@@ -1,0 +1,57 @@
+//! The coordinator's half of secure aggregation: it relays the sites'
+//! public keys and the union of their group keys, and sums the masked
+//! states (see [`crate::wire::secure`] for the protocol).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::{join_all, try_join_all};
+
+use crate::error::{FedError, Result};
+use crate::site::runner::ClientRunner;
+use crate::wire::encoder::{Encoder, StateBatch};
+use crate::wire::secure::{MaskRequest, SecureSession, union_groups};
+
+/// Runs a secure round's two exchanges with every client; returns each
+/// client's masked state and the time it took.
+pub async fn collect_masked_states(
+    clients: &[Arc<dyn ClientRunner>],
+    encoder: &Encoder,
+) -> Result<Vec<(StateBatch, Duration)>> {
+    let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect());
+    let start = Instant::now();
+    let setups = try_join_all(clients.iter().map(|c| c.secure_setup(encoder, &session))).await?;
+    let setup_time = start.elapsed();
+    let groups = union_groups(
+        &setups
+            .iter()
+            .map(|s| s.group_keys.clone())
+            .collect::<Vec<_>>(),
+    )?;
+    let request = MaskRequest {
+        session,
+        public_keys: setups.iter().map(|s| s.public_key).collect(),
+        groups,
+    };
+    let answers = join_all(clients.iter().map(|c| async {
+        let start = Instant::now();
+        let state = c.encode_masked(encoder, &request).await;
+        (state, start.elapsed())
+    }))
+    .await;
+    let mut states = Vec::with_capacity(clients.len());
+    for (client, (state, time)) in clients.iter().zip(answers) {
+        match state {
+            Ok(state) => states.push((state, setup_time + time)),
+            Err(e) => {
+                return Err(FedError::InvalidArgument(format!(
+                    "secure aggregation failed: client '{}' ({}) dropped out after the public keys were exchanged: {e}\n\
+                     hint: the other clients' masked states cannot be unmasked without it (dropout recovery is not supported); rerun the query when every client is available",
+                    client.name(),
+                    client.location()
+                )));
+            }
+        }
+    }
+    Ok(states)
+}

@@ -1,0 +1,270 @@
+//! The embedded site: a data owner's rows in local files or in memory.
+//!
+//! [`LocalClient`] runs encoders over local CSV or Parquet files (or
+//! in-memory batches, for the bundled demo) in its own DataFusion session,
+//! configured so that the partial aggregate really runs over the rows (no
+//! statistics shortcut, no skipping of partial aggregation that would ship
+//! raw rows as "state"). A worker serves its tables through the same type.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::error::{FedError, Result};
+use crate::site::covered::CountRowsExec;
+use crate::site::files::{ClientFiles, FileFormat};
+use crate::site::kept_rows::KeptRows;
+use crate::site::runner::ClientRunner;
+use crate::site::secure::ClientSecrets;
+use crate::wire::encoder::{self, Encoder, StateBatch};
+use crate::wire::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
+
+/// Physical optimizer rules that must not run where a plan is split: the
+/// first answers `count(*)` from file metadata (so a client would not run
+/// it), the second fuses the partial and final aggregates into one.
+const SPLIT_BREAKING_RULES: &[&str] = &["aggregate_statistics", "CombinePartialFinalAggregate"];
+
+/// A session for running encoders at a site.
+pub fn site_session() -> SessionContext {
+    let rules = PhysicalOptimizer::new()
+        .rules
+        .into_iter()
+        .filter(|r| !SPLIT_BREAKING_RULES.contains(&r.name()))
+        .collect();
+    let config = SessionConfig::new()
+        // Never emit per-row "states" (raw values) from the partial stage.
+        .set_str(
+            "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
+            "1.0",
+        );
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_physical_optimizer_rules(rules)
+        .build();
+    SessionContext::new_with_state(state)
+}
+
+/// A site whose rows are local files or in-memory batches.
+pub struct LocalClient {
+    name: String,
+    location: String,
+    format: String,
+    rows: Arc<dyn TableProvider>,
+    session: SessionContext,
+    /// The decoded input of the current fit's encoder.
+    kept: KeptRows,
+    /// Key pairs and states of secure rounds between their two steps.
+    secrets: ClientSecrets,
+}
+
+impl fmt::Debug for LocalClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalClient({} at {})", self.name, self.location)
+    }
+}
+
+impl LocalClient {
+    /// A site over its files, read with the federated table's `schema`.
+    pub fn from_files(files: &ClientFiles, schema: SchemaRef) -> Result<Self> {
+        let session = site_session();
+        let state = session.state();
+        let urls = files
+            .files
+            .iter()
+            .map(|f| ListingTableUrl::parse(f.to_string_lossy()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = match files.format {
+            FileFormat::Csv => ListingOptions::new(Arc::new(
+                CsvFormat::default()
+                    .with_options(state.table_options().csv.clone())
+                    .with_has_header(true),
+            )),
+            FileFormat::Parquet => ListingOptions::new(Arc::new(
+                ParquetFormat::default().with_options(state.table_options().parquet.clone()),
+            )),
+        }
+        .with_file_extension(files.format.extension());
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .with_schema(schema);
+        Ok(Self {
+            name: files.name.clone(),
+            location: files.describe(),
+            format: files.format.to_string(),
+            rows: Arc::new(ListingTable::try_new(config)?),
+            session,
+            kept: KeptRows::default(),
+            secrets: ClientSecrets::default(),
+        })
+    }
+
+    /// A site over batches held in memory (cast to `schema`).
+    pub fn from_batches(
+        name: &str,
+        location: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Self> {
+        Ok(Self {
+            name: name.to_string(),
+            location: location.to_string(),
+            format: "MEMORY".into(),
+            rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
+            session: site_session(),
+            kept: KeptRows::default(),
+            secrets: ClientSecrets::default(),
+        })
+    }
+
+    fn error(&self, e: impl fmt::Display) -> FedError {
+        FedError::Client {
+            client: self.name.clone(),
+            location: self.location.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The site's physical plan for an encoder: the partial aggregate over
+    /// its own rows (or the fit's kept rows), one state row per group.
+    async fn physical_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = encoder.bind(Arc::clone(&self.rows))?;
+        let state = self.session.state();
+        // The encoder is already optimized and validated: plan it as it is.
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, &state)
+            .await?;
+        let partial = encoder::partial_aggregate(&physical)?;
+        let partial = match encoder.fit_scope() {
+            Some(scope) => {
+                self.kept
+                    .partial_over_kept(
+                        partial,
+                        scope,
+                        encoder.input_key(),
+                        self.session.task_ctx(),
+                        state.config().target_partitions(),
+                    )
+                    .await?
+            }
+            None => partial,
+        };
+        encoder::one_state_per_group(partial)
+    }
+
+    /// The physical plan of an encoder whose state may leave this site as
+    /// it is: never one with a secure aggregate, whose state leaves only
+    /// masked (see [`crate::wire::secure`]).
+    async fn plain_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        if secure::has_secure_aggregates(&plan) {
+            return Err(self.error(secure::plain_state_refused()));
+        }
+        Ok(plan)
+    }
+
+    /// Runs a plan of this site's to its state batch.
+    async fn run(&self, encoder: &Encoder, plan: Arc<dyn ExecutionPlan>) -> Result<StateBatch> {
+        let batches = collect(plan, self.session.task_ctx())
+            .await
+            .map_err(|e| self.error(strip_context(e)))?;
+        encoder.accept(&batches).map_err(|e| self.error(e))
+    }
+
+    /// Runs the encoder as [`ClientRunner::encode`] does, and also counts
+    /// the rows its partial aggregate consumed: what a worker logs as the
+    /// rows a released state covers.
+    pub async fn encode_counted(&self, encoder: &Encoder) -> Result<(StateBatch, u64)> {
+        let plan = self.plain_plan(encoder).await?;
+        let (plan, rows) =
+            CountRowsExec::under_partial_aggregates(plan).map_err(|e| self.error(e))?;
+        let state = self.run(encoder, plan).await?;
+        Ok((state, CountRowsExec::count(&rows)))
+    }
+}
+
+#[async_trait]
+impl ClientRunner for LocalClient {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn format(&self) -> String {
+        self.format.clone()
+    }
+
+    async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
+        let plan = self.plain_plan(encoder).await?;
+        self.run(encoder, plan).await
+    }
+
+    async fn secure_setup(
+        &self,
+        encoder: &Encoder,
+        session: &SecureSession,
+    ) -> Result<SecureSetup> {
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        let layout = SecureLayout::of_plan(&plan).map_err(|e| self.error(e))?;
+        let state = self.run(encoder, plan).await?;
+        self.secrets
+            .setup(session, &state, layout)
+            .map_err(|e| self.error(e))
+    }
+
+    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+        self.secrets
+            .mask(encoder, request)
+            .map_err(|e| self.error(e))
+    }
+
+    fn release_fit(&self, scope: u64) {
+        self.kept.release(scope);
+    }
+
+    async fn explain(&self, encoder: &Encoder) -> Result<String> {
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(displayable(plan.as_ref()).indent(false).to_string())
+    }
+}
+
+/// DataFusion wraps errors from spawned tasks in context layers; the user
+/// wants the innermost message (e.g. the CSV parser's line and column).
+fn strip_context(e: DataFusionError) -> DataFusionError {
+    match e {
+        DataFusionError::Context(_, inner) => strip_context(*inner),
+        DataFusionError::Shared(inner) => match Arc::try_unwrap(inner) {
+            Ok(inner) => strip_context(inner),
+            Err(shared) => DataFusionError::Shared(shared),
+        },
+        other => other,
+    }
+}

@@ -1,0 +1,148 @@
+//! `fedsql worker`: one site's tables served over Arrow Flight.
+//!
+//! A worker is run by the data owner. It holds a [`crate::site::local::LocalClient`] per served
+//! table and answers the calls of [`crate::wire::protocol`]. It decides
+//! for itself what may leave: every plan it receives is decoded with a codec
+//! that only knows its served tables and inline shared rows, then checked
+//! *here*, whatever the coordinator checked —
+//!
+//! * every scan reads a table this worker serves (by name) or rows shipped
+//!   with the plan; any other scan (a file path in a hand-crafted plan, a
+//!   view, ...) is refused, and so are plan nodes that write or define
+//!   anything (COPY, INSERT, DDL, extension nodes);
+//! * the root is an aggregate whose input reaches the served table only
+//!   through client-local operators, with bounded aggregates only — the
+//!   same [`crate::wire::encoder::Encoder`] validation the coordinator runs ([`crate::wire::exposure`]);
+//! * the answer is the one-state-row-per-group batch the encoder makes.
+//!
+//! Every call must carry the worker's token (compared in constant time);
+//! TLS (rustls) is used when a certificate and key are given. Each request
+//! is logged to stderr: the peer, the table, the state released (aggregate
+//! names, rows, bytes) and the rows it covers, or the refusal and its reason.
+//!
+//! [`config`] reads its flags and TOML file, [`tables`] holds the served
+//! tables and binds received plans to them, [`service`] answers the Flight
+//! calls, and [`log`] writes what it released and refused.
+
+pub mod config;
+pub mod log;
+pub mod service;
+pub mod tables;
+
+use std::net::SocketAddr;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+pub use config::{WorkerArgs, WorkerConfig, read_token};
+pub use log::LogSink;
+pub use service::WorkerService;
+use tables::ServedTable;
+
+use crate::error::{FedError, Result};
+use crate::wire::protocol::MAX_MESSAGE_BYTES;
+
+/// A worker serving in the background of this process.
+pub struct RunningWorker {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
+}
+
+impl RunningWorker {
+    /// The address it listens on (with the port chosen, for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving and waits until it has.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.handle).await;
+    }
+
+    /// Stops at once, as if the process died: open calls are cut.
+    pub fn kill(&self) {
+        self.handle.abort();
+    }
+}
+
+impl Drop for RunningWorker {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+/// Opens the tables and starts serving them.
+pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
+    let tables = config
+        .tables
+        .iter()
+        .map(|(name, path)| ServedTable::open(name, path))
+        .collect::<Result<Vec<_>>>()?;
+    let service = WorkerService::new(tables, &config.token, config.log.clone());
+    let incoming = TcpIncoming::bind(config.listen)
+        .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
+        .with_nodelay(Some(true));
+    let addr = incoming.local_addr()?;
+    let mut builder = Server::builder();
+    if let Some((cert, key)) = &config.tls {
+        builder = builder
+            .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
+            .map_err(|e| {
+                FedError::InvalidArgument(format!("TLS certificate or key not usable: {e}"))
+            })?;
+    }
+    let server = FlightServiceServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(builder.add_service(server).serve_with_incoming_shutdown(
+        incoming,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    Ok(RunningWorker {
+        addr,
+        shutdown: Some(tx),
+        handle,
+    })
+}
+
+/// `fedsql worker ...`: serves until Ctrl-C.
+pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
+    let config = WorkerConfig::from_args(args).await?;
+    let names: Vec<String> = config
+        .tables
+        .iter()
+        .map(|(n, p)| format!("{n}={}", p.display()))
+        .collect();
+    let tls = config.tls.is_some();
+    let mut worker = start(config).await?;
+    println!(
+        "fedsql worker listening on {} ({}; tables: {})",
+        worker.addr(),
+        if tls { "TLS" } else { "plain text" },
+        names.join(", ")
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        ended = &mut worker.handle => {
+            return match ended {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(FedError::Io(std::io::Error::other(format!("the worker stopped: {e}")))),
+                Err(e) => Err(FedError::Io(std::io::Error::other(format!("the worker stopped: {e}")))),
+            };
+        }
+    }
+    worker.shutdown().await;
+    Ok(())
+}

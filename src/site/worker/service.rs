@@ -1,0 +1,534 @@
+//! A worker's Flight service: each call authorized, every plan decoded and
+//! checked here, whatever the coordinator checked, and every state it
+//! releases logged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::prelude::SessionContext;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use subtle::ConstantTimeEq;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::{FedError, Result};
+use crate::site::local::{LocalClient, site_session};
+use crate::site::runner::ClientRunner;
+use crate::site::worker::log::{LogSink, WorkerLog};
+use crate::site::worker::tables::{Binder, ServedTable, check_scans};
+use crate::wire::codec::{self, TableBinder};
+use crate::wire::encoder::Encoder;
+use crate::wire::protocol::{
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
+    BEARER, EncodeMaskedRequest, EncodeRequest, ReleaseFit, SecureSetupReply, SecureSetupRequest,
+    SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+};
+use crate::wire::secure::{MaskRequest, SecureSession};
+
+/// A plan that passed the worker's checks, bound to a served table.
+struct Checked {
+    encoder: Encoder,
+    table: Arc<ServedTable>,
+    client: Arc<LocalClient>,
+}
+
+/// The Flight service of a worker.
+pub struct WorkerService {
+    tables: Arc<BTreeMap<String, Arc<ServedTable>>>,
+    token: Vec<u8>,
+    /// Decodes plans (knows fedsql's functions) and plans encoders.
+    session: SessionContext,
+    log: WorkerLog,
+}
+
+impl WorkerService {
+    /// A service over already opened tables.
+    pub fn new(tables: Vec<ServedTable>, token: &str, log: Option<LogSink>) -> Self {
+        let session = site_session();
+        fedsql_udfs::register_all(&session);
+        let log = WorkerLog::new(log);
+        Self {
+            tables: Arc::new(
+                tables
+                    .into_iter()
+                    .map(|t| (t.name.clone(), Arc::new(t)))
+                    .collect(),
+            ),
+            token: token.as_bytes().to_vec(),
+            session,
+            log,
+        }
+    }
+
+    fn log(&self, peer: &str, line: &str) {
+        self.log.line(peer, line);
+    }
+
+    /// Refuses (and logs) a request.
+    fn refuse(&self, peer: &str, call: &str, status: Status) -> Status {
+        self.log.refuse(peer, call, status)
+    }
+
+    /// Checks the request's token, in constant time.
+    fn authorize<T>(&self, request: &Request<T>, call: &str) -> Result<String, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let given = request
+            .metadata()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix(BEARER));
+        match given {
+            None => Err(self.refuse(
+                &peer,
+                call,
+                Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
+            )),
+            Some(token) if bool::from(token.as_bytes().ct_eq(&self.token)) => Ok(peer),
+            Some(_) => Err(self.refuse(&peer, call, Status::unauthenticated("wrong token"))),
+        }
+    }
+
+    /// Decodes and checks a plan; see the module documentation.
+    async fn check(&self, request: &EncodeRequest) -> Result<Checked, Status> {
+        let binder: Arc<dyn TableBinder> = Arc::new(Binder {
+            tables: Arc::clone(&self.tables),
+        });
+        let plan = codec::plan_from_bytes(&request.plan, &self.session.task_ctx(), binder)
+            .map_err(|e| match e.find_root() {
+                DataFusionError::External(inner) if inner.downcast_ref::<FedError>().is_some() => {
+                    Status::permission_denied(inner.to_string())
+                }
+                _ => Status::invalid_argument(format!("not a plan this worker can read: {e}")),
+            })?;
+        check_scans(&plan).map_err(|e| Status::permission_denied(e.to_string()))?;
+        let state = self.session.state();
+        let (encoder, _) = Encoder::split(&state, &plan).await.map_err(|e| match e {
+            FedError::Refused { .. } => Status::permission_denied(e.to_string()),
+            other => Status::invalid_argument(format!("refused: {other}")),
+        })?;
+        let encoder = encoder.in_fit(request.fit_scope);
+        let table = self
+            .tables
+            .get(encoder.table())
+            .cloned()
+            .ok_or_else(|| Status::internal("a bound table that is not served"))?;
+        let client = table
+            .client_for(&encoder.table_schema())
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        Ok(Checked {
+            encoder,
+            table,
+            client,
+        })
+    }
+
+    fn decode_request(
+        &self,
+        peer: &str,
+        call: &str,
+        bytes: &[u8],
+    ) -> Result<EncodeRequest, Status> {
+        EncodeRequest::decode(bytes).map_err(|e| {
+            self.refuse(
+                peer,
+                call,
+                Status::invalid_argument(format!("malformed request: {e}")),
+            )
+        })
+    }
+
+    /// Checks and runs an encoder; logs the state it releases.
+    async fn run_encoder(
+        &self,
+        peer: &str,
+        request: EncodeRequest,
+    ) -> Result<datafusion::arrow::record_batch::RecordBatch, Status> {
+        let checked = match self.check(&request).await {
+            Ok(checked) => checked,
+            Err(status) => return Err(self.refuse(peer, "encode", status)),
+        };
+        let table = &checked.table.name;
+        self.log(
+            peer,
+            &format!(
+                "table={table}: running encoder [{}]",
+                aggregate_names(checked.encoder.plan())
+            ),
+        );
+        let (state, rows) = checked
+            .client
+            .encode_counted(&checked.encoder)
+            .await
+            .map_err(|e| {
+                self.refuse(
+                    peer,
+                    &format!("encode table={table}"),
+                    Status::internal(e.to_string()),
+                )
+            })?;
+        let batch = state.batch().clone();
+        self.log(
+            peer,
+            &format!(
+                "table={table}: released {} state row(s) of [{}], {} bytes, covering {rows} row(s){}",
+                batch.num_rows(),
+                aggregate_names(checked.encoder.plan()),
+                state.size_bytes(),
+                request
+                    .fit_scope
+                    .map(|s| format!(" (fit {s})"))
+                    .unwrap_or_default()
+            ),
+        );
+        Ok(batch)
+    }
+}
+
+impl WorkerService {
+    /// Refuses (and logs) a request that does not decode.
+    fn malformed(&self, peer: &str, call: &str, e: impl std::fmt::Display) -> Status {
+        self.refuse(
+            peer,
+            call,
+            Status::invalid_argument(format!("malformed request: {e}")),
+        )
+    }
+
+    /// A secure-aggregation request's session, and its encoder checked as
+    /// every encoder is.
+    async fn check_secure(
+        &self,
+        peer: &str,
+        call: &str,
+        encode: Option<EncodeRequest>,
+        session: Option<SessionMessage>,
+    ) -> Result<(Checked, SecureSession), Status> {
+        let encode = encode.ok_or_else(|| self.malformed(peer, call, "no encoder"))?;
+        let session = session
+            .ok_or_else(|| self.malformed(peer, call, "no session"))?
+            .session()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let checked = self
+            .check(&encode)
+            .await
+            .map_err(|s| self.refuse(peer, call, s))?;
+        Ok((checked, session))
+    }
+
+    /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
+    /// state with a fresh key pair, and answers with the public key and
+    /// the group keys.
+    async fn secure_setup(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_SETUP;
+        let request =
+            SecureSetupRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let setup = checked
+            .client
+            .secure_setup(&checked.encoder, &session)
+            .await
+            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: key pair made for [{}], {} group key(s) sent, state kept",
+                checked.table.name,
+                session.id_hex(),
+                aggregate_names(checked.encoder.plan()),
+                setup.group_keys.num_rows()
+            ),
+        );
+        let group_keys =
+            batch_to_ipc(&setup.group_keys).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(SecureSetupReply {
+            public_key: setup.public_key.to_vec(),
+            group_keys,
+        }
+        .encode_to_vec())
+    }
+
+    /// Secure aggregation, step 2: the kept state, aligned to the
+    /// coordinator's groups and masked.
+    async fn encode_masked(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let call = ACTION_ENCODE_MASKED;
+        let request =
+            EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let public_keys = request
+            .public_keys
+            .iter()
+            .map(|k| public_key(k))
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let groups = batch_from_ipc(&request.groups).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let mask = MaskRequest {
+            session,
+            public_keys,
+            groups,
+        };
+        let state = checked
+            .client
+            .encode_masked(&checked.encoder, &mask)
+            .await
+            .map_err(|e| self.refuse(peer, call, Status::internal(e.to_string())))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: released {} masked state row(s) of [{}], {} bytes",
+                checked.table.name,
+                mask.session.id_hex(),
+                state.batch().num_rows(),
+                aggregate_names(checked.encoder.plan()),
+                state.size_bytes()
+            ),
+        );
+        batch_to_ipc(state.batch()).map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
+
+#[tonic::async_trait]
+impl FlightService for WorkerService {
+    type HandshakeStream = FlightStream<HandshakeResponse>;
+    type ListFlightsStream = FlightStream<FlightInfo>;
+    type DoGetStream = FlightStream<FlightData>;
+    type DoPutStream = FlightStream<PutResult>;
+    type DoActionStream = FlightStream<arrow_flight::Result>;
+    type ListActionsStream = FlightStream<ActionType>;
+    type DoExchangeStream = FlightStream<FlightData>;
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        let peer = self.authorize(&request, "GetSchema")?;
+        let path = &request.get_ref().path;
+        let table = match path.as_slice() {
+            [name] => self.tables.get(name),
+            _ => None,
+        };
+        let Some(table) = table else {
+            return Err(self.refuse(
+                &peer,
+                "GetSchema",
+                Status::not_found(format!(
+                    "this worker serves no table {path:?} (it serves {})",
+                    self.tables
+                        .keys()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            ));
+        };
+        let schema = table.advertised_schema();
+        let result = SchemaResult::try_from(SchemaAsIpc::new(&schema, &IpcWriteOptions::default()))
+            .map_err(|e| Status::internal(e.to_string()))?;
+        self.log(
+            &peer,
+            &format!(
+                "table={}: schema ({} columns)",
+                table.name,
+                schema.fields().len()
+            ),
+        );
+        Ok(Response::new(result))
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let peer = self.authorize(&request, "DoGet")?;
+        let command = TicketCommand::decode(request.get_ref().ticket.as_ref()).map_err(|e| {
+            self.refuse(
+                &peer,
+                "DoGet",
+                Status::invalid_argument(format!("malformed ticket: {e}")),
+            )
+        })?;
+        let batch = match command.command {
+            Some(ticket_command::Command::Encode(encode)) => {
+                self.run_encoder(&peer, encode).await?
+            }
+            None => {
+                return Err(self.refuse(
+                    &peer,
+                    "DoGet",
+                    Status::invalid_argument("the ticket holds no command"),
+                ));
+            }
+        };
+        let stream = FlightDataEncoderBuilder::new()
+            .build(futures::stream::once(async move { Ok(batch) }))
+            .map_err(Status::from);
+        Ok(Response::new(stream.boxed()))
+    }
+
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        let peer = self.authorize(&request, "DoAction")?;
+        let action = request.into_inner();
+        let body = match action.r#type.as_str() {
+            ACTION_EXPLAIN => {
+                let encode = self.decode_request(&peer, ACTION_EXPLAIN, &action.body)?;
+                let checked = match self.check(&encode).await {
+                    Ok(checked) => checked,
+                    Err(status) => return Err(self.refuse(&peer, ACTION_EXPLAIN, status)),
+                };
+                let text = checked
+                    .client
+                    .explain(&checked.encoder)
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                self.log(&peer, &format!("table={}: explain", checked.table.name));
+                text.into_bytes()
+            }
+            ACTION_RELEASE_FIT => {
+                let release = ReleaseFit::decode(action.body.as_ref()).map_err(|e| {
+                    self.refuse(
+                        &peer,
+                        ACTION_RELEASE_FIT,
+                        Status::invalid_argument(format!("malformed request: {e}")),
+                    )
+                })?;
+                for table in self.tables.values() {
+                    table.release_fit(release.scope);
+                }
+                self.log(&peer, &format!("released fit {}", release.scope));
+                Vec::new()
+            }
+            ACTION_SECURE_SETUP => self.secure_setup(&peer, &action.body).await?,
+            ACTION_ENCODE_MASKED => self.encode_masked(&peer, &action.body).await?,
+            other => {
+                return Err(self.refuse(
+                    &peer,
+                    "DoAction",
+                    Status::invalid_argument(format!(
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_ENCODE_MASKED})"
+                    )),
+                ));
+            }
+        };
+        let result = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(
+            futures::stream::once(async move { Ok(result) }).boxed(),
+        ))
+    }
+
+    async fn list_actions(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        self.authorize(&request, "ListActions")?;
+        let actions = [
+            (
+                ACTION_EXPLAIN,
+                "the physical plan an encoder would run here",
+            ),
+            (ACTION_RELEASE_FIT, "drop the rows kept for a fit"),
+            (
+                ACTION_SECURE_SETUP,
+                "secure aggregation step 1: a session key pair and the group keys",
+            ),
+            (
+                ACTION_ENCODE_MASKED,
+                "secure aggregation step 2: the state, aligned and pairwise-masked",
+            ),
+        ]
+        .map(|(name, description)| {
+            Ok(ActionType {
+                r#type: name.into(),
+                description: description.into(),
+            })
+        });
+        Ok(Response::new(futures::stream::iter(actions).boxed()))
+    }
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented(
+            "handshake: send the token with every call instead",
+        ))
+    }
+
+    async fn list_flights(
+        &self,
+        _: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented("a worker lists no flights"))
+    }
+
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented(
+            "a worker serves states through DoGet only",
+        ))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented(
+            "a worker serves states through DoGet only",
+        ))
+    }
+
+    async fn do_put(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented("a worker accepts no data"))
+    }
+
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented(
+            "a worker serves states through DoGet only",
+        ))
+    }
+}
+
+/// The names of the aggregate functions at the plan's root, for the log.
+fn aggregate_names(plan: &LogicalPlan) -> String {
+    let LogicalPlan::Aggregate(agg) = plan else {
+        return String::new();
+    };
+    let mut names = Vec::new();
+    for expr in &agg.aggr_expr {
+        let _ = expr.apply(|e| {
+            if let Expr::AggregateFunction(f) = e {
+                names.push(f.func.name().to_string());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    names.join(", ")
+}

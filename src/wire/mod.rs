@@ -1,0 +1,21 @@
+//! What both sides of the boundary agree on: the coordinator and the sites.
+//!
+//! - [`encoder`]: the encoder as a plain message (a validated plan that
+//!   names its federated table) and the state batch, the only thing a site
+//!   hands back;
+//! - [`exposure`]: the validation of a plan, which the coordinator runs
+//!   before it sends an encoder and every site runs again on receipt;
+//! - [`federated_scan`]: the federated table as a plan sees it, a name and
+//!   a schema;
+//! - [`secure`]: the messages and the state layout of secure aggregation;
+//! - [`protocol`] and [`codec`]: the Flight protocol between a coordinator
+//!   and a worker, and plans as bytes.
+//!
+//! Nothing here depends on either side.
+
+pub mod codec;
+pub mod encoder;
+pub mod exposure;
+pub mod federated_scan;
+pub mod protocol;
+pub mod secure;

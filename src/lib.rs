@@ -35,6 +35,7 @@ pub mod notices;
 pub mod print;
 pub mod repl;
 pub mod site;
+pub mod stats;
 pub mod wire;
 
 pub use coordinator::context::{FedContext, TableInfo};

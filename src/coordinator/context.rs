@@ -81,6 +81,7 @@ impl FedContext {
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         crate::models::register_all(&ctx);
+        crate::stats::register_all(&ctx);
         Self { ctx }
     }
 

@@ -66,7 +66,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("\\i FILE", "run the SQL statements and commands in FILE"),
     (
         "\\chart [Y [X]]",
-        "draw the last result's column Y against X (default: loss by round, e.g. after fedsgd_history)",
+        "draw the last result's column Y against X (default: loss by round, e.g. after fedsgd_history; bars after hist)",
     ),
 ];
 

@@ -262,7 +262,12 @@ impl Session {
                         "\\chart draws the last result: run a query first, e.g. SELECT * FROM fedsgd_history(...)".into(),
                     )
                 })?;
-                let text = crate::chart::line_chart(batches, schema, y.as_deref(), x.as_deref())?;
+                // A histogram (the last result of `hist`) is drawn as bars.
+                let text = if y.is_none() && crate::stats::hist::is_histogram(schema) {
+                    crate::stats::bar_chart::bar_chart(batches, schema)?
+                } else {
+                    crate::chart::line_chart(batches, schema, y.as_deref(), x.as_deref())?
+                };
                 write!(out, "{text}")?;
             }
         }

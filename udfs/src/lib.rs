@@ -14,6 +14,7 @@ pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod family;
 pub mod flat_state;
+pub mod histogram;
 pub mod irls_step;
 pub mod labeled;
 pub mod linalg;
@@ -48,6 +49,7 @@ pub fn all() -> Vec<AggregateUDF> {
         secure_avg::secure_avg(),
         secure_count::secure_count(),
         secure_sum_vec::secure_sum_vec(),
+        histogram::histogram(),
     ]
 }
 
@@ -93,6 +95,7 @@ mod tests {
                 "secure_sum" | "secure_avg" => format!("{}(a, 990, 1010)", f.name()),
                 "secure_count" => "secure_count(b)".to_string(),
                 "secure_sum_vec" => "secure_sum_vec([a, b], [990, -1], [1010, 1])".to_string(),
+                "histogram" => "histogram(a, 995, 1008, 7)".to_string(),
                 name => format!("{name}(a, b, c)"),
             };
             crate::testing::assert_split_invariant(&call).await;

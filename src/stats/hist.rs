@@ -1,0 +1,246 @@
+//! `hist(source, column [, 'bins=20, lower=..., upper=...'])`: a histogram
+//! of a numeric column, one row per bin: `bin, lower, upper, count, density`
+//! (density = count / (counts in all bins × bin width), as R's `hist()`).
+//!
+//! ```sql
+//! SELECT * FROM hist('clinic', 'systolic', 'bins=12, lower=80, upper=200');
+//! SELECT * FROM hist('clinic', 'bmi');            -- 20 bins over the 0.5%–99.5% range
+//! ```
+//!
+//! One round of the `histogram(x, lower, upper, bins)` aggregate (bin counts,
+//! `bins + 3` integers per client) with the counts of values below and above
+//! the range. Without `lower` or `upper`, a first round of
+//! `approx_percentile_cont` (t-digest) at 0.5% and 99.5% gives them, so about
+//! 1% of the values fall outside the bins; a notice says how many (give
+//! `lower=` and `upper=` to cover them). Bins are closed as R's `hist()`
+//! closes them: (a, b], the first [lower, b]. In the REPL, `\chart` after a
+//! `hist` draws it as a bar chart.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::histogram::Bins;
+use futures::FutureExt;
+
+use super::{
+    count_at, deferred_table, empty_source, float_at, float_literal, number_option, one_row,
+    parse_options,
+};
+use crate::coordinator::context::FedContext;
+use crate::error::{FedError, Result};
+use crate::models::source::{ModelSource, numeric_argument, string_arguments};
+use crate::notices::Notices;
+
+const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=..., upper=...'])";
+
+/// The table function `hist`.
+#[derive(Debug)]
+pub struct HistFunction;
+
+/// A parsed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistSpec {
+    pub source: ModelSource,
+    pub column: String,
+    pub bins: i64,
+    pub lower: Option<f64>,
+    pub upper: Option<f64>,
+}
+
+impl HistSpec {
+    /// Parses the string arguments of `hist(source, column [, options])`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        if !(2..=3).contains(&args.len()) {
+            return Err(FedError::InvalidArgument(format!(
+                "hist takes 2 or 3 arguments; usage: {USAGE}"
+            )));
+        }
+        let mut spec = HistSpec {
+            source: ModelSource::parse(&args[0]),
+            column: args[1].trim().to_string(),
+            bins: 20,
+            lower: None,
+            upper: None,
+        };
+        for (key, value) in parse_options(
+            "hist",
+            args.get(2).map(String::as_str),
+            &["bins", "lower", "upper"],
+        )? {
+            match key.as_str() {
+                "bins" => {
+                    spec.bins = value.parse::<i64>().map_err(|_| {
+                        FedError::InvalidArgument(format!(
+                            "hist: option bins={value}: expected a whole number"
+                        ))
+                    })?;
+                    if spec.bins <= 0 {
+                        return Err(FedError::InvalidArgument(format!(
+                            "hist: option bins={value}: bins must be at least 1"
+                        )));
+                    }
+                }
+                "lower" => spec.lower = Some(number_option(&key, &value)?),
+                _ => spec.upper = Some(number_option(&key, &value)?),
+            }
+        }
+        if let (Some(lower), Some(upper)) = (spec.lower, spec.upper)
+            && lower >= upper
+        {
+            return Err(FedError::InvalidArgument(format!(
+                "hist: lower ({lower}) must be less than upper ({upper})"
+            )));
+        }
+        Ok(spec)
+    }
+}
+
+impl TableFunctionImpl for HistFunction {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
+        let strings = string_arguments("hist", USAGE, args.exprs(), 2)?;
+        let spec = HistSpec::parse(&strings)
+            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let label = format!("hist('{}', '{}')", spec.source.given, spec.column);
+        Ok(deferred_table(label, schema(), move |ctx, notices| {
+            let spec = spec.clone();
+            async move { run(&ctx, &spec, notices).await }.boxed()
+        }))
+    }
+}
+
+/// The columns of `hist`.
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("bin", DataType::Int64, false),
+        Field::new("lower", DataType::Float64, false),
+        Field::new("upper", DataType::Float64, false),
+        Field::new("count", DataType::Int64, false),
+        Field::new("density", DataType::Float64, true),
+    ]))
+}
+
+/// Whether a result has the columns of a `hist` result (for `\chart`).
+pub fn is_histogram(schema: &Schema) -> bool {
+    ["bin", "lower", "upper", "count"]
+        .iter()
+        .all(|c| schema.column_with_name(c).is_some())
+}
+
+async fn run(
+    ctx: &FedContext,
+    spec: &HistSpec,
+    notices: Option<Arc<Notices>>,
+) -> Result<RecordBatch> {
+    let schema = spec.source.schema(ctx).await?;
+    let v = numeric_argument(&schema, &spec.column, "column")?;
+    let values = format!("(SELECT {v} AS v FROM {}) AS __hist", spec.source.from);
+    let (lower, upper) = match (spec.lower, spec.upper) {
+        (Some(lower), Some(upper)) => (lower, upper),
+        (lower, upper) => {
+            let range = one_row(
+                ctx,
+                &format!(
+                    "SELECT count(*) AS total, approx_percentile_cont(v, 0.005) AS lo, \
+                     approx_percentile_cont(v, 0.995) AS hi FROM {values}"
+                ),
+            )
+            .await?;
+            if count_at(&range, "total", 0)? == 0 {
+                return Err(empty_source("hist", &spec.source.given));
+            }
+            let (Some(lo), Some(hi)) = (float_at(&range, "lo", 0)?, float_at(&range, "hi", 0)?)
+            else {
+                return Err(FedError::InvalidArgument(format!(
+                    "hist: `{}` has no values (all NULL)",
+                    spec.column
+                )));
+            };
+            let (lower, upper) = (lower.unwrap_or(lo), upper.unwrap_or(hi));
+            if lower >= upper {
+                return Err(FedError::InvalidArgument(format!(
+                    "hist: the range of `{}` is [{lower}, {upper}], which is empty (data essentially constant?); give lower= and upper=",
+                    spec.column
+                )));
+            }
+            (lower, upper)
+        }
+    };
+    let bins = Bins::new(lower, upper, spec.bins)?;
+    let sql = format!(
+        "SELECT count(*) AS total, histogram(v, {}, {}, {}) AS h, \
+         count(v) FILTER (WHERE v < {}) AS below, count(v) FILTER (WHERE v > {}) AS above \
+         FROM {values}",
+        float_literal(lower),
+        float_literal(upper),
+        spec.bins,
+        float_literal(bins.fuzzy[0]),
+        float_literal(bins.fuzzy[bins.len()]),
+    );
+    let batch = one_row(ctx, &sql).await?;
+    if count_at(&batch, "total", 0)? == 0 {
+        return Err(empty_source("hist", &spec.source.given));
+    }
+    let h = batch.column(1).as_list::<i32>();
+    let counts: Vec<i64> = if h.is_null(0) {
+        vec![0; bins.len()]
+    } else {
+        h.value(0).as_primitive::<Int64Type>().values().to_vec()
+    };
+    let (below, above) = (count_at(&batch, "below", 0)?, count_at(&batch, "above", 0)?);
+    if (below > 0 || above > 0)
+        && let Some(notices) = notices
+    {
+        notices.push(format!(
+            "hist: {below} value(s) of `{}` below {lower} and {above} above {upper} are in no bin; give lower= and upper= to include them",
+            spec.column
+        ));
+    }
+    histogram_batch(&bins, &counts)
+}
+
+/// One row per bin.
+pub fn histogram_batch(bins: &Bins, counts: &[i64]) -> Result<RecordBatch> {
+    let total: i64 = counts.iter().sum();
+    let k = bins.len();
+    let lower: Vec<f64> = bins.breaks[..k].to_vec();
+    let upper: Vec<f64> = bins.breaks[1..].to_vec();
+    let density: Vec<Option<f64>> = (0..k)
+        .map(|i| (total > 0).then(|| counts[i] as f64 / (total as f64 * (upper[i] - lower[i]))))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(1..=k as i64)),
+        Arc::new(Float64Array::from(lower)),
+        Arc::new(Float64Array::from(upper)),
+        Arc::new(Int64Array::from(counts.to_vec())),
+        Arc::new(Float64Array::from(density)),
+    ];
+    Ok(RecordBatch::try_new(schema(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<HistSpec> {
+        HistSpec::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let spec = parse(&["clinic", "bmi", "bins=7, lower=10, upper=50"]).unwrap();
+        assert_eq!(
+            (spec.bins, spec.lower, spec.upper),
+            (7, Some(10.0), Some(50.0))
+        );
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["t", "x", "bins=0"]).contains("at least 1"));
+        assert!(err(&["t", "x", "bins=-2"]).contains("at least 1"));
+        assert!(err(&["t", "x", "lower=5, upper=5"]).contains("must be less than upper"));
+        assert!(err(&["t", "x", "width=2"]).contains("unknown option `width`"));
+    }
+}

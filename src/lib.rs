@@ -36,6 +36,7 @@ pub mod formula;
 pub mod matrix_display;
 pub mod models;
 pub mod notices;
+pub mod pgwire;
 pub mod print;
 pub mod remote;
 pub mod repl;

@@ -71,14 +71,24 @@ impl Drop for Server {
 /// Starts serving `ctx`'s catalog. The server is listening when this
 /// returns (a test can connect at once).
 pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
+    let not_loopback = |addr: &str| {
+        FedError::Plan(format!(
+            "without --users the server accepts connections without a password, so it listens only on a loopback address, not {addr}: write a users file with `fedsql passwd USER --users users.toml` and pass --users users.toml"
+        ))
+    };
+    // Checked before binding where the address says it all.
+    if options.users.is_none()
+        && let Ok(addr) = options.listen.parse::<SocketAddr>()
+        && !addr.ip().is_loopback()
+    {
+        return Err(not_loopback(&options.listen));
+    }
     let listener = TcpListener::bind(&options.listen).await.map_err(|e| {
         FedError::Plan(format!("cannot listen on {}: {e}", options.listen))
     })?;
     let addr = listener.local_addr()?;
     if options.users.is_none() && !addr.ip().is_loopback() {
-        return Err(FedError::Plan(format!(
-            "without --users the server accepts connections without a password, so it listens only on a loopback address, not {addr}: write a users file with `fedsql passwd USER --users users.toml` and pass --users users.toml"
-        )));
+        return Err(not_loopback(&addr.to_string()));
     }
     catalog::install(&ctx)?;
     let shared = Arc::new(Shared {

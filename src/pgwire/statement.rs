@@ -159,11 +159,29 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
         }
         _ => {}
     }
-    let reads_only = matches!(
+    let changes_catalog = matches!(
         first.as_str(),
-        "SELECT" | "WITH" | "VALUES" | "TABLE" | "EXPLAIN" | "SHOW" | "DESCRIBE" | "DESC" | ""
+        "CREATE"
+            | "DROP"
+            | "ALTER"
+            | "COPY"
+            | "INSERT"
+            | "UPDATE"
+            | "DELETE"
+            | "TRUNCATE"
+            | "MERGE"
+            | "REPLACE"
+            | "LOAD"
+            | "UNLOAD"
+            | "ATTACH"
+            | "DETACH"
+            | "INSTALL"
+            | "GRANT"
+            | "REVOKE"
+            | "PREPARE"
+            | "EXECUTE"
     );
-    if !reads_only && !allow_ddl {
+    if changes_catalog && !allow_ddl {
         return Err(FedError::refused(
             format!(
                 "`{}` statements are not accepted by this server: it was started without --allow-ddl",
@@ -175,7 +193,7 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
             ),
         ));
     }
-    if reads_only {
+    if !changes_catalog {
         let sql = if catalog::is_catalog_query(sql) {
             catalog::compat_rewrite(sql).unwrap_or_else(|| sql.to_string())
         } else {

@@ -98,6 +98,11 @@ struct Args {
     /// the in-process federation, in the same run.
     #[arg(long)]
     remote: bool,
+    /// Instead: serve the federation over the PostgreSQL protocol (in this
+    /// process, on loopback) and time the suite through it, and a trivial
+    /// query's latency, against the federation in-process.
+    #[arg(long)]
+    pgwire: bool,
 }
 
 #[tokio::main]
@@ -136,6 +141,9 @@ async fn main() -> BenchResult<()> {
 
     if args.remote {
         return remote::run(&args, &plan, &federated, &queries).await;
+    }
+    if args.pgwire {
+        return pgwire::run(&args, &federated, &queries).await;
     }
 
     let mut timings = Vec::new();
@@ -344,6 +352,10 @@ mod models {
         Ok(())
     }
 }
+
+/// The suite through the PostgreSQL endpoint.
+#[path = "bench/pgwire.rs"]
+mod pgwire;
 
 /// The suite and a GLM fit over workers on loopback against the same
 /// clients in-process.

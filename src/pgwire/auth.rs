@@ -78,7 +78,9 @@ impl Verifier {
     fn with_salt(password: &str, salt: Vec<u8>, iterations: u32) -> Self {
         let salted = salted_password(password, &salt, iterations);
         let client_key = hmac_sha256(&salted, b"Client Key");
-        let stored_key = digest::digest(&digest::SHA256, &client_key).as_ref().to_vec();
+        let stored_key = digest::digest(&digest::SHA256, &client_key)
+            .as_ref()
+            .to_vec();
         let server_key = hmac_sha256(&salted, b"Server Key");
         Self {
             iterations,
@@ -132,7 +134,10 @@ impl Users {
     /// Reads a users file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            FedError::Plan(format!("cannot read the users file {}: {e}", path.display()))
+            FedError::Plan(format!(
+                "cannot read the users file {}: {e}",
+                path.display()
+            ))
         })?;
         Self::parse(&text)
             .map_err(|e| FedError::Plan(format!("users file {}: {e}", path.display())))
@@ -364,7 +369,11 @@ impl<P> Startup<P> {
 
 #[async_trait]
 impl<P: ServerParameterProvider> StartupHandler for Startup<P> {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
@@ -404,10 +413,10 @@ impl<P: ServerParameterProvider> StartupHandler for Startup<P> {
                             ));
                         }
                         let data = initial.data.unwrap_or_default();
-                        let client_first = std::str::from_utf8(&data).map_err(|_| {
-                            PgWireError::InvalidScramMessage("not UTF-8".into())
-                        })?;
-                        let exchange = ScramExchange::start(client_first, users.get(&user).cloned())?;
+                        let client_first = std::str::from_utf8(&data)
+                            .map_err(|_| PgWireError::InvalidScramMessage("not UTF-8".into()))?;
+                        let exchange =
+                            ScramExchange::start(client_first, users.get(&user).cloned())?;
                         let server_first = exchange.server_first.clone();
                         *step = AuthStep::ServerFirstSent(Box::new(exchange));
                         client
@@ -495,7 +504,11 @@ mod tests {
         let without_proof = format!("c={},r={}", B64.encode("n,,"), attrs["r"]);
         let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
         let signature = hmac_sha256(stored_key.as_ref(), auth_message.as_bytes());
-        let proof: Vec<u8> = client_key.iter().zip(signature).map(|(a, b)| a ^ b).collect();
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
         format!("{without_proof},p={}", B64.encode(proof))
     }
 

@@ -103,7 +103,9 @@ impl ScalarUDFImpl for Version {
     }
 
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(version_text()))))
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            version_text(),
+        ))))
     }
 }
 

@@ -83,9 +83,9 @@ pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
     {
         return Err(not_loopback(&options.listen));
     }
-    let listener = TcpListener::bind(&options.listen).await.map_err(|e| {
-        FedError::Plan(format!("cannot listen on {}: {e}", options.listen))
-    })?;
+    let listener = TcpListener::bind(&options.listen)
+        .await
+        .map_err(|e| FedError::Plan(format!("cannot listen on {}: {e}", options.listen)))?;
     let addr = listener.local_addr()?;
     if options.users.is_none() && !addr.ip().is_loopback() {
         return Err(not_loopback(&addr.to_string()));
@@ -124,7 +124,12 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
-        .map_err(|e| FedError::Plan(format!("cannot read the certificate {}: {e}", cert.display())))?;
+        .map_err(|e| {
+            FedError::Plan(format!(
+                "cannot read the certificate {}: {e}",
+                cert.display()
+            ))
+        })?;
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| FedError::Plan(format!("cannot read the key {}: {e}", key.display())))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -105,7 +105,11 @@ impl Connection {
     }
 
     /// Runs a prepared statement, with the statement timeout.
-    async fn execute(&self, prepared: &Prepared, params: Option<ParamValues>) -> PgWireResult<Outcome> {
+    async fn execute(
+        &self,
+        prepared: &Prepared,
+        params: Option<ParamValues>,
+    ) -> PgWireResult<Outcome> {
         let run = self.execute_untimed(prepared, params);
         match self.timeout() {
             None => run.await,
@@ -134,7 +138,7 @@ impl Connection {
                         .map_err(fed_error)?,
                     None => df.clone(),
                 };
-                let batches = df.collect().await.map_err(fed_error)?;
+                let batches = run_apart(df.collect()).await?;
                 Outcome::Rows {
                     schema: schema.clone(),
                     batches,
@@ -154,13 +158,8 @@ impl Connection {
                 }
             }
             Action::Command { sql, tag } => {
-                self.ctx
-                    .sql(sql)
-                    .await
-                    .map_err(fed_error)?
-                    .collect()
-                    .await
-                    .map_err(fed_error)?;
+                let (ctx, sql) = (self.ctx.clone(), sql.clone());
+                run_apart(async move { ctx.sql(&sql).await?.collect().await }).await?;
                 Outcome::Tag(Response::Execution(Tag::new(tag)))
             }
             Action::Session(statement) => Outcome::Tag(self.run_session(statement)),
@@ -266,7 +265,9 @@ impl Connection {
         for notice in self.ctx.take_notices() {
             let info = ErrorInfo::new("NOTICE".into(), "00000".into(), notice);
             client
-                .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info)))
+                .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                    info,
+                )))
                 .await?;
         }
         Ok(())
@@ -291,7 +292,10 @@ enum Action {
     /// `SHOW` of a PostgreSQL setting.
     Show(String),
     /// A statement run by `FedContext::sql` when executed (DDL, `SET datafusion.*`).
-    Command { sql: String, tag: String },
+    Command {
+        sql: String,
+        tag: String,
+    },
     /// A statement the connection answers.
     Session(SessionStatement),
 }
@@ -360,6 +364,29 @@ fn parameter_types(df: &FedDataFrame) -> Result<Vec<Option<DataType>>, FedError>
         .collect())
 }
 
+/// Runs a statement's work on a task of its own, so that the connection's
+/// task stays free to notice a cancel request or the statement timeout
+/// (and the server's other tasks are not queued behind a long query);
+/// the work is aborted when its result is no longer awaited.
+async fn run_apart<T: Send + 'static>(
+    work: impl Future<Output = Result<T, FedError>> + Send + 'static,
+) -> PgWireResult<T> {
+    struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+    impl<T> Drop for AbortOnDrop<T> {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(work));
+    match (&mut task.0).await {
+        Ok(result) => result.map_err(fed_error),
+        Err(e) => Err(PgWireError::UserError(Box::new(sqlstate::info(
+            sqlstate::code::INTERNAL_ERROR,
+            format!("the statement failed: {e}"),
+        )))),
+    }
+}
+
 fn fed_error(e: FedError) -> PgWireError {
     PgWireError::UserError(Box::new(sqlstate::error_info(&e)))
 }
@@ -399,7 +426,11 @@ impl QueryParser for Planner {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        self.connection.prepare(sql).await.map(Some).map_err(fed_error)
+        self.connection
+            .prepare(sql)
+            .await
+            .map(Some)
+            .map_err(fed_error)
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
@@ -466,9 +497,14 @@ impl ExtendedQueryHandler for Extended {
         let params = if portal.parameter_len() == 0 {
             None
         } else {
-            let types: Vec<Option<&DataType>> =
-                prepared.parameter_types().iter().map(Option::as_ref).collect();
-            Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &types)?)
+            let types: Vec<Option<&DataType>> = prepared
+                .parameter_types()
+                .iter()
+                .map(Option::as_ref)
+                .collect();
+            Some(arrow_pg::datatypes::df::deserialize_parameters(
+                portal, &types,
+            )?)
         };
         let outcome = connection.execute(prepared, params).await;
         connection.send_notices(client).await?;

@@ -88,8 +88,9 @@ fn plan_error_info(message: &str) -> ErrorInfo {
 
 fn datafusion_error_info(e: &DataFusionError) -> ErrorInfo {
     match e {
-        DataFusionError::Context(_, inner)
-        | DataFusionError::Diagnostic(_, inner) => datafusion_error_info(inner),
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            datafusion_error_info(inner)
+        }
         DataFusionError::Shared(inner) => datafusion_error_info(inner),
         DataFusionError::External(inner) => match inner.downcast_ref::<FedError>() {
             Some(fed) => error_info(fed),
@@ -111,9 +112,7 @@ fn datafusion_error_info(e: &DataFusionError) -> ErrorInfo {
         DataFusionError::NotImplemented(_) => info(code::FEATURE_NOT_SUPPORTED, e.to_string()),
         DataFusionError::Plan(message) => info(classify_message(message), e.to_string()),
         DataFusionError::Configuration(_) => info(code::INVALID_PARAMETER_VALUE, e.to_string()),
-        DataFusionError::ResourcesExhausted(_) => {
-            info(code::INSUFFICIENT_RESOURCES, e.to_string())
-        }
+        DataFusionError::ResourcesExhausted(_) => info(code::INSUFFICIENT_RESOURCES, e.to_string()),
         DataFusionError::ArrowError(arrow, _) => arrow_error_info(arrow, e.to_string()),
         DataFusionError::Execution(message) => {
             let code = if message.contains("Divide by zero") {
@@ -131,9 +130,9 @@ fn arrow_error_info(e: &datafusion::arrow::error::ArrowError, message: String) -
     use datafusion::arrow::error::ArrowError;
     let code = match e {
         ArrowError::DivideByZero => code::DIVISION_BY_ZERO,
-        ArrowError::CastError(_) | ArrowError::ParseError(_) | ArrowError::InvalidArgumentError(_) => {
-            "22P02"
-        }
+        ArrowError::CastError(_)
+        | ArrowError::ParseError(_)
+        | ArrowError::InvalidArgumentError(_) => "22P02",
         ArrowError::ComputeError(_) => code::INVALID_PARAMETER_VALUE,
         _ => code::INTERNAL_ERROR,
     };

@@ -33,10 +33,7 @@ pub enum Statement {
     Session(SessionStatement),
     /// Runs through `FedContext::sql`: the text to run, and whether it
     /// returns rows (a query) or only a command tag.
-    Fed {
-        sql: String,
-        kind: FedKind,
-    },
+    Fed { sql: String, kind: FedKind },
 }
 
 /// How a statement run by `FedContext::sql` answers.
@@ -58,7 +55,10 @@ pub enum SessionStatement {
     /// `LISTEN`: accepted, with this tag.
     Accept(String),
     /// `SET name = value` of a PostgreSQL setting (kept, shown by `SHOW`).
-    Set { name: String, value: String },
+    Set {
+        name: String,
+        value: String,
+    },
     /// `SET statement_timeout`: `None` is no timeout.
     SetTimeout(Option<Duration>),
     /// `RESET name` (`None`: `RESET ALL`).
@@ -267,7 +267,9 @@ fn classify_set(sql: &str, words: &Words) -> Result<Statement> {
         return session(SessionStatement::SetTimeout(parse_timeout(&value)?));
     }
     if name.is_empty() {
-        return Err(FedError::Syntax(format!("cannot read `{sql}`: SET name TO value")));
+        return Err(FedError::Syntax(format!(
+            "cannot read `{sql}`: SET name TO value"
+        )));
     }
     session(SessionStatement::Set { name, value })
 }
@@ -333,7 +335,10 @@ mod tests {
     #[test]
     fn transactions_and_settings_are_answered_by_the_connection() {
         assert_eq!(session("BEGIN"), SessionStatement::Begin);
-        assert_eq!(session("start transaction read only"), SessionStatement::Begin);
+        assert_eq!(
+            session("start transaction read only"),
+            SessionStatement::Begin
+        );
         assert_eq!(session("COMMIT;"), SessionStatement::Commit);
         assert_eq!(session("rollback"), SessionStatement::Rollback);
         assert_eq!(
@@ -354,7 +359,10 @@ mod tests {
             session("SET statement_timeout = '2s'"),
             SessionStatement::SetTimeout(Some(Duration::from_secs(2)))
         );
-        assert_eq!(session("SET statement_timeout TO 0"), SessionStatement::SetTimeout(None));
+        assert_eq!(
+            session("SET statement_timeout TO 0"),
+            SessionStatement::SetTimeout(None)
+        );
         assert_eq!(
             session("SHOW standard_conforming_strings"),
             SessionStatement::Show("standard_conforming_strings".into())
@@ -373,11 +381,17 @@ mod tests {
         );
         assert!(matches!(
             classify("SET datafusion.execution.batch_size = 1024", false).unwrap(),
-            Statement::Fed { kind: FedKind::Command(_), .. }
+            Statement::Fed {
+                kind: FedKind::Command(_),
+                ..
+            }
         ));
         assert!(matches!(
             classify("SHOW CLIENTS clinic", false).unwrap(),
-            Statement::Fed { kind: FedKind::Query, .. }
+            Statement::Fed {
+                kind: FedKind::Query,
+                ..
+            }
         ));
         assert_eq!(classify("  ; ", false).unwrap(), Statement::Empty);
     }
@@ -404,8 +418,14 @@ mod tests {
 
     #[test]
     fn timeouts() {
-        assert_eq!(parse_timeout("150").unwrap(), Some(Duration::from_millis(150)));
-        assert_eq!(parse_timeout("1min").unwrap(), Some(Duration::from_secs(60)));
+        assert_eq!(
+            parse_timeout("150").unwrap(),
+            Some(Duration::from_millis(150))
+        );
+        assert_eq!(
+            parse_timeout("1min").unwrap(),
+            Some(Duration::from_secs(60))
+        );
         assert_eq!(parse_timeout("0").unwrap(), None);
         assert!(parse_timeout("soon").is_err());
     }

@@ -98,7 +98,11 @@ impl Connection {
                 let df = self.ctx.sql(&sql).await?;
                 let schema = df.schema().inner().clone();
                 let params = parameter_types(&df)?;
-                Action::Rows { df, schema, params }
+                Action::Rows {
+                    df: Box::new(df),
+                    schema,
+                    params,
+                }
             }
         };
         Ok(Prepared { action })
@@ -132,11 +136,11 @@ impl Connection {
             Action::Empty => Outcome::Empty,
             Action::Rows { df, schema, .. } => {
                 let df = match params {
-                    Some(params) => df
+                    Some(params) => (**df)
                         .clone()
                         .map(|df| df.with_param_values(params))
                         .map_err(fed_error)?,
-                    None => df.clone(),
+                    None => (**df).clone(),
                 };
                 let batches = run_apart(df.collect()).await?;
                 Outcome::Rows {
@@ -285,7 +289,7 @@ enum Action {
     Empty,
     /// A planned query: its columns and the types of its `$n` parameters.
     Rows {
-        df: FedDataFrame,
+        df: Box<FedDataFrame>,
         schema: SchemaRef,
         params: Vec<Option<DataType>>,
     },

@@ -16,6 +16,8 @@ mod fedsgd;
 mod glm;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/pgwire.rs"]
+mod pgwire;
 #[path = "suites/refusal.rs"]
 mod refusal;
 #[path = "suites/remote.rs"]

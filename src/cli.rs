@@ -67,6 +67,11 @@ pub enum Command {
     /// Serve this site's tables to coordinators over Arrow Flight; each
     /// request must carry the token, and only aggregate states leave.
     Worker(crate::site::worker::WorkerArgs),
+    /// Serve the federation over the PostgreSQL wire protocol (psql, R,
+    /// Python, BI tools); the setup scripts register its tables.
+    Serve(crate::pgwire::ServeArgs),
+    /// Set a user's password in the users file of `fedsql serve --users`.
+    Passwd(crate::pgwire::PasswdArgs),
 }
 
 /// One thing to run non-interactively.
@@ -125,6 +130,12 @@ where
 pub async fn run(args: &Args) -> Result<()> {
     if let Some(Command::Worker(worker)) = &args.command {
         return crate::site::worker::run_cli(worker).await;
+    }
+    if let Some(Command::Serve(serve)) = &args.command {
+        return crate::pgwire::run_cli(serve).await;
+    }
+    if let Some(Command::Passwd(passwd)) = &args.command {
+        return crate::pgwire::run_passwd(passwd);
     }
     let ctx = FedContext::new();
     if !args.no_demo {

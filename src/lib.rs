@@ -32,6 +32,7 @@ pub mod formula;
 pub mod matrix_display;
 pub mod models;
 pub mod notices;
+pub mod pgwire;
 pub mod print;
 pub mod repl;
 pub mod site;

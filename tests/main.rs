@@ -16,6 +16,8 @@ mod fedsgd;
 mod glm;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/pgwire.rs"]
+mod pgwire;
 #[path = "suites/policy.rs"]
 mod policy;
 #[path = "suites/refusal.rs"]

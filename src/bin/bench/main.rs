@@ -24,13 +24,20 @@
 //! loopback (in this process) and times the suite and a GLM fit over the
 //! workers against the same clients in-process, in the same run.
 //!
+//! With `--pgwire` it instead serves the federation over the PostgreSQL
+//! protocol (in this process, on loopback) and times the suite through the
+//! endpoint, and a trivial query's latency, against the same federation
+//! in-process.
+//!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
-//! [`models`] times the model fits and [`remote`] the workers.
+//! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
+//! the PostgreSQL endpoint.
 
 mod baseline;
 mod data;
 mod models;
+mod pgwire;
 mod remote;
 mod report;
 mod suite;
@@ -100,6 +107,11 @@ struct Args {
     /// the in-process federation, in the same run.
     #[arg(long)]
     remote: bool,
+    /// Instead: serve the federation over the PostgreSQL protocol (in this
+    /// process, on loopback) and time the suite through it, and a trivial
+    /// query's latency, against the federation in-process.
+    #[arg(long)]
+    pgwire: bool,
 }
 
 #[tokio::main]
@@ -138,6 +150,9 @@ async fn main() -> BenchResult<()> {
 
     if args.remote {
         return remote::run(&args, &plan, &federated, &queries).await;
+    }
+    if args.pgwire {
+        return pgwire::run(&args, &federated, &queries).await;
     }
 
     let mut timings = Vec::new();

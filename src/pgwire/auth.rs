@@ -1,0 +1,528 @@
+//! Who may connect: the users file, SCRAM-SHA-256 against stored verifiers,
+//! and `fedsql passwd USER`.
+//!
+//! The users file is TOML with one entry per user, in the form PostgreSQL
+//! keeps in `pg_authid.rolpassword`:
+//!
+//! ```toml
+//! [users]
+//! alice = "SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>"
+//! ```
+//!
+//! A verifier holds `StoredKey = H(ClientKey)` and `ServerKey`, never the
+//! password nor the salted password: someone who reads the file can neither
+//! log in with it nor recover the password other than by guessing it
+//! through 4096 rounds of PBKDF2 per guess. (pgwire's own SCRAM module
+//! wants the salted password, which is password-equivalent, so the exchange
+//! is done here, on pgwire's startup hooks.)
+//!
+//! Without a users file the server trusts every connection — and therefore
+//! listens only on a loopback address (see [`super::server`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use futures::{Sink, SinkExt};
+use pgwire::api::auth::{
+    ServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
+    save_startup_parameters_to_metadata,
+};
+use pgwire::api::{
+    ClientInfo, ConnectionHandle, ConnectionManager, METADATA_USER, PgWireConnectionState,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::startup::Authentication;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use ring::{digest, hmac, pbkdf2, rand::SecureRandom};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+use tokio::sync::Mutex;
+
+use crate::error::{FedError, Result};
+
+/// PBKDF2 rounds of a new verifier (PostgreSQL's default).
+pub const SCRAM_ITERATIONS: u32 = 4096;
+const MECHANISM: &str = "SCRAM-SHA-256";
+
+/// One user's SCRAM-SHA-256 verifier.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Verifier {
+    iterations: u32,
+    salt: Vec<u8>,
+    stored_key: Vec<u8>,
+    server_key: Vec<u8>,
+}
+
+impl Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Verifier(SCRAM-SHA-256)")
+    }
+}
+
+impl Verifier {
+    /// A new verifier of `password`, with a fresh random salt.
+    pub fn new(password: &str) -> Result<Self> {
+        let mut salt = vec![0u8; 16];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .map_err(|_| FedError::Internal("cannot draw a random salt".into()))?;
+        Ok(Self::with_salt(password, salt, SCRAM_ITERATIONS))
+    }
+
+    fn with_salt(password: &str, salt: Vec<u8>, iterations: u32) -> Self {
+        let salted = salted_password(password, &salt, iterations);
+        let client_key = hmac_sha256(&salted, b"Client Key");
+        let stored_key = digest::digest(&digest::SHA256, &client_key)
+            .as_ref()
+            .to_vec();
+        let server_key = hmac_sha256(&salted, b"Server Key");
+        Self {
+            iterations,
+            salt,
+            stored_key,
+            server_key,
+        }
+    }
+
+    /// PostgreSQL's text form: `SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey>`.
+    pub fn encode(&self) -> String {
+        format!(
+            "{MECHANISM}${}:{}${}:{}",
+            self.iterations,
+            B64.encode(&self.salt),
+            B64.encode(&self.stored_key),
+            B64.encode(&self.server_key)
+        )
+    }
+
+    /// Reads the text form.
+    pub fn parse(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix(MECHANISM)?.strip_prefix('$')?;
+        let (params, keys) = rest.split_once('$')?;
+        let (iterations, salt) = params.split_once(':')?;
+        let (stored, server) = keys.split_once(':')?;
+        let verifier = Self {
+            iterations: iterations.parse().ok()?,
+            salt: B64.decode(salt).ok()?,
+            stored_key: B64.decode(stored).ok()?,
+            server_key: B64.decode(server).ok()?,
+        };
+        (verifier.stored_key.len() == 32 && verifier.server_key.len() == 32).then_some(verifier)
+    }
+}
+
+/// The users allowed to connect, from a users file.
+#[derive(Debug, Clone, Default)]
+pub struct Users {
+    users: BTreeMap<String, Verifier>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UsersFile {
+    #[serde(default)]
+    users: BTreeMap<String, String>,
+}
+
+impl Users {
+    /// Reads a users file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            FedError::InvalidArgument(format!(
+                "cannot read the users file {}: {e}",
+                path.display()
+            ))
+        })?;
+        Self::parse(&text)
+            .map_err(|e| FedError::InvalidArgument(format!("users file {}: {e}", path.display())))
+    }
+
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        let file: UsersFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let users = file
+            .users
+            .into_iter()
+            .map(|(name, text)| match Verifier::parse(&text) {
+                Some(v) => Ok((name, v)),
+                None => Err(format!(
+                    "user `{name}`: not a SCRAM-SHA-256 verifier (write it with `fedsql passwd {name}`)"
+                )),
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Self { users })
+    }
+
+    /// The verifier of a user.
+    pub fn get(&self, name: &str) -> Option<&Verifier> {
+        self.users.get(name)
+    }
+
+    /// Sets a user's verifier.
+    pub fn set(&mut self, name: &str, verifier: Verifier) {
+        self.users.insert(name.to_string(), verifier);
+    }
+
+    /// Whether there is no user at all.
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        let mut text = String::from(
+            "# fedsql users: SCRAM-SHA-256 verifiers written by `fedsql passwd USER`.\n[users]\n",
+        );
+        for (name, verifier) in &self.users {
+            let key = if name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                name.clone()
+            } else {
+                format!("{name:?}")
+            };
+            text.push_str(&format!("{key} = \"{}\"\n", verifier.encode()));
+        }
+        text
+    }
+}
+
+/// `fedsql passwd USER`: sets the user's password in the users file
+/// (created if missing, readable by its owner only).
+pub fn set_password(path: &Path, user: &str, password: &str) -> Result<()> {
+    if user.is_empty() {
+        return Err(FedError::InvalidArgument("the user name is empty".into()));
+    }
+    if password.is_empty() {
+        return Err(FedError::InvalidArgument("the password is empty".into()));
+    }
+    let mut users = if path.exists() {
+        Users::load(path)?
+    } else {
+        Users::default()
+    };
+    users.set(user, Verifier::new(password)?);
+    write_private(path, &users.to_toml())
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn salted_password(password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    // PostgreSQL uses the password as given when SASLprep rejects it.
+    let prepared = stringprep::saslprep(password)
+        .map(|p| p.into_owned())
+        .unwrap_or_else(|_| password.to_string());
+    let mut out = vec![0u8; digest::SHA256_OUTPUT_LEN];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        std::num::NonZeroU32::new(iterations.max(1)).expect("at least one"),
+        salt,
+        prepared.as_bytes(),
+        &mut out,
+    );
+    out
+}
+
+fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, key);
+    hmac::sign(&key, message).as_ref().to_vec()
+}
+
+/// The server's side of one SCRAM exchange (RFC 5802, RFC 7677).
+#[derive(Debug)]
+struct ScramExchange {
+    /// `None` for an unknown user: the exchange runs to the end with a
+    /// made-up salt and fails there, so that it does not tell who exists.
+    verifier: Option<Verifier>,
+    client_first_bare: String,
+    server_first: String,
+    gs2_header: String,
+    nonce: String,
+}
+
+impl ScramExchange {
+    /// Answers the client-first message with the server-first message.
+    fn start(client_first: &str, verifier: Option<Verifier>) -> PgWireResult<Self> {
+        let invalid = || PgWireError::InvalidScramMessage("malformed client-first-message".into());
+        // gs2-header: "n,," or "y,," (no channel binding); "p=..." asks for
+        // channel binding, which is not offered.
+        let mut parts = client_first.splitn(3, ',');
+        let flag = parts.next().ok_or_else(invalid)?;
+        let authzid = parts.next().ok_or_else(invalid)?;
+        let bare = parts.next().ok_or_else(invalid)?;
+        if !(flag == "n" || flag == "y") {
+            return Err(PgWireError::InvalidScramMessage(
+                "channel binding is not offered".into(),
+            ));
+        }
+        let client_nonce = bare
+            .split(',')
+            .find_map(|a| a.strip_prefix("r="))
+            .ok_or_else(invalid)?;
+        let mut random = [0u8; 18];
+        ring::rand::SystemRandom::new()
+            .fill(&mut random)
+            .map_err(|_| invalid())?;
+        let nonce = format!("{client_nonce}{}", B64.encode(random));
+        let (salt, iterations) = match &verifier {
+            Some(v) => (v.salt.clone(), v.iterations),
+            None => (random[..16].to_vec(), SCRAM_ITERATIONS),
+        };
+        let server_first = format!("r={nonce},s={},i={iterations}", B64.encode(salt));
+        Ok(Self {
+            verifier,
+            client_first_bare: bare.to_string(),
+            server_first,
+            gs2_header: format!("{flag},{authzid},"),
+            nonce,
+        })
+    }
+
+    /// Checks the client's proof; on success, the server-final message.
+    fn finish(&self, client_final: &str) -> Option<String> {
+        let (without_proof, proof) = client_final.rsplit_once(",p=")?;
+        let mut binding = None;
+        let mut nonce = None;
+        for attr in without_proof.split(',') {
+            if let Some(v) = attr.strip_prefix("c=") {
+                binding = Some(v);
+            } else if let Some(v) = attr.strip_prefix("r=") {
+                nonce = Some(v);
+            }
+        }
+        if nonce? != self.nonce || B64.decode(binding?).ok()? != self.gs2_header.as_bytes() {
+            return None;
+        }
+        let verifier = self.verifier.as_ref()?;
+        let proof = B64.decode(proof).ok()?;
+        let auth_message = format!(
+            "{},{},{}",
+            self.client_first_bare, self.server_first, without_proof
+        );
+        let client_signature = hmac_sha256(&verifier.stored_key, auth_message.as_bytes());
+        if proof.len() != client_signature.len() {
+            return None;
+        }
+        let client_key: Vec<u8> = proof
+            .iter()
+            .zip(&client_signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let stored = digest::digest(&digest::SHA256, &client_key);
+        if !bool::from(stored.as_ref().ct_eq(&verifier.stored_key)) {
+            return None;
+        }
+        let server_signature = hmac_sha256(&verifier.server_key, auth_message.as_bytes());
+        Some(format!("v={}", B64.encode(server_signature)))
+    }
+}
+
+/// Where a connection is in its authentication.
+#[derive(Debug)]
+enum AuthStep {
+    Initial,
+    ServerFirstSent(Box<ScramExchange>),
+}
+
+/// The start-up of one connection: SCRAM when there are users, none
+/// otherwise; then the connection is registered for cancel requests.
+pub struct Startup<P> {
+    users: Option<Arc<Users>>,
+    parameters: Arc<P>,
+    connections: Arc<ConnectionManager>,
+    step: Mutex<AuthStep>,
+}
+
+impl<P> Startup<P> {
+    /// The start-up handler of a new connection.
+    pub fn new(
+        users: Option<Arc<Users>>,
+        parameters: Arc<P>,
+        connections: Arc<ConnectionManager>,
+    ) -> Self {
+        Self {
+            users,
+            parameters,
+            connections,
+            step: Mutex::new(AuthStep::Initial),
+        }
+    }
+}
+
+#[async_trait]
+impl<P: ServerParameterProvider> StartupHandler for Startup<P> {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                if self.users.is_some() {
+                    client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                    client
+                        .send(PgWireBackendMessage::Authentication(Authentication::SASL(
+                            vec![MECHANISM.to_string()],
+                        )))
+                        .await?;
+                } else {
+                    self.accept(client).await?;
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message) => {
+                let Some(users) = &self.users else {
+                    return Err(PgWireError::InvalidSASLState);
+                };
+                let user = client
+                    .metadata()
+                    .get(METADATA_USER)
+                    .cloned()
+                    .ok_or(PgWireError::UserNameRequired)?;
+                let mut step = self.step.lock().await;
+                match &*step {
+                    AuthStep::Initial => {
+                        let initial = message.into_sasl_initial_response()?;
+                        if initial.auth_method != MECHANISM {
+                            return Err(PgWireError::UnsupportedSASLAuthMethod(
+                                initial.auth_method,
+                            ));
+                        }
+                        let data = initial.data.unwrap_or_default();
+                        let client_first = std::str::from_utf8(&data)
+                            .map_err(|_| PgWireError::InvalidScramMessage("not UTF-8".into()))?;
+                        let exchange =
+                            ScramExchange::start(client_first, users.get(&user).cloned())?;
+                        let server_first = exchange.server_first.clone();
+                        *step = AuthStep::ServerFirstSent(Box::new(exchange));
+                        client
+                            .send(PgWireBackendMessage::Authentication(
+                                Authentication::SASLContinue(server_first.into_bytes().into()),
+                            ))
+                            .await?;
+                    }
+                    AuthStep::ServerFirstSent(exchange) => {
+                        let response = message.into_sasl_response()?;
+                        let client_final = std::str::from_utf8(&response.data).unwrap_or("");
+                        let Some(server_final) = exchange.finish(client_final) else {
+                            return Err(PgWireError::InvalidPassword(user));
+                        };
+                        *step = AuthStep::Initial;
+                        client
+                            .feed(PgWireBackendMessage::Authentication(
+                                Authentication::SASLFinal(server_final.into_bytes().into()),
+                            ))
+                            .await?;
+                        self.accept(client).await?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl<P: ServerParameterProvider> Startup<P> {
+    /// Ends the start-up: the connection gets its cancel key and is ready.
+    async fn accept<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (pid, secret) = RandomPidSecretKeyGenerator::default().generate(client);
+        client.set_pid_and_secret_key(pid, secret.clone());
+        let (handle, guard) = self.connections.register(pid, secret);
+        client
+            .session_extensions()
+            .insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert(guard);
+        finish_authentication(client, self.parameters.as_ref()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifier_round_trips_and_matches_postgres_form() {
+        let v = Verifier::new("s3cret").unwrap();
+        let text = v.encode();
+        assert!(text.starts_with("SCRAM-SHA-256$4096:"));
+        assert_eq!(Verifier::parse(&text), Some(v));
+        assert_eq!(Verifier::parse("md5abc"), None);
+    }
+
+    #[test]
+    fn users_file_round_trips() {
+        let mut users = Users::default();
+        users.set("alice", Verifier::new("a").unwrap());
+        users.set("bob smith", Verifier::new("b").unwrap());
+        let back = Users::parse(&users.to_toml()).unwrap();
+        assert_eq!(back.get("alice"), users.get("alice"));
+        assert_eq!(back.get("bob smith"), users.get("bob smith"));
+        assert!(Users::parse("[users]\nalice = \"plain\"\n").is_err());
+    }
+
+    /// The client side of RFC 5802, to check the server against.
+    fn client_final(password: &str, client_first_bare: &str, server_first: &str) -> String {
+        let attrs: BTreeMap<&str, &str> = server_first
+            .split(',')
+            .filter_map(|a| a.split_once('='))
+            .collect();
+        let salt = B64.decode(attrs["s"]).unwrap();
+        let iterations: u32 = attrs["i"].parse().unwrap();
+        let salted = salted_password(password, &salt, iterations);
+        let client_key = hmac_sha256(&salted, b"Client Key");
+        let stored_key = digest::digest(&digest::SHA256, &client_key);
+        let without_proof = format!("c={},r={}", B64.encode("n,,"), attrs["r"]);
+        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+        let signature = hmac_sha256(stored_key.as_ref(), auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        format!("{without_proof},p={}", B64.encode(proof))
+    }
+
+    #[test]
+    fn scram_accepts_the_password_and_refuses_others() {
+        let verifier = Verifier::new("pencil").unwrap();
+        let bare = "n=,r=rOprNGfwEbeRWgbNEkqO";
+        let exchange = ScramExchange::start(&format!("n,,{bare}"), Some(verifier.clone())).unwrap();
+        let good = client_final("pencil", bare, &exchange.server_first);
+        assert!(exchange.finish(&good).unwrap().starts_with("v="));
+        let bad = client_final("pen", bare, &exchange.server_first);
+        assert!(exchange.finish(&bad).is_none());
+        let unknown = ScramExchange::start(&format!("n,,{bare}"), None).unwrap();
+        let guess = client_final("pencil", bare, &unknown.server_first);
+        assert!(unknown.finish(&guess).is_none());
+    }
+}

@@ -1,0 +1,585 @@
+//! `fedsql serve`: a server started in the test on 127.0.0.1 (port 0),
+//! driven by tokio-postgres — simple and extended protocol, types, errors
+//! with their SQLSTATE and HINT, the catalog psql reads, notices, cancel
+//! and timeout, SCRAM, concurrent sessions, a dropped connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fedsql::FedContext;
+use fedsql::pgwire::{Server, ServerOptions, auth, start};
+use futures::{StreamExt, stream};
+use tokio::sync::mpsc;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
+
+/// A query that runs for minutes over a shared table (nothing federated),
+/// for cancel and timeout. Its scan yields between batches, so an aborted
+/// statement stops (a filter that drops every row of a cross join would
+/// loop inside one poll, and run on after its cancel).
+const LONG_QUERY: &str = "SELECT sum(value % 3) FROM generate_series(1, 20000000000)";
+
+async fn demo_server(options: ServerOptions) -> Server {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    start(
+        ctx,
+        ServerOptions {
+            listen: "127.0.0.1:0".into(),
+            ..options
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn config(server: &Server, user: &str) -> tokio_postgres::Config {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host("127.0.0.1")
+        .port(server.addr().port())
+        .user(user)
+        .dbname("fedsql");
+    config
+}
+
+/// A client whose notices are collected.
+async fn connect_with_notices(
+    config: &tokio_postgres::Config,
+) -> Result<(Client, mpsc::UnboundedReceiver<String>), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notice(notice) = message {
+                let _ = tx.send(notice.message().to_string());
+            }
+        }
+    });
+    Ok((client, rx))
+}
+
+async fn connect(server: &Server) -> Client {
+    connect_with_notices(&config(server, "analyst"))
+        .await
+        .unwrap()
+        .0
+}
+
+/// The rows of a simple query, as text.
+async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The same query in-process, as text (arrow's display).
+async fn in_process_rows(sql: &str) -> Vec<Vec<String>> {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            rows.push(
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| {
+                        datafusion::arrow::util::display::array_value_to_string(c, row).unwrap()
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows
+}
+
+fn db_error(e: &tokio_postgres::Error) -> &tokio_postgres::error::DbError {
+    e.as_db_error()
+        .unwrap_or_else(|| panic!("not a database error: {e:?}"))
+}
+
+#[tokio::test]
+async fn simple_protocol_answers_as_in_process() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let sql = "SELECT region, count(*) AS n, sum(systolic) AS s FROM clinic WHERE age >= 40 GROUP BY region ORDER BY region";
+    let wire = simple_rows(&client, sql).await;
+    let local = in_process_rows(sql).await;
+    assert_eq!(wire.len(), 4);
+    let wire: Vec<Vec<String>> = wire
+        .into_iter()
+        .map(|r| r.into_iter().map(Option::unwrap).collect())
+        .collect();
+    assert_eq!(wire, local);
+    // Several statements in one simple query; empty statements are fine.
+    let messages = client.simple_query("SELECT 1; ; SELECT 2").await.unwrap();
+    let rows = messages
+        .iter()
+        .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 2);
+}
+
+#[tokio::test]
+async fn extended_protocol_with_parameters() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let statement = client
+        .prepare("SELECT count(*) AS n, avg(age) AS mean_age FROM clinic WHERE age >= $1 AND region = $2")
+        .await
+        .unwrap();
+    assert_eq!(statement.params(), &[Type::INT8, Type::TEXT]);
+    assert_eq!(statement.columns()[0].type_(), &Type::INT8);
+    assert_eq!(statement.columns()[1].type_(), &Type::FLOAT8);
+    for (age, region) in [(40i64, "north"), (60, "south")] {
+        let row = client
+            .query_one(&statement, &[&age, &region])
+            .await
+            .unwrap();
+        let local = in_process_rows(&format!(
+            "SELECT count(*), avg(age) FROM clinic WHERE age >= {age} AND region = '{region}'"
+        ))
+        .await;
+        assert_eq!(row.get::<_, i64>(0).to_string(), local[0][0]);
+        let mean: f64 = row.get(1);
+        assert!((mean - local[0][1].parse::<f64>().unwrap()).abs() < 1e-9);
+    }
+    // A statement without parameters, through the extended protocol.
+    let rows = client
+        .query(
+            "SELECT region FROM clinic GROUP BY region ORDER BY region",
+            &[],
+        )
+        .await
+        .unwrap();
+    let regions: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(regions, ["east", "north", "south", "west"]);
+}
+
+#[tokio::test]
+async fn every_output_type_has_its_oid() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let sql = "SELECT count(*) AS n, CAST(count(*) AS INT) AS n32, avg(bmi) AS mean_bmi, \
+               CAST(avg(bmi) AS REAL) AS mean32, 'text' AS label, count(*) > 0 AS any_rows, \
+               DATE '2024-03-01' AS day, TIMESTAMP '2024-03-01 12:30:00' AS at, \
+               CAST(1.25 AS DECIMAL(10, 2)) AS price, \
+               covariance_matrix(age, bmi) AS cov \
+               FROM clinic";
+    let statement = client.prepare(sql).await.unwrap();
+    let types: Vec<&Type> = statement.columns().iter().map(|c| c.type_()).collect();
+    assert_eq!(
+        &types[..9],
+        &[
+            &Type::INT8,
+            &Type::INT4,
+            &Type::FLOAT8,
+            &Type::FLOAT4,
+            &Type::TEXT,
+            &Type::BOOL,
+            &Type::DATE,
+            &Type::TIMESTAMP,
+            &Type::NUMERIC
+        ]
+    );
+    // The labeled matrix (a struct of nested lists) is JSON text, OID 114.
+    assert_eq!(types[9], &Type::JSON);
+    assert_eq!(types[9].oid(), 114);
+    let row = client.query_one(&statement, &[]).await.unwrap();
+    assert!(row.get::<_, i64>(0) > 0);
+    assert_eq!(row.get::<_, String>(4), "text");
+    assert!(row.get::<_, bool>(5));
+    assert_eq!(
+        row.get::<_, chrono::NaiveDate>(6),
+        chrono::NaiveDate::from_ymd_opt(2024, 3, 1).unwrap()
+    );
+    let cov: serde_json::Value = row.get(9);
+    assert!(cov.is_object(), "{cov}");
+    // Text format (simple protocol) of the same values.
+    let text = simple_rows(&client, sql).await;
+    assert_eq!(text[0][4].as_deref(), Some("text"));
+    assert_eq!(text[0][5].as_deref(), Some("t"));
+    assert_eq!(text[0][6].as_deref(), Some("2024-03-01"));
+    assert!(text[0][9].as_deref().unwrap().starts_with('{'));
+    // A flat list is a PostgreSQL array.
+    let list = client
+        .query_one("SELECT make_array(1.5, 2.5) AS v", &[])
+        .await
+        .unwrap();
+    assert_eq!(list.get::<_, Vec<f64>>(0), vec![1.5, 2.5]);
+}
+
+#[tokio::test]
+async fn errors_keep_their_sqlstate_and_hint() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let e = client
+        .simple_query("SELECT * FROM clinic")
+        .await
+        .unwrap_err();
+    let db = db_error(&e);
+    assert_eq!(db.code(), &SqlState::INSUFFICIENT_PRIVILEGE);
+    assert!(db.message().contains("raw rows"), "{}", db.message());
+    assert!(db.hint().unwrap().contains("aggregate"), "{:?}", db.hint());
+    let e = client
+        .query("SELECT median(age) FROM clinic WHERE age > $1", &[&1i64])
+        .await
+        .unwrap_err();
+    let db = db_error(&e);
+    assert_eq!(db.code(), &SqlState::INSUFFICIENT_PRIVILEGE);
+    assert!(db.hint().unwrap().contains("approx_median"));
+    let e = client
+        .simple_query("SELECT count(*) FROM nosuch")
+        .await
+        .unwrap_err();
+    assert_eq!(db_error(&e).code(), &SqlState::UNDEFINED_TABLE);
+    let e = client.simple_query("SELEC 1").await.unwrap_err();
+    assert_eq!(db_error(&e).code(), &SqlState::SYNTAX_ERROR);
+    let e = client
+        .simple_query("SELECT nosuch_fn(1)")
+        .await
+        .unwrap_err();
+    assert_eq!(db_error(&e).code(), &SqlState::UNDEFINED_FUNCTION);
+    // The connection goes on after errors.
+    assert_eq!(
+        simple_rows(&client, "SELECT 1").await,
+        [[Some("1".to_string())]]
+    );
+}
+
+#[tokio::test]
+async fn ddl_needs_allow_ddl() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = format!("{}/", dir.path().display());
+    for (client, rows) in [("a", "1,2\n3,4\n"), ("b", "5,6\n")] {
+        std::fs::write(
+            dir.path().join(format!("{client}.csv")),
+            format!("x,y\n{rows}"),
+        )
+        .unwrap();
+    }
+    let create = format!("CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{location}'");
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let e = client.simple_query(&create).await.unwrap_err();
+    let db = db_error(&e);
+    assert_eq!(db.code(), &SqlState::INSUFFICIENT_PRIVILEGE);
+    assert!(db.message().contains("--allow-ddl"));
+    let e = client
+        .simple_query("CREATE EXTERNAL TABLE p STORED AS CSV LOCATION '/etc/passwd'")
+        .await
+        .unwrap_err();
+    assert_eq!(db_error(&e).code(), &SqlState::INSUFFICIENT_PRIVILEGE);
+
+    let server = demo_server(ServerOptions {
+        allow_ddl: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    let first = connect(&server).await;
+    first.simple_query(&create).await.unwrap();
+    // The catalog is the server's: another connection sees the table.
+    let second = connect(&server).await;
+    assert_eq!(
+        simple_rows(&second, "SELECT sum(x) AS sx, count(*) AS n FROM t").await,
+        [[Some("9".to_string()), Some("3".to_string())]]
+    );
+}
+
+#[tokio::test]
+async fn catalog_queries_of_psql_and_drivers() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let version = simple_rows(&client, "SELECT version()").await;
+    assert!(
+        version[0][0]
+            .as_deref()
+            .unwrap()
+            .starts_with("PostgreSQL 16.")
+    );
+    for sql in [
+        "BEGIN",
+        "SET datestyle TO 'ISO, MDY'",
+        "SET extra_float_digits = 3",
+        "SET application_name = 'test'",
+        "COMMIT",
+        "ROLLBACK",
+    ] {
+        client.simple_query(sql).await.unwrap();
+    }
+    assert_eq!(
+        simple_rows(&client, "SHOW datestyle").await,
+        [[Some("ISO, MDY".to_string())]]
+    );
+    // psql's \dt
+    let dt = simple_rows(
+        &client,
+        "SELECT n.nspname as \"Schema\", c.relname as \"Name\", \
+         CASE c.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'i' THEN 'index' WHEN 'S' THEN 'sequence' WHEN 't' THEN 'TOAST table' WHEN 'f' THEN 'foreign table' WHEN 'p' THEN 'partitioned table' WHEN 'I' THEN 'partitioned index' END as \"Type\", \
+         pg_catalog.pg_get_userbyid(c.relowner) as \"Owner\" \
+         FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         LEFT JOIN pg_catalog.pg_am am ON am.oid = c.relam \
+         WHERE c.relkind IN ('r','p','') AND n.nspname <> 'pg_catalog' AND n.nspname !~ '^pg_toast' AND n.nspname <> 'information_schema' \
+         AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1,2;",
+    )
+    .await;
+    assert!(
+        dt.iter().any(|r| r[1].as_deref() == Some("clinic")),
+        "{dt:?}"
+    );
+    // psql's \d clinic: find the table, then its columns.
+    let found = simple_rows(
+        &client,
+        "SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c \
+         LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relname OPERATOR(pg_catalog.~) '^(clinic)$' COLLATE pg_catalog.default \
+         AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 2, 3;",
+    )
+    .await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let oid = found[0][0].clone().unwrap();
+    let columns = simple_rows(
+        &client,
+        &format!(
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull \
+             FROM pg_catalog.pg_attribute a \
+             WHERE a.attrelid = '{oid}' AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum;"
+        ),
+    )
+    .await;
+    let names: Vec<&str> = columns.iter().map(|r| r[0].as_deref().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "region", "age", "sex", "bmi", "systolic", "smoker", "event", "visits"
+        ]
+    );
+    assert_eq!(columns[1][1].as_deref(), Some("bigint"));
+    // R's dbListTables (RPostgres) and information_schema.
+    let tables = simple_rows(
+        &client,
+        "SELECT cl.relname AS name FROM pg_class AS cl JOIN pg_namespace AS n ON cl.relnamespace = n.oid \
+         WHERE (n.nspname = ANY (current_schemas(true))) AND (n.nspname <> 'pg_catalog') \
+         AND (cl.relkind IN ('r', 'p', 'f', 'v', 'm')) ORDER BY name",
+    )
+    .await;
+    assert!(
+        tables.iter().any(|r| r[0].as_deref() == Some("clinic")),
+        "{tables:?}"
+    );
+    let tables = simple_rows(
+        &client,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .await;
+    assert_eq!(tables, [[Some("clinic".to_string())]]);
+}
+
+#[tokio::test]
+async fn notices_are_notices_not_rows() {
+    let server = demo_server(ServerOptions::default()).await;
+    let (client, mut notices) = connect_with_notices(&config(&server, "analyst"))
+        .await
+        .unwrap();
+    let rows = simple_rows(
+        &client,
+        "SELECT term, estimate FROM glm('clinic', 'event ~ age + smoker', 'binomial')",
+    )
+    .await;
+    let terms: Vec<&str> = rows.iter().map(|r| r[0].as_deref().unwrap()).collect();
+    assert_eq!(terms, ["(Intercept)", "age", "smoker"]);
+    let notice = notices.recv().await.unwrap();
+    assert!(notice.contains("deviance"), "{notice}");
+}
+
+// A long statement must not starve the other tasks of the test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_statement() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    let token = client.cancel_token();
+    let query = tokio::spawn(async move {
+        let result = client.simple_query(LONG_QUERY).await;
+        (client, result)
+    });
+    // A cancel request that arrives before the statement starts cancels
+    // nothing: send them until the statement ends.
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            token.cancel_query(NoTls).await.unwrap();
+            if query.is_finished() {
+                break query.await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the statement was not cancelled");
+    let (client, result) = result;
+    assert_eq!(
+        db_error(&result.unwrap_err()).code(),
+        &SqlState::QUERY_CANCELED
+    );
+    // The last cancel request may still be on its way (the client does not
+    // wait for the server to act on it) and, as in PostgreSQL, cancel the
+    // next statement; after that the connection answers.
+    let mut answered = None;
+    for _ in 0..20 {
+        match client.simple_query("SELECT 1").await {
+            Ok(messages) => {
+                answered = Some(messages);
+                break;
+            }
+            Err(e) => {
+                assert_eq!(db_error(&e).code(), &SqlState::QUERY_CANCELED);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert!(
+        answered.is_some_and(|m| m
+            .iter()
+            .any(|m| matches!(m, SimpleQueryMessage::Row(row) if row.get(0) == Some("1")))),
+        "the connection did not answer after the cancelled statement"
+    );
+}
+
+// A long statement must not starve the other tasks of the test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_and_sessions_of_their_own() {
+    let server = demo_server(ServerOptions::default()).await;
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    a.simple_query("SET statement_timeout = 200").await.unwrap();
+    a.simple_query("SET datafusion.execution.batch_size = 1000")
+        .await
+        .unwrap();
+    let (timed_out, counted) = tokio::join!(
+        a.simple_query(LONG_QUERY),
+        b.query_one("SELECT count(*) FROM clinic", &[])
+    );
+    assert_eq!(
+        db_error(&timed_out.unwrap_err()).code(),
+        &SqlState::QUERY_CANCELED
+    );
+    assert!(counted.unwrap().get::<_, i64>(0) > 0);
+    assert_eq!(
+        simple_rows(&a, "SHOW statement_timeout").await,
+        [[Some("200ms".to_string())]]
+    );
+    assert_eq!(
+        simple_rows(&b, "SHOW statement_timeout").await,
+        [[Some("0".to_string())]]
+    );
+    let batch_size = "SELECT value FROM information_schema.df_settings WHERE name = 'datafusion.execution.batch_size'";
+    assert_eq!(
+        simple_rows(&a, batch_size).await,
+        [[Some("1000".to_string())]]
+    );
+    assert_eq!(
+        simple_rows(&b, batch_size).await,
+        [[Some("8192".to_string())]]
+    );
+}
+
+// A long statement must not starve the other tasks of the test's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_mid_query_leaves_the_server_answering() {
+    let server = demo_server(ServerOptions::default()).await;
+    let config = config(&server, "analyst");
+    let (client, connection) = config.connect(NoTls).await.unwrap();
+    let connection = tokio::spawn(connection);
+    // The server ends the abandoned statement at its timeout.
+    client
+        .simple_query("SET statement_timeout = 2000")
+        .await
+        .unwrap();
+    let mut query = tokio::spawn(async move { client.simple_query(LONG_QUERY).await });
+    // Still running after a while: the statement is at the server.
+    if let Ok(ended) = tokio::time::timeout(Duration::from_millis(300), &mut query).await {
+        panic!("the long statement ended at once: {ended:?}");
+    }
+    connection.abort();
+    query.abort();
+    let other = connect(&server).await;
+    assert_eq!(
+        simple_rows(&other, "SELECT count(*) > 0 FROM clinic").await,
+        [[Some("t".to_string())]]
+    );
+    // Garbage instead of a start-up message ends only that connection.
+    use tokio::io::AsyncWriteExt;
+    let mut raw = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    raw.write_all(b"\x00\x00\x00\x08garbage!").await.unwrap();
+    drop(raw);
+    let again = connect(&server).await;
+    assert_eq!(
+        simple_rows(&again, "SELECT 2").await,
+        [[Some("2".to_string())]]
+    );
+}
+
+#[tokio::test]
+async fn scram_login() {
+    let dir = tempfile::tempdir().unwrap();
+    let users_file = dir.path().join("users.toml");
+    auth::set_password(&users_file, "alice", "correct horse").unwrap();
+    let text = std::fs::read_to_string(&users_file).unwrap();
+    assert!(text.contains("alice = \"SCRAM-SHA-256$4096:"), "{text}");
+    assert!(!text.contains("correct horse"));
+    let users = auth::Users::load(&users_file).unwrap();
+    let server = demo_server(ServerOptions {
+        users: Some(Arc::new(users)),
+        ..ServerOptions::default()
+    })
+    .await;
+    let mut good = config(&server, "alice");
+    good.password("correct horse");
+    let (client, _) = connect_with_notices(&good).await.unwrap();
+    assert_eq!(
+        simple_rows(&client, "SELECT 1").await,
+        [[Some("1".to_string())]]
+    );
+    let mut wrong = config(&server, "alice");
+    wrong.password("wrong");
+    let e = connect_with_notices(&wrong).await.err().unwrap();
+    assert_eq!(db_error(&e).code(), &SqlState::INVALID_PASSWORD);
+    let mut unknown = config(&server, "mallory");
+    unknown.password("correct horse");
+    let e = connect_with_notices(&unknown).await.err().unwrap();
+    assert_eq!(db_error(&e).code(), &SqlState::INVALID_PASSWORD);
+    assert!(
+        connect_with_notices(&config(&server, "alice"))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn without_users_only_loopback() {
+    let ctx = FedContext::new();
+    let result = start(
+        ctx,
+        ServerOptions {
+            listen: "0.0.0.0:0".into(),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let e = result.err().expect("a server without users on 0.0.0.0");
+    assert!(e.to_string().contains("loopback"), "{e}");
+}

@@ -20,6 +20,7 @@ pub mod labeled;
 pub mod linalg;
 pub mod normal_equations;
 pub mod ols;
+pub mod quantizer;
 pub mod secure_avg;
 pub mod secure_count;
 pub mod secure_quantized;

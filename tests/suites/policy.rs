@@ -413,3 +413,38 @@ async fn clients_show_their_policy() {
     assert_eq!(policies.value(0), DisclosurePolicy::default().to_string());
     assert!(policies.value(0).contains("extremes=refuse"));
 }
+
+/// The worker defends itself before it trusts: a 100 MB request without the
+/// token is refused on its headers, and the worker keeps serving.
+#[tokio::test]
+async fn an_unauthenticated_large_request_is_refused_on_its_headers() {
+    use arrow_flight::Action;
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let workers = Workers::start_with(&files[..1], "t", |c| c).await;
+    let addr = workers.workers[0].addr();
+    let body = vec![7u8; 100 << 20];
+    let action = Action {
+        r#type: "fedsql.explain".into(),
+        body: body.into(),
+    };
+    let started = std::time::Instant::now();
+    let status = crate::remote::flight(addr)
+        .await
+        .max_encoding_message_size(usize::MAX)
+        .do_action(crate::remote::with_token(action, "not-the-token"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let logs = workers.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("request REFUSED") && l.contains("wrong token")),
+        "{logs:?}"
+    );
+    // The worker still answers a proper query.
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    answer(&remote, "SELECT count(*) FROM t").await;
+}

@@ -39,7 +39,7 @@ const TOKEN: &str = "s3cret-token-for-tests";
 
 /// In-process workers, one per client file, each serving it as `table`.
 pub(crate) struct Workers {
-    workers: Vec<RunningWorker>,
+    pub(crate) workers: Vec<RunningWorker>,
     logs: Arc<Mutex<Vec<String>>>,
     token_file: PathBuf,
     _dir: TempDir,
@@ -247,7 +247,9 @@ async fn lm_and_glm_fits_are_the_same_over_workers() {
 }
 
 /// A raw Flight client, for what a coordinator would never send.
-async fn flight(addr: std::net::SocketAddr) -> FlightServiceClient<tonic::transport::Channel> {
+pub(crate) async fn flight(
+    addr: std::net::SocketAddr,
+) -> FlightServiceClient<tonic::transport::Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -256,7 +258,7 @@ async fn flight(addr: std::net::SocketAddr) -> FlightServiceClient<tonic::transp
     FlightServiceClient::new(channel)
 }
 
-fn with_token<T>(message: T, token: &str) -> Request<T> {
+pub(crate) fn with_token<T>(message: T, token: &str) -> Request<T> {
     let mut request = Request::new(message);
     request
         .metadata_mut()

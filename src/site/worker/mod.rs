@@ -98,9 +98,12 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 FedError::InvalidArgument(format!("TLS certificate or key not usable: {e}"))
             })?;
     }
+    let check = service::TokenCheck::new(&config.token, config.log.clone());
     let server = FlightServiceServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // The token is checked on the headers, before any body is read.
+    let server = tonic::service::interceptor::InterceptedService::new(server, check);
     let (tx, rx) = oneshot::channel::<()>();
     let handle = tokio::spawn(builder.add_service(server).serve_with_incoming_shutdown(
         incoming,

@@ -97,7 +97,7 @@ impl WorkerService {
                 call,
                 Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
             )),
-            Some(token) if bool::from(token.as_bytes().ct_eq(&self.token)) => Ok(peer),
+            Some(token) if token_matches(token.as_bytes(), &self.token) => Ok(peer),
             Some(_) => Err(self.refuse(&peer, call, Status::unauthenticated("wrong token"))),
         }
     }
@@ -533,6 +533,51 @@ impl FlightService for WorkerService {
         Err(Status::unimplemented(
             "a worker serves states through DoGet only",
         ))
+    }
+}
+
+/// Whether `given` is the worker's token, compared in constant time
+/// including the length (both are hashed to 32 bytes first).
+fn token_matches(given: &[u8], token: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    bool::from(Sha256::digest(given).ct_eq(&Sha256::digest(token)))
+}
+
+/// Checks the token of every call before its body is read (a tonic
+/// interceptor runs on the headers alone): an unauthenticated request of
+/// any size is refused without being buffered.
+#[derive(Clone)]
+pub struct TokenCheck {
+    token: Arc<Vec<u8>>,
+    log: WorkerLog,
+}
+
+impl TokenCheck {
+    /// The check for `token`, logging refusals to `log`.
+    pub fn new(token: &str, log: Option<LogSink>) -> Self {
+        Self {
+            token: Arc::new(token.as_bytes().to_vec()),
+            log: WorkerLog::new(log),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let given = request
+            .metadata()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix(BEARER));
+        let refusal = match given {
+            Some(token) if token_matches(token.as_bytes(), &self.token) => return Ok(request),
+            Some(_) => Status::unauthenticated("wrong token"),
+            None => Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
+        };
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        Err(self.log.refuse(&peer, "request", refusal))
     }
 }
 

@@ -16,6 +16,8 @@ mod fedsgd;
 mod glm;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/multivariate.rs"]
+mod multivariate;
 #[path = "suites/refusal.rs"]
 mod refusal;
 #[path = "suites/remote.rs"]

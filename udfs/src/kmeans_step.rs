@@ -1,16 +1,20 @@
 //! `kmeans_step(config, x1, ..., xp)`: one round of Lloyd's k-means as a
 //! mergeable aggregate; state: per centre, the count, the sum of its rows
-//! and their within sum of squares — a list of k × (p + 2) floats whatever
-//! the rows (k, the number of centres, is fixed by the config).
+//! and their within sum of squares, and the number of rows that changed
+//! cluster — a list of k × (p + 2) + 1 floats whatever the rows (k, the
+//! number of centres, is fixed by the config).
 //!
 //! The only shared input is `config`, a constant string with the current
 //! centres, row by row: `centers=1.5,2;3,4.25` (floats written so that they
 //! round-trip exactly). Each row goes to the nearest centre (squared
 //! Euclidean distance; the first centre wins a tie, as R's `kmeans` does).
-//! `measure=...` (same layout) measures the within sum of squares around
-//! other centres than those that assign the rows — R's result when Lloyd
-//! stops at `iter.max`: the last assignment, around the moved centres.
-//! Rows with a NULL in any column are dropped.
+//! `previous=...` (same layout, `|`-separated from the rest) are the last
+//! round's centres: the state then ends with the number of rows whose
+//! nearest centre changed — Lloyd has converged when none did, as R's
+//! `kmeans(algorithm = "Lloyd")` decides. `measure=...` measures the within
+//! sum of squares around other centres than those that assign the rows —
+//! R's result when Lloyd stops at `iter.max`: the last assignment, around
+//! the moved centres. Rows with a NULL in any column are dropped.
 
 use std::sync::Arc;
 
@@ -30,8 +34,28 @@ use crate::flat_state;
 pub struct KmeansConfig {
     /// The centres that assign the rows, k × p.
     pub centers: Vec<Vec<f64>>,
+    /// The last round's centres, to count the rows that changed cluster.
+    pub previous: Option<Vec<Vec<f64>>>,
     /// The centres the within sum of squares is measured around (default: `centers`).
     pub measure: Option<Vec<Vec<f64>>>,
+}
+
+/// The index of the nearest centre (the first of equally near ones).
+fn nearest(centers: &[Vec<f64>], x: &[&[f64]], i: usize) -> usize {
+    let mut best = f64::INFINITY;
+    let mut nearest = 0;
+    for (j, centre) in centers.iter().enumerate() {
+        let d: f64 = centre
+            .iter()
+            .zip(x)
+            .map(|(c, column)| (column[i] - c) * (column[i] - c))
+            .sum();
+        if d < best {
+            best = d;
+            nearest = j;
+        }
+    }
+    nearest
 }
 
 fn encode_centers(centers: &[Vec<f64>]) -> String {
@@ -71,6 +95,9 @@ impl KmeansConfig {
     /// The config string the aggregate reads.
     pub fn encode(&self) -> String {
         let mut s = format!("centers={}", encode_centers(&self.centers));
+        if let Some(m) = &self.previous {
+            s.push_str(&format!("|previous={}", encode_centers(m)));
+        }
         if let Some(m) = &self.measure {
             s.push_str(&format!("|measure={}", encode_centers(m)));
         }
@@ -81,20 +108,26 @@ impl KmeansConfig {
     pub fn decode(text: &str) -> std::result::Result<Self, String> {
         let mut centers = None;
         let mut measure = None;
+        let mut previous = None;
         for part in text.split('|').filter(|p| !p.is_empty()) {
             match part.split_once('=') {
                 Some(("centers", v)) => centers = Some(decode_centers(v)?),
                 Some(("measure", v)) => measure = Some(decode_centers(v)?),
+                Some(("previous", v)) => previous = Some(decode_centers(v)?),
                 _ => return Err(format!("bad config entry `{part}`")),
             }
         }
         let centers = centers.ok_or("config needs centers=")?;
-        if let Some(m) = &measure
-            && (m.len() != centers.len() || m[0].len() != centers[0].len())
-        {
-            return Err("measure= must have the shape of centers=".into());
+        for m in measure.iter().chain(&previous) {
+            if m.len() != centers.len() || m[0].len() != centers[0].len() {
+                return Err("measure= and previous= must have the shape of centers=".into());
+            }
         }
-        Ok(Self { centers, measure })
+        Ok(Self {
+            centers,
+            previous,
+            measure,
+        })
     }
 }
 
@@ -105,11 +138,17 @@ pub struct KmeansSums {
     /// Per cluster, the sum of its rows (p values).
     pub sum: Vec<Vec<f64>>,
     pub withinss: Vec<f64>,
+    /// Rows whose nearest centre is not the one of `previous` (all rows
+    /// without `previous`).
+    pub changed: f64,
 }
 
 impl KmeansSums {
-    /// Reads the flat layout: per cluster, count, p sums, withinss.
+    /// Reads the flat layout: per cluster, count, p sums, withinss; then
+    /// the changed rows.
     pub fn from_slice(values: &[f64], k: usize) -> Self {
+        let changed = values[values.len() - 1];
+        let values = &values[..values.len() - 1];
         let width = values.len() / k;
         let p = width - 2;
         let block = |j: usize| &values[j * width..(j + 1) * width];
@@ -117,6 +156,7 @@ impl KmeansSums {
             count: (0..k).map(|j| block(j)[0]).collect(),
             sum: (0..k).map(|j| block(j)[1..=p].to_vec()).collect(),
             withinss: (0..k).map(|j| block(j)[p + 1]).collect(),
+            changed,
         }
     }
 }
@@ -176,7 +216,7 @@ impl AggregateUDFImpl for KmeansStep {
         Ok(Box::new(KmeansAccumulator {
             config,
             p,
-            sums: vec![0.0; k * (p + 2)],
+            sums: vec![0.0; k * (p + 2) + 1],
         }))
     }
 }
@@ -199,26 +239,20 @@ impl Accumulator for KmeansAccumulator {
         let p = self.p;
         let width = p + 2;
         let measure = self.config.measure.as_ref().unwrap_or(&self.config.centers);
+        let last = self.sums.len() - 1;
         for i in 0..rows {
-            let mut best = f64::INFINITY;
-            let mut nearest = 0;
-            for (j, centre) in self.config.centers.iter().enumerate() {
-                let d: f64 = centre
-                    .iter()
-                    .zip(&x)
-                    .map(|(c, column)| (column[i] - c) * (column[i] - c))
-                    .sum();
-                if d < best {
-                    best = d;
-                    nearest = j;
-                }
-            }
-            let block = &mut self.sums[nearest * width..(nearest + 1) * width];
+            let cluster = nearest(&self.config.centers, &x, i);
+            let moved = match &self.config.previous {
+                Some(previous) => nearest(previous, &x, i) != cluster,
+                None => true,
+            };
+            self.sums[last] += f64::from(u8::from(moved));
+            let block = &mut self.sums[cluster * width..(cluster + 1) * width];
             block[0] += 1.0;
             for (c, column) in x.iter().enumerate() {
                 block[1 + c] += column[i];
             }
-            block[p + 1] += measure[nearest]
+            block[p + 1] += measure[cluster]
                 .iter()
                 .zip(&x)
                 .map(|(c, column)| (column[i] - c) * (column[i] - c))
@@ -270,6 +304,7 @@ mod tests {
     fn config_round_trips_exactly() {
         let config = KmeansConfig {
             centers: vec![vec![0.1, -1.0 / 3.0], vec![1e300, 2.0]],
+            previous: Some(vec![vec![0.5, 2.0], vec![3.0, 4.0]]),
             measure: Some(vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
         };
         assert_eq!(KmeansConfig::decode(&config.encode()).unwrap(), config);
@@ -280,5 +315,9 @@ mod tests {
     async fn merge_of_split_states_equals_one_pass() {
         crate::testing::assert_split_invariant("kmeans_step('centers=1000,0;1003,0.01', a, b)")
             .await;
+        crate::testing::assert_split_invariant(
+            "kmeans_step('centers=1000,0;1003,0.01|previous=1001,0;1002,0|measure=999,0;1004,0', a, b)",
+        )
+        .await;
     }
 }

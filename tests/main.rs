@@ -26,5 +26,7 @@ mod remote;
 mod repl;
 #[path = "suites/secure.rs"]
 mod secure;
+#[path = "suites/survival.rs"]
+mod survival;
 #[path = "suites/tables.rs"]
 mod tables;

@@ -4,6 +4,7 @@
 //! are sent to them.
 
 pub mod analysis;
+pub mod coxph;
 pub mod deferred;
 pub mod fedsgd;
 pub mod glm;
@@ -21,7 +22,8 @@ use datafusion::prelude::SessionContext;
 
 /// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`,
 /// `fedsgd`, `fedsgd_history`) and the analyses (`pca`, `pca_loadings`,
-/// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`).
+/// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
+/// `coxph_stats`).
 pub fn register_all(ctx: &SessionContext) {
     ctx.register_udtf(
         "lm",
@@ -101,6 +103,19 @@ fn register_analyses(ctx: &SessionContext) {
         "logrank_test",
         Arc::new(SurvivalFunction {
             output: SurvivalOutput::LogRank,
+        }),
+    );
+    use coxph::{CoxFunction, CoxOutput};
+    ctx.register_udtf(
+        "coxph",
+        Arc::new(CoxFunction {
+            output: CoxOutput::Coefficients,
+        }),
+    );
+    ctx.register_udtf(
+        "coxph_stats",
+        Arc::new(CoxFunction {
+            output: CoxOutput::Stats,
         }),
     );
 }

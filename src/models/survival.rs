@@ -276,7 +276,8 @@ async fn life_tables(
     let (mut total, mut used, mut null_group) = (0i64, 0.0, 0i64);
     let (mut negative, mut invalid) = (0.0, 0.0);
     for batch in &batches {
-        let strata = batch.column(0).as_string::<i32>();
+        let strata = datafusion::arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
+        let strata = strata.as_string::<i32>();
         let totals = batch.column(1).as_primitive::<Int64Type>();
         let counts = batch.column(2).as_list::<i32>();
         for row in 0..batch.num_rows() {

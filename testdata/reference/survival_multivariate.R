@@ -150,7 +150,7 @@ cox_ref <- function(name, data, rhs, ties, k) {
                  n_event = fit$nevent, concordance = fit$concordance[["concordance"]],
                  # summary() rounds the Wald statistic: take the fit's own.
                  wald = fit$wald.test, score = fit$score,
-                 lr = 2 * (fit$loglik[2] - fit$loglik[1]), df = length(fit$coefficients),
+                 lr = 2 * (fit$loglik[2] - fit$loglik[1]), df = sum(!is.na(fit$coefficients)),
                  iterations = fit$iter),
       sprintf("cox_%s_%s_%d.stats.csv", name, ties, k))
 }

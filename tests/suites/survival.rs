@@ -260,3 +260,56 @@ async fn coxph_errors_name_the_problem() {
     let e = error(&ctx, "SELECT * FROM coxph('lung', 'Surv(time, status) ~ age', 'ties=exact')").await;
     assert!(e.contains("unknown ties method `exact`"), "{e}");
 }
+
+/// A site whose rows are in several files runs `cox_step` over several
+/// partitions: the partial stages hand their rows to the site's own reduce,
+/// so the site is still one stratum, and what leaves it is fixed-size.
+#[tokio::test]
+async fn coxph_site_rows_stay_at_the_site() {
+    let text = std::fs::read_to_string(crate::lm::reference("lung.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let rows: Vec<&str> = lines.collect();
+    let dir = tempfile::TempDir::new().unwrap();
+    let write = |path: std::path::PathBuf, part: &[&str]| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("{header}\n{}\n", part.join("\n"))).unwrap();
+    };
+    // Site a: one file; site b: the same rows over three files.
+    write(dir.path().join("one/a.csv"), &rows[..100]);
+    write(dir.path().join("one/b.csv"), &rows[100..]);
+    write(dir.path().join("many/a.csv"), &rows[..100]);
+    write(dir.path().join("many/b/1.csv"), &rows[100..101]);
+    write(dir.path().join("many/b/2.csv"), &rows[101..180]);
+    write(dir.path().join("many/b/3.csv"), &rows[180..]);
+    let ctx = fedsql::FedContext::new();
+    for name in ["one", "many"] {
+        run(
+            &ctx,
+            &format!(
+                "CREATE FEDERATED TABLE {name} LOCATION '{}'",
+                dir.path().join(name).display()
+            ),
+        )
+        .await;
+    }
+    let fit = |table: &str| {
+        format!("SELECT * FROM coxph('{table}', 'Surv(time, status) ~ age + sex + ph_ecog')")
+    };
+    let (one, many) = (run(&ctx, &fit("one")).await, run(&ctx, &fit("many")).await);
+    for i in 0..3 {
+        let (a, b) = (value(&one, i, "estimate").unwrap(), value(&many, i, "estimate").unwrap());
+        assert!(close(a, b, 1e-12), "term {i}: {a} vs {b}");
+    }
+    // The state each site sends is the same size, whatever its rows (100 and 128).
+    let analyzed = run(
+        &ctx,
+        "EXPLAIN ANALYZE FEDERATED SELECT cox_step('ties=efron', 0.0, time, status, 1.0, age, sex) FROM many",
+    )
+    .await;
+    let bytes: Vec<f64> = (0..2)
+        .map(|i| value(&analyzed, i, "bytes_received").unwrap())
+        .collect();
+    assert_eq!(bytes[0], bytes[1], "{bytes:?}");
+    assert!(bytes[0] < 2000.0, "{bytes:?}");
+}

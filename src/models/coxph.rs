@@ -40,9 +40,7 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
-use super::analysis::{
-    analysis_table, notify, option_value, parse_options, plan_error, query,
-};
+use super::analysis::{analysis_table, notify, option_value, parse_options, plan_error, query};
 use super::inference::{Reference, coefficients_batch};
 use super::source::{ModelSource, learn_levels, numeric_argument, string_arguments};
 use crate::context::FedContext;
@@ -371,8 +369,7 @@ async fn design(ctx: &FedContext, spec: &CoxSpec) -> Result<Design> {
             .collect::<Vec<_>>()
             .join(" + ");
         let strata_formula = Formula::parse(&format!("{} ~ {terms} - 1", spec.time))?;
-        let strata_levels =
-            learn_levels(ctx, &spec.source, &strata_formula, &spec.strata).await?;
+        let strata_levels = learn_levels(ctx, &spec.source, &strata_formula, &spec.strata).await?;
         let mut code = "0.0".to_string();
         for (column, values) in &strata_levels {
             let single = Formula::parse(&format!("{} ~ C({column}) - 1", spec.time))?;
@@ -510,7 +507,11 @@ pub async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
             best_loglik = last.loglik;
             let step = newton_step(&last, &kept, k).ok_or_else(singular)?;
             beta = newbeta.clone();
-            newbeta = newbeta.iter().zip(step.iter()).map(|(b, s)| b + s).collect();
+            newbeta = newbeta
+                .iter()
+                .zip(step.iter())
+                .map(|(b, s)| b + s)
+                .collect();
         }
     }
     let beta = newbeta;
@@ -558,15 +559,17 @@ mod tests {
             "ties=breslow".into(),
         ])
         .unwrap();
-        assert_eq!((spec.time.as_str(), spec.event.as_str()), ("time", "status"));
+        assert_eq!(
+            (spec.time.as_str(), spec.event.as_str()),
+            ("time", "status")
+        );
         assert_eq!(spec.strata, ["sex", "inst"]);
         assert_eq!(spec.formula.terms.len(), 2);
         assert_eq!(spec.ties, Ties::Breslow);
         assert!(CoxSpec::parse(&["t".into(), "time ~ age".into()]).is_err());
         assert!(CoxSpec::parse(&["t".into(), "Surv(time, status) ~ strata(sex)".into()]).is_err());
         assert!(
-            CoxSpec::parse(&["t".into(), "Surv(time, s) ~ a".into(), "ties=exact".into()])
-                .is_err()
+            CoxSpec::parse(&["t".into(), "Surv(time, s) ~ a".into(), "ties=exact".into()]).is_err()
         );
     }
 }

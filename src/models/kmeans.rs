@@ -46,8 +46,8 @@ use futures::FutureExt;
 use rand::{Rng, SeedableRng};
 
 use super::analysis::{
-    analysis_table, column_list, notify, numeric_columns, option_bool, option_value,
-    parse_options, plan_error, query,
+    analysis_table, column_list, notify, numeric_columns, option_bool, option_value, parse_options,
+    plan_error, query,
 };
 use super::source::ModelSource;
 use crate::context::FedContext;

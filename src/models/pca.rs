@@ -29,8 +29,8 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, SymmetricEigen};
 
 use super::analysis::{
-    analysis_table, column_list, notify, numeric_columns, option_bool, parse_options,
-    plan_error, query,
+    analysis_table, column_list, notify, numeric_columns, option_bool, parse_options, plan_error,
+    query,
 };
 use super::source::{ModelSource, string_arguments};
 use crate::context::FedContext;
@@ -76,7 +76,9 @@ impl PcaSpec {
             scale: false,
             center: true,
         };
-        for (key, value) in parse_options("pca", args.get(2).map(String::as_str), &["scale", "center"])? {
+        for (key, value) in
+            parse_options("pca", args.get(2).map(String::as_str), &["scale", "center"])?
+        {
             match key.as_str() {
                 "scale" => spec.scale = option_bool("pca", &key, &value)?,
                 _ => spec.center = option_bool("pca", &key, &value)?,
@@ -103,7 +105,11 @@ impl TableFunctionImpl for PcaFunction {
         let name = self.name();
         let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
         let spec = PcaSpec::parse(&strings).map_err(|e| plan_error(name, e))?;
-        let label = format!("{name}('{}', '{}')", spec.source.given, spec.columns.join(", "));
+        let label = format!(
+            "{name}('{}', '{}')",
+            spec.source.given,
+            spec.columns.join(", ")
+        );
         let output = self.output;
         let schema = match output {
             PcaOutput::Components => components_schema(),
@@ -237,7 +243,11 @@ pub async fn fit(ctx: &FedContext, spec: &PcaSpec) -> Result<PcaFit> {
             )));
         }
         matrix = DMatrix::from_fn(p, p, |i, j| {
-            if i == j { 1.0 } else { matrix[(i, j)] / (sd[i] * sd[j]) }
+            if i == j {
+                1.0
+            } else {
+                matrix[(i, j)] / (sd[i] * sd[j])
+            }
         });
     }
     let eigen = SymmetricEigen::new(matrix);
@@ -279,4 +289,3 @@ mod tests {
         assert!(PcaSpec::parse(&["t".into(), "a, a".into()]).is_err());
     }
 }
-

@@ -117,10 +117,8 @@ impl SurvivalSpec {
                         "{function}: width and max must be positive, with at most a million intervals"
                     )));
                 }
-                let mut grid: Vec<f64> = (0..)
-                    .map(|i| i as f64 * w)
-                    .take_while(|b| *b < m)
-                    .collect();
+                let mut grid: Vec<f64> =
+                    (0..).map(|i| i as f64 * w).take_while(|b| *b < m).collect();
                 grid.push(m);
                 grid
             }
@@ -178,9 +176,20 @@ impl TableFunctionImpl for SurvivalFunction {
             SurvivalOutput::KaplanMeier => (None, s.get(3)),
             SurvivalOutput::LogRank => (Some(s[3].as_str()), s.get(4)),
         };
-        let spec = SurvivalSpec::parse(name, &s[0], &s[1], &s[2], group, options.map(String::as_str))
-            .map_err(|e| plan_error(name, e))?;
-        let label = format!("{name}('{}', {} intervals)", spec.source.given, spec.breaks.len() - 1);
+        let spec = SurvivalSpec::parse(
+            name,
+            &s[0],
+            &s[1],
+            &s[2],
+            group,
+            options.map(String::as_str),
+        )
+        .map_err(|e| plan_error(name, e))?;
+        let label = format!(
+            "{name}('{}', {} intervals)",
+            spec.source.given,
+            spec.breaks.len() - 1
+        );
         let output = self.output;
         let schema = match output {
             SurvivalOutput::KaplanMeier => km_schema(),
@@ -251,7 +260,10 @@ async fn life_tables(
     let schema = spec.source.schema(ctx).await?;
     let time = numeric_or_boolean(&schema, &spec.time, "time column")?;
     let event = numeric_or_boolean(&schema, &spec.event, "event column")?;
-    let call = format!("life_table('{}', {time}, {event})", encode_breaks(&spec.breaks));
+    let call = format!(
+        "life_table('{}', {time}, {event})",
+        encode_breaks(&spec.breaks)
+    );
     let sql = match &spec.group {
         Some(g) => {
             let g = quote_ident(
@@ -310,7 +322,10 @@ async fn life_tables(
     let dropped = total - used as i64;
     if dropped > 0 {
         let what = if null_group > 0 {
-            format!("a NULL time, event or `{}`", spec.group.as_deref().unwrap_or(""))
+            format!(
+                "a NULL time, event or `{}`",
+                spec.group.as_deref().unwrap_or("")
+            )
         } else {
             "a NULL time or event".to_string()
         };
@@ -326,7 +341,10 @@ async fn life_tables(
 }
 
 /// The product-limit estimate per interval and stratum.
-fn kaplan_meier(spec: &SurvivalSpec, tables: &[(Option<String>, LifeTable)]) -> Result<RecordBatch> {
+fn kaplan_meier(
+    spec: &SurvivalSpec,
+    tables: &[(Option<String>, LifeTable)],
+) -> Result<RecordBatch> {
     let z = Normal::standard().inverse_cdf(0.5 + spec.conf_level / 2.0);
     let mut stratum = Vec::new();
     let (mut lower, mut upper) = (Vec::new(), Vec::new());
@@ -340,7 +358,11 @@ fn kaplan_meier(spec: &SurvivalSpec, tables: &[(Option<String>, LifeTable)]) -> 
             let (n, d) = (risk[i], table.events[i]);
             if n > 0.0 && d > 0.0 {
                 s *= 1.0 - d / n;
-                greenwood += if n > d { d / (n * (n - d)) } else { f64::INFINITY };
+                greenwood += if n > d {
+                    d / (n * (n - d))
+                } else {
+                    f64::INFINITY
+                };
             }
             let se_hazard = greenwood.sqrt();
             let se = s * se_hazard;
@@ -418,9 +440,8 @@ fn logrank(tables: &[(Option<String>, LifeTable)]) -> Result<RecordBatch> {
     let free = &kept[..kept.len() - 1];
     let v = DMatrix::from_fn(free.len(), free.len(), |a, b| variance[(free[a], free[b])]);
     let u = DVector::from_fn(free.len(), |a, _| observed_minus_expected[free[a]]);
-    let inverse = inverse_spd(&v).ok_or_else(|| {
-        FedError::Plan("logrank_test: the variance matrix is singular".into())
-    })?;
+    let inverse = inverse_spd(&v)
+        .ok_or_else(|| FedError::Plan("logrank_test: the variance matrix is singular".into()))?;
     let statistic = u.dot(&(&inverse * &u));
     let df = free.len();
     let p = ChiSquared::new(df as f64)

@@ -179,7 +179,8 @@ async fn kmeans_with_given_centres_equals_r_lloyd() {
         for k in [1, 3, 7] {
             let what = format!("{reference} over {k} sites");
             let (ctx, _dir) = sites(dataset, k).await;
-            let args = format!("'{dataset}', '{columns}', NULL, 'centers={centers}, iter_max={iter_max}'");
+            let args =
+                format!("'{dataset}', '{columns}', NULL, 'centers={centers}, iter_max={iter_max}'");
             let got = run(&ctx, &format!("SELECT * FROM kmeans({args})")).await;
             let want = read_csv(&format!("{reference}.clusters.csv"));
             assert_eq!(got[0].num_rows(), want.len(), "{what}");
@@ -228,7 +229,9 @@ async fn kmeans_random_starts_come_from_quantiles() {
     let (ctx, _dir) = sites("iris", 3).await;
     let got = run(
         &ctx,
-        &format!("SELECT * FROM kmeans_summary('iris', '{IRIS}', 3, 'nstart=4, seed=11, iter_max=50')"),
+        &format!(
+            "SELECT * FROM kmeans_summary('iris', '{IRIS}', 3, 'nstart=4, seed=11, iter_max=50')"
+        ),
     )
     .await;
     assert_eq!(value(&got, 0, "n"), Some(150.0));
@@ -244,17 +247,31 @@ async fn kmeans_random_starts_come_from_quantiles() {
     // scale=true clusters the standardized columns.
     let scaled = run(
         &ctx,
-        &format!("SELECT * FROM kmeans_summary('iris', '{IRIS}', 3, 'seed=3, scale=true, iter_max=50')"),
+        &format!(
+            "SELECT * FROM kmeans_summary('iris', '{IRIS}', 3, 'seed=3, scale=true, iter_max=50')"
+        ),
     )
     .await;
-    assert_close("scaled totss", value(&scaled, 0, "totss").unwrap(), 149.0 * 4.0, 1e-12);
+    assert_close(
+        "scaled totss",
+        value(&scaled, 0, "totss").unwrap(),
+        149.0 * 4.0,
+        1e-12,
+    );
 }
 
 #[tokio::test]
 async fn kmeans_errors_name_the_problem() {
     let (ctx, _dir) = sites("usarrests", 7).await;
-    let e = error(&ctx, "SELECT * FROM kmeans('usarrests', 'murder, rape', 51)").await;
-    assert!(e.contains("k = 51 is more than the 50 complete rows"), "{e}");
+    let e = error(
+        &ctx,
+        "SELECT * FROM kmeans('usarrests', 'murder, rape', 51)",
+    )
+    .await;
+    assert!(
+        e.contains("k = 51 is more than the 50 complete rows"),
+        "{e}"
+    );
     let e = error(
         &ctx,
         "SELECT * FROM kmeans('usarrests', 'murder, rape', NULL, 'centers=1 2 3')",

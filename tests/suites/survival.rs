@@ -33,7 +33,10 @@ fn every_time(reference: &[std::collections::HashMap<String, String>]) -> String
 }
 
 fn strata(batches: &[RecordBatch]) -> Vec<Option<String>> {
-    let column = batches[0].column_by_name("stratum").unwrap().as_string::<i32>();
+    let column = batches[0]
+        .column_by_name("stratum")
+        .unwrap()
+        .as_string::<i32>();
     (0..column.len())
         .map(|i| (!column.is_null(i)).then(|| column.value(i).to_string()))
         .collect()
@@ -70,7 +73,11 @@ async fn kaplan_meier_on_every_distinct_time_equals_r_survfit() {
                 let what = format!("{what}, row {i} (time {})", row["time"]);
                 let stratum = (!row["stratum"].is_empty()).then(|| row["stratum"].clone());
                 assert_eq!(names[i], stratum, "{what}");
-                assert_eq!(value(&got, i, "time_upper"), Some(number(row, "time")), "{what}");
+                assert_eq!(
+                    value(&got, i, "time_upper"),
+                    Some(number(row, "time")),
+                    "{what}"
+                );
                 for c in ["n_risk", "n_event", "n_censor"] {
                     assert_eq!(value(&got, i, c), Some(number(row, c)), "{what}: {c}");
                 }
@@ -108,8 +115,15 @@ async fn kaplan_meier_errors_and_dropped_rows() {
         "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'breaks=0 30 30 90')",
     )
     .await;
-    assert!(e.contains("breaks must be increasing: 30 is followed by 30"), "{e}");
-    let e = error(&ctx, "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'max=30')").await;
+    assert!(
+        e.contains("breaks must be increasing: 30 is followed by 30"),
+        "{e}"
+    );
+    let e = error(
+        &ctx,
+        "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'max=30')",
+    )
+    .await;
     assert!(e.contains("declare the time grid"), "{e}");
     let e = error(
         &ctx,
@@ -138,7 +152,9 @@ async fn kaplan_meier_errors_and_dropped_rows() {
     .await;
     let notices = ctx.take_notices().join("\n");
     assert!(
-        notices.contains(&format!("kaplan_meier: {old} rows dropped (a NULL time or event)")),
+        notices.contains(&format!(
+            "kaplan_meier: {old} rows dropped (a NULL time or event)"
+        )),
         "{notices}"
     );
 }
@@ -165,7 +181,12 @@ async fn logrank_test_equals_r_survdiff() {
                 ),
             )
             .await;
-            assert_close(&what, value(&got, 0, "statistic"), &want["statistic"], 1e-10);
+            assert_close(
+                &what,
+                value(&got, 0, "statistic"),
+                &want["statistic"],
+                1e-10,
+            );
             assert_eq!(value(&got, 0, "parameter"), Some(number(want, "parameter")));
             assert_close(&what, value(&got, 0, "p_value"), &want["p_value"], 1e-8);
         }
@@ -192,18 +213,37 @@ async fn assert_cox(dataset: &str, formula: &str, ties: &str, k: usize, referenc
             continue;
         }
         assert_close(&what, value(&got, i, "estimate"), &row["estimate"], 1e-6);
-        assert_close(&what, value(&got, i, "exp_estimate"), &row["exp_estimate"], 1e-6);
+        assert_close(
+            &what,
+            value(&got, i, "exp_estimate"),
+            &row["exp_estimate"],
+            1e-6,
+        );
         for c in ["std_error", "statistic", "conf_low", "conf_high"] {
             assert_close(&format!("{what} {c}"), value(&got, i, c), &row[c], 1e-5);
         }
-        assert_close(&format!("{what} p"), value(&got, i, "p_value"), &row["p_value"], 1e-4);
+        assert_close(
+            &format!("{what} p"),
+            value(&got, i, "p_value"),
+            &row["p_value"],
+            1e-4,
+        );
     }
     let stats = run(&ctx, &format!("SELECT * FROM coxph_stats({args})")).await;
     let want = &read_csv(&format!("{reference}.stats.csv"))[0];
     assert_close(&what, value(&stats, 0, "loglik"), &want["loglik"], 1e-8);
-    assert_close(&what, value(&stats, 0, "loglik_null"), &want["loglik_null"], 1e-8);
+    assert_close(
+        &what,
+        value(&stats, 0, "loglik_null"),
+        &want["loglik_null"],
+        1e-8,
+    );
     for (ours, theirs) in [("n", "n"), ("n_event", "n_event"), ("df", "df")] {
-        assert_eq!(value(&stats, 0, ours), Some(number(want, theirs)), "{what}: {ours}");
+        assert_eq!(
+            value(&stats, 0, ours),
+            Some(number(want, theirs)),
+            "{what}: {ours}"
+        );
     }
     for (ours, theirs) in [
         ("concordance", "concordance"),
@@ -211,16 +251,32 @@ async fn assert_cox(dataset: &str, formula: &str, ties: &str, k: usize, referenc
         ("score_statistic", "score"),
         ("lr_statistic", "lr"),
     ] {
-        assert_close(&format!("{what}: {ours}"), value(&stats, 0, ours), &want[theirs], 1e-6);
+        assert_close(
+            &format!("{what}: {ours}"),
+            value(&stats, 0, ours),
+            &want[theirs],
+            1e-6,
+        );
     }
-    assert_eq!(value(&stats, 0, "iterations"), Some(number(want, "iterations")), "{what}");
+    assert_eq!(
+        value(&stats, 0, "iterations"),
+        Some(number(want, "iterations")),
+        "{what}"
+    );
 }
 
 #[tokio::test]
 async fn coxph_stratified_by_site_equals_r_efron() {
     for k in [1, 3, 7] {
         assert_cox("lung", LUNG, "efron", k, &format!("cox_lung_efron_{k}")).await;
-        assert_cox("veteran", VETERAN, "efron", k, &format!("cox_veteran_efron_{k}")).await;
+        assert_cox(
+            "veteran",
+            VETERAN,
+            "efron",
+            k,
+            &format!("cox_veteran_efron_{k}"),
+        )
+        .await;
     }
 }
 
@@ -228,7 +284,14 @@ async fn coxph_stratified_by_site_equals_r_efron() {
 async fn coxph_stratified_by_site_equals_r_breslow() {
     for k in [1, 3, 7] {
         assert_cox("lung", LUNG, "breslow", k, &format!("cox_lung_breslow_{k}")).await;
-        assert_cox("veteran", VETERAN, "breslow", k, &format!("cox_veteran_breslow_{k}")).await;
+        assert_cox(
+            "veteran",
+            VETERAN,
+            "breslow",
+            k,
+            &format!("cox_veteran_breslow_{k}"),
+        )
+        .await;
     }
 }
 
@@ -236,7 +299,14 @@ async fn coxph_stratified_by_site_equals_r_breslow() {
 async fn coxph_with_strata_within_sites() {
     let formula = "Surv(time, status) ~ age + ph_ecog + strata(sex)";
     for ties in ["efron", "breslow"] {
-        assert_cox("lung", formula, ties, 3, &format!("cox_lung_strata_sex_{ties}_3")).await;
+        assert_cox(
+            "lung",
+            formula,
+            ties,
+            3,
+            &format!("cox_lung_strata_sex_{ties}_3"),
+        )
+        .await;
     }
 }
 
@@ -257,7 +327,11 @@ async fn coxph_errors_name_the_problem() {
     assert!(e.contains("rows have a negative time"), "{e}");
     let e = error(&ctx, "SELECT * FROM coxph('lung', 'time ~ age')").await;
     assert!(e.contains("the response must be Surv(time, event)"), "{e}");
-    let e = error(&ctx, "SELECT * FROM coxph('lung', 'Surv(time, status) ~ age', 'ties=exact')").await;
+    let e = error(
+        &ctx,
+        "SELECT * FROM coxph('lung', 'Surv(time, status) ~ age', 'ties=exact')",
+    )
+    .await;
     assert!(e.contains("unknown ties method `exact`"), "{e}");
 }
 
@@ -298,7 +372,10 @@ async fn coxph_site_rows_stay_at_the_site() {
     };
     let (one, many) = (run(&ctx, &fit("one")).await, run(&ctx, &fit("many")).await);
     for i in 0..3 {
-        let (a, b) = (value(&one, i, "estimate").unwrap(), value(&many, i, "estimate").unwrap());
+        let (a, b) = (
+            value(&one, i, "estimate").unwrap(),
+            value(&many, i, "estimate").unwrap(),
+        );
         assert!(close(a, b, 1e-12), "term {i}: {a} vs {b}");
     }
     // The state each site sends is the same size, whatever its rows (100 and 128).

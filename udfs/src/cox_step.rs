@@ -78,7 +78,9 @@ impl Ties {
         match name.trim().to_ascii_lowercase().as_str() {
             "efron" => Ok(Self::Efron),
             "breslow" => Ok(Self::Breslow),
-            other => Err(format!("unknown ties method `{other}`: use efron or breslow")),
+            other => Err(format!(
+                "unknown ties method `{other}`: use efron or breslow"
+            )),
         }
     }
 
@@ -332,8 +334,7 @@ fn add_stratum(sums: &mut CoxSums, rows: &mut [Row<'_>], config: &CoxConfig, k: 
                     continue;
                 }
                 let w = rows[a].weight * rows[b].weight;
-                if rows[b].time > rows[a].time || (rows[b].time == rows[a].time && !rows[b].event)
-                {
+                if rows[b].time > rows[a].time || (rows[b].time == rows[a].time && !rows[b].event) {
                     if eta[a] > eta[b] {
                         sums.concordant += w;
                     } else if eta[a] < eta[b] {
@@ -488,7 +489,10 @@ impl Accumulator for CoxAccumulator {
             let values = lists.value(row);
             let values = values.as_primitive::<Float64Type>().values();
             if values.len() % width != 0 {
-                return exec_err!("cox_step: rows of {} values, expected {width}", values.len());
+                return exec_err!(
+                    "cox_step: rows of {} values, expected {width}",
+                    values.len()
+                );
             }
             self.rows.extend_from_slice(values);
         }

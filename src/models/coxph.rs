@@ -161,7 +161,7 @@ impl CoxSpec {
                 "max_iter" => spec.max_iter = option_value(f, &key, &value, "a whole number")?,
                 "tolerance" => {
                     spec.tolerance = option_value(f, &key, &value, "a number")?;
-                    if !(spec.tolerance > 0.0) {
+                    if spec.tolerance.is_nan() || spec.tolerance <= 0.0 {
                         return Err(FedError::Plan("coxph: tolerance must be positive".into()));
                     }
                 }

@@ -442,7 +442,7 @@ pub async fn fit(ctx: &FedContext, spec: &KmeansSpec) -> Result<KmeansFit> {
         let mut scaled = Vec::new();
         for (j, column) in raw.iter().enumerate() {
             let sd = (moments.m2[[j, j]] / (n as f64 - 1.0)).sqrt();
-            if !(sd > 0.0) {
+            if sd.is_nan() || sd <= 0.0 {
                 return Err(FedError::Plan(format!(
                     "kmeans: column `{}` is constant, so it cannot be scaled (scale=true)",
                     spec.columns[j]

@@ -236,7 +236,7 @@ pub async fn fit(ctx: &FedContext, spec: &PcaSpec) -> Result<PcaFit> {
     let mut matrix = cross / (n as f64 - 1.0);
     if spec.scale {
         let sd: Vec<f64> = (0..p).map(|i| matrix[(i, i)].sqrt()).collect();
-        if let Some(i) = sd.iter().position(|s| !(*s > 0.0)) {
+        if let Some(i) = sd.iter().position(|s| s.is_nan() || *s <= 0.0) {
             return Err(FedError::Plan(format!(
                 "pca: column `{}` is constant over the rows used, so it cannot be scaled to unit variance (scale=true); leave it out or use scale=false",
                 spec.columns[i]

@@ -133,7 +133,11 @@ impl SurvivalSpec {
                 "{function}: the time grid needs at least two breaks"
             )));
         }
-        if let Some(w) = spec.breaks.windows(2).find(|w| !(w[0] < w[1])) {
+        if let Some(w) = spec
+            .breaks
+            .windows(2)
+            .find(|w| w[0] >= w[1] || w[0].is_nan() || w[1].is_nan())
+        {
             return Err(FedError::Plan(format!(
                 "{function}: breaks must be increasing: {} is followed by {}",
                 w[0], w[1]
@@ -354,8 +358,8 @@ fn kaplan_meier(
     for (name, table) in tables {
         let risk = table.at_risk();
         let (mut s, mut greenwood) = (1.0f64, 0.0f64);
-        for i in 0..risk.len() {
-            let (n, d) = (risk[i], table.events[i]);
+        for (i, &n) in risk.iter().enumerate() {
+            let d = table.events[i];
             if n > 0.0 && d > 0.0 {
                 s *= 1.0 - d / n;
                 greenwood += if n > d {

@@ -439,7 +439,7 @@ impl CoxAccumulator {
         let mut sums = CoxSums::new(self.k);
         for row in self.rows.chunks_exact(width) {
             let (time, event) = (row[1], row[2]);
-            if !(time >= 0.0) || (event != 0.0 && event != 1.0) {
+            if time.is_nan() || time < 0.0 || (event != 0.0 && event != 1.0) {
                 sums.invalid += 1.0;
                 continue;
             }

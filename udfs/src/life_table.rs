@@ -45,7 +45,10 @@ pub fn decode_breaks(config: &str) -> std::result::Result<Vec<f64>, String> {
     if breaks.len() < 2 {
         return Err("a time grid needs at least two breaks".into());
     }
-    if let Some(w) = breaks.windows(2).find(|w| !(w[0] < w[1])) {
+    if let Some(w) = breaks
+        .windows(2)
+        .find(|w| w[0] >= w[1] || w[0].is_nan() || w[1].is_nan())
+    {
         return Err(format!(
             "breaks must be increasing: {} is followed by {}",
             w[0], w[1]

@@ -16,6 +16,8 @@ mod fedsgd;
 mod glm;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/multivariate.rs"]
+mod multivariate;
 #[path = "suites/pgwire.rs"]
 mod pgwire;
 #[path = "suites/policy.rs"]
@@ -30,5 +32,7 @@ mod repl;
 mod secure;
 #[path = "suites/stats.rs"]
 mod stats;
+#[path = "suites/survival.rs"]
+mod survival;
 #[path = "suites/tables.rs"]
 mod tables;

@@ -3,21 +3,28 @@
 //! states leave the clients, and only shared values (levels, coefficients)
 //! are sent to them.
 
+pub mod analysis;
+pub mod coxph;
 pub mod fedsgd;
 pub mod fit_table;
 pub mod glm;
 pub mod inference;
+pub mod kmeans;
 pub mod lm;
 pub mod optimizer;
 pub mod options;
+pub mod pca;
 pub mod source;
+pub mod survival;
 
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
 /// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`,
-/// `fedsgd`, `fedsgd_history`).
+/// `fedsgd`, `fedsgd_history`) and the analyses (`pca`, `pca_loadings`,
+/// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
+/// `coxph_stats`).
 pub fn register_all(ctx: &SessionContext) {
     ctx.register_udtf(
         "lm",
@@ -53,6 +60,63 @@ pub fn register_all(ctx: &SessionContext) {
         "fedsgd_history",
         Arc::new(fedsgd::FedSgdFunction {
             output: fedsgd::FedSgdOutput::History,
+        }),
+    );
+    register_analyses(ctx);
+}
+
+/// The multivariate and survival analyses.
+fn register_analyses(ctx: &SessionContext) {
+    use pca::{PcaFunction, PcaOutput};
+    ctx.register_udtf(
+        "pca",
+        Arc::new(PcaFunction {
+            output: PcaOutput::Components,
+        }),
+    );
+    ctx.register_udtf(
+        "pca_loadings",
+        Arc::new(PcaFunction {
+            output: PcaOutput::Loadings,
+        }),
+    );
+    use kmeans::{KmeansFunction, KmeansOutput};
+    ctx.register_udtf(
+        "kmeans",
+        Arc::new(KmeansFunction {
+            output: KmeansOutput::Clusters,
+        }),
+    );
+    ctx.register_udtf(
+        "kmeans_summary",
+        Arc::new(KmeansFunction {
+            output: KmeansOutput::Summary,
+        }),
+    );
+    use survival::{SurvivalFunction, SurvivalOutput};
+    ctx.register_udtf(
+        "kaplan_meier",
+        Arc::new(SurvivalFunction {
+            output: SurvivalOutput::KaplanMeier,
+        }),
+    );
+    ctx.register_udtf(
+        "logrank_test",
+        Arc::new(SurvivalFunction {
+            output: SurvivalOutput::LogRank,
+        }),
+    );
+    use coxph::{CoxFunction, CoxOutput};
+    ctx.register_udtf(
+        "coxph",
+        Arc::new(CoxFunction {
+            output: CoxOutput::Coefficients,
+        }),
+    );
+    ctx.register_udtf(
+        "coxph_stats",
+        Arc::new(CoxFunction {
+            output: CoxOutput::Stats,
         }),
     );
 }

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -212,6 +213,7 @@ impl LocalClient {
         let batches = collect(plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
+        check_site_only_fields(&batches)?;
         let batches = match &self.policy {
             Some(policy) => {
                 let (batches, rows) = group_rows::split_off(&batches)?;
@@ -305,6 +307,33 @@ impl ClientRunner for LocalClient {
             .map_err(|e| self.site_error(e))?;
         Ok(displayable(plan.as_ref()).indent(false).to_string())
     }
+}
+
+/// State fields that only a site's own stages may hold (`cox_step`'s
+/// `site_rows`, handed from its partial stage to its reduce) must be empty
+/// in what leaves the site: checked here, on every state, whatever the
+/// aggregate promises.
+fn check_site_only_fields(batches: &[RecordBatch]) -> Result<()> {
+    for batch in batches {
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            if !field.name().ends_with("[site_rows]") {
+                continue;
+            }
+            let leaking = column
+                .as_list_opt::<i32>()
+                .is_none_or(|list| list.values().len() > 0);
+            if leaking {
+                return Err(FedError::refused(
+                    format!(
+                        "state field `{}` would carry rows out of the site",
+                        field.name()
+                    ),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// DataFusion wraps errors from spawned tasks in context layers; the user

@@ -12,11 +12,14 @@ pub mod centered_moments;
 pub mod comoments;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
+pub mod cox_step;
 pub mod family;
 pub mod flat_state;
 pub mod histogram;
 pub mod irls_step;
+pub mod kmeans_step;
 pub mod labeled;
+pub mod life_table;
 pub mod linalg;
 pub mod normal_equations;
 pub mod ols;
@@ -46,6 +49,9 @@ pub fn all() -> Vec<AggregateUDF> {
         AggregateUDF::from(irls_step::IrlsStep::default()),
         sgd_step::sgd_gradient(),
         sgd_step::sgd_newton(),
+        kmeans_step::kmeans_step(),
+        life_table::life_table(),
+        cox_step::cox_step(),
         secure_sum::secure_sum(),
         secure_avg::secure_avg(),
         secure_count::secure_count(),
@@ -97,6 +103,12 @@ mod tests {
                 "secure_count" => "secure_count(b)".to_string(),
                 "secure_sum_vec" => "secure_sum_vec([a, b], [990, -1], [1010, 1])".to_string(),
                 "histogram" => "histogram(a, 995, 1008, 7)".to_string(),
+                "kmeans_step" => "kmeans_step('centers=1000,0;1003,0.01', a, b)".to_string(),
+                "life_table" => "life_table('breaks=999,1000,1004', a, 1)".to_string(),
+                "cox_step" => {
+                    "cox_step('beta=0.1', 0, a, CASE WHEN b > 0 THEN 1 ELSE 0 END, 1.0, c)"
+                        .to_string()
+                }
                 name => format!("{name}(a, b, c)"),
             };
             crate::testing::assert_split_invariant(&call).await;

@@ -321,7 +321,7 @@ fn check_site_only_fields(batches: &[RecordBatch]) -> Result<()> {
             }
             let leaking = column
                 .as_list_opt::<i32>()
-                .is_none_or(|list| list.values().len() > 0);
+                .is_none_or(|list| !list.values().is_empty());
             if leaking {
                 return Err(FedError::refused(
                     format!(

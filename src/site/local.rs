@@ -217,7 +217,8 @@ impl LocalClient {
         let batches = match &self.policy {
             Some(policy) => {
                 let (batches, rows) = group_rows::split_off(&batches)?;
-                policy.check_state(&self.name, &rows)?;
+                let parameters = DisclosurePolicy::parameters(encoder.plan());
+                policy.check_state(&self.name, &rows, parameters)?;
                 batches
             }
             None => batches,

@@ -16,8 +16,9 @@
 //!   registers, the analyst-weighted centroids of
 //!   `approx_percentile_cont_with_weight`, and — until the site merges
 //!   small centroids — t-digests) are refused under any policy.
-//! - `max_parameter_ratio` and `min_secure_clients` are carried with the
-//!   policy and shown; see the README for what is enforced today.
+//! - `max_parameter_ratio`: a model round or matrix aggregate over p
+//!   columns is refused at a site where p > ratio × its rows.
+//! - `min_secure_clients`: a secure session needs that many participants.
 //!
 //! A refusal names the site, the rule and its setting, never the value,
 //! key or count that broke it.
@@ -223,9 +224,33 @@ impl DisclosurePolicy {
         Ok(())
     }
 
-    /// Refuses a state whose groups cover 1 to k-1 rows, or that has more
+    /// The most model parameters (design columns) any aggregate of the
+    /// encoder estimates: what `max_parameter_ratio` weighs against rows.
+    pub fn parameters(plan: &LogicalPlan) -> usize {
+        let LogicalPlan::Aggregate(agg) = plan else {
+            return 0;
+        };
+        let mut most = 0;
+        for expr in &agg.aggr_expr {
+            let _ = expr.apply(|e| {
+                if let Expr::AggregateFunction(f) = e
+                    && let Some(p) = fedsql_udfs::model_parameters(
+                        &f.func.name().to_ascii_lowercase(),
+                        f.params.args.len(),
+                    )
+                {
+                    most = most.max(p);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        most
+    }
+
+    /// Refuses a state whose groups cover 1 to k-1 rows, or too few rows
+    /// for its `parameters` (DataSHIELD's nfilter.glm), or that has more
     /// groups than allowed. `rows` holds the rows each group covers.
-    pub fn check_state(&self, client: &str, rows: &[i64]) -> Result<()> {
+    pub fn check_state(&self, client: &str, rows: &[i64], parameters: usize) -> Result<()> {
         if rows.len() > self.max_groups {
             return Err(FedError::Policy {
                 client: client.to_string(),
@@ -244,6 +269,17 @@ impl DisclosurePolicy {
                     "a group would summarize fewer than {k} of its rows (its min_group_rows policy)"
                 ),
                 hint: Some("use coarser groups or a wider filter".into()),
+            });
+        }
+        let too_few = |&n: &i64| n > 0 && parameters as f64 > self.max_parameter_ratio * n as f64;
+        if parameters > 0 && rows.iter().any(too_few) {
+            return Err(FedError::Policy {
+                client: client.to_string(),
+                rule: format!(
+                    "a model or matrix of {parameters} columns needs more rows here (its max_parameter_ratio={} policy)",
+                    self.max_parameter_ratio
+                ),
+                hint: Some("use fewer terms, or a wider filter".into()),
             });
         }
         Ok(())
@@ -276,8 +312,8 @@ mod tests {
     #[test]
     fn small_groups_are_refused_and_empty_ones_released() {
         let policy = DisclosurePolicy::default();
-        assert!(policy.check_state("a", &[0, 5, 100]).is_ok());
-        let err = policy.check_state("a", &[7, 4]).unwrap_err().to_string();
+        assert!(policy.check_state("a", &[0, 5, 100], 0).is_ok());
+        let err = policy.check_state("a", &[7, 4], 0).unwrap_err().to_string();
         assert!(err.contains("client 'a' refused"), "{err}");
         assert!(err.contains("fewer than 5"), "{err}");
         assert!(
@@ -288,6 +324,10 @@ mod tests {
             max_groups: 2,
             ..DisclosurePolicy::default()
         };
-        assert!(small.check_state("a", &[5, 5, 5]).is_err());
+        assert!(small.check_state("a", &[5, 5, 5], 0).is_err());
+        // 0.33 parameters per row: 3 columns need 10 rows.
+        assert!(policy.check_state("a", &[10], 3).is_ok());
+        let err = policy.check_state("a", &[9], 3).unwrap_err().to_string();
+        assert!(err.contains("max_parameter_ratio=0.33"), "{err}");
     }
 }

@@ -448,3 +448,38 @@ async fn an_unauthenticated_large_request_is_refused_on_its_headers() {
     run(&remote, &workers.create("t")).await.unwrap();
     answer(&remote, "SELECT count(*) FROM t").await;
 }
+
+/// `max_parameter_ratio`: a model round or a matrix aggregate over p
+/// columns is refused at a site where p > ratio × its rows.
+#[tokio::test]
+async fn models_need_rows_for_their_parameters() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    // Site b has 15 rows: 3 columns pass at 0.33 (4.95), not at 0.1 (1.5).
+    let loose = table(&files, "'min_group_rows' '5', 'max_parameter_ratio' '0.33'").await;
+    let strict = table(&files, "'min_group_rows' '5', 'max_parameter_ratio' '0.1'").await;
+    for sql in [
+        "SELECT * FROM lm('t', 'x ~ y + id')",
+        "SELECT covariance_matrix(x, y, id) AS c FROM t",
+    ] {
+        assert_same_result(
+            sql,
+            &answer(&loose, sql).await,
+            &answer(&open, sql).await,
+            true,
+            1e-12,
+        );
+        let e = refusal(&strict, sql).await;
+        assert!(
+            e.contains("its max_parameter_ratio=0.1 policy"),
+            "{sql}: {e}"
+        );
+        assert!(
+            e.contains("client 'b' refused") || e.contains("client 'a' refused"),
+            "{sql}: {e}"
+        );
+    }
+    let e = refusal(&strict, "SELECT * FROM glm('t', 'y ~ x + id', 'poisson')").await;
+    assert!(e.contains("max_parameter_ratio"), "{e}");
+}

@@ -68,6 +68,26 @@ pub fn register_all(ctx: &SessionContext) {
 }
 
 /// Whether `name` is one of this crate's (bounded-state) aggregates.
+/// How many model parameters (design columns) a call of a model-round or
+/// matrix aggregate with `args` arguments estimates, for a site's
+/// `max_parameter_ratio` policy; `None` for other aggregates.
+pub fn model_parameters(name: &str, args: usize) -> Option<usize> {
+    let leading = match name {
+        // config, y, trials, offset, weight, x...
+        "irls_step" => 5,
+        // config, y, offset, x...
+        "sgd_gradient" | "sgd_newton" => 3,
+        // config, stratum, time, event, weight, x...
+        "cox_step" => 5,
+        // y, x... with the intercept: as many parameters as arguments
+        "normal_equations" => 0,
+        "normal_equations_no_intercept" => 1,
+        "centered_moments" | "covariance_matrix" | "correlation_matrix" => 0,
+        _ => return None,
+    };
+    Some(args.saturating_sub(leading))
+}
+
 pub fn is_bounded(name: &str) -> bool {
     all()
         .iter()

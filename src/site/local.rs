@@ -32,7 +32,7 @@ use crate::site::files::{ClientFiles, FileFormat};
 use crate::site::group_rows;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
-use crate::site::policy::{DisclosurePolicy, describe_policy};
+use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
 use crate::wire::encoder::{self, Encoder, StateBatch};
@@ -146,11 +146,21 @@ impl LocalClient {
         })
     }
 
+    /// An error of this site's, naming it. Under a disclosure policy the
+    /// message keeps only the kind of error: no row text, values or paths.
     fn error(&self, e: impl fmt::Display) -> FedError {
-        FedError::Client {
-            client: self.name.clone(),
-            location: self.location.clone(),
-            message: e.to_string(),
+        let message = e.to_string();
+        match &self.policy {
+            None => FedError::Client {
+                client: self.name.clone(),
+                location: self.location.clone(),
+                message,
+            },
+            Some(_) => FedError::Client {
+                client: self.name.clone(),
+                location: "details withheld under its disclosure policy".into(),
+                message: format!("{} error", error_kind(&message)),
+            },
         }
     }
 

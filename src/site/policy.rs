@@ -102,6 +102,24 @@ impl fmt::Display for DisclosurePolicy {
     }
 }
 
+/// What kind of error a message describes, in words that carry no data.
+pub fn error_kind(message: &str) -> &'static str {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("csv") || lower.contains("parse") || lower.contains("parquet") {
+        "a parse"
+    } else if lower.contains("cast") {
+        "a cast"
+    } else if lower.contains("divide by zero") || lower.contains("overflow") {
+        "an arithmetic"
+    } else if lower.contains("schema") || lower.contains("column") {
+        "a schema"
+    } else if lower.contains("resources exhausted") || lower.contains("memory") {
+        "a resource"
+    } else {
+        "an execution"
+    }
+}
+
 /// A site's policy as `\\clients` shows it.
 pub fn describe_policy(policy: Option<&DisclosurePolicy>) -> String {
     policy.map_or_else(|| "none".to_string(), |p| p.to_string())

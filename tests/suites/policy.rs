@@ -483,3 +483,26 @@ async fn models_need_rows_for_their_parameters() {
     let e = refusal(&strict, "SELECT * FROM glm('t', 'y ~ x + id', 'poisson')").await;
     assert!(e.contains("max_parameter_ratio"), "{e}");
 }
+
+/// An in-process table under a policy shows only the kind of an error,
+/// as a worker does; without a policy the analyst sees the row and path.
+#[tokio::test]
+async fn in_process_errors_under_a_policy_carry_no_data() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    let mut text = std::fs::read_to_string(&files[1]).unwrap();
+    text.push_str("999,p,secret-value-42,1\n");
+    std::fs::write(&files[1], text).unwrap();
+    let sql = "SELECT count(*), sum(x) FROM t";
+    let shown = refusal(&open, sql).await;
+    assert!(shown.contains("client 'b'"), "{shown}");
+    let e = refusal(&guarded, sql).await;
+    assert!(
+        e.contains("client 'b'") && e.contains("a parse error"),
+        "{e}"
+    );
+    assert!(!e.contains("secret-value-42"), "{e}");
+    assert!(!e.contains(&dir.path().display().to_string()), "{e}");
+}

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{FedError, Result};
 use crate::site::local::{LocalClient, site_session};
+use crate::site::policy::error_kind;
 use crate::site::runner::ClientRunner;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
@@ -578,24 +579,6 @@ impl tonic::service::Interceptor for TokenCheck {
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         Err(self.log.refuse(&peer, "request", refusal))
-    }
-}
-
-/// What kind of error a message describes, in words that carry no data.
-fn error_kind(message: &str) -> &'static str {
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("csv") || lower.contains("parse") || lower.contains("parquet") {
-        "a parse"
-    } else if lower.contains("cast") {
-        "a cast"
-    } else if lower.contains("divide by zero") || lower.contains("overflow") {
-        "an arithmetic"
-    } else if lower.contains("schema") || lower.contains("column") {
-        "a schema"
-    } else if lower.contains("resources exhausted") || lower.contains("memory") {
-        "a resource"
-    } else {
-        "an execution"
     }
 }
 

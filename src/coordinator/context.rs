@@ -21,6 +21,7 @@ use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
+use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
 use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
@@ -77,6 +78,7 @@ impl FedContext {
                 "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery",
                 false,
             )
+            .with_option_extension(FedsqlOptions::default())
             .with_extension(Arc::new(Notices::default()));
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);

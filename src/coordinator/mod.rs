@@ -25,6 +25,7 @@ pub mod fit_scope;
 pub mod merge;
 pub mod rounds;
 pub mod secure;
+pub mod settings;
 pub mod split;
 pub mod statements;
 pub mod worker_client;

@@ -27,7 +27,7 @@ SELECT region,
        smoker,
        count(*) AS n,
        avg(visits) AS mean_visits,
-       avg(event) AS event_rate
+       avg(age) AS mean_age
 FROM clinic
 GROUP BY region, smoker
 HAVING count(*) >= 30

@@ -1,12 +1,11 @@
 -- Approximate aggregates whose states are small, mergeable sketches:
--- approx_distinct (HyperLogLog) and approx_percentile_cont / approx_median
--- (t-digest). Each client sends its sketch, never its values. The merged
+-- approx_percentile_cont / approx_median (t-digest). Each client sends its
+-- sketch, never its values; under a disclosure policy a site first merges
+-- its centroids until each summarizes at least k values. The merged
 -- sketch is an estimate, so these results may differ slightly from the same
 -- functions run over all rows in one place.
 
-SELECT approx_distinct(age) AS distinct_ages,
-       approx_distinct(systolic) AS distinct_sbp,
-       approx_median(systolic) AS median_sbp,
+SELECT approx_median(systolic) AS median_sbp,
        approx_percentile_cont(bmi, 0.9) AS p90_bmi
 FROM clinic;
 

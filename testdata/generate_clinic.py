@@ -34,8 +34,8 @@ REGIONS = ("north", "south", "east", "west")
 CLIENTS = (
     ("hospital_a", 400, (0.55, 0.15, 0.20, 0.10), 58.0, 15.0, 0.52, 0.22),
     ("hospital_b", 280, (0.10, 0.60, 0.10, 0.20), 52.0, 17.0, 0.48, 0.28),
-    ("hospital_c", 170, (0.15, 0.15, 0.55, 0.15), 63.0, 13.0, 0.55, 0.18),
-    ("clinic_d", 50, (0.05, 0.10, 0.15, 0.70), 44.0, 14.0, 0.60, 0.34),
+    ("hospital_c", 220, (0.20, 0.20, 0.40, 0.20), 63.0, 13.0, 0.55, 0.26),
+    ("clinic_d", 160, (0.20, 0.20, 0.20, 0.40), 48.0, 14.0, 0.55, 0.36),
 )
 
 BMI_MISSING_RATE = 0.03
@@ -74,18 +74,72 @@ def patient(rng, weights, mean_age, sd_age, share_female, smoking_rate):
     return f"{region},{age},{sex},{recorded_bmi},{systolic},{smoker},{event},{visits}"
 
 
+# The demo teaches under a worker's default disclosure policy (k = 5): every
+# cell that the README and queries/ aggregate over holds 0 or at least K rows
+# at every site, and so does every input that those aggregates add (events,
+# smokers, non-zero visits). A drawn site that misses one is drawn again.
+K = 5
+
+
+def parse(line):
+    region, age, sex, bmi, systolic, smoker, event, visits = line.split(",")
+    return dict(region=region, age=int(age), sex=sex, bmi=float(bmi) if bmi else None,
+                systolic=int(systolic), smoker=int(smoker), event=int(event), visits=int(visits))
+
+
+def disclosure_failures(rows):
+    """The cells (and added inputs) that hold 1 to K-1 rows."""
+    failures = []
+
+    def cell(name, pred, inputs=()):
+        chosen = [r for r in rows if pred(r)]
+        counts = [(name, len(chosen))]
+        counts += [(f"{name}/{what}", sum(1 for r in chosen if test(r))) for what, test in inputs]
+        failures.extend((n, c) for n, c in counts if 0 < c < K)
+
+    added = (("event", lambda r: r["event"] == 1), ("visits", lambda r: r["visits"] != 0),
+             ("smoker", lambda r: r["smoker"] == 1))
+    cell("all", lambda r: True, added)
+    for region in REGIONS:
+        cell(region, lambda r: r["region"] == region, added)
+        cell(f"{region}/age>=40", lambda r: r["region"] == region and r["age"] >= 40)
+        for smoker in (0, 1):
+            cell(f"{region}/smoker={smoker}",
+                 lambda r: r["region"] == region and r["smoker"] == smoker, added[1:2])
+        for sex in "FM":
+            cell(f"{region}/{sex}", lambda r: r["region"] == region and r["sex"] == sex)
+    for sex in "FM":
+        cell(sex, lambda r: r["sex"] == sex,
+             (("65+", lambda r: r["age"] >= 65),
+              ("obese", lambda r: r["bmi"] is not None and r["bmi"] >= 30),
+              ("not obese", lambda r: r["bmi"] is not None and r["bmi"] < 30)))
+        for smoker in (0, 1):
+            cell(f"{sex}/smoker={smoker}",
+                 lambda r: r["sex"] == sex and r["smoker"] == smoker, added[:1])
+    for smoker in (0, 1):
+        for event in (0, 1):
+            cell(f"smoker={smoker}/event={event}",
+                 lambda r: r["smoker"] == smoker and r["event"] == event)
+    return failures
+
+
 def main():
     rng = random.Random(SEED)
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clinic")
     os.makedirs(out_dir, exist_ok=True)
     for name, rows, weights, mean_age, sd_age, share_female, smoking_rate in CLIENTS:
-        lines = [HEADER]
-        for _ in range(rows):
-            lines.append(patient(rng, weights, mean_age, sd_age, share_female, smoking_rate))
+        for attempt in range(1, 10_001):
+            records = [patient(rng, weights, mean_age, sd_age, share_female, smoking_rate)
+                       for _ in range(rows)]
+            if not disclosure_failures([parse(r) for r in records]):
+                break
+        else:
+            raise SystemExit(f"{name}: no draw meets the disclosure cells")
+        lines = [HEADER] + records
         path = os.path.join(out_dir, f"{name}.csv")
         with open(path, "w", encoding="ascii", newline="\n") as f:
             f.write("\n".join(lines) + "\n")
-        print(f"wrote {path} ({rows} rows)")
+        print(f"wrote {path} ({rows} rows, draw {attempt})")
 
 
 if __name__ == "__main__":

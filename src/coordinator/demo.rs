@@ -19,6 +19,7 @@ use crate::FedContext;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::error::{FedError, Result};
 use crate::site::local::LocalClient;
+use crate::site::policy::DisclosurePolicy;
 use crate::site::runner::ClientRunner;
 
 /// Name of the demo federated table.
@@ -63,15 +64,23 @@ pub fn demo_schema() -> SchemaRef {
 }
 
 /// Registers the federated table `clinic` (replacing any table of that name)
-/// with one client per bundled CSV file.
+/// with one client per bundled CSV file, each under a worker's default
+/// disclosure policy, so that a newcomer meets the rules a deployment has.
 pub fn register_demo(ctx: &FedContext) -> Result<()> {
+    register_demo_with(ctx, Some(DisclosurePolicy::default()))
+}
+
+/// Registers `clinic` as [`register_demo`] does, with every client under
+/// `policy` (`None`: no policy, for comparing every aggregate).
+pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) -> Result<()> {
     let schema = demo_schema();
     let clients = DEMO_CLIENTS
         .iter()
         .map(|(name, csv)| {
             let location = bundled_location(name);
             let batches = parse_client(name, &location, csv, &schema)?;
-            let client = LocalClient::from_batches(name, &location, Arc::clone(&schema), batches)?;
+            let client = LocalClient::from_batches(name, &location, Arc::clone(&schema), batches)?
+                .with_policy(policy.clone());
             Ok(Arc::new(client) as Arc<dyn ClientRunner>)
         })
         .collect::<Result<Vec<_>>>()?;

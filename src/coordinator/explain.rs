@@ -26,6 +26,7 @@ use datafusion::physical_plan::{ExecutionPlan, displayable};
 use crate::coordinator::rounds;
 use crate::coordinator::split::{self, Round};
 use crate::error::Result;
+use crate::site::runner::ClientRunner;
 use crate::wire::exposure;
 use crate::wire::secure::SecureLayout;
 
@@ -121,6 +122,29 @@ impl UserDefinedLogicalNodeCore for MergedRound {
     }
 }
 
+/// Which disclosure rules each client applies to the round's state before
+/// it leaves (the client enforces them; this only says so).
+fn write_policies(out: &mut String, clients: &[Arc<dyn ClientRunner>]) {
+    let policies: Vec<(String, String)> = clients
+        .iter()
+        .map(|c| (c.name().to_string(), c.policy()))
+        .collect();
+    if policies.iter().all(|(_, p)| p == "none") {
+        writeln!(out, "-- disclosure policy: none at any client").ok();
+        return;
+    }
+    writeln!(
+        out,
+        "-- disclosure policy, applied by each client to its state before it leaves \
+         (every group and every aggregate input: 0 or at least min_group_rows values; \
+         joins only with unique shared keys; t-digests coarsened to min_group_rows values per centroid):"
+    )
+    .ok();
+    for (name, policy) in policies {
+        writeln!(out, "--   {name}: {policy}").ok();
+    }
+}
+
 async fn explain_round(
     out: &mut String,
     round_no: usize,
@@ -139,6 +163,7 @@ async fn explain_round(
     )
     .ok();
     writeln!(out, "{}", shown.display_indent()).ok();
+    write_policies(out, clients);
     if let Some(first) = clients.first() {
         writeln!(out, "-- physical, at client '{}':", first.name()).ok();
         write!(out, "{}", first.explain(&round.encoder).await?).ok();

@@ -1,7 +1,9 @@
-//! The rows each group of a site's state covers, counted in the same pass
-//! as the aggregates: under a disclosure policy the site adds one `count`
-//! to its partial aggregate, checks the counts, and drops them before the
-//! state leaves (they never cross the wire).
+//! What each group of a site's state covers, counted in the same pass as
+//! the aggregates: under a disclosure policy the site adds one `count` of
+//! the rows of each group to its partial aggregate, and wraps every
+//! aggregate so that it also counts its own inputs (see
+//! [`crate::site::guarded`]). The policy checks the counts, and the site
+//! drops them before the state leaves: they never cross the wire.
 
 use std::sync::Arc;
 
@@ -9,52 +11,155 @@ use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::common::ScalarValue;
 use datafusion::functions_aggregate::count::count_udaf;
-use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::logical_expr::AggregateUDF;
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
+use crate::site::guarded::{Counted, Guarded};
+use crate::site::policy::{adds_its_inputs, is_exempt};
 
 /// The name of the row count the site adds.
 const ROWS: &str = "__fedsql_group_rows";
 
-/// `partial` with one more aggregate, the rows of each group, last.
-pub fn counted(partial: AggregateExec) -> Result<AggregateExec> {
+/// Where the counts sit in a counted state: the columns to check and drop.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CountColumns {
+    /// Columns counting an aggregate's non-NULL (non-zero) inputs.
+    pub inputs: Vec<usize>,
+    /// The column of the rows each group covers (the last).
+    pub rows: usize,
+}
+
+impl CountColumns {
+    /// Every count column, ascending.
+    pub fn all(&self) -> Vec<usize> {
+        let mut all = self.inputs.clone();
+        all.push(self.rows);
+        all
+    }
+}
+
+/// The counts of one state, taken out of it.
+#[derive(Debug, Default)]
+pub struct StateCounts {
+    /// The rows each state row covers.
+    pub rows: Vec<i64>,
+    /// For every state row and guarded input, the values that count.
+    pub inputs: Vec<i64>,
+}
+
+/// `partial` with every aggregate counting its inputs and one more
+/// aggregate, the rows of each group, last; and where those counts are.
+pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> {
+    let schema = partial.input_schema();
+    let mut state_width = 0;
+    for expr in partial.aggr_expr() {
+        state_width += expr.state_fields()?.len();
+    }
+    // The group keys (and, for grouping sets, the grouping id) come first.
+    let mut at = ExecutionPlan::schema(&partial).fields().len() - state_width;
+    let mut columns = CountColumns::default();
+    let mut aggregates = Vec::with_capacity(partial.aggr_expr().len() + 1);
+    for (expr, filter) in partial.aggr_expr().iter().zip(partial.filter_expr()) {
+        let width = expr.state_fields()?.len();
+        let (guarded, counts) = guard(expr, filter.is_some(), &schema)?;
+        columns.inputs.extend(at + width..at + width + counts);
+        at += width + counts;
+        aggregates.push(guarded);
+    }
+    columns.rows = at;
     let one = Arc::new(Literal::new(ScalarValue::Int64(Some(1))));
     let count = AggregateExprBuilder::new(count_udaf(), vec![one])
-        .schema(partial.input_schema())
+        .schema(Arc::clone(&schema))
         .alias(ROWS)
         .build()?;
-    let mut aggregates = partial.aggr_expr().to_vec();
     aggregates.push(Arc::new(count));
     let mut filters = partial.filter_expr().to_vec();
     filters.push(None);
-    Ok(AggregateExec::try_new(
+    let counted = AggregateExec::try_new(
         AggregateMode::Partial,
         partial.group_expr().clone(),
         aggregates,
         filters,
         Arc::clone(partial.input()),
-        partial.input_schema(),
-    )?)
+        schema,
+    )?;
+    Ok((counted, columns))
 }
 
-/// The state batches without their last column, and the rows each state
-/// row covers (that column).
-pub fn split_off(batches: &[RecordBatch]) -> Result<(Vec<RecordBatch>, Vec<i64>)> {
-    let mut rows = Vec::new();
-    let mut states = Vec::with_capacity(batches.len());
-    for batch in batches {
-        let last = batch
-            .num_columns()
-            .checked_sub(1)
-            .ok_or_else(|| FedError::Internal("a counted state without its row count".into()))?;
-        let counts = batch
-            .column(last)
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| FedError::Internal("the row count of a state is not a count".into()))?;
-        rows.extend(counts.iter().map(|n| n.unwrap_or(0)));
-        states.push(batch.project(&(0..last).collect::<Vec<_>>())?);
+/// One aggregate wrapped to count its inputs, and how many counts it adds
+/// to the state. A constant argument counts the group's rows, which the
+/// row count checks already, unless a FILTER picks some of them
+/// (`count(*) FILTER (WHERE id = 17)`).
+fn guard(
+    expr: &Arc<AggregateFunctionExpr>,
+    filtered: bool,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+) -> Result<(Arc<AggregateFunctionExpr>, usize)> {
+    let name = expr.fun().name().to_ascii_lowercase();
+    if is_exempt(&name) {
+        return Ok((Arc::clone(expr), 0));
     }
-    Ok((states, rows))
+    let counted = if adds_its_inputs(&name) {
+        Counted::NonZero
+    } else {
+        Counted::NonNull
+    };
+    let args = expr.expressions();
+    let inputs: Vec<(usize, Counted)> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, arg)| filtered || arg.downcast_ref::<Literal>().is_none())
+        .map(|(i, _)| (i, counted))
+        .collect();
+    if inputs.is_empty() {
+        return Ok((Arc::clone(expr), 0));
+    }
+    let width = inputs.len();
+    let udf = AggregateUDF::new_from_impl(Guarded::new(Arc::new(expr.fun().clone()), inputs));
+    let mut builder = AggregateExprBuilder::new(Arc::new(udf), args)
+        .schema(Arc::clone(schema))
+        .alias(expr.name())
+        .order_by(expr.order_bys().to_vec())
+        .with_distinct(expr.is_distinct())
+        .with_ignore_nulls(expr.ignore_nulls())
+        .with_reversed(expr.is_reversed());
+    if let Some(display) = expr.human_display() {
+        builder = builder.human_display(display);
+    }
+    Ok((Arc::new(builder.build()?), width))
+}
+
+/// The state batches without their count columns, and the counts.
+pub fn split_off(
+    batches: &[RecordBatch],
+    columns: &CountColumns,
+) -> Result<(Vec<RecordBatch>, StateCounts)> {
+    let mut counts = StateCounts::default();
+    let mut states = Vec::with_capacity(batches.len());
+    let count_column = |batch: &RecordBatch, i: usize| {
+        batch
+            .columns()
+            .get(i)
+            .and_then(|c| c.as_primitive_opt::<Int64Type>())
+            .cloned()
+            .ok_or_else(|| FedError::Internal("a counted state without its counts".into()))
+    };
+    let drop = columns.all();
+    for batch in batches {
+        let rows = count_column(batch, columns.rows)?;
+        counts.rows.extend(rows.iter().map(|n| n.unwrap_or(0)));
+        for &i in &columns.inputs {
+            let inputs = count_column(batch, i)?;
+            counts.inputs.extend(inputs.iter().map(|n| n.unwrap_or(0)));
+        }
+        let keep: Vec<usize> = (0..batch.num_columns())
+            .filter(|i| !drop.contains(i))
+            .collect();
+        states.push(batch.project(&keep)?);
+    }
+    Ok((states, counts))
 }

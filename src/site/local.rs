@@ -30,11 +30,13 @@ use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::files::{ClientFiles, FileFormat};
 use crate::site::group_rows;
+use crate::site::joins;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
 use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
+use crate::site::sketches;
 use crate::wire::encoder::{self, Encoder, StateBatch};
 use crate::wire::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 
@@ -165,10 +167,12 @@ impl LocalClient {
     }
 
     /// The site's physical plan for an encoder: the partial aggregate over
-    /// its own rows (or the fit's kept rows), one state row per group.
-    async fn physical_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
+    /// its own rows (or the fit's kept rows), one state row per group;
+    /// under a policy, with the counts the policy checks.
+    async fn physical_plan(&self, encoder: &Encoder) -> Result<SitePlan> {
         if let Some(policy) = &self.policy {
             policy.check_encoder(&self.name, encoder.plan())?;
+            joins::check_no_amplification(&self.name, encoder.plan(), &self.session).await?;
         }
         let mut plan = encoder.bind(Arc::clone(&self.rows))?;
         if self.policy.is_some() {
@@ -195,43 +199,52 @@ impl LocalClient {
             }
             None => partial,
         };
-        let partial = match &self.policy {
-            Some(_) => group_rows::counted(partial)?,
-            None => partial,
+        let (partial, counts) = match &self.policy {
+            Some(_) => {
+                let (partial, counts) = group_rows::counted(partial)?;
+                (partial, Some(counts))
+            }
+            None => (partial, None),
         };
-        encoder::one_state_per_group(partial)
+        Ok(SitePlan {
+            plan: encoder::one_state_per_group(partial)?,
+            counts,
+        })
     }
 
     /// The physical plan of an encoder whose state may leave this site as
     /// it is: never one with a secure aggregate, whose state leaves only
     /// masked (see [`crate::wire::secure`]).
-    async fn plain_plan(&self, encoder: &Encoder) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn plain_plan(&self, encoder: &Encoder) -> Result<SitePlan> {
         let plan = self
             .physical_plan(encoder)
             .await
             .map_err(|e| self.site_error(e))?;
-        if secure::has_secure_aggregates(&plan) {
+        if secure::has_secure_aggregates(&plan.plan) {
             return Err(secure::plain_state_refused(&self.name));
         }
         Ok(plan)
     }
 
     /// Runs a plan of this site's to its state batch; under a policy, the
-    /// state is checked (and its row counts dropped) before it is handed
-    /// out.
-    async fn run(&self, encoder: &Encoder, plan: Arc<dyn ExecutionPlan>) -> Result<StateBatch> {
-        let batches = collect(plan, self.session.task_ctx())
+    /// state is checked (and its counts dropped) before it is handed out.
+    async fn run(&self, encoder: &Encoder, plan: SitePlan) -> Result<StateBatch> {
+        let batches = collect(plan.plan, self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
         check_site_only_fields(&batches)?;
-        let batches = match &self.policy {
-            Some(policy) => {
-                let (batches, rows) = group_rows::split_off(&batches)?;
+        let batches = match (&self.policy, &plan.counts) {
+            (Some(policy), Some(columns)) => {
+                let (batches, counts) = group_rows::split_off(&batches, columns)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
-                policy.check_state(&self.name, &rows, parameters)?;
+                policy.check_counts(&self.name, &counts, parameters)?;
+                let k = policy.min_group_rows as f64;
                 batches
+                    .iter()
+                    .map(|b| sketches::coarsen(b, k, policy.allow_extremes))
+                    .collect::<Result<Vec<_>>>()?
             }
-            None => batches,
+            _ => batches,
         };
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
@@ -248,9 +261,10 @@ impl LocalClient {
     /// the rows its partial aggregate consumed: what a worker logs as the
     /// rows a released state covers.
     pub async fn encode_counted(&self, encoder: &Encoder) -> Result<(StateBatch, u64)> {
-        let plan = self.plain_plan(encoder).await?;
-        let (plan, rows) =
-            CountRowsExec::under_partial_aggregates(plan).map_err(|e| self.error(e))?;
+        let mut plan = self.plain_plan(encoder).await?;
+        let rows;
+        (plan.plan, rows) =
+            CountRowsExec::under_partial_aggregates(plan.plan).map_err(|e| self.error(e))?;
         let state = self.run(encoder, plan).await?;
         Ok((state, CountRowsExec::count(&rows)))
     }
@@ -291,9 +305,9 @@ impl ClientRunner for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.site_error(e))?;
-        let mut layout = SecureLayout::of_plan(&plan).map_err(|e| self.error(e))?;
-        if self.policy.is_some() {
-            layout = layout.without_last_column();
+        let mut layout = SecureLayout::of_plan(&plan.plan).map_err(|e| self.error(e))?;
+        if let Some(counts) = &plan.counts {
+            layout = layout.without_columns(&counts.all());
         }
         let state = self.run(encoder, plan).await?;
         self.secrets
@@ -316,8 +330,15 @@ impl ClientRunner for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.site_error(e))?;
-        Ok(displayable(plan.as_ref()).indent(false).to_string())
+        Ok(displayable(plan.plan.as_ref()).indent(false).to_string())
     }
+}
+
+/// A site's physical plan for an encoder, and where the counts its policy
+/// checks sit in the state (none without a policy).
+struct SitePlan {
+    plan: Arc<dyn ExecutionPlan>,
+    counts: Option<group_rows::CountColumns>,
 }
 
 /// State fields that only a site's own stages may hold (`cox_step`'s

@@ -13,12 +13,15 @@
 pub mod covered;
 pub mod files;
 pub mod group_rows;
+pub mod guarded;
+pub mod joins;
 pub mod kept_rows;
 pub mod local;
 pub mod never_fail;
 pub mod policy;
 pub mod runner;
 pub mod secure;
+pub mod sketches;
 pub mod worker;
 
 #[cfg(test)]

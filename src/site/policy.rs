@@ -8,14 +8,20 @@
 //!   of its rows. The site counts the rows of each group in the same pass
 //!   as the aggregates (one extra count in its partial aggregate, dropped
 //!   before the state leaves).
+//!   Every aggregate counts its own inputs in the same pass: each input
+//!   column has 0 or at least k values that are non-NULL after the
+//!   aggregate's FILTER and, for aggregates that add their inputs,
+//!   non-zero (`sum(x) FILTER (WHERE id = 17)`, `sum(CASE WHEN id = 17
+//!   THEN x ELSE 0 END)` and a one-person dummy column are refused).
 //! - `max_groups`: a state of more groups than this is refused.
 //! - `extremes`: `refuse` turns away aggregates whose state is one row's
 //!   value or a bit pattern of values (min, max, first_value, last_value,
 //!   any_value, bit_and, bit_or, bit_xor).
 //! - sketches whose state identifies values (`approx_distinct`'s
 //!   registers, the analyst-weighted centroids of
-//!   `approx_percentile_cont_with_weight`, and — until the site merges
-//!   small centroids — t-digests) are refused under any policy.
+//!   `approx_percentile_cont_with_weight`) are refused under any policy;
+//!   a t-digest leaves with every centroid summarizing at least k values,
+//!   and without its exact min and max when extremes are refused.
 //! - `max_parameter_ratio`: a model round or matrix aggregate over p
 //!   columns is refused at a site where p > ratio × its rows.
 //! - `min_secure_clients`: a secure session needs that many participants.
@@ -29,6 +35,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
 use crate::error::{FedError, Result};
+use crate::site::group_rows::StateCounts;
 use crate::wire::secure::SecureSession;
 
 /// Aggregates whose state is one row's value or a bit pattern of values.
@@ -41,15 +48,42 @@ const EXTREMES: &[&str] = &[
     "bit_and",
     "bit_or",
     "bit_xor",
+    "bool_and",
+    "bool_or",
 ];
 
-/// Sketches whose state identifies the values summarized.
-const IDENTIFYING_SKETCHES: &[&str] = &[
-    "approx_distinct",
-    "approx_percentile_cont_with_weight",
+/// Aggregates that do not add their inputs: a zero input counts for them
+/// as much as any other value, so only NULLs are left out of their input
+/// counts. Every other aggregate (sum, avg, the variances and moments,
+/// the matrix aggregates, every model round) adds its inputs, and a zero
+/// adds nothing.
+const COUNTING: &[&str] = &[
+    "count",
+    "histogram",
+    "kmeans_step",
+    "life_table",
+    "grouping",
     "approx_percentile_cont",
     "approx_median",
 ];
+
+/// Whether `name` (lower case) adds its inputs: its inputs count only
+/// where they are non-zero.
+pub fn adds_its_inputs(name: &str) -> bool {
+    !COUNTING.contains(&name)
+}
+
+/// Whether the state of `name` (lower case) is exempt from the counting
+/// rules: differentially private aggregates, whose noise protects them.
+pub fn is_exempt(name: &str) -> bool {
+    name.starts_with("dp_")
+}
+
+/// Sketches whose state identifies the values summarized. (The t-digests
+/// of `approx_percentile_cont` and `approx_median` are released once the
+/// site has merged their centroids to k values each: see
+/// [`crate::site::sketches`].)
+const IDENTIFYING_SKETCHES: &[&str] = &["approx_distinct", "approx_percentile_cont_with_weight"];
 
 /// The setting keys, as `OPTIONS`, flags and the TOML `[policy]` name them.
 pub const POLICY_KEYS: &[&str] = &[
@@ -196,7 +230,7 @@ impl DisclosurePolicy {
                                 "`{name}` releases one row's value (its extremes=refuse policy)"
                             ),
                             hint: Some(
-                                "use approx_percentile_cont(x, 0.01) on a site that allows sketches, or a histogram of counts".into(),
+                                "use approx_percentile_cont(x, 0.01) (its t-digest is coarsened to k values per centroid) or a histogram of counts".into(),
                             ),
                         });
                     } else if IDENTIFYING_SKETCHES.contains(&name.as_str()) {
@@ -263,6 +297,32 @@ impl DisclosurePolicy {
             });
         }
         most
+    }
+
+    /// Refuses a state whose groups cover 1 to k-1 rows, whose aggregates
+    /// have an input of 1 to k-1 counting values, with too few rows for
+    /// its `parameters` (DataSHIELD's nfilter.glm), or with more groups
+    /// than allowed.
+    pub fn check_counts(
+        &self,
+        client: &str,
+        counts: &StateCounts,
+        parameters: usize,
+    ) -> Result<()> {
+        self.check_state(client, &counts.rows, parameters)?;
+        let k = self.min_group_rows as i64;
+        if counts.inputs.iter().any(|&n| n > 0 && n < k) {
+            return Err(FedError::Policy {
+                client: client.to_string(),
+                rule: format!(
+                    "an aggregate would add fewer than {k} of its rows' values: the others are NULL, filtered out or zero (its min_group_rows policy)"
+                ),
+                hint: Some(
+                    "aggregate over a wider subset, without CASE/FILTER that single out rows, or with fewer dummy columns".into(),
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Refuses a state whose groups cover 1 to k-1 rows, or too few rows

@@ -160,13 +160,28 @@ impl SecureLayout {
         Self::of(aggregate)
     }
 
-    /// The layout of the same state with its last column dropped (the row
-    /// count a site under a disclosure policy adds and removes).
-    pub fn without_last_column(mut self) -> Self {
-        self.zero_state.pop();
-        let last = self.schema.fields().len().saturating_sub(1);
-        self.secure_columns.retain(|&i| i < last);
-        let fields: Vec<_> = self.schema.fields().iter().take(last).cloned().collect();
+    /// The layout of the same state with `columns` dropped (the counts a
+    /// site under a disclosure policy adds and removes).
+    pub fn without_columns(mut self, columns: &[usize]) -> Self {
+        let keep = |i: usize| !columns.contains(&i);
+        let key_columns = self.key_columns;
+        let mut zero_state = Vec::new();
+        for (i, zero) in self.zero_state.into_iter().enumerate() {
+            if keep(key_columns + i) {
+                zero_state.push(zero);
+            }
+        }
+        self.zero_state = zero_state;
+        self.secure_columns = self
+            .secure_columns
+            .iter()
+            .filter(|&&i| keep(i))
+            .map(|&i| i - columns.iter().filter(|&&c| c < i).count())
+            .collect();
+        let fields: Vec<_> = (0..self.schema.fields().len())
+            .filter(|&i| keep(i))
+            .map(|i| self.schema.field(i).clone())
+            .collect();
         self.schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
         self
     }

@@ -20,7 +20,7 @@ async fn explain(ctx: &FedContext, sql: &str) -> String {
 #[tokio::test]
 async fn shows_encoder_state_size_merge_and_decoder() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     let text = explain(&ctx, "SELECT corr(age, bmi) FROM clinic").await;
     for part in [
         "Round 1, encoder: runs at each of the 4 clients of `clinic`",
@@ -42,7 +42,7 @@ async fn shows_encoder_state_size_merge_and_decoder() {
 #[tokio::test]
 async fn grouped_and_two_round_queries() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     let text = explain(
         &ctx,
         "SELECT region, count(*) AS n FROM clinic WHERE age > (SELECT avg(age) FROM clinic) GROUP BY region ORDER BY region",
@@ -62,7 +62,7 @@ async fn grouped_and_two_round_queries() {
 #[tokio::test]
 async fn refuses_what_it_would_refuse_to_run() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     let err = ctx
         .sql("EXPLAIN FEDERATED SELECT * FROM clinic")
         .await
@@ -70,4 +70,26 @@ async fn refuses_what_it_would_refuse_to_run() {
         .unwrap()
         .to_string();
     assert!(err.starts_with("refused"), "{err}");
+}
+
+/// EXPLAIN FEDERATED says which disclosure rules each client applies.
+#[tokio::test]
+async fn shows_each_clients_disclosure_policy() {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    let text = explain(&ctx, "SELECT region, avg(age) FROM clinic GROUP BY region").await;
+    let policy = fedsql::site::policy::DisclosurePolicy::default().to_string();
+    for client in ["hospital_a", "hospital_b", "hospital_c", "clinic_d"] {
+        assert!(
+            text.contains(&format!("--   {client}: {policy}")),
+            "{client}:\n{text}"
+        );
+    }
+    let open = FedContext::new();
+    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    let text = explain(&open, "SELECT avg(age) FROM clinic").await;
+    assert!(
+        text.contains("-- disclosure policy: none at any client"),
+        "{text}"
+    );
 }

@@ -154,7 +154,7 @@ async fn extremes_and_identifying_sketches_in_process() {
     }
     for sql in [
         "SELECT approx_distinct(id) FROM t",
-        "SELECT approx_percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t",
+        "SELECT approx_percentile_cont_with_weight(y, 0.5) WITHIN GROUP (ORDER BY x) FROM t",
     ] {
         answer(&open, sql).await;
         let e = refusal(&allow, sql).await;
@@ -163,6 +163,52 @@ async fn extremes_and_identifying_sketches_in_process() {
             "{sql}: {e}"
         );
     }
+}
+
+/// A t-digest leaves a site with every centroid summarizing at least k
+/// values, and with its first and last centroid means as its min and max:
+/// the 0th and 100th percentiles are then the mean of a site's k smallest
+/// (largest) values, never one row's value.
+#[tokio::test]
+async fn t_digests_leave_with_k_values_per_centroid() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    let sql = "SELECT approx_percentile_cont(0.0) WITHIN GROUP (ORDER BY x) AS lo, \
+               approx_percentile_cont(1.0) WITHIN GROUP (ORDER BY x) AS hi, \
+               approx_median(x) AS mid FROM t";
+    let got = crate::support::rows_of(&answer(&guarded, sql).await);
+    // Independently: each site's mean of its 5 smallest and 5 largest x.
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for file in &files[..2] {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_csv("s", file.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        let ends = ctx
+            .sql(
+                "SELECT (SELECT avg(x) FROM (SELECT x FROM s ORDER BY x LIMIT 5)) AS lo, \
+                         (SELECT avg(x) FROM (SELECT x FROM s ORDER BY x DESC LIMIT 5)) AS hi",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let ends = crate::support::rows_of(&ends);
+        lo = lo.min(ends[0][0].float());
+        hi = hi.max(ends[0][1].float());
+    }
+    assert!(
+        crate::support::close(got[0][0].float(), lo, 1e-12),
+        "{got:?} vs {lo}"
+    );
+    assert!(
+        crate::support::close(got[0][1].float(), hi, 1e-12),
+        "{got:?} vs {hi}"
+    );
+    let mid = got[0][2].float();
+    assert!(mid > lo && mid < hi, "{got:?}");
 }
 
 #[tokio::test]
@@ -505,4 +551,218 @@ async fn in_process_errors_under_a_policy_carry_no_data() {
     );
     assert!(!e.contains("secret-value-42"), "{e}");
     assert!(!e.contains(&dir.path().display().to_string()), "{e}");
+}
+
+/// Every aggregate input has 0 or at least k values that are non-NULL
+/// after its FILTER and, for aggregates that add them, non-zero: what
+/// singles out one row inside a large group is refused, its twin over a
+/// wide subset is answered.
+const INPUTS_PASS: &[&str] = &[
+    "SELECT sum(x) FILTER (WHERE id > 5) AS s FROM t",
+    "SELECT sum(CASE WHEN id > 5 THEN x ELSE 0 END) AS s FROM t",
+    "SELECT avg(CASE WHEN id > 5 THEN x END) AS m, count(CASE WHEN id > 5 THEN 1 END) AS n FROM t",
+    "SELECT g, sum(CASE WHEN id > 3 THEN x ELSE 0 END) AS s FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
+    "SELECT sum(x) FILTER (WHERE id > 1000) AS s, count(*) FILTER (WHERE id > 5) AS n FROM t",
+    "SELECT * FROM lm('SELECT x, CASE WHEN id > 5 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
+];
+
+const INPUTS_REFUSED: &[&str] = &[
+    "SELECT sum(x) FILTER (WHERE id = 17) AS s FROM t",
+    "SELECT sum(CASE WHEN id = 17 THEN x ELSE 0 END) AS s FROM t",
+    "SELECT avg(CASE WHEN id = 17 THEN x END) AS m FROM t",
+    "SELECT count(CASE WHEN id = 17 THEN 1 END) AS n FROM t",
+    "SELECT count(*) FILTER (WHERE id = 17) AS n FROM t",
+    "SELECT g, sum(CASE WHEN id = 17 THEN x ELSE 0 END) AS s FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT * FROM lm('SELECT x, CASE WHEN id = 17 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
+    "SELECT * FROM glm('SELECT y, x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END AS w FROM t', 'y ~ x', 'poisson', 'weights=w')",
+    "SELECT normal_equations(x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END) AS ne FROM t",
+];
+
+async fn check_inputs_rule(guarded: &FedContext, open: &FedContext, sites: [&str; 2]) {
+    for sql in INPUTS_PASS {
+        assert_same_result(
+            sql,
+            &answer(guarded, sql).await,
+            &answer(open, sql).await,
+            true,
+            1e-12,
+        );
+    }
+    for sql in INPUTS_REFUSED {
+        answer(open, sql).await;
+        let e = refusal(guarded, sql).await;
+        assert!(
+            sites
+                .iter()
+                .any(|s| e.contains(&format!("client '{s}' refused"))),
+            "{sql}: {e}"
+        );
+        assert!(
+            e.contains("fewer than 5 of its rows") && e.contains("min_group_rows policy"),
+            "{sql}: {e}"
+        );
+        assert!(!e.contains("17"), "{sql}: {e}");
+    }
+    let e = refusal(guarded, "SELECT bool_or(id = 17 AND x > 10) AS b FROM t").await;
+    assert!(e.contains("extremes=refuse"), "{e}");
+}
+
+#[tokio::test]
+async fn aggregate_inputs_need_k_values_in_process() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    check_inputs_rule(&guarded, &open, ["a", "b"]).await;
+}
+
+#[tokio::test]
+async fn aggregate_inputs_need_k_values_at_workers() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    check_inputs_rule(&remote, &open, ["h0", "h1"]).await;
+}
+
+/// No row amplification: a join may add a shared lookup's columns to each
+/// row, never repeat a row.
+async fn check_joins(guarded: &FedContext, open: &FedContext, sites: [&str; 2]) {
+    for ctx in [guarded, open] {
+        run(ctx, "CREATE TABLE lk (g VARCHAR, w DOUBLE) AS VALUES ('p', 1.0), ('q', 2.5), (NULL, 3.0), (NULL, 4.0)")
+            .await
+            .unwrap();
+        run(
+            ctx,
+            "CREATE TABLE dup (g VARCHAR, w DOUBLE) AS VALUES ('p', 1.0), ('q', 2.5), ('p', 7.0)",
+        )
+        .await
+        .unwrap();
+    }
+    for sql in [
+        "SELECT sum(x * w) AS s, count(*) AS n FROM t JOIN lk ON t.g = lk.g",
+        "SELECT t.g, sum(x * w) AS s FROM t LEFT JOIN lk ON t.g = lk.g WHERE t.g <> 'rare' GROUP BY t.g ORDER BY t.g",
+        "SELECT count(*) AS n FROM t WHERE g IN (SELECT g FROM dup)",
+    ] {
+        assert_same_result(
+            sql,
+            &answer(guarded, sql).await,
+            &answer(open, sql).await,
+            true,
+            1e-12,
+        );
+    }
+    for (sql, why) in [
+        (
+            "SELECT count(*) AS n, sum(x) AS s FROM t CROSS JOIN (VALUES (1), (2), (3), (4), (5)) v(k)",
+            "a join without equal keys repeats each of its rows",
+        ),
+        (
+            "SELECT sum(x * w) AS s FROM t JOIN dup ON t.g = dup.g",
+            "the shared side's join key is not unique",
+        ),
+    ] {
+        answer(open, sql).await;
+        let e = refusal(guarded, sql).await;
+        assert!(e.contains(why), "{sql}: {e}");
+        assert!(
+            e.contains("no row amplification under its disclosure policy"),
+            "{sql}: {e}"
+        );
+        assert!(
+            sites
+                .iter()
+                .any(|s| e.contains(&format!("client '{s}' refused"))),
+            "{sql}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn joins_never_repeat_a_row_in_process() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    check_joins(&guarded, &open, ["a", "b"]).await;
+}
+
+#[tokio::test]
+async fn joins_never_repeat_a_row_at_workers() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    check_joins(&remote, &open, ["h0", "h1"]).await;
+}
+
+/// The bundled demo carries a worker's default policy, and still teaches:
+/// every example in `queries/` is answered under it, equal to the answer
+/// without a policy, except the file that shows what the policy refuses.
+#[tokio::test]
+async fn the_demo_teaches_under_its_policy() {
+    let guarded = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&guarded).unwrap();
+    let open = FedContext::new();
+    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("queries");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    let mut refused = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        for sql in fedsql::coordinator::statements::split_statements(&text).unwrap() {
+            if sql.trim_start().to_ascii_uppercase().starts_with("CREATE") {
+                run(&guarded, &sql).await.unwrap();
+                run(&open, &sql).await.unwrap();
+                continue;
+            }
+            if name.contains("refused") {
+                let e = refusal(&guarded, &sql).await;
+                assert!(e.contains("refused") && e.contains("policy"), "{name}: {e}");
+                answer(&open, &sql).await;
+                refused += 1;
+                continue;
+            }
+            let tolerance = if sql.contains("approx_") { 0.05 } else { 1e-12 };
+            assert_same_result(
+                &format!("{name}: {sql}"),
+                &answer(&guarded, &sql).await,
+                &answer(&open, &sql).await,
+                sql.contains("ORDER BY"),
+                tolerance,
+            );
+        }
+    }
+    assert_eq!(refused, 3);
+}
+
+trait Float {
+    fn float(&self) -> f64;
+}
+
+impl Float for crate::support::Cell {
+    fn float(&self) -> f64 {
+        match self {
+            crate::support::Cell::Float(v) => *v,
+            other => panic!("not a float: {other:?}"),
+        }
+    }
 }

@@ -665,7 +665,7 @@ async fn errors_name_what_is_wrong() {
 #[tokio::test]
 async fn chart_after_hist_draws_bars() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     let script =
         "SELECT * FROM hist('clinic', 'systolic', 'bins=12, lower=80, upper=200');\n\\chart\n";
     let mut out = Vec::new();

@@ -1,0 +1,288 @@
+//! An aggregate that counts its own inputs: under a disclosure policy the
+//! site wraps every aggregate of its partial aggregate so that, in the same
+//! pass, it also counts per group how many values of each input column are
+//! non-NULL after the aggregate's FILTER (and, for aggregates that add their
+//! inputs, non-zero). The counts travel as extra state columns to the end
+//! of the site's plan, where the policy checks them and drops them: they
+//! never leave the site.
+//!
+//! Why per input and not per row: `sum(x) FILTER (WHERE id = 17)` and
+//! `sum(CASE WHEN id = 17 THEN x ELSE 0 END)` summarize one person inside a
+//! large group; a one-person dummy column in a model round does the same.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::compute::kernels::cmp::neq;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
+use datafusion::common::{Result as DFResult, ScalarValue};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature,
+};
+
+/// What a guard counts of one input column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counted {
+    /// Values that are not NULL.
+    NonNull,
+    /// Values that are neither NULL nor zero (`false` for booleans): the
+    /// values an adding aggregate actually adds.
+    NonZero,
+}
+
+/// `inner` with one count per guarded input column appended to its state.
+#[derive(Debug)]
+pub struct Guarded {
+    inner: Arc<AggregateUDF>,
+    /// (argument index, what is counted), in the order of the counts.
+    inputs: Vec<(usize, Counted)>,
+}
+
+impl Guarded {
+    pub fn new(inner: Arc<AggregateUDF>, inputs: Vec<(usize, Counted)>) -> Self {
+        Self { inner, inputs }
+    }
+
+    /// How many count columns the state carries after the inner state.
+    pub fn width(&self) -> usize {
+        self.inputs.len()
+    }
+}
+
+impl PartialEq for Guarded {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner && self.inputs == other.inputs
+    }
+}
+
+impl Eq for Guarded {}
+
+impl Hash for Guarded {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.inner.hash(state);
+        self.inputs.hash(state);
+    }
+}
+
+impl AggregateUDFImpl for Guarded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DFResult<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn return_field(&self, arg_fields: &[FieldRef]) -> DFResult<FieldRef> {
+        self.inner.return_field(arg_fields)
+    }
+
+    fn is_nullable(&self) -> bool {
+        self.inner.is_nullable()
+    }
+
+    fn default_value(&self, data_type: &DataType) -> DFResult<ScalarValue> {
+        self.inner.default_value(data_type)
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> DFResult<Vec<FieldRef>> {
+        let name = args.name;
+        let mut fields = self.inner.state_fields(args)?;
+        for (i, _) in &self.inputs {
+            fields.push(Arc::new(Field::new(
+                format!("{name}[inputs of argument {i}]"),
+                DataType::Int64,
+                false,
+            )));
+        }
+        Ok(fields)
+    }
+
+    fn accumulator(&self, args: AccumulatorArgs) -> DFResult<Box<dyn Accumulator>> {
+        Ok(Box::new(GuardedAccumulator {
+            inner: self.inner.accumulator(args)?,
+            inputs: self.inputs.clone(),
+            counts: vec![0; self.inputs.len()],
+        }))
+    }
+
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.groups_accumulator_supported(args)
+    }
+
+    fn create_groups_accumulator(
+        &self,
+        args: AccumulatorArgs,
+    ) -> DFResult<Box<dyn GroupsAccumulator>> {
+        Ok(Box::new(GuardedGroups {
+            inner: self.inner.create_groups_accumulator(args)?,
+            inputs: self.inputs.clone(),
+            counts: vec![Vec::new(); self.inputs.len()],
+        }))
+    }
+}
+
+/// The rows of `values` whose value counts: not NULL (and not zero).
+fn counting_rows(values: &ArrayRef, counted: Counted) -> DFResult<BooleanBuffer> {
+    let valid = || match values.logical_nulls() {
+        Some(nulls) => nulls.into_inner(),
+        None => BooleanBuffer::new_set(values.len()),
+    };
+    let zero_is_nothing = counted == Counted::NonZero
+        && (values.data_type().is_numeric() || values.data_type() == &DataType::Boolean);
+    if !zero_is_nothing {
+        return Ok(valid());
+    }
+    let zero = ScalarValue::new_zero(values.data_type())?.to_scalar()?;
+    let nonzero = neq(values, &zero)?;
+    Ok(nonzero_and_valid(&nonzero))
+}
+
+/// A comparison's result with its NULLs as false.
+fn nonzero_and_valid(result: &BooleanArray) -> BooleanBuffer {
+    match result.nulls() {
+        Some(nulls) => result.values() & nulls.inner(),
+        None => result.values().clone(),
+    }
+}
+
+/// The accumulator of an aggregate without groups (or through DataFusion's
+/// adapter, which applies the FILTER before it calls us).
+#[derive(Debug)]
+struct GuardedAccumulator {
+    inner: Box<dyn Accumulator>,
+    inputs: Vec<(usize, Counted)>,
+    counts: Vec<i64>,
+}
+
+impl Accumulator for GuardedAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DFResult<()> {
+        self.inner.update_batch(values)?;
+        for ((i, counted), count) in self.inputs.iter().zip(&mut self.counts) {
+            *count += counting_rows(&values[*i], *counted)?.count_set_bits() as i64;
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self) -> DFResult<ScalarValue> {
+        self.inner.evaluate()
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size() + self.counts.len() * 8
+    }
+
+    fn state(&mut self) -> DFResult<Vec<ScalarValue>> {
+        let mut state = self.inner.state()?;
+        state.extend(self.counts.iter().map(|&n| ScalarValue::Int64(Some(n))));
+        Ok(state)
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DFResult<()> {
+        let inner = states.len() - self.counts.len();
+        self.inner.merge_batch(&states[..inner])?;
+        for (count, column) in self.counts.iter_mut().zip(&states[inner..]) {
+            *count += column
+                .as_primitive::<Int64Type>()
+                .iter()
+                .flatten()
+                .sum::<i64>();
+        }
+        Ok(())
+    }
+}
+
+/// The groups accumulator: the inner one, and per guarded input a count per
+/// group.
+struct GuardedGroups {
+    inner: Box<dyn GroupsAccumulator>,
+    inputs: Vec<(usize, Counted)>,
+    counts: Vec<Vec<i64>>,
+}
+
+impl GroupsAccumulator for GuardedGroups {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> DFResult<()> {
+        self.inner
+            .update_batch(values, group_indices, opt_filter, total_num_groups)?;
+        for ((i, counted), counts) in self.inputs.iter().zip(&mut self.counts) {
+            counts.resize(total_num_groups, 0);
+            let mut rows = counting_rows(&values[*i], *counted)?;
+            if let Some(filter) = opt_filter {
+                rows = &rows & &nonzero_and_valid(filter);
+            }
+            for row in rows.set_indices() {
+                counts[group_indices[row]] += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> DFResult<ArrayRef> {
+        for counts in &mut self.counts {
+            emit_to.take_needed(counts);
+        }
+        self.inner.evaluate(emit_to)
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> DFResult<Vec<ArrayRef>> {
+        let mut state = self.inner.state(emit_to)?;
+        for counts in &mut self.counts {
+            let taken = emit_to.take_needed(counts);
+            state.push(Arc::new(Int64Array::from(taken)));
+        }
+        Ok(state)
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> DFResult<()> {
+        let inner = values.len() - self.counts.len();
+        self.inner
+            .merge_batch(&values[..inner], group_indices, total_num_groups)?;
+        for (counts, column) in self.counts.iter_mut().zip(&values[inner..]) {
+            counts.resize(total_num_groups, 0);
+            let column = column.as_primitive::<Int64Type>();
+            for (&group, n) in group_indices.iter().zip(column.values()) {
+                counts[group] += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> DFResult<Vec<ArrayRef>> {
+        let mut state = self.inner.convert_to_state(values, opt_filter)?;
+        for (i, counted) in &self.inputs {
+            let mut rows = counting_rows(&values[*i], *counted)?;
+            if let Some(filter) = opt_filter {
+                rows = &rows & &nonzero_and_valid(filter);
+            }
+            let ones: Int64Array = rows.iter().map(|counts| Some(i64::from(counts))).collect();
+            state.push(Arc::new(ones));
+        }
+        Ok(state)
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size() + self.counts.iter().map(|c| c.capacity() * 8).sum::<usize>()
+    }
+}

@@ -145,12 +145,11 @@ mod tests {
                     );
                 }
             }
+            // Every site has enough rows to teach under a worker's policy.
+            assert!(rows >= 150, "client {name} has {rows} rows");
             total += rows;
         }
-        assert!(
-            (800..=1000).contains(&total),
-            "about 900 rows in all, got {total}"
-        );
+        assert!(total >= 4 * 150, "{total}");
     }
 
     #[test]

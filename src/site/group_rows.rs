@@ -21,6 +21,10 @@ use crate::error::{FedError, Result};
 use crate::site::guarded::{Counted, Guarded};
 use crate::site::policy::{adds_its_inputs, is_exempt};
 
+/// Aggregates whose one state column counts cells (see
+/// [`fedsql_udfs::released_cells`]).
+const RELEASES_CELLS: &[&str] = &["kmeans_step", "life_table"];
+
 /// The name of the row count the site adds.
 const ROWS: &str = "__fedsql_group_rows";
 
@@ -31,6 +35,9 @@ pub struct CountColumns {
     pub inputs: Vec<usize>,
     /// The column of the rows each group covers (the last).
     pub rows: usize,
+    /// State columns whose cells the policy holds to k: (the column's
+    /// name, the aggregate's name, its number of arguments).
+    pub cells: Vec<(String, String, usize)>,
 }
 
 impl CountColumns {
@@ -64,7 +71,14 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
     let mut columns = CountColumns::default();
     let mut aggregates = Vec::with_capacity(partial.aggr_expr().len() + 1);
     for (expr, filter) in partial.aggr_expr().iter().zip(partial.filter_expr()) {
-        let width = expr.state_fields()?.len();
+        let fields = expr.state_fields()?;
+        let width = fields.len();
+        let name = expr.fun().name().to_ascii_lowercase();
+        if let ([field], true) = (fields.as_slice(), RELEASES_CELLS.contains(&name.as_str())) {
+            columns
+                .cells
+                .push((field.name().clone(), name, expr.expressions().len()));
+        }
         let (guarded, counts) = guard(expr, filter.is_some(), &schema)?;
         columns.inputs.extend(at + width..at + width + counts);
         at += width + counts;

@@ -238,11 +238,16 @@ impl LocalClient {
                 let (batches, counts) = group_rows::split_off(&batches, columns)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
                 policy.check_counts(&self.name, &counts, parameters)?;
-                let k = policy.min_group_rows as f64;
-                batches
-                    .iter()
-                    .map(|b| sketches::coarsen(b, k, policy.allow_extremes))
-                    .collect::<Result<Vec<_>>>()?
+                policy.check_cells(&self.name, &batches, &columns.cells)?;
+                let k = policy.min_group_rows;
+                let mut released = Vec::with_capacity(batches.len());
+                for batch in &batches {
+                    let batch = sketches::coarsen(batch, k as f64, policy.allow_extremes)?;
+                    let batch = sketches::fold_histograms(&batch, k as i64)
+                        .map_err(|e| policy.histogram_refusal(&self.name, e))?;
+                    released.push(batch);
+                }
+                released
             }
             _ => batches,
         };

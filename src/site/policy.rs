@@ -31,6 +31,8 @@
 
 use std::fmt;
 
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Float64Type;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
@@ -297,6 +299,76 @@ impl DisclosurePolicy {
             });
         }
         most
+    }
+
+    /// Refuses a state with a cluster of `kmeans_step` or a cell of
+    /// `life_table` that counts 1 to k-1 rows. `cells` are the columns to
+    /// look at: (column name, aggregate, number of arguments).
+    pub fn check_cells(
+        &self,
+        client: &str,
+        batches: &[RecordBatch],
+        cells: &[(String, String, usize)],
+    ) -> Result<()> {
+        let k = self.min_group_rows as f64;
+        for batch in batches {
+            for (column, aggregate, args) in cells {
+                let Some(lists) = batch
+                    .column_by_name(column)
+                    .and_then(|c| c.as_list_opt::<i32>())
+                else {
+                    continue;
+                };
+                for row in 0..lists.len() {
+                    if lists.is_null(row) {
+                        continue;
+                    }
+                    let values = lists.value(row);
+                    let Some(values) = values.as_primitive_opt::<Float64Type>() else {
+                        continue;
+                    };
+                    let small = fedsql_udfs::released_cells(aggregate, *args, values.values())
+                        .is_some_and(|cells| cells.iter().any(|&n| n > 0.0 && n < k));
+                    if small {
+                        let what = if aggregate == "kmeans_step" {
+                            "a cluster would hold"
+                        } else {
+                            "a life-table interval would count events or censorings of"
+                        };
+                        return Err(FedError::Policy {
+                            client: client.to_string(),
+                            rule: format!(
+                                "{what} fewer than {} of its rows (its min_group_rows policy)",
+                                self.min_group_rows
+                            ),
+                            hint: Some(if aggregate == "kmeans_step" {
+                                "use fewer clusters".into()
+                            } else {
+                                "use wider intervals (breaks or width)".into()
+                            }),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The refusal of a histogram state that could not be released.
+    pub fn histogram_refusal(&self, client: &str, e: crate::site::sketches::FoldError) -> FedError {
+        match e {
+            crate::site::sketches::FoldError::SmallBin => FedError::Policy {
+                client: client.to_string(),
+                rule: format!(
+                    "a histogram bin would count fewer than {} of its rows (its min_group_rows policy)",
+                    self.min_group_rows
+                ),
+                hint: Some("use fewer or wider bins".into()),
+            },
+            crate::site::sketches::FoldError::NotAList => {
+                FedError::Internal("a histogram state is not a list of counts".into())
+            }
+        }
     }
 
     /// Refuses a state whose groups cover 1 to k-1 rows, whose aggregates

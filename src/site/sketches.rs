@@ -116,6 +116,57 @@ fn merge_to_weight(pairs: &[f64], k: f64) -> Vec<(f64, f64)> {
     out
 }
 
+/// `batch` with every `histogram` state's below- and above-range counts
+/// folded into its end bins; refused if a bin then counts 1 to k-1 values.
+/// The state is `bins` counts, then below, above and missing.
+pub fn fold_histograms(batch: &RecordBatch, k: i64) -> std::result::Result<RecordBatch, FoldError> {
+    let schema = batch.schema();
+    let mut columns = batch.columns().to_vec();
+    for (i, field) in schema.fields().iter().enumerate() {
+        if !field.name().ends_with("[bin_counts]") {
+            continue;
+        }
+        let lists = columns[i].as_list_opt::<i32>().ok_or(FoldError::NotAList)?;
+        let item = centroids_field(&columns[i]);
+        let mut folded =
+            ListBuilder::new(datafusion::arrow::array::Int64Builder::new()).with_field(item);
+        for row in 0..lists.len() {
+            if lists.is_null(row) {
+                folded.append(false);
+                continue;
+            }
+            let values = lists.value(row);
+            let mut counts = values
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec();
+            let bins = counts
+                .len()
+                .checked_sub(3)
+                .filter(|&b| b > 0)
+                .ok_or(FoldError::NotAList)?;
+            counts[0] += std::mem::take(&mut counts[bins]);
+            counts[bins - 1] += std::mem::take(&mut counts[bins + 1]);
+            if counts[..bins].iter().any(|&n| n > 0 && n < k) {
+                return Err(FoldError::SmallBin);
+            }
+            folded.values().append_slice(&counts);
+            folded.append(true);
+        }
+        columns[i] = Arc::new(folded.finish());
+    }
+    RecordBatch::try_new(schema, columns).map_err(|_| FoldError::NotAList)
+}
+
+/// Why a histogram state could not be folded.
+#[derive(Debug, PartialEq)]
+pub enum FoldError {
+    /// A bin would count 1 to k-1 values.
+    SmallBin,
+    /// The state is not a histogram's.
+    NotAList,
+}
+
 #[cfg(test)]
 mod tests {
     use super::merge_to_weight;

@@ -54,22 +54,41 @@ impl TableFunctionImpl for SummaryFunction {
             let (source, columns) = (source.clone(), columns.clone());
             async move {
                 let schema = source.schema(&ctx).await?;
-                let mut selects = vec!["count(*) AS total".to_string()];
-                for (i, c) in columns.iter().enumerate() {
-                    let v = numeric_argument(&schema, c, "column")?;
-                    selects.push(format!(
-                        "count({v}) AS n{i}, avg({v}) AS mean{i}, stddev({v}) AS sd{i}, \
-                         min({v}) AS min{i}, max({v}) AS max{i}, \
-                         approx_percentile_cont({v}, 0.25) AS q1_{i}, \
-                         approx_percentile_cont({v}, 0.5) AS median{i}, \
-                         approx_percentile_cont({v}, 0.75) AS q3_{i}"
-                    ));
-                }
-                let sql = format!("SELECT {} FROM {}", selects.join(", "), source.from);
-                let batch = one_row(&ctx, &sql).await?;
+                let select = |extremes: bool| -> Result<String> {
+                    let mut selects = vec!["count(*) AS total".to_string()];
+                    for (i, c) in columns.iter().enumerate() {
+                        let v = numeric_argument(&schema, c, "column")?;
+                        let (min, max) = if extremes {
+                            (format!("min({v})"), format!("max({v})"))
+                        } else {
+                            ("CAST(NULL AS DOUBLE)".into(), "CAST(NULL AS DOUBLE)".into())
+                        };
+                        selects.push(format!(
+                            "count({v}) AS n{i}, avg({v}) AS mean{i}, stddev({v}) AS sd{i}, \
+                             {min} AS min{i}, {max} AS max{i}, \
+                             approx_percentile_cont({v}, 0.25) AS q1_{i}, \
+                             approx_percentile_cont({v}, 0.5) AS median{i}, \
+                             approx_percentile_cont({v}, 0.75) AS q3_{i}"
+                        ));
+                    }
+                    Ok(format!("SELECT {} FROM {}", selects.join(", "), source.from))
+                };
+                // A site whose policy refuses extremes withholds min and max:
+                // the summary then shows them as NULL, and says why.
+                let (batch, withheld) = match one_row(&ctx, &select(true)?).await {
+                    Err(e) if e.to_string().contains("extremes=refuse") => {
+                        (one_row(&ctx, &select(false)?).await?, true)
+                    }
+                    other => (other?, false),
+                };
                 let total = count_at(&batch, "total", 0)?;
                 if total == 0 {
                     return Err(empty_source("summary", &source.given));
+                }
+                if withheld && let Some(notices) = &notices {
+                    notices.push(
+                        "summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
+                    );
                 }
                 if let Some(notices) = notices {
                     notices.push(

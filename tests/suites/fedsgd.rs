@@ -313,12 +313,15 @@ async fn iterates_equal_central_full_batch_descent() {
                     record.loss,
                     c.loss
                 );
-                // Near the optimum the norm is all rounding: compare it
-                // relative to the first round's.
+                // The gradient is a small difference of large sums over the
+                // rows, evaluated at iterates that agree to ~1e-10: its
+                // norm agrees to 1e-8 (on the demo data, Adam's round 20
+                // differs at 2e-9). Near the optimum the norm is all
+                // rounding: compare it relative to the first round's.
                 let norm = c.gradient.iter().map(|g| g * g).sum::<f64>().sqrt();
                 let scale = *first_norm.get_or_insert(norm);
                 assert!(
-                    agree(record.gradient_norm, norm, 1e-9)
+                    agree(record.gradient_norm, norm, 1e-8)
                         || (record.gradient_norm - norm).abs() <= 1e-12 * scale,
                     "{what} round {}: |g| {} vs {norm}",
                     round + 1,

@@ -766,3 +766,101 @@ impl Float for crate::support::Cell {
         }
     }
 }
+
+/// A histogram under a policy: each site folds its below- and above-range
+/// counts into the end bins, and refuses a bin of 1 to k-1 values.
+#[tokio::test]
+async fn histograms_fold_their_tails_and_need_k_per_bin() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    let sql = "SELECT histogram(x, 5, 18, 2) AS h FROM t";
+    let got = answer(&guarded, sql).await;
+    let h = got[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::ListArray>()
+        .unwrap();
+    let counts = h.value(0);
+    let counts = counts
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .unwrap();
+    // Independently: the values up to 11.5 (the middle break) fall in the
+    // first bin, tails folded in; the others in the second.
+    let expected = crate::support::rows_of(
+        &answer(
+            &open,
+            "SELECT CAST(count(*) FILTER (WHERE x <= 11.5) AS DOUBLE) AS a, \
+                    CAST(count(*) FILTER (WHERE x > 11.5) AS DOUBLE) AS b FROM t",
+        )
+        .await,
+    );
+    assert_eq!(counts.value(0) as f64, expected[0][0].float());
+    assert_eq!(counts.value(1) as f64, expected[0][1].float());
+    // Without a policy the tails are in no bin.
+    let plain = crate::support::rows_of(
+        &answer(
+            &open,
+            "SELECT count(*) FILTER (WHERE x > 5 AND x <= 18) AS n FROM t",
+        )
+        .await,
+    );
+    let got_open = answer(&open, sql).await;
+    let h = got_open[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::ListArray>()
+        .unwrap();
+    let open_counts = h.value(0);
+    let open_counts = open_counts
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .unwrap();
+    let open_total = (open_counts.value(0) + open_counts.value(1)) as f64;
+    match &plain[0][0] {
+        crate::support::Cell::Text(n) => assert_eq!(n.parse::<f64>().unwrap(), open_total),
+        other => assert_eq!(other.float(), open_total),
+    }
+    let e = refusal(&guarded, "SELECT histogram(x, 0, 23, 23) AS h FROM t").await;
+    assert!(
+        e.contains("a histogram bin would count fewer than 5"),
+        "{e}"
+    );
+    assert!(e.contains("hint: use fewer or wider bins"), "{e}");
+}
+
+/// k-means clusters and life-table cells hold 0 or at least k rows at each
+/// site; what passes equals the answer without a policy.
+#[tokio::test]
+async fn clusters_and_life_table_cells_need_k_rows() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let open = table(&files, "").await;
+    let guarded = table(&files, "'min_group_rows' '5'").await;
+    let survival = "SELECT x AS time, CASE WHEN y = 1 THEN 1 ELSE 0 END AS ev FROM t";
+    for sql in [
+        "SELECT * FROM kmeans('t', 'x', NULL, 'centers=5; 17')".to_string(),
+        format!("SELECT * FROM kaplan_meier('{survival}', 'time', 'ev', 'breaks=0 24')"),
+    ] {
+        assert_same_result(
+            &sql,
+            &answer(&guarded, &sql).await,
+            &answer(&open, &sql).await,
+            true,
+            1e-12,
+        );
+    }
+    let sql = "SELECT * FROM kmeans('t', 'x', NULL, 'centers=2; 7; 11; 16; 21')";
+    answer(&open, sql).await;
+    let e = refusal(&guarded, sql).await;
+    assert!(e.contains("a cluster would hold fewer than 5"), "{e}");
+    let sql = format!(
+        "SELECT * FROM kaplan_meier('{survival}', 'time', 'ev', 'breaks=0 3 6 9 12 15 18 21 24')"
+    );
+    answer(&open, &sql).await;
+    let e = refusal(&guarded, &sql).await;
+    assert!(e.contains("a life-table interval would count"), "{e}");
+    assert!(e.contains("use wider intervals"), "{e}");
+}

@@ -180,7 +180,7 @@ impl AggregateUDFImpl for Histogram {
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         Ok(vec![Arc::new(Field::new(
-            format_state_name(args.name, "counts"),
+            format_state_name(args.name, "bin_counts"),
             counts_type(),
             true,
         ))])

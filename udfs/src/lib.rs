@@ -67,7 +67,30 @@ pub fn register_all(ctx: &SessionContext) {
     }
 }
 
-/// Whether `name` is one of this crate's (bounded-state) aggregates.
+/// The cells a state releases counts of, which a disclosure policy holds
+/// to its minimum at each site: per cluster the rows of `kmeans_step`
+/// (called with `args` arguments), per interval the events and the
+/// censorings of `life_table` (and the rows before and beyond its grid).
+/// `None` for any other aggregate, or a state of another length.
+pub fn released_cells(name: &str, args: usize, state: &[f64]) -> Option<Vec<f64>> {
+    match name {
+        "kmeans_step" => {
+            let width = args.checked_sub(1)? + 2;
+            let blocks = state.len().checked_sub(1)?;
+            (blocks % width == 0).then(|| state[..blocks].chunks(width).map(|b| b[0]).collect())
+        }
+        "life_table" => {
+            let table = (state.len() >= 5 && state.len() % 2 == 1)
+                .then(|| life_table::LifeTable::from_slice(state))?;
+            let mut cells = table.events;
+            cells.extend(table.censored);
+            cells.extend([table.before, table.beyond]);
+            Some(cells)
+        }
+        _ => None,
+    }
+}
+
 /// How many model parameters (design columns) a call of a model-round or
 /// matrix aggregate with `args` arguments estimates, for a site's
 /// `max_parameter_ratio` policy; `None` for other aggregates.
@@ -88,6 +111,7 @@ pub fn model_parameters(name: &str, args: usize) -> Option<usize> {
     Some(args.saturating_sub(leading))
 }
 
+/// Whether `name` is one of this crate's (bounded-state) aggregates.
 pub fn is_bounded(name: &str) -> bool {
     all()
         .iter()

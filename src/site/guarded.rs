@@ -16,7 +16,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
 use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::compute::kernels::cmp::neq;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type};
 use datafusion::common::{Result as DFResult, ScalarValue};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
@@ -145,6 +145,34 @@ fn counting_rows(values: &ArrayRef, counted: Counted) -> DFResult<BooleanBuffer>
     Ok(nonzero_and_valid(&nonzero))
 }
 
+/// How many values of `values` count, without building a mask where the
+/// type allows (the accumulator path of an aggregate without groups).
+fn count_values(values: &ArrayRef, counted: Counted) -> DFResult<usize> {
+    let nonzero = |zero: bool, i: usize| !zero && values.is_valid(i);
+    match (counted, values.data_type()) {
+        (Counted::NonNull, _) => Ok(values.len() - values.logical_null_count()),
+        (Counted::NonZero, DataType::Float64) => {
+            let floats = values.as_primitive::<Float64Type>();
+            Ok(match floats.nulls() {
+                None => floats.values().iter().filter(|v| **v != 0.0).count(),
+                Some(_) => (0..floats.len())
+                    .filter(|&i| nonzero(floats.value(i) == 0.0, i))
+                    .count(),
+            })
+        }
+        (Counted::NonZero, DataType::Int64) => {
+            let ints = values.as_primitive::<Int64Type>();
+            Ok(match ints.nulls() {
+                None => ints.values().iter().filter(|v| **v != 0).count(),
+                Some(_) => (0..ints.len())
+                    .filter(|&i| nonzero(ints.value(i) == 0, i))
+                    .count(),
+            })
+        }
+        _ => Ok(counting_rows(values, counted)?.count_set_bits()),
+    }
+}
+
 /// A comparison's result with its NULLs as false.
 fn nonzero_and_valid(result: &BooleanArray) -> BooleanBuffer {
     match result.nulls() {
@@ -166,7 +194,7 @@ impl Accumulator for GuardedAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> DFResult<()> {
         self.inner.update_batch(values)?;
         for ((i, counted), count) in self.inputs.iter().zip(&mut self.counts) {
-            *count += counting_rows(&values[*i], *counted)?.count_set_bits() as i64;
+            *count += count_values(&values[*i], *counted)? as i64;
         }
         Ok(())
     }
@@ -284,5 +312,47 @@ impl GroupsAccumulator for GuardedGroups {
 
     fn size(&self) -> usize {
         self.inner.size() + self.counts.iter().map(|c| c.capacity() * 8).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
+
+    #[test]
+    fn counts_by_mask_and_by_loop_agree() {
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(Float64Array::from(vec![
+                Some(0.0),
+                None,
+                Some(1.5),
+                Some(-0.0),
+                Some(2.0),
+            ])),
+            Arc::new(Float64Array::from(vec![0.0, 3.0, 0.0, 4.0])),
+            Arc::new(Int64Array::from(vec![Some(0), Some(7), None, Some(-1)])),
+            Arc::new(StringArray::from(vec![Some("a"), None, Some("")])),
+        ];
+        let expected_nonzero = [2, 2, 2, 2];
+        let expected_nonnull = [4, 4, 3, 2];
+        for (i, a) in arrays.iter().enumerate() {
+            for (counted, expected) in [
+                (Counted::NonZero, expected_nonzero[i]),
+                (Counted::NonNull, expected_nonnull[i]),
+            ] {
+                assert_eq!(
+                    count_values(a, counted).unwrap(),
+                    expected,
+                    "{i} {counted:?}"
+                );
+                if a.data_type() != &DataType::Float64 {
+                    assert_eq!(
+                        counting_rows(a, counted).unwrap().count_set_bits(),
+                        expected
+                    );
+                }
+            }
+        }
     }
 }

@@ -29,6 +29,9 @@
 //! endpoint, and a trivial query's latency, against the same federation
 //! in-process.
 //!
+//! With `--policy` it instead times the suite with a worker's default
+//! disclosure policy at every client against the same clients without one.
+//!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
 //! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
@@ -38,6 +41,7 @@ mod baseline;
 mod data;
 mod models;
 mod pgwire;
+mod policy;
 mod remote;
 mod report;
 mod suite;
@@ -112,6 +116,11 @@ struct Args {
     /// query's latency, against the federation in-process.
     #[arg(long)]
     pgwire: bool,
+    /// Instead: time the suite with a worker's default disclosure policy
+    /// (extremes allowed) at every client against no policy, in the same
+    /// run, and list the queries the policy refuses.
+    #[arg(long)]
+    policy: bool,
 }
 
 #[tokio::main]
@@ -153,6 +162,9 @@ async fn main() -> BenchResult<()> {
     }
     if args.pgwire {
         return pgwire::run(&args, &federated, &queries).await;
+    }
+    if args.policy {
+        return policy::run(&args, &federated, &queries).await;
     }
 
     let mut timings = Vec::new();

@@ -852,6 +852,23 @@ async fn clusters_and_life_table_cells_need_k_rows() {
             1e-12,
         );
     }
+    // Cox strata: each stratum's rows at each site (the round that learns
+    // the strata, and the strata's columns in every Newton round).
+    let cox = "SELECT x AS time, CASE WHEN y <> 1 THEN 1 ELSE 0 END AS ev, id, g FROM t";
+    let sql = format!(
+        "SELECT * FROM coxph('{cox} WHERE g <> ''rare''', 'Surv(time, ev) ~ id + strata(g)')"
+    );
+    assert_same_result(
+        &sql,
+        &answer(&guarded, &sql).await,
+        &answer(&open, &sql).await,
+        true,
+        1e-9,
+    );
+    let sql = format!("SELECT * FROM coxph('{cox}', 'Surv(time, ev) ~ id + strata(g)')");
+    answer(&open, &sql).await;
+    let e = refusal(&guarded, &sql).await;
+    assert!(e.contains("fewer than 5 of its rows"), "{e}");
     let sql = "SELECT * FROM kmeans('t', 'x', NULL, 'centers=2; 7; 11; 16; 21')";
     answer(&open, sql).await;
     let e = refusal(&guarded, sql).await;

@@ -881,3 +881,33 @@ async fn clusters_and_life_table_cells_need_k_rows() {
     assert!(e.contains("a life-table interval would count"), "{e}");
     assert!(e.contains("use wider intervals"), "{e}");
 }
+
+/// A chi-square test under the demo's policy: a table whose cells hold at
+/// least k rows at every site is answered as without a policy; one with a
+/// cell of 1 to k-1 rows at some site is refused there, not suppressed.
+#[tokio::test]
+async fn chi_square_cells_need_k_rows_at_each_site() {
+    let guarded = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&guarded).unwrap();
+    let open = FedContext::new();
+    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    for sql in [
+        "SELECT * FROM chisq_test('clinic', 'smoker', 'event')",
+        "SELECT * FROM crosstab('clinic', 'region', 'sex')",
+    ] {
+        assert_same_result(
+            sql,
+            &answer(&guarded, sql).await,
+            &answer(&open, sql).await,
+            true,
+            1e-12,
+        );
+    }
+    let sql = "SELECT * FROM chisq_test('clinic', 'region', 'visits')";
+    answer(&open, sql).await;
+    let e = refusal(&guarded, sql).await;
+    assert!(
+        e.contains("fewer than 5 of its rows (its min_group_rows policy)"),
+        "{e}"
+    );
+}

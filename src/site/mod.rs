@@ -13,6 +13,7 @@
 pub mod covered;
 pub mod files;
 pub mod group_rows;
+pub mod identity;
 pub mod kept_rows;
 pub mod local;
 pub mod never_fail;
@@ -20,6 +21,7 @@ pub mod policy;
 pub mod runner;
 pub mod secure;
 pub mod worker;
+pub mod yielding;
 
 #[cfg(test)]
 mod tests {

@@ -250,17 +250,20 @@ impl LocalClient {
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
         let partial = match encoder.fit_scope() {
-            Some(scope) => {
-                self.kept
-                    .partial_over_kept(
-                        partial,
-                        scope,
-                        encoder.input_key(),
-                        self.task_ctx()?,
-                        state.config().target_partitions(),
-                    )
-                    .await?
-            }
+            Some(scope) => self
+                .kept
+                .partial_over_kept(
+                    partial,
+                    scope,
+                    encoder.input_key(),
+                    self.task_ctx()?,
+                    state.config().target_partitions(),
+                )
+                .await
+                .map_err(|e| match &e {
+                    FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
+                    _ => e,
+                })?,
             None => partial,
         };
         let partial = match &self.policy {

@@ -27,8 +27,10 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
-    /// `tls_cert`, `tls_key`, and a `[tables]` section of name = "path");
-    /// command-line flags take precedence.
+    /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
+    /// `memory_limit`, `max_shared_rows`, a `[tables]` section of
+    /// name = "path", and a `[policy]` section with `peers` and
+    /// `[policy.tables.NAME]` overrides); command-line flags take precedence.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key, the worker speaks TLS.

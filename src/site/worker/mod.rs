@@ -169,7 +169,9 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         names.join(", ")
     );
     if let Some(identity) = identity {
-        println!("fedsql worker identity: {identity} (list it in the other sites' [policy] peers)");
+        eprintln!(
+            "fedsql worker: identity {identity} (list it in the other sites' [policy] peers)"
+        );
     }
     use std::io::Write;
     std::io::stdout().flush()?;

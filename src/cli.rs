@@ -63,6 +63,7 @@ pub struct Args {
 
 /// Subcommands of `fedsql`.
 #[derive(Debug, Clone, clap::Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Command {
     /// Serve this site's tables to coordinators over Arrow Flight; each
     /// request must carry the token, and only aggregate states leave.

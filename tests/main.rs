@@ -36,3 +36,5 @@ mod stats;
 mod survival;
 #[path = "suites/tables.rs"]
 mod tables;
+#[path = "suites/worker_defence.rs"]
+mod worker_defence;

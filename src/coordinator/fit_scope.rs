@@ -5,7 +5,6 @@
 //! the fit releases its scope.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Marks the queries of one fit (a session config extension).
 #[derive(Debug)]
@@ -14,11 +13,12 @@ pub struct FitScope {
 }
 
 impl FitScope {
-    /// A scope no other fit has.
+    /// A scope no other fit has: a random id, so that no other session (of
+    /// this coordinator or another) can name it at a site to use or
+    /// release the rows the site keeps for it.
     pub fn new() -> Arc<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            id: rand::random::<u64>().max(1),
         })
     }
 

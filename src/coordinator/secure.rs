@@ -31,6 +31,7 @@ pub async fn collect_masked_states(
     let request = MaskRequest {
         session,
         public_keys: setups.iter().map(|s| s.public_key).collect(),
+        signed: setups.iter().map(|s| s.signed).collect(),
         groups,
     };
     let answers = join_all(clients.iter().map(|c| async {

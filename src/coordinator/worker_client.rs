@@ -34,7 +34,7 @@ use crate::wire::protocol::{
     POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply, SecureSetupRequest,
     SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
-use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup};
+use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
 
 /// A client served by a remote worker.
 pub struct RemoteClient {
@@ -100,8 +100,10 @@ impl RemoteClient {
     /// What a failed call means, for the user.
     fn status_error(&self, status: &Status) -> FedError {
         let message = status.message();
-        if status.code() == Code::PermissionDenied
-            && let Some(refusal) = message.strip_prefix(POLICY_REFUSAL)
+        if matches!(
+            status.code(),
+            Code::PermissionDenied | Code::ResourceExhausted
+        ) && let Some(refusal) = message.strip_prefix(POLICY_REFUSAL)
         {
             let (rule, hint) = match refusal.split_once("\nhint: ") {
                 Some((rule, hint)) => (rule, Some(hint.to_string())),
@@ -319,6 +321,8 @@ impl ClientRunner for RemoteClient {
             Ok(SecureSetup {
                 public_key: public_key(&reply.public_key).map_err(|e| self.error(e))?,
                 group_keys: batch_from_ipc(&reply.group_keys).map_err(|e| self.error(e))?,
+                signed: SignedKey::from_wire(&reply.identity, &reply.signature)
+                    .map_err(|e| self.error(e))?,
             })
         })
         .await
@@ -331,6 +335,16 @@ impl ClientRunner for RemoteClient {
                 session: Some(SessionMessage::of(&request.session)),
                 public_keys: request.public_keys.iter().map(|k| k.to_vec()).collect(),
                 groups: batch_to_ipc(&request.groups).map_err(|e| self.error(e))?,
+                identities: request
+                    .signed
+                    .iter()
+                    .map(|s| s.map(|s| s.identity.to_vec()).unwrap_or_default())
+                    .collect(),
+                signatures: request
+                    .signed
+                    .iter()
+                    .map(|s| s.map(|s| s.signature.to_vec()).unwrap_or_default())
+                    .collect(),
             }
             .encode_to_vec();
             let answer = self.action(ACTION_ENCODE_MASKED, body).await?;

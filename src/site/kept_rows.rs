@@ -5,10 +5,16 @@
 //! each time. An encoder sent as part of a fit carries the fit's scope id;
 //! the site then keeps the decoded input of that encoder's partial aggregate
 //! in memory, so that rounds after the first do not read and decode its
-//! files again. What a site keeps never leaves it, and it is dropped when
-//! the fit ends (the coordinator releases the scope) or when another fit
-//! starts.
+//! files again. What a site keeps never leaves it.
+//!
+//! The rows of a fit belong to the session that started it: they are used
+//! and released only by requests that carry its scope id (a random 64-bit
+//! number the coordinator draws per fit, so one session cannot name
+//! another's). Another fit starting does not drop them; a site keeps the
+//! rows of at most [`MAX_KEPT_FITS`] fits, and drops the oldest beyond that
+//! (a fit whose coordinator went away without releasing it).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -18,11 +24,15 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::collect;
 
 use crate::error::Result;
+use crate::site::yielding::yield_after_each_batch;
 
-/// The rows kept for the current fit, if any.
+/// How many fits' rows a site keeps at once.
+pub const MAX_KEPT_FITS: usize = 4;
+
+/// The rows kept for the fits under way, oldest first.
 #[derive(Debug, Default)]
 pub struct KeptRows {
-    kept: Mutex<Option<Kept>>,
+    kept: Mutex<VecDeque<Kept>>,
 }
 
 /// Decoded rows kept for the rounds of one fit.
@@ -48,15 +58,22 @@ impl KeptRows {
     ) -> Result<AggregateExec> {
         let cached = {
             let kept = self.kept.lock().expect("not poisoned");
-            kept.as_ref()
-                .filter(|k| k.scope == scope && k.key == key)
+            kept.iter()
+                .find(|k| k.scope == scope && k.key == key)
                 .map(|k| k.batches.clone())
         };
         let batches = match cached {
             Some(batches) => batches,
             None => {
-                let batches = collect(Arc::clone(partial.input()), task_ctx).await?;
-                *self.kept.lock().expect("not poisoned") = Some(Kept {
+                let input = yield_after_each_batch(Arc::clone(partial.input()))?;
+                let batches = collect(input, task_ctx).await?;
+                let mut kept = self.kept.lock().expect("not poisoned");
+                // A fit keeps the input of its latest encoder only.
+                kept.retain(|k| k.scope != scope);
+                if kept.len() >= MAX_KEPT_FITS {
+                    kept.pop_front();
+                }
+                kept.push_back(Kept {
                     scope,
                     key,
                     batches: batches.clone(),
@@ -80,11 +97,12 @@ impl KeptRows {
         )?)
     }
 
-    /// Drops the rows kept for fit `scope` (nothing if another fit's are kept).
-    pub fn release(&self, scope: u64) {
+    /// Drops the rows kept for fit `scope`; says whether there were any
+    /// (another fit's rows are never touched).
+    pub fn release(&self, scope: u64) -> bool {
         let mut kept = self.kept.lock().expect("not poisoned");
-        if kept.as_ref().is_some_and(|k| k.scope == scope) {
-            *kept = None;
-        }
+        let before = kept.len();
+        kept.retain(|k| k.scope != scope);
+        kept.len() != before
     }
 }

@@ -21,7 +21,10 @@ use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::error::DataFusionError;
-use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::GreedyMemoryPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -30,6 +33,7 @@ use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::files::{ClientFiles, FileFormat};
 use crate::site::group_rows;
+use crate::site::identity::SiteIdentity;
 use crate::site::joins;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
@@ -37,6 +41,7 @@ use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
 use crate::site::sketches;
+use crate::site::yielding::yield_after_each_batch;
 use crate::wire::encoder::{self, Encoder, StateBatch};
 use crate::wire::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 
@@ -79,6 +84,10 @@ pub struct LocalClient {
     secrets: ClientSecrets,
     /// The data owner's disclosure policy, if any.
     policy: Option<DisclosurePolicy>,
+    /// Identity keys of the peers this site masks with (none listed: any).
+    peers: Arc<[[u8; 32]]>,
+    /// The most memory one request may use here (`None`: no limit).
+    memory_limit: Option<usize>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -120,6 +129,8 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            peers: Arc::new([]),
+            memory_limit: None,
         })
     }
 
@@ -127,6 +138,61 @@ impl LocalClient {
     pub fn with_policy(mut self, policy: Option<DisclosurePolicy>) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// The same site signing its secure-session keys with `identity`, and
+    /// masking only with keys signed by `peers` (when any are listed).
+    pub fn with_identity(
+        mut self,
+        identity: Option<Arc<SiteIdentity>>,
+        peers: Arc<[[u8; 32]]>,
+    ) -> Self {
+        self.secrets = ClientSecrets::with_identity(identity);
+        self.peers = peers;
+        self
+    }
+
+    /// The same site with each request's memory capped at `limit` bytes (a
+    /// memory pool of its own per request; nothing is spilled to disk).
+    pub fn with_memory_limit(mut self, limit: Option<usize>) -> Self {
+        self.memory_limit = limit;
+        self
+    }
+
+    /// The task context of one request: under a memory limit, with a
+    /// memory pool of its own.
+    fn task_ctx(&self) -> Result<Arc<TaskContext>> {
+        let Some(limit) = self.memory_limit else {
+            return Ok(self.session.task_ctx());
+        };
+        let state = self.session.state();
+        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
+            .with_memory_pool(Arc::new(GreedyMemoryPool::new(limit)))
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .build_arc()?;
+        Ok(Arc::new(TaskContext::from(&state).with_runtime(runtime)))
+    }
+
+    /// Drops the rows kept for fit `scope`; says whether there were any.
+    pub fn release_kept(&self, scope: u64) -> bool {
+        self.kept.release(scope)
+    }
+
+    /// A request past its memory limit is refused, naming the limit.
+    fn memory_refusal(&self, e: &DataFusionError) -> Option<FedError> {
+        let limit = self.memory_limit?;
+        let exhausted = matches!(e.find_root(), DataFusionError::ResourcesExhausted(_))
+            || e.to_string().contains("Resources exhausted");
+        exhausted.then(|| FedError::Policy {
+            client: self.name.clone(),
+            rule: format!(
+                "the request needs more than {} of memory (its memory_limit)",
+                format_bytes(limit)
+            ),
+            hint: Some("use fewer groups or columns, or a narrower filter".into()),
+        })
     }
 
     /// A site over batches held in memory (cast to `schema`).
@@ -145,6 +211,8 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            peers: Arc::new([]),
+            memory_limit: None,
         })
     }
 
@@ -186,17 +254,20 @@ impl LocalClient {
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
         let partial = match encoder.fit_scope() {
-            Some(scope) => {
-                self.kept
-                    .partial_over_kept(
-                        partial,
-                        scope,
-                        encoder.input_key(),
-                        self.session.task_ctx(),
-                        state.config().target_partitions(),
-                    )
-                    .await?
-            }
+            Some(scope) => self
+                .kept
+                .partial_over_kept(
+                    partial,
+                    scope,
+                    encoder.input_key(),
+                    self.task_ctx()?,
+                    state.config().target_partitions(),
+                )
+                .await
+                .map_err(|e| match &e {
+                    FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
+                    _ => e,
+                })?,
             None => partial,
         };
         let (partial, counts) = match &self.policy {
@@ -229,9 +300,11 @@ impl LocalClient {
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
     async fn run(&self, encoder: &Encoder, plan: SitePlan) -> Result<StateBatch> {
-        let batches = collect(plan.plan, self.session.task_ctx())
-            .await
-            .map_err(|e| self.error(strip_context(e)))?;
+        let physical = yield_after_each_batch(plan.plan)?;
+        let batches = collect(physical, self.task_ctx()?).await.map_err(|e| {
+            self.memory_refusal(&e)
+                .unwrap_or_else(|| self.error(strip_context(e)))
+        })?;
         check_site_only_fields(&batches)?;
         let batches = match (&self.policy, &plan.counts) {
             (Some(policy), Some(columns)) => {
@@ -321,9 +394,22 @@ impl ClientRunner for LocalClient {
     }
 
     async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+        let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
+        let own = self.secrets.identity();
+        let admit = |me_at: usize| {
+            crate::site::secure::check_participants(request, me_at, own, &self.peers, min).map_err(|rule| {
+                FedError::Policy {
+                    client: self.name.clone(),
+                    rule,
+                    hint: Some(
+                        "run the round over the sites this one lists as peers, each with its identity key".into(),
+                    ),
+                }
+            })
+        };
         self.secrets
-            .mask(encoder, request)
-            .map_err(|e| self.error(e))
+            .mask(encoder, request, admit)
+            .map_err(|e| self.site_error(e))
     }
 
     fn release_fit(&self, scope: u64) {
@@ -384,4 +470,15 @@ fn strip_context(e: DataFusionError) -> DataFusionError {
         },
         other => other,
     }
+}
+
+/// Bytes as a worker's settings write them (`64 MiB`).
+pub fn format_bytes(bytes: usize) -> String {
+    const UNITS: [(&str, usize); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
 }

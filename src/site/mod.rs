@@ -14,6 +14,7 @@ pub mod covered;
 pub mod files;
 pub mod group_rows;
 pub mod guarded;
+pub mod identity;
 pub mod joins;
 pub mod kept_rows;
 pub mod local;
@@ -23,6 +24,7 @@ pub mod runner;
 pub mod secure;
 pub mod sketches;
 pub mod worker;
+pub mod yielding;
 
 #[cfg(test)]
 mod tests {

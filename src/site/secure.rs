@@ -14,6 +14,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::error::{FedError, Result};
+use crate::site::identity::SiteIdentity;
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter};
 
@@ -24,10 +25,12 @@ const KDF_INFO: &[u8] = b"fedsql secure aggregation v1: pairwise mask key";
 /// rounds that failed before step 2) are forgotten.
 const MAX_PENDING_SESSIONS: usize = 16;
 
-/// What a client keeps between the two steps: one entry per session.
+/// What a client keeps between the two steps: one entry per session; and
+/// the site's long-term identity, if it has one, to sign its session keys.
 #[derive(Default)]
 pub struct ClientSecrets {
     pending: Mutex<VecDeque<Pending>>,
+    identity: Option<Arc<SiteIdentity>>,
 }
 
 impl std::fmt::Debug for ClientSecrets {
@@ -46,6 +49,19 @@ struct Pending {
 }
 
 impl ClientSecrets {
+    /// Secrets of a site that signs its session keys with `identity`.
+    pub fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
+        Self {
+            pending: Mutex::default(),
+            identity,
+        }
+    }
+
+    /// The site's identity key, if it has one.
+    pub fn identity(&self) -> Option<[u8; 32]> {
+        self.identity.as_ref().map(|i| i.public_key())
+    }
+
     /// Step 1 at a client whose state for the session is `state`: a fresh
     /// key pair, kept with the state; returns the public key and group keys.
     pub fn setup(
@@ -73,12 +89,23 @@ impl ClientSecrets {
         Ok(SecureSetup {
             public_key: public.to_bytes(),
             group_keys,
+            signed: self
+                .identity
+                .as_ref()
+                .map(|i| i.sign(&session.id, &public.to_bytes())),
         })
     }
 
     /// Step 2: the kept state aligned to the request's
-    /// groups and masked; the session's secret is forgotten.
-    pub fn mask(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+    /// groups and masked; the session's secret is forgotten. `admit`
+    /// decides, once this client's place in the session is known, whether
+    /// it masks with the relayed participants at all.
+    pub fn mask(
+        &self,
+        encoder: &Encoder,
+        request: &MaskRequest,
+        admit: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<StateBatch> {
         let session = &request.session;
         let pending = {
             let mut kept = self.pending.lock().expect("not poisoned");
@@ -118,6 +145,16 @@ impl ClientSecrets {
                 ));
             }
         };
+        // A key relayed twice would make a pair of masks cancel.
+        let mut keys = request.public_keys.clone();
+        keys.sort();
+        keys.dedup();
+        if keys.len() != request.public_keys.len() {
+            return Err(FedError::InvalidArgument(
+                "the coordinator relayed a public key more than once".into(),
+            ));
+        }
+        admit(me_at)?;
         let aligned = align(&pending.state, &pending.layout, &request.groups)?;
         let words = secure_words(&aligned, &pending.layout)?;
         let mut mask = vec![0u64; words];
@@ -141,6 +178,66 @@ impl ClientSecrets {
         let masked = add_mask(&aligned, &pending.layout, &mask)?;
         encoder.accept(&[masked])
     }
+}
+
+/// Whom a site masks with: the relayed participants of a secure session,
+/// checked against the site's listed peers before it masks.
+///
+/// Every relayed key but the site's own (at `me_at`) must be signed, for
+/// this session, by a listed peer; no peer may count twice, nor may the
+/// site itself; and the site with its peers must make `min_participants`.
+/// With no peers listed, only the number of distinct keys is checked — a
+/// coordinator that invents participants passes that (the README's threat
+/// model says so). Returns the rule broken, for the refusal.
+pub fn check_participants(
+    request: &MaskRequest,
+    me_at: usize,
+    own_identity: Option<[u8; 32]>,
+    peers: &[[u8; 32]],
+    min_participants: usize,
+) -> std::result::Result<(), String> {
+    let too_few = || {
+        format!(
+            "a secure sum needs at least {min_participants} participants (its min_secure_clients policy)"
+        )
+    };
+    if peers.is_empty() {
+        return if request.public_keys.len() < min_participants {
+            Err(too_few())
+        } else {
+            Ok(())
+        };
+    }
+    let unsigned = || {
+        "a participant's session key is not signed by one of its listed peers (its peers policy)"
+            .to_string()
+    };
+    let mut signers = Vec::new();
+    for (j, key) in request.public_keys.iter().enumerate() {
+        if j == me_at {
+            continue;
+        }
+        let signed = request
+            .signed
+            .get(j)
+            .copied()
+            .flatten()
+            .ok_or_else(unsigned)?;
+        let listed = peers.contains(&signed.identity) && Some(signed.identity) != own_identity;
+        if !listed || !signed.verifies(&request.session.id, key) {
+            return Err(unsigned());
+        }
+        if signers.contains(&signed.identity) {
+            return Err(
+                "one peer's identity signs two of the session's keys (its peers policy)".into(),
+            );
+        }
+        signers.push(signed.identity);
+    }
+    if 1 + signers.len() < min_participants {
+        return Err(too_few());
+    }
+    Ok(())
 }
 
 /// The ChaCha20 seed shared by this client and the owner of `peer`:
@@ -362,6 +459,49 @@ mod tests {
             err.to_string().contains("lacks 1 of this client's groups"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn only_keys_signed_by_distinct_listed_peers_are_masked_with() {
+        let session = SecureSession::fresh(vec!["me".into(), "b".into(), "c".into()]);
+        let ids: Vec<SiteIdentity> = (0..4)
+            .map(|_| SiteIdentity::generate().unwrap().0)
+            .collect();
+        let keys = [[1u8; 32], [2u8; 32], [3u8; 32]];
+        let peers = [ids[1].public_key(), ids[2].public_key()];
+        let request = |signed: Vec<Option<crate::wire::secure::SignedKey>>| MaskRequest {
+            session: session.clone(),
+            public_keys: keys.to_vec(),
+            signed,
+            groups: RecordBatch::new_empty(Arc::new(Schema::empty())),
+        };
+        let own = Some(ids[0].public_key());
+        let sign = |i: usize, k: usize| Some(ids[i].sign(&session.id, &keys[k]));
+        let good = request(vec![sign(0, 0), sign(1, 1), sign(2, 2)]);
+        assert_eq!(check_participants(&good, 0, own, &peers, 3), Ok(()));
+        assert!(check_participants(&good, 0, own, &peers, 4).is_err());
+        // An invented participant: unsigned, or signed by an unlisted key.
+        for signed in [
+            vec![sign(0, 0), sign(1, 1), None],
+            vec![sign(0, 0), sign(1, 1), sign(3, 2)],
+            // A listed peer's signature of another key or session.
+            vec![sign(0, 0), sign(1, 1), sign(2, 1)],
+            // One peer counted twice; the site itself as a peer.
+            vec![sign(0, 0), sign(1, 1), sign(1, 2)],
+            vec![sign(0, 0), sign(1, 1), sign(0, 2)],
+        ] {
+            let err = check_participants(
+                &request(signed),
+                0,
+                own,
+                &[peers[0], peers[1], ids[0].public_key()],
+                3,
+            );
+            assert!(err.is_err());
+        }
+        // Without peers, only the count of keys.
+        assert_eq!(check_participants(&request(vec![]), 0, own, &[], 3), Ok(()));
+        assert!(check_participants(&request(vec![]), 0, own, &[], 4).is_err());
     }
 
     #[test]

@@ -61,6 +61,11 @@ impl InlineTable {
         Self { schema, batches }
     }
 
+    /// How many rows it holds.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
     fn to_ipc(&self) -> DFResult<Vec<u8>> {
         Ok(protocol::batches_to_ipc(&self.schema, &self.batches)?)
     }

@@ -131,6 +131,13 @@ pub struct SecureSetupReply {
     /// Its group keys, as an Arrow IPC stream.
     #[prost(bytes = "vec", tag = "2")]
     pub group_keys: Vec<u8>,
+    /// The worker's long-term Ed25519 identity key (empty: it has none).
+    #[prost(bytes = "vec", tag = "3")]
+    pub identity: Vec<u8>,
+    /// Its signature of the session id and public key (see
+    /// [`crate::wire::secure::signed_message`]).
+    #[prost(bytes = "vec", tag = "4")]
+    pub signature: Vec<u8>,
 }
 
 /// The body of [`ACTION_ENCODE_MASKED`]: the encoder again, the session,
@@ -146,6 +153,13 @@ pub struct EncodeMaskedRequest {
     pub public_keys: Vec<Vec<u8>>,
     #[prost(bytes = "vec", tag = "4")]
     pub groups: Vec<u8>,
+    /// Each client's identity key, in session order (empty bytes for a
+    /// client without one; no entries from a relay without signatures).
+    #[prost(bytes = "vec", repeated, tag = "5")]
+    pub identities: Vec<Vec<u8>>,
+    /// Each client's signature of its public key, in session order.
+    #[prost(bytes = "vec", repeated, tag = "6")]
+    pub signatures: Vec<Vec<u8>>,
 }
 
 /// A public key from the wire.

@@ -78,22 +78,79 @@ impl SecureSession {
     }
 }
 
-/// A client's answer to the setup: its public key for the session and the
+/// A client's answer to the setup: its public key for the session, the
 /// group keys it has state for (the key columns of its state; no columns
-/// without GROUP BY).
+/// without GROUP BY), and — at a site with a long-term identity — its
+/// signature of the session key.
 #[derive(Debug, Clone)]
 pub struct SecureSetup {
     pub public_key: [u8; 32],
     pub group_keys: RecordBatch,
+    pub signed: Option<SignedKey>,
 }
 
 /// The coordinator's request for masked states: every client's public key
-/// (in session order) and the union of all group keys, in canonical order.
+/// (in session order), each with its site's signature if it has one, and
+/// the union of all group keys, in canonical order.
 #[derive(Debug, Clone)]
 pub struct MaskRequest {
     pub session: SecureSession,
     pub public_keys: Vec<[u8; 32]>,
+    /// One entry per public key (or none at all, from a relay that has no
+    /// signatures to pass on).
+    pub signed: Vec<Option<SignedKey>>,
     pub groups: RecordBatch,
+}
+
+/// A session key signed with a site's long-term Ed25519 identity key: what
+/// lets a site check that a relayed key is a listed peer's, not one the
+/// coordinator made up (see `[policy] peers` in the README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedKey {
+    /// The signer's Ed25519 public key.
+    pub identity: [u8; 32],
+    pub signature: [u8; 64],
+}
+
+/// Domain separation of session-key signatures.
+const SIGNATURE_CONTEXT: &[u8] = b"fedsql secure aggregation v1: session key";
+
+/// What a site signs: the session id and its X25519 key for that session,
+/// so that a signature is good for one session and one key only.
+pub fn signed_message(session: &[u8; 16], public_key: &[u8; 32]) -> Vec<u8> {
+    let mut message = SIGNATURE_CONTEXT.to_vec();
+    message.extend_from_slice(session);
+    message.extend_from_slice(public_key);
+    message
+}
+
+impl SignedKey {
+    /// Whether this is a valid signature of `public_key` for `session` by
+    /// the identity it names.
+    pub fn verifies(&self, session: &[u8; 16], public_key: &[u8; 32]) -> bool {
+        use ring::signature::{ED25519, UnparsedPublicKey};
+        UnparsedPublicKey::new(&ED25519, self.identity)
+            .verify(&signed_message(session, public_key), &self.signature)
+            .is_ok()
+    }
+
+    /// From its wire form (empty bytes: unsigned).
+    pub fn from_wire(identity: &[u8], signature: &[u8]) -> Result<Option<Self>> {
+        if identity.is_empty() && signature.is_empty() {
+            return Ok(None);
+        }
+        let bad = || {
+            FedError::InvalidArgument(format!(
+                "a signed session key is a 32-byte identity and a 64-byte signature, not {} and {} bytes",
+                identity.len(),
+                signature.len()
+            ))
+        };
+        Ok(Some(Self {
+            identity: identity.try_into().map_err(|_| bad())?,
+            signature: signature.try_into().map_err(|_| bad())?,
+        }))
+    }
 }
 
 /// Where a state batch's columns are: the group keys first, then the states

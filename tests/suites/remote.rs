@@ -35,7 +35,7 @@ use crate::support::{
     Format, assert_same_result, demo_rows, federation, split_sizes, write_clients,
 };
 
-const TOKEN: &str = "s3cret-token-for-tests";
+pub(crate) const TOKEN: &str = "s3cret-token-for-tests";
 
 /// In-process workers, one per client file, each serving it as `table`.
 pub(crate) struct Workers {

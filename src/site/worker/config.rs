@@ -3,10 +3,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
+use crate::site::identity::{SiteIdentity, parse_peer};
 use crate::site::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
@@ -24,8 +27,10 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
-    /// `tls_cert`, `tls_key`, and a `[tables]` section of name = "path");
-    /// command-line flags take precedence.
+    /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
+    /// `memory_limit`, `max_shared_rows`, a `[tables]` section of
+    /// name = "path", and a `[policy]` section with `peers` and
+    /// `[policy.tables.NAME]` overrides); command-line flags take precedence.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key, the worker speaks TLS.
@@ -53,6 +58,50 @@ pub struct WorkerArgs {
     /// Secure sums need at least this many participants (default 3).
     #[arg(long, value_name = "N")]
     pub min_secure_clients: Option<u64>,
+    /// This site's Ed25519 identity key (PEM, PKCS#8), created on first
+    /// start if the file does not exist; it signs the site's secure-session
+    /// keys.
+    #[arg(long, value_name = "FILE")]
+    pub identity_key: Option<PathBuf>,
+    /// Print the public key of --identity-key (creating the key if needed)
+    /// for the other sites' `peers`, and exit.
+    #[arg(long, requires = "identity_key")]
+    pub show_identity: bool,
+    /// A peer site's identity public key (base64); secure sums then mask
+    /// only with keys signed by listed peers. May be repeated.
+    #[arg(long = "peer", value_name = "KEY")]
+    pub peers: Vec<String>,
+    /// Longest one request may run here (default 10m; `none`: no limit).
+    #[arg(long, value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+    /// Most memory one request may use here (default 4GiB; `none`: no limit).
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<String>,
+    /// Most rows of shared tables and VALUES a plan may carry (default 100000).
+    #[arg(long, value_name = "N")]
+    pub max_shared_rows: Option<usize>,
+}
+
+/// A request's limits at a worker, whatever its policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Longest a request may run; past it the request is refused.
+    pub timeout: Option<Duration>,
+    /// Most memory one request may use (its own memory pool).
+    pub memory: Option<usize>,
+    /// Most rows of shared tables and `VALUES` in one plan.
+    pub max_shared_rows: usize,
+}
+
+impl Default for RequestLimits {
+    /// 10 minutes, 4 GiB and 100,000 shared rows.
+    fn default() -> Self {
+        Self {
+            timeout: Some(Duration::from_secs(600)),
+            memory: Some(4 << 30),
+            max_shared_rows: 100_000,
+        }
+    }
 }
 
 /// The worker's TOML configuration file.
@@ -67,6 +116,10 @@ struct ConfigFile {
     tables: BTreeMap<String, PathBuf>,
     /// `"none"`, or a `[policy]` table of settings.
     policy: Option<toml::Value>,
+    identity_key: Option<PathBuf>,
+    request_timeout: Option<String>,
+    memory_limit: Option<String>,
+    max_shared_rows: Option<usize>,
 }
 
 /// Everything a worker needs to start.
@@ -83,6 +136,15 @@ pub struct WorkerConfig {
     /// The disclosure policy of every served table; `None` only when the
     /// data owner asked for none.
     pub policy: Option<DisclosurePolicy>,
+    /// Tables whose policy differs from [`WorkerConfig::policy`]
+    /// (`[policy.tables.NAME]`).
+    pub table_policies: BTreeMap<String, Option<DisclosurePolicy>>,
+    /// The site's identity key, which signs its secure-session keys.
+    pub identity: Option<Arc<SiteIdentity>>,
+    /// Identity keys of the peers secure sums mask with (empty: any).
+    pub peers: Vec<[u8; 32]>,
+    /// Each request's time, memory and shared-row limits.
+    pub limits: RequestLimits,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -92,6 +154,11 @@ impl std::fmt::Debug for WorkerConfig {
             .field("tables", &self.tables)
             .field("token", &"<hidden>")
             .field("tls", &self.tls.is_some())
+            .field("policy", &self.policy)
+            .field("table_policies", &self.table_policies)
+            .field("identity", &self.identity)
+            .field("peers", &self.peers.len())
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -106,6 +173,18 @@ impl WorkerConfig {
             tls: None,
             log: None,
             policy: Some(DisclosurePolicy::default()),
+            table_policies: BTreeMap::new(),
+            identity: None,
+            peers: Vec::new(),
+            limits: RequestLimits::default(),
+        }
+    }
+
+    /// The policy of served table `name`.
+    pub fn policy_of(&self, name: &str) -> Option<DisclosurePolicy> {
+        match self.table_policies.get(name) {
+            Some(policy) => policy.clone(),
+            None => self.policy.clone(),
         }
     }
 
@@ -184,7 +263,57 @@ impl WorkerConfig {
                 ));
             }
         };
-        let policy = worker_policy(args, file.policy.as_ref())?;
+        let (policy, table_policies, mut peers) = worker_policy(args, file.policy.as_ref())?;
+        for name in table_policies.keys() {
+            if !tables.iter().any(|(n, _)| n == name) {
+                return Err(FedError::Syntax(format!(
+                    "worker config: [policy.tables.{name}]: this worker serves no table `{name}`"
+                )));
+            }
+        }
+        for peer in &args.peers {
+            peers.push(parse_peer(peer)?);
+        }
+        let identity = match args
+            .identity_key
+            .clone()
+            .or_else(|| from_file(&file.identity_key))
+        {
+            Some(path) => Some(Arc::new(SiteIdentity::load_or_create(&path)?.0)),
+            None => None,
+        };
+        if !peers.is_empty() && identity.is_none() {
+            return Err(FedError::Syntax(
+                "a worker with peers needs its own identity key (--identity-key FILE or `identity_key` in --config): its peers check its signature as it checks theirs".into(),
+            ));
+        }
+        let defaults = RequestLimits::default();
+        let timeout = args.request_timeout.clone().or(file.request_timeout);
+        let memory = args.memory_limit.clone().or(file.memory_limit);
+        let limits = RequestLimits {
+            timeout: match timeout {
+                Some(text) => parse_limit(
+                    &text,
+                    parse_duration,
+                    "request_timeout",
+                    "a duration such as 30s, 500ms or 10m",
+                )?,
+                None => defaults.timeout,
+            },
+            memory: match memory {
+                Some(text) => parse_limit(
+                    &text,
+                    parse_bytes,
+                    "memory_limit",
+                    "a size such as 512MiB or 4GiB",
+                )?,
+                None => defaults.memory,
+            },
+            max_shared_rows: args
+                .max_shared_rows
+                .or(file.max_shared_rows)
+                .unwrap_or(defaults.max_shared_rows),
+        };
         Ok(Self {
             listen,
             tables,
@@ -192,20 +321,87 @@ impl WorkerConfig {
             tls,
             log: None,
             policy,
+            table_policies,
+            identity,
+            peers,
+            limits,
         })
     }
+}
+
+/// A limit's setting: `none` (no limit) or a value `parse` reads.
+fn parse_limit<T>(
+    text: &str,
+    parse: fn(&str) -> Option<T>,
+    key: &str,
+    expected: &str,
+) -> Result<Option<T>> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    parse(text).map(Some).ok_or_else(|| {
+        FedError::InvalidArgument(format!("{key} = {text}: expected {expected}, or none"))
+    })
+}
+
+/// `500ms`, `30s`, `10m`, `1h`, or seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .ok()
+        .filter(|n: &f64| *n > 0.0 && n.is_finite())?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
+}
+
+/// `512KiB`, `64MiB`, `4GiB` (KB, MB, GB mean the same powers of 1024), or bytes.
+pub fn parse_bytes(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number.parse().ok().filter(|n| *n > 0)?;
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(scale)
 }
 
 /// The policy flags and the TOML `policy` give: the defaults, changed by
 /// the file's `[policy]` settings, then by the flags; or none, when either
 /// says `none`.
+///
+/// Also returns the per-table policies of `[policy.tables.NAME]` (the
+/// worker's policy with that section's settings changed, or none for
+/// `NAME = "none"`) and the peers of `[policy] peers`.
+#[allow(clippy::type_complexity)]
 fn worker_policy(
     args: &WorkerArgs,
     file: Option<&toml::Value>,
-) -> Result<Option<DisclosurePolicy>> {
+) -> Result<(
+    Option<DisclosurePolicy>,
+    BTreeMap<String, Option<DisclosurePolicy>>,
+    Vec<[u8; 32]>,
+)> {
     let none = |v: &str| v.trim().eq_ignore_ascii_case("none");
     if args.policy.as_deref().is_some_and(none) || file.and_then(|v| v.as_str()).is_some_and(none) {
-        return Ok(None);
+        return Ok((None, BTreeMap::new(), Vec::new()));
     }
     if let Some(other) = args.policy.as_deref() {
         return Err(FedError::InvalidArgument(format!(
@@ -213,15 +409,37 @@ fn worker_policy(
         )));
     }
     let mut policy = DisclosurePolicy::default();
+    let mut tables = None;
+    let mut peers = Vec::new();
     match file {
         None => {}
         Some(toml::Value::Table(settings)) => {
             for (key, value) in settings {
-                let text = match value {
-                    toml::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                policy.set(key, &text)?;
+                match (key.as_str(), value) {
+                    ("tables", toml::Value::Table(t)) => tables = Some(t),
+                    ("peers", toml::Value::Array(keys)) => {
+                        for key in keys {
+                            let text = key.as_str().ok_or_else(|| {
+                                FedError::Syntax(
+                                    "worker config: [policy] peers is a list of base64 public keys"
+                                        .into(),
+                                )
+                            })?;
+                            peers.push(parse_peer(text)?);
+                        }
+                    }
+                    ("tables" | "peers", other) => {
+                        return Err(FedError::Syntax(format!(
+                            "worker config: [policy] {key} = {other}: expected {}",
+                            if key == "peers" {
+                                "a list of base64 public keys"
+                            } else {
+                                "[policy.tables.NAME] sections"
+                            }
+                        )));
+                    }
+                    _ => policy.set(key, &setting_text(value))?,
+                }
             }
         }
         Some(other) => {
@@ -248,7 +466,34 @@ fn worker_policy(
             policy.set(key, &value)?;
         }
     }
-    Ok(Some(policy))
+    let mut table_policies = BTreeMap::new();
+    for (name, section) in tables.into_iter().flatten() {
+        let table_policy = match section {
+            toml::Value::String(s) if none(s) => None,
+            toml::Value::Table(settings) => {
+                let mut table_policy = policy.clone();
+                for (key, value) in settings {
+                    table_policy.set(key, &setting_text(value))?;
+                }
+                Some(table_policy)
+            }
+            other => {
+                return Err(FedError::Syntax(format!(
+                    "worker config: [policy.tables] {name} = {other}: write a [policy.tables.{name}] section of settings, or {name} = \"none\""
+                )));
+            }
+        };
+        table_policies.insert(name.clone(), table_policy);
+    }
+    Ok((Some(policy), table_policies, peers))
+}
+
+/// A TOML setting's value as text for [`DisclosurePolicy::set`].
+fn setting_text(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 async fn resolve(listen: &str) -> Result<SocketAddr> {

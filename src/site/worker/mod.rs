@@ -30,6 +30,7 @@ pub mod service;
 pub mod tables;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::sync::oneshot;
@@ -37,10 +38,11 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-pub use config::{WorkerArgs, WorkerConfig, read_token};
+use crate::site::identity;
+pub use config::{RequestLimits, WorkerArgs, WorkerConfig, read_token};
 pub use log::LogSink;
 pub use service::WorkerService;
-use tables::ServedTable;
+use tables::{ServedTable, SiteOptions};
 
 use crate::error::{FedError, Result};
 use crate::wire::protocol::MAX_MESSAGE_BYTES;
@@ -80,17 +82,33 @@ impl Drop for RunningWorker {
 
 /// Opens the tables and starts serving them.
 pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
+    let peers: Arc<[[u8; 32]]> = config.peers.clone().into();
     let tables = config
         .tables
         .iter()
-        .map(|(name, path)| ServedTable::open(name, path, config.policy.clone()))
+        .map(|(name, path)| {
+            let site = SiteOptions {
+                policy: config.policy_of(name),
+                identity: config.identity.clone(),
+                peers: Arc::clone(&peers),
+                memory_limit: config.limits.memory,
+            };
+            ServedTable::open(name, path, site)
+        })
         .collect::<Result<Vec<_>>>()?;
-    let service = WorkerService::new(tables, &config.token, config.log.clone());
+    let service = WorkerService::new(tables, &config.token, config.log.clone(), config.limits);
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));
     let addr = incoming.local_addr()?;
-    let mut builder = Server::builder();
+    // Until a call's token is checked (on its headers), the worker reads
+    // at most the headers (64 KiB) and one flow-control window of its body
+    // (1 MiB per call and per connection): an unauthenticated request of
+    // any size costs it no more.
+    let mut builder = Server::builder()
+        .http2_max_header_list_size(64 << 10)
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(1 << 20);
     if let Some((cert, key)) = &config.tls {
         builder = builder
             .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))
@@ -120,6 +138,16 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
 
 /// `fedsql worker ...`: serves until Ctrl-C.
 pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
+    if args.show_identity
+        && let Some(path) = &args.identity_key
+    {
+        let (identity, created) = identity::SiteIdentity::load_or_create(path)?;
+        if created {
+            eprintln!("created identity key {}", path.display());
+        }
+        println!("{}", identity.public_key_text());
+        return Ok(());
+    }
     let config = WorkerConfig::from_args(args).await?;
     let names: Vec<String> = config
         .tables
@@ -127,6 +155,12 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         .map(|(n, p)| format!("{n}={}", p.display()))
         .collect();
     let tls = config.tls.is_some();
+    let identity = config.identity.as_ref().map(|i| i.public_key_text());
+    if config.policy.is_none() {
+        eprintln!(
+            "fedsql worker: WARNING: serving WITHOUT a disclosure policy (--policy none): any aggregate state of any group size leaves this site"
+        );
+    }
     let mut worker = start(config).await?;
     println!(
         "fedsql worker listening on {} ({}; tables: {})",
@@ -134,6 +168,11 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         if tls { "TLS" } else { "plain text" },
         names.join(", ")
     );
+    if let Some(identity) = identity {
+        eprintln!(
+            "fedsql worker: identity {identity} (list it in the other sites' [policy] peers)"
+        );
+    }
     use std::io::Write;
     std::io::stdout().flush()?;
     tokio::select! {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
@@ -26,6 +27,7 @@ use crate::error::{FedError, Result};
 use crate::site::local::{LocalClient, site_session};
 use crate::site::policy::error_kind;
 use crate::site::runner::ClientRunner;
+use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
 use crate::wire::codec::{self, TableBinder};
@@ -36,7 +38,7 @@ use crate::wire::protocol::{
     SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
     ticket_command,
 };
-use crate::wire::secure::{MaskRequest, SecureSession};
+use crate::wire::secure::{MaskRequest, SecureSession, SignedKey};
 
 /// A plan that passed the worker's checks, bound to a served table.
 struct Checked {
@@ -52,11 +54,17 @@ pub struct WorkerService {
     /// Decodes plans (knows fedsql's functions) and plans encoders.
     session: SessionContext,
     log: WorkerLog,
+    limits: RequestLimits,
 }
 
 impl WorkerService {
     /// A service over already opened tables.
-    pub fn new(tables: Vec<ServedTable>, token: &str, log: Option<LogSink>) -> Self {
+    pub fn new(
+        tables: Vec<ServedTable>,
+        token: &str,
+        log: Option<LogSink>,
+        limits: RequestLimits,
+    ) -> Self {
         let session = site_session();
         fedsql_udfs::register_all(&session);
         let log = WorkerLog::new(log);
@@ -70,7 +78,42 @@ impl WorkerService {
             token: token.as_bytes().to_vec(),
             session,
             log,
+            limits,
         }
+    }
+
+    /// Runs one request's work under the worker's time limit. If the
+    /// caller goes away first (it timed out, was cancelled or
+    /// disconnected), tonic drops this future, which stops the work — the
+    /// encoder's DataFusion tasks are aborted with it — and the log says so.
+    async fn limited<T>(
+        &self,
+        peer: &str,
+        call: &str,
+        work: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        let mut watch = CallWatch {
+            log: self.log.clone(),
+            peer: peer.to_string(),
+            call: call.to_string(),
+            started: Instant::now(),
+            finished: false,
+        };
+        let result = match self.limits.timeout {
+            None => work.await,
+            Some(limit) => match tokio::time::timeout(limit, work).await {
+                Ok(result) => result,
+                Err(_) => Err(self.refuse(
+                    peer,
+                    call,
+                    Status::resource_exhausted(format!(
+                        "{POLICY_REFUSAL}the request ran longer than {limit:?} (its request_timeout)\nhint: use a narrower filter or fewer groups, or ask the data owner for a longer request_timeout"
+                    )),
+                )),
+            },
+        };
+        watch.finished = true;
+        result
     }
 
     fn log(&self, peer: &str, line: &str) {
@@ -115,7 +158,8 @@ impl WorkerService {
                 }
                 _ => Status::invalid_argument(format!("not a plan this worker can read: {e}")),
             })?;
-        check_scans(&plan).map_err(|e| Status::permission_denied(e.to_string()))?;
+        check_scans(&plan, self.limits.max_shared_rows)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
         let state = self.session.state();
         let (encoder, _) = Encoder::split(&state, &plan).await.map_err(|e| match e {
             FedError::Refused { .. } => Status::permission_denied(e.to_string()),
@@ -249,6 +293,22 @@ impl WorkerService {
         Ok((checked, session))
     }
 
+    /// The physical plan an encoder would run here, for `EXPLAIN FEDERATED`.
+    async fn explain(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let encode = self.decode_request(peer, ACTION_EXPLAIN, body)?;
+        let checked = match self.check(&encode).await {
+            Ok(checked) => checked,
+            Err(status) => return Err(self.refuse(peer, ACTION_EXPLAIN, status)),
+        };
+        let text = checked
+            .client
+            .explain(&checked.encoder)
+            .await
+            .map_err(|e| self.site_status(peer, ACTION_EXPLAIN, &checked.table.name, e))?;
+        self.log(peer, &format!("table={}: explain", checked.table.name));
+        Ok(text.into_bytes())
+    }
+
     /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
     /// state with a fresh key pair, and answers with the public key and
     /// the group keys.
@@ -279,6 +339,14 @@ impl WorkerService {
         Ok(SecureSetupReply {
             public_key: setup.public_key.to_vec(),
             group_keys,
+            identity: setup
+                .signed
+                .map(|s| s.identity.to_vec())
+                .unwrap_or_default(),
+            signature: setup
+                .signed
+                .map(|s| s.signature.to_vec())
+                .unwrap_or_default(),
         }
         .encode_to_vec())
     }
@@ -299,9 +367,29 @@ impl WorkerService {
         let (checked, session) = self
             .check_secure(peer, call, request.encode, request.session)
             .await?;
+        let signed = if request.identities.is_empty() && request.signatures.is_empty() {
+            Vec::new()
+        } else if request.identities.len() != public_keys.len()
+            || request.signatures.len() != public_keys.len()
+        {
+            return Err(self.malformed(
+                peer,
+                call,
+                "one identity and one signature per public key, or none",
+            ));
+        } else {
+            request
+                .identities
+                .iter()
+                .zip(&request.signatures)
+                .map(|(identity, signature)| SignedKey::from_wire(identity, signature))
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| self.malformed(peer, call, e))?
+        };
         let mask = MaskRequest {
             session,
             public_keys,
+            signed,
             groups,
         };
         let state = checked
@@ -388,7 +476,8 @@ impl FlightService for WorkerService {
         })?;
         let batch = match command.command {
             Some(ticket_command::Command::Encode(encode)) => {
-                self.run_encoder(&peer, encode).await?
+                self.limited(&peer, "DoGet", self.run_encoder(&peer, encode))
+                    .await?
             }
             None => {
                 return Err(self.refuse(
@@ -412,18 +501,8 @@ impl FlightService for WorkerService {
         let action = request.into_inner();
         let body = match action.r#type.as_str() {
             ACTION_EXPLAIN => {
-                let encode = self.decode_request(&peer, ACTION_EXPLAIN, &action.body)?;
-                let checked = match self.check(&encode).await {
-                    Ok(checked) => checked,
-                    Err(status) => return Err(self.refuse(&peer, ACTION_EXPLAIN, status)),
-                };
-                let text = checked
-                    .client
-                    .explain(&checked.encoder)
-                    .await
-                    .map_err(|e| self.site_status(&peer, ACTION_EXPLAIN, &checked.table.name, e))?;
-                self.log(&peer, &format!("table={}: explain", checked.table.name));
-                text.into_bytes()
+                self.limited(&peer, ACTION_EXPLAIN, self.explain(&peer, &action.body))
+                    .await?
             }
             ACTION_RELEASE_FIT => {
                 let release = ReleaseFit::decode(action.body.as_ref()).map_err(|e| {
@@ -433,14 +512,43 @@ impl FlightService for WorkerService {
                         Status::invalid_argument(format!("malformed request: {e}")),
                     )
                 })?;
-                for table in self.tables.values() {
-                    table.release_fit(release.scope);
-                }
-                self.log(&peer, &format!("released fit {}", release.scope));
+                // Only the session that started the fit knows its (random)
+                // scope id: a release names nothing else's rows.
+                let released = self
+                    .tables
+                    .values()
+                    .filter(|table| table.release_fit(release.scope))
+                    .count()
+                    > 0;
+                self.log(
+                    &peer,
+                    &if released {
+                        format!("released fit {}", release.scope)
+                    } else {
+                        format!(
+                            "release of fit {}: no rows kept under that id",
+                            release.scope
+                        )
+                    },
+                );
                 Vec::new()
             }
-            ACTION_SECURE_SETUP => self.secure_setup(&peer, &action.body).await?,
-            ACTION_ENCODE_MASKED => self.encode_masked(&peer, &action.body).await?,
+            ACTION_SECURE_SETUP => {
+                self.limited(
+                    &peer,
+                    ACTION_SECURE_SETUP,
+                    self.secure_setup(&peer, &action.body),
+                )
+                .await?
+            }
+            ACTION_ENCODE_MASKED => {
+                self.limited(
+                    &peer,
+                    ACTION_ENCODE_MASKED,
+                    self.encode_masked(&peer, &action.body),
+                )
+                .await?
+            }
             other => {
                 return Err(self.refuse(
                     &peer,
@@ -534,6 +642,31 @@ impl FlightService for WorkerService {
         Err(Status::unimplemented(
             "a worker serves states through DoGet only",
         ))
+    }
+}
+
+/// Logs a call whose future was dropped before it finished: its caller
+/// went away (timed out, cancelled, disconnected) and its work stopped.
+struct CallWatch {
+    log: WorkerLog,
+    peer: String,
+    call: String,
+    started: Instant,
+    finished: bool,
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.log.line(
+                &self.peer,
+                &format!(
+                    "{} CANCELLED after {} ms: the caller went away; its work here was stopped",
+                    self.call,
+                    self.started.elapsed().as_millis()
+                ),
+            );
+        }
     }
 }
 

@@ -19,9 +19,9 @@ use datafusion::logical_expr::LogicalPlan;
 
 use crate::error::{FedError, Result};
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
+use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
 use crate::site::policy::{DisclosurePolicy, describe_policy};
-use crate::site::runner::ClientRunner;
 use crate::wire::codec::{InlineTable, TableBinder};
 use crate::wire::federated_scan::FederatedScan;
 use crate::wire::protocol::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
@@ -36,8 +36,19 @@ pub struct ServedTable {
     has_rows: bool,
     /// Clients by the schema they read with (the coordinator's unified schema).
     clients: Mutex<Vec<(SchemaRef, Arc<LocalClient>)>>,
-    /// The data owner's disclosure policy for this table.
-    policy: Option<DisclosurePolicy>,
+    /// What its local clients enforce besides the exposure rules.
+    site: SiteOptions,
+}
+
+/// What every local client of a served table is given besides its files:
+/// the table's disclosure policy, the site's identity and peers for secure
+/// sessions, and the memory limit of a request.
+#[derive(Debug, Clone)]
+pub struct SiteOptions {
+    pub policy: Option<DisclosurePolicy>,
+    pub identity: Option<Arc<SiteIdentity>>,
+    pub peers: Arc<[[u8; 32]]>,
+    pub memory_limit: Option<usize>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -45,7 +56,7 @@ const CLIENTS_PER_TABLE: usize = 8;
 
 impl ServedTable {
     /// Opens a table: finds its files and reads their schemas.
-    pub fn open(name: &str, path: &Path, policy: Option<DisclosurePolicy>) -> Result<Self> {
+    pub fn open(name: &str, path: &Path, site: SiteOptions) -> Result<Self> {
         let files = ClientFiles::from_path(name, path, None)?;
         let observed = observe_schemas(&files)?;
         let schema = unify_schemas(name, &observed)?;
@@ -55,7 +66,7 @@ impl ServedTable {
             files,
             schema: Arc::new(schema),
             clients: Mutex::default(),
-            policy,
+            site,
         })
     }
 
@@ -71,7 +82,7 @@ impl ServedTable {
             (POSITIONAL_KEY.to_string(), self.positional().to_string()),
             (
                 POLICY_KEY.to_string(),
-                describe_policy(self.policy.as_ref()),
+                describe_policy(self.site.policy.as_ref()),
             ),
         ];
         Schema::new(self.schema.fields().clone()).with_metadata(metadata.into_iter().collect())
@@ -110,7 +121,9 @@ impl ServedTable {
         }
         let client = Arc::new(
             LocalClient::from_files(&self.files, Arc::clone(schema))?
-                .with_policy(self.policy.clone()),
+                .with_policy(self.site.policy.clone())
+                .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
+                .with_memory_limit(self.site.memory_limit),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);
@@ -153,18 +166,41 @@ impl TableBinder for Binder {
 
 impl ServedTable {
     /// Drops what every local client of this table kept for fit `scope`.
-    pub(super) fn release_fit(&self, scope: u64) {
-        for (_, client) in self.clients.lock().expect("not poisoned").iter() {
-            client.release_fit(scope);
-        }
+    /// Says whether any rows were kept for it.
+    pub(super) fn release_fit(&self, scope: u64) -> bool {
+        let clients = self.clients.lock().expect("not poisoned");
+        clients
+            .iter()
+            .fold(false, |any, (_, client)| client.release_kept(scope) || any)
     }
 }
 
 /// Refuses scans of anything but served tables and inline shared rows: a
-/// hand-crafted plan may not read a file path, a view, or any other table.
-pub(super) fn check_scans(plan: &LogicalPlan) -> Result<()> {
+/// hand-crafted plan may not read a file path, a view, or any other table;
+/// and a plan carrying more than `max_shared_rows` rows of its own (inline
+/// shared tables and `VALUES`), which the worker would hold in memory.
+pub(super) fn check_scans(plan: &LogicalPlan, max_shared_rows: usize) -> Result<()> {
     let mut refusal = None;
+    let mut shared_rows = 0usize;
     plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Values(values) = node {
+            shared_rows = shared_rows.saturating_add(values.values.len());
+        }
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(provider) = source_as_provider(&scan.source)
+            && let Some(inline) = provider.downcast_ref::<InlineTable>()
+        {
+            shared_rows = shared_rows.saturating_add(inline.num_rows());
+        }
+        if shared_rows > max_shared_rows {
+            refusal = Some(FedError::refused(
+                format!(
+                    "the plan carries more than {max_shared_rows} rows of shared tables or VALUES (this worker's max_shared_rows)"
+                ),
+                Some("join a smaller lookup table, or aggregate it first"),
+            ));
+            return Ok(TreeNodeRecursion::Stop);
+        }
         if let LogicalPlan::TableScan(scan) = node {
             let allowed = source_as_provider(&scan.source).is_ok_and(|p| {
                 FederatedScan::of(p.as_ref()).is_some() || p.downcast_ref::<InlineTable>().is_some()

@@ -28,6 +28,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
+use crate::site::dp::{self, DpSite};
 use crate::site::files::{ClientFiles, FileFormat};
 use crate::site::group_rows;
 use crate::site::kept_rows::KeptRows;
@@ -77,6 +78,9 @@ pub struct LocalClient {
     secrets: ClientSecrets,
     /// The data owner's disclosure policy, if any.
     policy: Option<DisclosurePolicy>,
+    /// DP settings and budget ledger (DP aggregates are noised even
+    /// without settings).
+    dp: Arc<DpSite>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -118,12 +122,20 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            dp: Arc::default(),
         })
     }
 
     /// The same site under a disclosure policy (or none).
     pub fn with_policy(mut self, policy: Option<DisclosurePolicy>) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// The same site with these DP settings and ledger (shared by every
+    /// client of one served table).
+    pub fn with_dp(mut self, dp: Arc<DpSite>) -> Self {
+        self.dp = dp;
         self
     }
 
@@ -143,6 +155,7 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            dp: Arc::default(),
         })
     }
 
@@ -170,6 +183,7 @@ impl LocalClient {
         if let Some(policy) = &self.policy {
             policy.check_encoder(&self.name, encoder.plan())?;
         }
+        self.dp.check_encoder(&self.name, encoder.plan())?;
         let mut plan = encoder.bind(Arc::clone(&self.rows))?;
         if self.policy.is_some() {
             plan = never_fail_on_data(plan)?;
@@ -220,7 +234,7 @@ impl LocalClient {
     /// state is checked (and its row counts dropped) before it is handed
     /// out.
     async fn run(&self, encoder: &Encoder, plan: Arc<dyn ExecutionPlan>) -> Result<StateBatch> {
-        let batches = collect(plan, self.session.task_ctx())
+        let batches = collect(Arc::clone(&plan), self.session.task_ctx())
             .await
             .map_err(|e| self.error(strip_context(e)))?;
         check_site_only_fields(&batches)?;
@@ -228,11 +242,23 @@ impl LocalClient {
             Some(policy) => {
                 let (batches, rows) = group_rows::split_off(&batches)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
-                policy.check_state(&self.name, &rows, parameters)?;
+                // DP state only: exempt from the thresholds (the noise protects it).
+                if !dp::dp_only_under_policy(&plan) {
+                    policy.check_state(&self.name, &rows, parameters)?;
+                }
                 batches
             }
             None => batches,
         };
+        // DP state: declared keys completed, budget debited, noise added.
+        let batches = self.dp.release(
+            &self.name,
+            encoder.table(),
+            encoder.plan(),
+            &plan,
+            encoder.state_schema(),
+            batches,
+        )?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 
@@ -277,6 +303,10 @@ impl ClientRunner for LocalClient {
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
         let plan = self.plain_plan(encoder).await?;
         self.run(encoder, plan).await
+    }
+
+    async fn privacy_budget(&self, table: &str) -> Result<Option<dp::BudgetLine>> {
+        Ok(Some(self.dp.budget_line(table)))
     }
 
     async fn secure_setup(

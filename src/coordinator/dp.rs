@@ -218,7 +218,7 @@ pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<V
         };
         notices.push(format!(
             "{}: differentially private ({}, ε = {} at each of {clients} client{}); noise std dev {approx}{}{per}, 95% interval ± {}",
-            call.name,
+            display_call(&call.name),
             r.mechanism(),
             r.epsilon,
             if clients == 1 { "" } else { "s" },
@@ -227,6 +227,39 @@ pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<V
         ));
     }
     Ok(notices)
+}
+
+/// A call's plan name as the user wrote it: `dp_count(*)` for the count
+/// of rows, literals without their type (`Int64(10)` → `10`).
+pub fn display_call(name: &str) -> String {
+    let mut out = name.to_string();
+    for wrapper in ["Int64(", "Int32(", "Float64(", "Float32(", "UInt64("] {
+        while let Some(at) = out.find(wrapper) {
+            let inner = at + wrapper.len();
+            let Some(close) = out[inner..].find(')') else {
+                break;
+            };
+            out = format!("{}{}{}", &out[..at], &out[inner..inner + close], &out[inner + close + 1..]);
+        }
+    }
+    if let Some(rest) = out.strip_prefix("dp_count(1")
+        && (rest.starts_with(')') || rest.starts_with(','))
+    {
+        out = format!("dp_count(*{rest}");
+    }
+    out.replace(',', ", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn calls_read_as_written() {
+        assert_eq!(super::display_call("dp_count(Int64(1))"), "dp_count(*)");
+        assert_eq!(
+            super::display_call("dp_sum(clinic.visits,Int64(0),Int64(10),Float64(0.25))"),
+            "dp_sum(clinic.visits, 0, 10, 0.25)"
+        );
+    }
 }
 
 fn format_sd(v: f64) -> String {

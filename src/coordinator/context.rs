@@ -279,7 +279,7 @@ impl FedContext {
                             .with_policy(policy.clone())
                             .with_dp(Arc::new(crate::site::dp::DpSite::new(
                                 dp_policy.clone(),
-                                crate::site::dp_budget::Ledger::in_memory(),
+                                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
                             ))),
                     ) as Arc<dyn ClientRunner>,
                     Site::Remote(r) => r as Arc<dyn ClientRunner>,

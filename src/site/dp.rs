@@ -160,7 +160,8 @@ pub struct BudgetLine {
 #[derive(Debug, Default)]
 pub struct DpSite {
     policy: DpPolicy,
-    ledger: Ledger,
+    /// Shared by the tables of one worker (one ledger file).
+    ledger: Arc<Ledger>,
     /// A seeded generator, only ever set by tests through
     /// [`DpSite::seeded_for_tests`]; `None`: a fresh ChaCha20 seeded by the
     /// operating system for every release.
@@ -169,7 +170,7 @@ pub struct DpSite {
 
 impl DpSite {
     /// A site with these settings and ledger.
-    pub fn new(policy: DpPolicy, ledger: Ledger) -> Self {
+    pub fn new(policy: DpPolicy, ledger: Arc<Ledger>) -> Self {
         Self {
             policy,
             ledger,
@@ -181,7 +182,7 @@ impl DpSite {
     /// reproducible statistical tests only. Nothing in the worker, the
     /// REPL or `CREATE FEDERATED TABLE` can reach this.
     #[doc(hidden)]
-    pub fn seeded_for_tests(policy: DpPolicy, ledger: Ledger, seed: u64) -> Self {
+    pub fn seeded_for_tests(policy: DpPolicy, ledger: Arc<Ledger>, seed: u64) -> Self {
         Self {
             test_rng: Some(std::sync::Mutex::new(ChaCha20Rng::seed_from_u64(seed))),
             ..Self::new(policy, ledger)

@@ -38,8 +38,8 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
             .map(|b| b.unwrap())
             .collect();
         let site = match seed {
-            Some(seed) => DpSite::seeded_for_tests(policy.clone(), Ledger::in_memory(), seed * 1000 + i as u64),
-            None => DpSite::new(policy.clone(), Ledger::in_memory()),
+            Some(seed) => DpSite::seeded_for_tests(policy.clone(), Arc::new(Ledger::in_memory()), seed * 1000 + i as u64),
+            None => DpSite::new(policy.clone(), Arc::new(Ledger::in_memory())),
         };
         let client = LocalClient::from_batches(&format!("c{i}"), "memory", Arc::clone(&schema), batches)
             .unwrap()

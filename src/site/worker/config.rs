@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
+use crate::site::dp::DpPolicy;
 use crate::site::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
@@ -53,6 +54,13 @@ pub struct WorkerArgs {
     /// Secure sums need at least this many participants (default 3).
     #[arg(long, value_name = "N")]
     pub min_secure_clients: Option<u64>,
+    /// Total differential-privacy ε each analyst may spend per table
+    /// (needs --dp-ledger); default unlimited.
+    #[arg(long, value_name = "EPSILON")]
+    pub dp_budget: Option<f64>,
+    /// The file that keeps what each analyst has spent (survives restarts).
+    #[arg(long, value_name = "FILE")]
+    pub dp_ledger: Option<PathBuf>,
 }
 
 /// The worker's TOML configuration file.
@@ -67,6 +75,9 @@ struct ConfigFile {
     tables: BTreeMap<String, PathBuf>,
     /// `"none"`, or a `[policy]` table of settings.
     policy: Option<toml::Value>,
+    /// Named tokens: analyst name = token file (DP budgets are per analyst).
+    #[serde(default)]
+    tokens: BTreeMap<String, PathBuf>,
 }
 
 /// Everything a worker needs to start.
@@ -83,6 +94,12 @@ pub struct WorkerConfig {
     /// The disclosure policy of every served table; `None` only when the
     /// data owner asked for none.
     pub policy: Option<DisclosurePolicy>,
+    /// Named tokens (analyst, token), besides `token` (analyst `default`).
+    pub named_tokens: Vec<(String, String)>,
+    /// DP settings of every served table (budget, require_dp, domains).
+    pub dp: DpPolicy,
+    /// The privacy-budget ledger file; `None`: kept in memory.
+    pub dp_ledger: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -106,6 +123,9 @@ impl WorkerConfig {
             tls: None,
             log: None,
             policy: Some(DisclosurePolicy::default()),
+            named_tokens: Vec::new(),
+            dp: DpPolicy::default(),
+            dp_ledger: None,
         }
     }
 
@@ -133,16 +153,22 @@ impl WorkerConfig {
             FedError::Syntax("fedsql worker needs --listen ADDR (or `listen` in --config)".into())
         })?;
         let listen = resolve(&listen).await?;
+        let named_tokens = file
+            .tokens
+            .iter()
+            .map(|(name, path)| Ok((name.clone(), read_token(&base.join(path))?)))
+            .collect::<Result<Vec<_>>>()?;
         let token_file = args
             .token_file
             .clone()
-            .or_else(|| from_file(&file.token_file))
-            .ok_or_else(|| {
-                FedError::Syntax(
-                    "fedsql worker needs --token-file FILE (or `token_file` in --config): every request must carry its token".into(),
-                )
-            })?;
-        let token = read_token(&token_file)?;
+            .or_else(|| from_file(&file.token_file));
+        let token = match token_file {
+            Some(path) => read_token(&path)?,
+            None if !named_tokens.is_empty() => String::new(),
+            None => return Err(FedError::Syntax(
+                "fedsql worker needs --token-file FILE (or `token_file` or a [tokens] section in --config): every request must carry its token".into(),
+            )),
+        };
         let mut tables: Vec<(String, PathBuf)> = file
             .tables
             .iter()
@@ -184,7 +210,8 @@ impl WorkerConfig {
                 ));
             }
         };
-        let policy = worker_policy(args, file.policy.as_ref())?;
+        let (dp, dp_ledger) = worker_dp(args, file.policy.as_ref(), &base)?;
+        let policy = worker_policy(args, without_dp(file.policy.as_ref()).as_ref())?;
         Ok(Self {
             listen,
             tables,
@@ -192,6 +219,9 @@ impl WorkerConfig {
             tls,
             log: None,
             policy,
+            named_tokens,
+            dp,
+            dp_ledger,
         })
     }
 }
@@ -249,6 +279,66 @@ fn worker_policy(
         }
     }
     Ok(Some(policy))
+}
+
+/// The `[policy]` section without its DP settings (read by [`worker_dp`]).
+fn without_dp(file: Option<&toml::Value>) -> Option<toml::Value> {
+    match file? {
+        toml::Value::Table(settings) => Some(toml::Value::Table(
+            settings
+                .iter()
+                .filter(|(k, _)| !(DpPolicy::is_key(k) || *k == "dp_domain" || *k == "dp_ledger"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
+
+/// The DP settings and ledger file of the TOML `[policy]` (`dp_budget`,
+/// `require_dp`, `dp_ledger`, `dp_domain.<column>`), then the flags.
+fn worker_dp(
+    args: &WorkerArgs,
+    file: Option<&toml::Value>,
+    base: &Path,
+) -> Result<(DpPolicy, Option<PathBuf>)> {
+    let mut dp = DpPolicy::default();
+    let mut ledger = None;
+    let text = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    if let Some(toml::Value::Table(settings)) = file {
+        for (key, value) in settings {
+            match (key.as_str(), value) {
+                ("dp_ledger", v) => ledger = Some(base.join(text(v))),
+                ("dp_domain", toml::Value::Table(columns)) => {
+                    for (column, values) in columns {
+                        dp.set(&format!("dp_domain.{column}"), &text(values))?;
+                    }
+                }
+                (key, v) if DpPolicy::is_key(key) => dp.set(key, &text(v))?,
+                _ => {}
+            }
+        }
+    }
+    if let Some(budget) = args.dp_budget {
+        dp.set("dp_budget", &budget.to_string())?;
+    }
+    if let Some(path) = &args.dp_ledger {
+        ledger = Some(path.clone());
+    }
+    if dp.budget.is_some() && ledger.is_none() {
+        return Err(FedError::Syntax(
+            "a DP budget needs a ledger file that survives restarts: give --dp-ledger FILE (or dp_ledger in [policy])".into(),
+        ));
+    }
+    Ok((dp, ledger))
 }
 
 async fn resolve(listen: &str) -> Result<SocketAddr> {

@@ -38,6 +38,8 @@ pub struct ServedTable {
     clients: Mutex<Vec<(SchemaRef, Arc<LocalClient>)>>,
     /// The data owner's disclosure policy for this table.
     policy: Option<DisclosurePolicy>,
+    /// DP settings and the worker's budget ledger.
+    pub(super) dp: Arc<crate::site::dp::DpSite>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -56,7 +58,14 @@ impl ServedTable {
             schema: Arc::new(schema),
             clients: Mutex::default(),
             policy,
+            dp: Arc::default(),
         })
+    }
+
+    /// The same table with these DP settings and ledger.
+    pub fn with_dp(mut self, dp: Arc<crate::site::dp::DpSite>) -> Self {
+        self.dp = dp;
+        self
     }
 
     fn positional(&self) -> bool {
@@ -110,7 +119,8 @@ impl ServedTable {
         }
         let client = Arc::new(
             LocalClient::from_files(&self.files, Arc::clone(schema))?
-                .with_policy(self.policy.clone()),
+                .with_policy(self.policy.clone())
+                .with_dp(Arc::clone(&self.dp)),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);

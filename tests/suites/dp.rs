@@ -318,3 +318,94 @@ async fn dp_histogram_has_the_histogram_layout() {
     assert!(exact.values().iter().sum::<i64>() <= rows);
     assert!(noisy.null_count() == 0);
 }
+
+/// Workers over the demo split in 3, each with a DP budget of 1, a ledger
+/// file in `ledgers`, `region` declared public, and two named analysts
+/// besides the single token.
+async fn dp_workers(files: &[std::path::PathBuf], ledgers: &std::path::Path) -> crate::remote::Workers {
+    let ledgers = ledgers.to_path_buf();
+    crate::remote::Workers::start_with(files, "clinic", move |mut config| {
+        let stem = config.tables[0].1.file_stem().unwrap().to_string_lossy().to_string();
+        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.dp.set("dp_budget", "1").unwrap();
+        config.dp.set("dp_domain.region", "east,north,south,west").unwrap();
+        config.dp_ledger = Some(ledgers.join(format!("{stem}.ledger.toml")));
+        config.named_tokens = vec![("bob".into(), "bob-token".into())];
+        config
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_debit_50_concurrent_queries_keep_their_ledger_over_a_restart_and_refuse_overspending() {
+    let sizes = split_sizes(demo_rows().1.len(), 3);
+    let f = crate::support::federation(&sizes, crate::support::Format::Csv).await;
+    let ledgers = tempfile::TempDir::new().unwrap();
+    let workers = dp_workers(&f.client_files, ledgers.path()).await;
+    let ctx = FedContext::new();
+    ctx.sql(&workers.create("clinic")).await.unwrap();
+    // 50 concurrent DP queries of ε = 0.01 each: 0.5 at every worker.
+    let queries = (0..50).map(|_| {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            ctx.sql("SELECT dp_count(*, 0.01) FROM clinic").await?.collect().await
+        })
+    });
+    for done in futures::future::join_all(queries).await {
+        done.unwrap().unwrap();
+    }
+    let spent = budget(&ctx).await;
+    assert_eq!(spent.len(), 3);
+    for (client, spent, remaining) in &spent {
+        assert_eq!(*spent, 0.5, "client {client}");
+        assert_eq!(*remaining, 0.5, "client {client}");
+    }
+    // Grouped by the declared column, under the default disclosure policy.
+    let b = one_row(&ctx, "SELECT region, dp_avg(systolic, 80, 200, 0.1) AS m FROM clinic GROUP BY region ORDER BY region").await;
+    assert_eq!(b.num_rows(), 4);
+    let m = b.column(1).as_primitive::<Float64Type>();
+    assert!(m.iter().all(|v| v.is_some_and(|v| (80.0..=200.0).contains(&v))), "{m:?}");
+
+    // Another analyst (a named token) has a ledger of its own.
+    let bob_token = ledgers.path().join("bob.token");
+    std::fs::write(&bob_token, "bob-token\n").unwrap();
+    let bob = FedContext::new();
+    let create = workers.create("clinic");
+    let (head, _) = create.split_once("OPTIONS").unwrap();
+    bob.sql(&format!("{head} OPTIONS ('token_file' '{}')", bob_token.display())).await.unwrap();
+    assert!(budget(&bob).await.iter().all(|(_, spent, _)| *spent == 0.0));
+
+    // Restart every worker on the same ledger files: nothing is forgotten.
+    let files = f.client_files.clone();
+    for w in workers.workers {
+        w.shutdown().await;
+    }
+    let workers = dp_workers(&files, ledgers.path()).await;
+    let ctx = FedContext::new();
+    ctx.sql(&workers.create("clinic")).await.unwrap();
+    for (client, spent, _) in budget(&ctx).await {
+        assert!((spent - 0.6).abs() < 1e-12, "client {client} after a restart: {spent}");
+    }
+    let err = ctx
+        .sql("SELECT dp_count(*, 0.5) FROM clinic")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only ε = 0.4 of 1 remains"), "{err}");
+    for (client, spent, _) in budget(&ctx).await {
+        assert!((spent - 0.6).abs() < 1e-12, "client {client} refused and spent nothing: {spent}");
+    }
+    // An undeclared grouping is refused by the workers themselves.
+    let err = ctx
+        .sql("SELECT sex, dp_count(*, 0.1) FROM clinic GROUP BY sex")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not declared public"), "{err}");
+}

@@ -534,6 +534,81 @@ mod tests {
         assert_split_invariant("dp_histogram(a, 995, 1008, 7)").await;
     }
 
+    /// The state of one call over `rows`, straight from its accumulator.
+    fn state_of(kind: super::Kind, literals: &[datafusion::common::ScalarValue], rows: &[Option<f64>]) -> Vec<i64> {
+        use datafusion::arrow::array::{Float64Array, Int64Array};
+        use datafusion::logical_expr::Accumulator;
+        let (params, _) = super::Params::from_literals(kind, literals).unwrap();
+        let sums = match &params.bins {
+            Some(b) => vec![0; b.len()],
+            None => vec![0; kind.state_names().len()],
+        };
+        let integer = params.integer;
+        let mut acc = super::DpAccumulator { params, sums };
+        let column: super::ArrayRef = if integer {
+            std::sync::Arc::new(rows.iter().map(|r| r.map(|v| v as i64)).collect::<Int64Array>())
+        } else {
+            std::sync::Arc::new(rows.iter().copied().collect::<Float64Array>())
+        };
+        acc.update_batch(&[column]).unwrap();
+        acc.sums.clone()
+    }
+
+    #[test]
+    fn one_row_changes_each_state_column_by_at_most_its_sensitivity() {
+        use datafusion::common::ScalarValue;
+        use super::Kind;
+        // A small deterministic generator: values far outside the bounds too.
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % 20_001) as f64 / 10.0 - 1000.0 // in [-1000, 1000]
+        };
+        let f = |v: f64| ScalarValue::Float64(Some(v));
+        let i = |v: i64| ScalarValue::Int64(Some(v));
+        let calls: Vec<(Kind, Vec<ScalarValue>)> = vec![
+            (Kind::Count, vec![]),
+            (Kind::Sum, vec![i(-3), i(10)]),
+            (Kind::Sum, vec![f(-2.5), f(7.25)]),
+            (Kind::Avg, vec![f(80.0), f(200.0)]),
+            (Kind::Var, vec![f(-1.0), f(1.0)]),
+            (Kind::Histogram, vec![f(15.0), f(45.0), i(6)]),
+        ];
+        for (kind, literals) in calls {
+            let (params, _) = super::Params::from_literals(kind, &literals).unwrap();
+            let noise = params.noise(1.0).unwrap();
+            let mut largest = vec![0u64; noise.len()];
+            for trial in 0..300 {
+                let mut rows: Vec<Option<f64>> = (0..20 + trial % 7).map(|_| Some(next())).collect();
+                if trial % 5 == 0 {
+                    rows.push(None);
+                }
+                let before = state_of(kind, &literals, &rows);
+                rows.push(Some(next() * if trial % 2 == 0 { 1.0 } else { 1e-3 }));
+                let after = state_of(kind, &literals, &rows);
+                // The histogram's one column is its L1 change over the bins.
+                let changes: Vec<u64> = if kind == Kind::Histogram {
+                    vec![before.iter().zip(&after).map(|(a, b)| a.abs_diff(*b)).sum()]
+                } else {
+                    before.iter().zip(&after).map(|(a, b)| a.abs_diff(*b)).collect()
+                };
+                for (most, change) in largest.iter_mut().zip(changes) {
+                    *most = (*most).max(change);
+                }
+            }
+            for (column, (most, n)) in largest.iter().zip(&noise).enumerate() {
+                assert!(
+                    *most <= n.sensitivity,
+                    "{kind:?} {literals:?} column {column}: a row changed it by {most} > sensitivity {}",
+                    n.sensitivity
+                );
+                assert!(*most > 0, "{kind:?}: the test moved column {column}");
+            }
+        }
+    }
+
     #[test]
     fn bad_constants_are_refused_before_running() {
         use super::*;

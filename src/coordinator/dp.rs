@@ -8,13 +8,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{Float64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::array::AsArray;
+use datafusion::common::ScalarValue;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
@@ -161,9 +161,12 @@ pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<V
         return Ok(Vec::new());
     }
     let clients = states.len();
-    let groups = calls.iter().map(|c| c.first_column).min().unwrap_or(0).min(
-        partial.group_expr().expr().len(),
-    );
+    let groups = calls
+        .iter()
+        .map(|c| c.first_column)
+        .min()
+        .unwrap_or(0)
+        .min(partial.group_expr().expr().len());
     let mut notices = Vec::new();
     for call in calls {
         let r = &call.release;
@@ -177,10 +180,14 @@ pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<V
                     for row in 0..batch.num_rows() {
                         let mut key = String::new();
                         for c in 0..groups {
-                            key.push_str(&ScalarValue::try_from_array(batch.column(c), row)?.to_string());
+                            key.push_str(
+                                &ScalarValue::try_from_array(batch.column(c), row)?.to_string(),
+                            );
                             key.push('\u{1f}');
                         }
-                        let sums = merged.entry(key).or_insert_with(|| vec![0; r.columns.len()]);
+                        let sums = merged
+                            .entry(key)
+                            .or_insert_with(|| vec![0; r.columns.len()]);
                         for (i, total) in sums.iter_mut().enumerate() {
                             let column = batch.column(call.first_column + i);
                             *total += column.as_primitive::<Int64Type>().value(row);
@@ -239,7 +246,12 @@ pub fn display_call(name: &str) -> String {
             let Some(close) = out[inner..].find(')') else {
                 break;
             };
-            out = format!("{}{}{}", &out[..at], &out[inner..inner + close], &out[inner + close + 1..]);
+            out = format!(
+                "{}{}{}",
+                &out[..at],
+                &out[inner..inner + close],
+                &out[inner + close + 1..]
+            );
         }
     }
     if let Some(rest) = out.strip_prefix("dp_count(1")
@@ -248,6 +260,19 @@ pub fn display_call(name: &str) -> String {
         out = format!("dp_count(*{rest}");
     }
     out.replace(',', ", ")
+}
+
+fn format_sd(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1e-3 && v.abs() < 1e7 {
+        format!("{:.4}", v)
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    } else {
+        format!("{v:.4e}")
+    }
 }
 
 #[cfg(test)]
@@ -259,15 +284,5 @@ mod tests {
             super::display_call("dp_sum(clinic.visits,Int64(0),Int64(10),Float64(0.25))"),
             "dp_sum(clinic.visits, 0, 10, 0.25)"
         );
-    }
-}
-
-fn format_sd(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 1e-3 && v.abs() < 1e7 {
-        format!("{:.4}", v).trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        format!("{v:.4e}")
     }
 }

@@ -30,10 +30,10 @@ use crate::wire::codec;
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POLICY_KEY,
-    POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply, SecureSetupRequest,
-    SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY,
+    MAX_MESSAGE_BYTES, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply,
+    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
+    ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup};
 
@@ -310,7 +310,10 @@ impl ClientRunner for RemoteClient {
             let text = String::from_utf8_lossy(&text);
             let mut parts = text.split_whitespace();
             let budget = parts.next().and_then(|b| b.parse::<f64>().ok());
-            let spent = parts.next().and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+            let spent = parts
+                .next()
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0);
             Ok(Some(crate::site::dp::BudgetLine { budget, spent }))
         })
         .await

@@ -23,10 +23,10 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringArray, UInt32Array};
 use datafusion::arrow::compute::{cast, concat_batches, take};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNode;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use rand::SeedableRng;
@@ -108,7 +108,9 @@ impl DpPolicy {
                         .filter(|v| !v.is_empty())
                         .collect();
                     if values.is_empty() {
-                        return Err(bad("list the column's public values, e.g. 'east,north,south,west'"));
+                        return Err(bad(
+                            "list the column's public values, e.g. 'east,north,south,west'",
+                        ));
                     }
                     self.domains.insert(column.to_string(), values);
                 }
@@ -128,7 +130,9 @@ impl DpPolicy {
         let mut policy = None;
         for (key, value) in options {
             if Self::is_key(key) {
-                policy.get_or_insert_with(DpPolicy::default).set(key, value)?;
+                policy
+                    .get_or_insert_with(DpPolicy::default)
+                    .set(key, value)?;
             }
         }
         Ok(policy)
@@ -235,7 +239,9 @@ impl DpSite {
                 format!("exact `{}`", exact.join("`, `"))
             };
             return Err(refuse(
-                format!("it answers only differentially private aggregates (its require_dp policy), not {what}"),
+                format!(
+                    "it answers only differentially private aggregates (its require_dp policy), not {what}"
+                ),
                 "use dp_count, dp_sum, dp_avg, dp_var or dp_histogram",
             ));
         }
@@ -256,7 +262,12 @@ impl DpSite {
             if self.policy.domains.is_empty() {
                 "none are declared here".to_string()
             } else {
-                self.policy.domains.keys().cloned().collect::<Vec<_>>().join(", ")
+                self.policy
+                    .domains
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         );
         for expr in group_columns(&agg.group_expr) {
@@ -264,7 +275,9 @@ impl DpSite {
                 Some(name) if self.policy.domains.contains_key(&name) => {}
                 Some(name) => {
                     return Err(refuse(
-                        format!("DP groups by `{name}`, whose values are not declared public: which groups exist would be disclosed"),
+                        format!(
+                            "DP groups by `{name}`, whose values are not declared public: which groups exist would be disclosed"
+                        ),
                         &domain_hint,
                     ));
                 }
@@ -313,7 +326,10 @@ impl DpSite {
         }
         let cost: f64 = calls.iter().map(|c| c.release.epsilon).sum();
         let analyst = current_analyst();
-        if let Err(over) = self.ledger.debit(&analyst, table, cost, self.policy.budget)? {
+        if let Err(over) = self
+            .ledger
+            .debit(&analyst, table, cost, self.policy.budget)?
+        {
             return Err(FedError::Policy {
                 client: client.to_string(),
                 rule: format!(
@@ -380,7 +396,10 @@ impl DpSite {
                 })
                 .collect();
         }
-        let held: Vec<u32> = keys.iter().filter_map(|k| present.get(k).copied()).collect();
+        let held: Vec<u32> = keys
+            .iter()
+            .filter_map(|k| present.get(k).copied())
+            .collect();
         let absent: Vec<&Vec<String>> = keys.iter().filter(|k| !present.contains_key(*k)).collect();
         let held = RecordBatch::try_new(
             batch.schema(),
@@ -464,7 +483,10 @@ mod tests {
         assert_eq!(p.budget, Some(10.0));
         assert!(p.require_dp);
         assert_eq!(p.domains["region"], ["east", "north", "south", "west"]);
-        assert_eq!(DpPolicy::from_options(&[("timeout".into(), "1s".into())]).unwrap(), None);
+        assert_eq!(
+            DpPolicy::from_options(&[("timeout".into(), "1s".into())]).unwrap(),
+            None
+        );
         assert!(DpPolicy::from_options(&[("dp_budget".into(), "-1".into())]).is_err());
     }
 

@@ -193,9 +193,16 @@ mod tests {
             ledger.debit("ana", "t", 0.1, Some(0.3)).unwrap().unwrap();
         }
         assert_eq!(ledger.spent("ana", "t"), 0.3);
-        let refused = ledger.debit("ana", "t", 0.1, Some(0.3)).unwrap().unwrap_err();
+        let refused = ledger
+            .debit("ana", "t", 0.1, Some(0.3))
+            .unwrap()
+            .unwrap_err();
         assert_eq!(refused.remaining(), 0.0);
-        assert_eq!(ledger.spent("ana", "t"), 0.3, "a refused query spends nothing");
+        assert_eq!(
+            ledger.spent("ana", "t"),
+            0.3,
+            "a refused query spends nothing"
+        );
         assert_eq!(ledger.spent("bob", "t"), 0.0);
     }
 
@@ -204,7 +211,10 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("ledger.toml");
         let ledger = Ledger::open(&path).unwrap();
-        ledger.debit("ana", "clinic", 1.25, Some(10.0)).unwrap().unwrap();
+        ledger
+            .debit("ana", "clinic", 1.25, Some(10.0))
+            .unwrap()
+            .unwrap();
         ledger.debit("bob", "clinic", 0.5, None).unwrap().unwrap();
         drop(ledger);
         let again = Ledger::open(&path).unwrap();

@@ -99,7 +99,8 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         })
         .collect::<Result<Vec<_>>>()?;
     let tokens = tokens::Tokens::new(&config.token, &config.named_tokens);
-    let service = WorkerService::new(tables, &config.token, config.log.clone()).with_tokens(tokens.clone());
+    let service =
+        WorkerService::new(tables, &config.token, config.log.clone()).with_tokens(tokens.clone());
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));

@@ -22,21 +22,20 @@ use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{FedError, Result};
+use crate::site::dp::as_analyst;
 use crate::site::local::{LocalClient, site_session};
 use crate::site::policy::error_kind;
 use crate::site::runner::ClientRunner;
-use crate::site::dp::as_analyst;
 use crate::site::worker::log::{LogSink, WorkerLog};
-use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
+use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
 use crate::wire::codec::{self, TableBinder};
 use crate::wire::encoder::Encoder;
 use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit, SecureSetupReply,
-    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
-    ticket_command,
+    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL,
+    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
+    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession};
 
@@ -464,10 +463,17 @@ impl FlightService for WorkerService {
             ACTION_PRIVACY_BUDGET => {
                 let name = String::from_utf8_lossy(&action.body).to_string();
                 let table = self.tables.get(&name).ok_or_else(|| {
-                    self.refuse(&peer, ACTION_PRIVACY_BUDGET, Status::not_found(format!("this worker serves no table `{name}`")))
+                    self.refuse(
+                        &peer,
+                        ACTION_PRIVACY_BUDGET,
+                        Status::not_found(format!("this worker serves no table `{name}`")),
+                    )
                 })?;
                 let line = as_analyst(&analyst, async { table.dp.budget_line(&name) }).await;
-                self.log(&peer, &format!("table={name}: privacy budget of analyst {analyst}"));
+                self.log(
+                    &peer,
+                    &format!("table={name}: privacy budget of analyst {analyst}"),
+                );
                 privacy_budget_body(&line).into_bytes()
             }
             ACTION_ENCODE_MASKED => self.encode_masked(&peer, &action.body).await?,
@@ -604,7 +610,8 @@ fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
 fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
     format!(
         "{} {}",
-        line.budget.map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
+        line.budget
+            .map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
         line.spent
     )
 }

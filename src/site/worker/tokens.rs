@@ -48,7 +48,13 @@ mod tests {
 
     #[test]
     fn each_token_names_its_analyst() {
-        let tokens = Tokens::new("single", &[("ana".into(), "t-ana".into()), ("bob".into(), "t-bob".into())]);
+        let tokens = Tokens::new(
+            "single",
+            &[
+                ("ana".into(), "t-ana".into()),
+                ("bob".into(), "t-bob".into()),
+            ],
+        );
         assert_eq!(tokens.analyst(b"single"), Some(DEFAULT_ANALYST));
         assert_eq!(tokens.analyst(b"t-bob"), Some("bob"));
         assert_eq!(tokens.analyst(b"t-bo"), None);

@@ -148,7 +148,10 @@ impl Params {
         if kind == Kind::Count {
             return Ok((params, epsilon));
         }
-        let (lower, upper) = (number("lower", &literals[0])?, number("upper", &literals[1])?);
+        let (lower, upper) = (
+            number("lower", &literals[0])?,
+            number("upper", &literals[1])?,
+        );
         if lower >= upper {
             return plan_err!(
                 "{name}: lower bound {lower} is not below upper bound {upper}; give lower < upper"
@@ -208,7 +211,12 @@ impl Params {
                 } else {
                     LEVELS
                 };
-                vec![ColumnNoise::new("sum of clamped values", epsilon, sensitivity, s1)?]
+                vec![ColumnNoise::new(
+                    "sum of clamped values",
+                    epsilon,
+                    sensitivity,
+                    s1,
+                )?]
             }
             Kind::Avg => vec![
                 ColumnNoise::new("count", epsilon / 2.0, 1, 1.0)?,
@@ -253,13 +261,20 @@ impl AggregateUDFImpl for DpAggregate {
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         let (name, base) = (self.kind.name(), self.kind.base_args());
         if arg_types.len() != base && arg_types.len() != base + 1 {
-            return plan_err!("{name} takes {base} or {} arguments: {}", base + 1, self.kind.usage());
+            return plan_err!(
+                "{name} takes {base} or {} arguments: {}",
+                base + 1,
+                self.kind.usage()
+            );
         }
         let numeric = |what: &str, t: &DataType| {
             if t.is_numeric() || t.is_null() {
                 Ok(())
             } else {
-                plan_err!("{name}: {what} is {t}, but it must be numeric; usage: {}", self.kind.usage())
+                plan_err!(
+                    "{name}: {what} is {t}, but it must be numeric; usage: {}",
+                    self.kind.usage()
+                )
             }
         };
         let mut out = Vec::with_capacity(arg_types.len());
@@ -272,7 +287,11 @@ impl AggregateUDFImpl for DpAggregate {
                 let integer = self.kind == Kind::Sum
                     && arg_types[..3].iter().all(|t| t.is_integer() || t.is_null())
                     && arg_types[0].is_integer();
-                let t = if integer { DataType::Int64 } else { DataType::Float64 };
+                let t = if integer {
+                    DataType::Int64
+                } else {
+                    DataType::Float64
+                };
                 out.extend([t.clone(), t.clone(), t]);
                 if self.kind == Kind::Histogram {
                     if !arg_types[3].is_integer() {
@@ -380,7 +399,10 @@ impl Accumulator for DpAccumulator {
             Kind::Count => s[0] += (x.len() - x.null_count()) as i64,
             Kind::Sum if p.integer => {
                 let (lo, hi) = (p.lower as i64, p.upper as i64);
-                for v in cast_to::<Int64Type>(x.as_ref(), &DataType::Int64)?.iter().flatten() {
+                for v in cast_to::<Int64Type>(x.as_ref(), &DataType::Int64)?
+                    .iter()
+                    .flatten()
+                {
                     s[0] = s[0].wrapping_add(v.clamp(lo, hi));
                 }
             }
@@ -449,7 +471,11 @@ impl Accumulator for DpAccumulator {
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
         Ok(match self.params.kind {
             Kind::Histogram => vec![ScalarValue::List(int_list(self.sums.clone()))],
-            _ => self.sums.iter().map(|v| ScalarValue::Int64(Some(*v))).collect(),
+            _ => self
+                .sums
+                .iter()
+                .map(|v| ScalarValue::Int64(Some(*v)))
+                .collect(),
         })
     }
 
@@ -463,9 +489,9 @@ impl Accumulator for DpAccumulator {
             Kind::Sum => ScalarValue::Float64(Some(s[0] as f64 * s1)),
             Kind::Avg => {
                 let n = s[0] as f64;
-                ScalarValue::Float64((n > 0.0).then(|| {
-                    (p.mid() + s[1] as f64 * s1 / n).clamp(p.lower, p.upper)
-                }))
+                ScalarValue::Float64(
+                    (n > 0.0).then(|| (p.mid() + s[1] as f64 * s1 / n).clamp(p.lower, p.upper)),
+                )
             }
             Kind::Var => {
                 let n = s[0] as f64;
@@ -507,7 +533,11 @@ mod tests {
                 "var(least(greatest(a, 998), 1003))",
                 1e-4,
             ),
-            ("CAST(dp_count(a) AS DOUBLE)", "CAST(count(a) AS DOUBLE)", 0.0),
+            (
+                "CAST(dp_count(a) AS DOUBLE)",
+                "CAST(count(a) AS DOUBLE)",
+                0.0,
+            ),
             (
                 "CAST(dp_sum(CAST(a AS BIGINT), 998, 1003) AS DOUBLE)",
                 "CAST(sum(least(greatest(CAST(a AS BIGINT), 998), 1003)) AS DOUBLE)",
@@ -521,7 +551,10 @@ mod tests {
             )
             .await;
             let (got, want) = (float(&got, 0), float(&want, 0));
-            assert!((got - want).abs() <= tolerance * want.abs().max(1.0), "{dp}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= tolerance * want.abs().max(1.0),
+                "{dp}: {got} vs {want}"
+            );
         }
     }
 
@@ -535,7 +568,11 @@ mod tests {
     }
 
     /// The state of one call over `rows`, straight from its accumulator.
-    fn state_of(kind: super::Kind, literals: &[datafusion::common::ScalarValue], rows: &[Option<f64>]) -> Vec<i64> {
+    fn state_of(
+        kind: super::Kind,
+        literals: &[datafusion::common::ScalarValue],
+        rows: &[Option<f64>],
+    ) -> Vec<i64> {
         use datafusion::arrow::array::{Float64Array, Int64Array};
         use datafusion::logical_expr::Accumulator;
         let (params, _) = super::Params::from_literals(kind, literals).unwrap();
@@ -546,7 +583,11 @@ mod tests {
         let integer = params.integer;
         let mut acc = super::DpAccumulator { params, sums };
         let column: super::ArrayRef = if integer {
-            std::sync::Arc::new(rows.iter().map(|r| r.map(|v| v as i64)).collect::<Int64Array>())
+            std::sync::Arc::new(
+                rows.iter()
+                    .map(|r| r.map(|v| v as i64))
+                    .collect::<Int64Array>(),
+            )
         } else {
             std::sync::Arc::new(rows.iter().copied().collect::<Float64Array>())
         };
@@ -556,8 +597,8 @@ mod tests {
 
     #[test]
     fn one_row_changes_each_state_column_by_at_most_its_sensitivity() {
-        use datafusion::common::ScalarValue;
         use super::Kind;
+        use datafusion::common::ScalarValue;
         // A small deterministic generator: values far outside the bounds too.
         let mut seed = 0x9e3779b97f4a7c15u64;
         let mut next = move || {
@@ -581,7 +622,8 @@ mod tests {
             let noise = params.noise(1.0).unwrap();
             let mut largest = vec![0u64; noise.len()];
             for trial in 0..300 {
-                let mut rows: Vec<Option<f64>> = (0..20 + trial % 7).map(|_| Some(next())).collect();
+                let mut rows: Vec<Option<f64>> =
+                    (0..20 + trial % 7).map(|_| Some(next())).collect();
                 if trial % 5 == 0 {
                     rows.push(None);
                 }
@@ -592,7 +634,11 @@ mod tests {
                 let changes: Vec<u64> = if kind == Kind::Histogram {
                     vec![before.iter().zip(&after).map(|(a, b)| a.abs_diff(*b)).sum()]
                 } else {
-                    before.iter().zip(&after).map(|(a, b)| a.abs_diff(*b)).collect()
+                    before
+                        .iter()
+                        .zip(&after)
+                        .map(|(a, b)| a.abs_diff(*b))
+                        .collect()
                 };
                 for (most, change) in largest.iter_mut().zip(changes) {
                     *most = (*most).max(change);

@@ -222,10 +222,16 @@ pub fn zero_state(noise: &ColumnNoise, rows: usize) -> ArrayRef {
 
 /// Every DP aggregate function.
 pub fn all() -> Vec<datafusion::logical_expr::AggregateUDF> {
-    [Kind::Count, Kind::Sum, Kind::Avg, Kind::Var, Kind::Histogram]
-        .into_iter()
-        .map(aggregate::udaf)
-        .collect()
+    [
+        Kind::Count,
+        Kind::Sum,
+        Kind::Avg,
+        Kind::Var,
+        Kind::Histogram,
+    ]
+    .into_iter()
+    .map(aggregate::udaf)
+    .collect()
 }
 
 #[cfg(test)]

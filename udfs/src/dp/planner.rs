@@ -4,10 +4,10 @@
 //! display name `dp_count(*)`, as DataFusion does for `count(*)`.
 
 use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::expr::{AggregateFunction, AggregateFunctionParams};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawAggregateExpr};
-use datafusion::logical_expr::Expr;
 
 /// Plans `dp_count(*)` (see the module docs).
 #[derive(Debug, Default)]

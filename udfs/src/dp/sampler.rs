@@ -51,7 +51,11 @@ pub fn uniform_below<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, n: u64) -> u6
 }
 
 /// Bernoulli(num / den), `0 ≤ num ≤ den`, `den ≥ 1`.
-pub fn bernoulli_rational<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, num: u128, den: u128) -> bool {
+pub fn bernoulli_rational<R: RngCore + CryptoRng + ?Sized>(
+    rng: &mut R,
+    num: u128,
+    den: u128,
+) -> bool {
     debug_assert!(num <= den && den >= 1);
     // den may exceed u64 (γ / k with large k): sample in u128 by rejection.
     if den <= u64::MAX as u128 {
@@ -91,7 +95,10 @@ pub fn bernoulli_exp<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, num: u64, den
 /// P(Z = z) ∝ exp(−|z| / scale) (CKS Algorithm 2, with t/s = num/den).
 pub fn discrete_laplace<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale) -> i64 {
     let (t, s) = (scale.num, scale.den);
-    assert!(t >= 1 && s >= 1, "a discrete Laplace scale needs num, den ≥ 1");
+    assert!(
+        t >= 1 && s >= 1,
+        "a discrete Laplace scale needs num, den ≥ 1"
+    );
     loop {
         let u = uniform_below(rng, t);
         if !bernoulli_exp(rng, u, t) {
@@ -170,7 +177,10 @@ mod tests {
                 critical(df)
             );
             let mean = draws.iter().sum::<i64>() as f64 / draws.len() as f64;
-            let var = draws.iter().map(|&z| (z as f64 - mean).powi(2)).sum::<f64>()
+            let var = draws
+                .iter()
+                .map(|&z| (z as f64 - mean).powi(2))
+                .sum::<f64>()
                 / (draws.len() - 1) as f64;
             assert!(
                 (var / scale.variance() - 1.0).abs() < 0.03,
@@ -188,7 +198,10 @@ mod tests {
             let hits = (0..n).filter(|_| bernoulli_exp(&mut rng, num, den)).count() as f64;
             let p = (-(num as f64) / den as f64).exp();
             let se = (p * (1.0 - p) / n as f64).sqrt().max(1e-9);
-            assert!(((hits / n as f64) - p).abs() <= 4.0 * se, "{num}/{den}: {hits}");
+            assert!(
+                ((hits / n as f64) - p).abs() <= 4.0 * se,
+                "{num}/{den}: {hits}"
+            );
         }
     }
 

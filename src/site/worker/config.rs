@@ -436,4 +436,55 @@ mod tests {
         .to_string();
         assert!(err.contains("NAME=PATH"), "{err}");
     }
+
+    #[tokio::test]
+    async fn dp_settings_and_named_tokens_come_from_the_toml_and_the_flags() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("ana.token"), "tok-ana\n").unwrap();
+        std::fs::write(dir.path().join("bob.token"), "tok-bob\n").unwrap();
+        let config = dir.path().join("worker.toml");
+        std::fs::write(
+            &config,
+            "listen = \"127.0.0.1:0\"\n[tables]\nclinic = \"c.csv\"\n[tokens]\nana = \"ana.token\"\nbob = \"bob.token\"\n[policy]\nmin_group_rows = 10\ndp_budget = 4\ndp_ledger = \"ledger.toml\"\nrequire_dp = true\ndp_domain.region = [\"east\", \"west\"]\n",
+        )
+        .unwrap();
+        let args = WorkerArgs {
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        let c = WorkerConfig::from_args(&args).await.unwrap();
+        assert_eq!(c.policy.as_ref().unwrap().min_group_rows, 10);
+        assert_eq!(c.dp.budget, Some(4.0));
+        assert!(c.dp.require_dp);
+        assert_eq!(c.dp.domains["region"], ["east", "west"]);
+        assert_eq!(c.dp_ledger, Some(dir.path().join("ledger.toml")));
+        assert_eq!(
+            c.named_tokens,
+            [
+                ("ana".to_string(), "tok-ana".to_string()),
+                ("bob".to_string(), "tok-bob".to_string())
+            ]
+        );
+        assert_eq!(c.token, "", "no single token: the named ones only");
+        // The flag wins; a budget without a ledger is refused.
+        let c = WorkerConfig::from_args(&WorkerArgs {
+            dp_budget: Some(2.5),
+            ..args
+        })
+        .await
+        .unwrap();
+        assert_eq!(c.dp.budget, Some(2.5));
+        std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+        let err = WorkerConfig::from_args(&WorkerArgs {
+            listen: Some("127.0.0.1:0".into()),
+            token_file: Some(dir.path().join("t")),
+            tables: vec!["clinic=c.csv".into()],
+            dp_budget: Some(1.0),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--dp-ledger"), "{err}");
+    }
 }

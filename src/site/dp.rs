@@ -129,10 +129,12 @@ impl DpPolicy {
     pub fn from_options(options: &[(String, String)]) -> Result<Option<Self>> {
         let mut policy = None;
         for (key, value) in options {
-            if Self::is_key(key) {
+            // Unquoted SQL names are lower case: so are the keys.
+            let key = key.to_ascii_lowercase();
+            if Self::is_key(&key) {
                 policy
                     .get_or_insert_with(DpPolicy::default)
-                    .set(key, value)?;
+                    .set(&key, value)?;
             }
         }
         Ok(policy)
@@ -214,12 +216,14 @@ impl DpSite {
             return Ok(());
         };
         let mut dp = 0;
+        let mut distinct = false;
         let mut exact = Vec::new();
         for expr in &agg.aggr_expr {
             let _ = expr.apply(|e| {
                 if let Expr::AggregateFunction(f) = e {
                     if fedsql_udfs::dp::is_dp(f.func.name()) {
                         dp += 1;
+                        distinct |= f.params.distinct;
                     } else {
                         exact.push(f.func.name().to_string());
                     }
@@ -243,6 +247,12 @@ impl DpSite {
                     "it answers only differentially private aggregates (its require_dp policy), not {what}"
                 ),
                 "use dp_count, dp_sum, dp_avg, dp_var or dp_histogram",
+            ));
+        }
+        if distinct {
+            return Err(refuse(
+                "a DP aggregate over DISTINCT values: its sensitivity is not one row's".into(),
+                "drop DISTINCT, or count distinct values by grouping on a declared column",
             ));
         }
         if dp == 0 || agg.group_expr.is_empty() {

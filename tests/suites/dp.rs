@@ -302,6 +302,19 @@ async fn grouping_under_dp_needs_declared_columns_and_dp_aggregates_only() {
 }
 
 #[tokio::test]
+async fn a_dp_aggregate_over_distinct_values_is_refused() {
+    let ctx = dp_federation(3, &DpPolicy::default(), None);
+    let err = match ctx
+        .sql("SELECT dp_count(DISTINCT region) FROM clinic")
+        .await
+    {
+        Ok(df) => df.collect().await.unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.to_ascii_uppercase().contains("DISTINCT"), "{err}");
+}
+
+#[tokio::test]
 async fn require_dp_answers_only_dp_aggregates() {
     let mut policy = DpPolicy::default();
     policy.set("require_dp", "true").unwrap();

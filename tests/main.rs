@@ -8,6 +8,8 @@ mod support;
 mod consistency;
 #[path = "suites/dataframe.rs"]
 mod dataframe;
+#[path = "suites/dp.rs"]
+mod dp;
 #[path = "suites/explain.rs"]
 mod explain;
 #[path = "suites/fedsgd.rs"]

@@ -82,6 +82,7 @@ impl FedContext {
             .with_extension(Arc::new(Notices::default()));
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
+        ctx.add_analyzer_rule(Arc::new(crate::coordinator::dp::SessionEpsilon));
         crate::models::register_all(&ctx);
         crate::stats::register_all(&ctx);
         Self { ctx }
@@ -147,6 +148,14 @@ impl FedContext {
                 .or_else(|| strip_words(rest, &["IN"]))
                 .unwrap_or(rest);
             let batch = self.clients_batch(name.trim()).await?;
+            return self.batch_result(batch);
+        }
+
+        if let Some(rest) = strip_words(sql, &["SHOW", "PRIVACY", "BUDGET"]) {
+            let name = strip_words(rest, &["FOR"]).unwrap_or(rest).trim();
+            let provider = self.federated_table(name).await?;
+            let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
+            let batch = crate::coordinator::dp::budget_batch(name, table.clients()).await?;
             return self.batch_result(batch);
         }
 
@@ -259,13 +268,19 @@ impl FedContext {
         // In-process sites have no data owner: a policy is a rehearsal the
         // table's OPTIONS ask for.
         let policy = DisclosurePolicy::from_options(&stmt.options)?;
+        // Its DP settings, and a ledger per client for this session.
+        let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
         let runners = sites
             .into_iter()
             .map(|site| {
                 Ok(match site {
                     Site::Local(c) => Arc::new(
                         LocalClient::from_files(&c, Arc::clone(&schema))?
-                            .with_policy(policy.clone()),
+                            .with_policy(policy.clone())
+                            .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                                dp_policy.clone(),
+                                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
+                            ))),
                     ) as Arc<dyn ClientRunner>,
                     Site::Remote(r) => r as Arc<dyn ClientRunner>,
                 })

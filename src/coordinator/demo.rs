@@ -80,11 +80,27 @@ pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) ->
             let location = bundled_location(name);
             let batches = parse_client(name, &location, csv, &schema)?;
             let client = LocalClient::from_batches(name, &location, Arc::clone(&schema), batches)?
-                .with_policy(policy.clone());
+                .with_policy(policy.clone())
+                .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                    demo_dp_policy(),
+                    Arc::new(crate::site::dp_budget::Ledger::in_memory()),
+                )));
             Ok(Arc::new(client) as Arc<dyn ClientRunner>)
         })
         .collect::<Result<Vec<_>>>()?;
     ctx.register_federated(FederatedTable::new(DEMO_TABLE, schema, clients))
+}
+
+/// The demo's public domains, so that DP queries may group by region and
+/// sex (each client then releases a noisy state for every value).
+fn demo_dp_policy() -> crate::site::dp::DpPolicy {
+    let mut policy = crate::site::dp::DpPolicy::default();
+    for (column, values) in [("region", "east,north,south,west"), ("sex", "F,M")] {
+        policy
+            .set(&format!("dp_domain.{column}"), values)
+            .expect("valid demo domains");
+    }
+    policy
 }
 
 /// Where a bundled client's rows came from, as `\clients` shows it.

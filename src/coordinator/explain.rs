@@ -213,6 +213,14 @@ async fn explain_round(
         )
         .ok();
     }
+    // Differential privacy: the mechanism, ε and scale of each DP state column.
+    let dp_lines = crate::wire::dp::explain_lines(&round.partial, clients.len())?;
+    if !dp_lines.is_empty() {
+        writeln!(out, "  noise added by each client before its state leaves:").ok();
+        for line in dp_lines {
+            writeln!(out, "  {line}").ok();
+        }
+    }
     if variable.is_empty() {
         writeln!(
             out,

@@ -19,6 +19,7 @@ pub mod context;
 pub mod dataframe;
 pub mod ddl;
 pub mod demo;
+pub mod dp;
 pub mod explain;
 pub mod federated_table;
 pub mod fit_scope;

@@ -160,6 +160,14 @@ pub async fn run_round(
         traffic: states.iter().map(|(_, _, traffic)| *traffic).collect(),
     };
     let states: Vec<StateBatch> = states.into_iter().map(|(s, _, _)| s).collect();
+    // The noise of each DP result, stated (the sites added it).
+    if crate::wire::dp::has_dp(&round.partial)
+        && let Some(notices) = state.config().get_extension::<crate::notices::Notices>()
+    {
+        for line in crate::coordinator::dp::noise_notices(&round.partial, &states)? {
+            notices.push(line);
+        }
+    }
     let decode: Arc<dyn ExecutionPlan> = merge_and_decode(&round.partial, &states)?;
     Ok((collect(decode, state.task_ctx()).await?, report))
 }

@@ -29,10 +29,11 @@ use crate::site::runner::{ClientRunner, Traffic};
 use crate::wire::codec;
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::protocol::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY, MAX_MESSAGE_BYTES, POLICY_KEY,
-    POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply, SecureSetupRequest,
-    SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
+    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY,
+    MAX_MESSAGE_BYTES, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply,
+    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
+    ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
 
@@ -300,6 +301,22 @@ impl ClientRunner for RemoteClient {
                 self.url,
                 String::from_utf8_lossy(&text)
             ))
+        })
+        .await
+    }
+
+    async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
+        self.timed(async {
+            let body = self.url.table.clone().into_bytes();
+            let text = self.action(ACTION_PRIVACY_BUDGET, body).await?;
+            let text = String::from_utf8_lossy(&text);
+            let mut parts = text.split_whitespace();
+            let budget = parts.next().and_then(|b| b.parse::<f64>().ok());
+            let spent = parts
+                .next()
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            Ok(Some(crate::site::dp::BudgetLine { budget, spent }))
         })
         .await
     }

@@ -180,7 +180,9 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
         let (base, client) = lower.split_once('.').unwrap_or((&lower, ""));
-        if crate::site::policy::POLICY_KEYS.contains(&lower.as_str()) {
+        if crate::site::policy::POLICY_KEYS.contains(&lower.as_str())
+            || crate::site::dp::DpPolicy::is_key(&lower)
+        {
             continue;
         }
         let known = OPTION_KEYS.contains(&base)

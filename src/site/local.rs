@@ -31,6 +31,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
+use crate::site::dp::{self, DpSite};
 use crate::site::files::{ClientFiles, FileFormat};
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
@@ -88,6 +89,9 @@ pub struct LocalClient {
     peers: Arc<[[u8; 32]]>,
     /// The most memory one request may use here (`None`: no limit).
     memory_limit: Option<usize>,
+    /// DP settings and budget ledger (DP aggregates are noised even
+    /// without settings).
+    dp: Arc<DpSite>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -131,6 +135,7 @@ impl LocalClient {
             policy: None,
             peers: Arc::new([]),
             memory_limit: None,
+            dp: Arc::default(),
         })
     }
 
@@ -195,6 +200,13 @@ impl LocalClient {
         })
     }
 
+    /// The same site with these DP settings and ledger (shared by every
+    /// client of one served table).
+    pub fn with_dp(mut self, dp: Arc<DpSite>) -> Self {
+        self.dp = dp;
+        self
+    }
+
     /// A site over batches held in memory (cast to `schema`).
     pub fn from_batches(
         name: &str,
@@ -213,6 +225,7 @@ impl LocalClient {
             policy: None,
             peers: Arc::new([]),
             memory_limit: None,
+            dp: Arc::default(),
         })
     }
 
@@ -242,6 +255,7 @@ impl LocalClient {
             policy.check_encoder(&self.name, encoder.plan())?;
             joins::check_no_amplification(&self.name, encoder.plan(), &self.session).await?;
         }
+        self.dp.check_encoder(&self.name, encoder.plan())?;
         let mut plan = encoder.bind(Arc::clone(&self.rows))?;
         if self.policy.is_some() {
             plan = never_fail_on_data(plan)?;
@@ -300,7 +314,7 @@ impl LocalClient {
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
     async fn run(&self, encoder: &Encoder, plan: SitePlan) -> Result<StateBatch> {
-        let physical = yield_after_each_batch(plan.plan)?;
+        let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
         let batches = collect(physical, self.task_ctx()?).await.map_err(|e| {
             self.memory_refusal(&e)
                 .unwrap_or_else(|| self.error(strip_context(e)))
@@ -310,8 +324,11 @@ impl LocalClient {
             (Some(policy), Some(columns)) => {
                 let (batches, counts) = group_rows::split_off(&batches, columns)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
-                policy.check_counts(&self.name, &counts, parameters)?;
-                policy.check_cells(&self.name, &batches, &columns.cells)?;
+                // DP state only: exempt from the thresholds (the noise protects it).
+                if !dp::dp_only_under_policy(&plan.plan) {
+                    policy.check_counts(&self.name, &counts, parameters)?;
+                    policy.check_cells(&self.name, &batches, &columns.cells)?;
+                }
                 let k = policy.min_group_rows;
                 let mut released = Vec::with_capacity(batches.len());
                 for batch in &batches {
@@ -324,6 +341,16 @@ impl LocalClient {
             }
             _ => batches,
         };
+        // DP state: declared keys completed, budget debited, noise added.
+        let dropped = plan.counts.as_ref().map(|c| c.all()).unwrap_or_default();
+        let batches = self.dp.release(
+            &self.name,
+            encoder.table(),
+            encoder.plan(),
+            (&plan.plan, &dropped),
+            encoder.state_schema(),
+            batches,
+        )?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 
@@ -369,6 +396,10 @@ impl ClientRunner for LocalClient {
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
         let plan = self.plain_plan(encoder).await?;
         self.run(encoder, plan).await
+    }
+
+    async fn privacy_budget(&self, table: &str) -> Result<Option<dp::BudgetLine>> {
+        Ok(Some(self.dp.budget_line(table)))
     }
 
     async fn secure_setup(

@@ -11,6 +11,8 @@
 //! (a test in this module checks that).
 
 pub mod covered;
+pub mod dp;
+pub mod dp_budget;
 pub mod files;
 pub mod group_rows;
 pub mod guarded;

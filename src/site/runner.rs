@@ -26,6 +26,11 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     fn policy(&self) -> String {
         "none".into()
     }
+    /// The analyst's spent and total DP budget for `table` at this client;
+    /// `None` when the client cannot tell.
+    async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
+        Ok(None)
+    }
     /// Runs the encoder over this client's rows and returns its state.
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch>;
     /// The physical plan this client would run for the encoder.

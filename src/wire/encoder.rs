@@ -80,6 +80,7 @@ impl Encoder {
             .await?;
         let partial = partial_aggregate(&physical)?;
         secure::check_round(&partial)?;
+        crate::wire::dp::check_round(&partial)?;
         let encoder = Self::try_new(cut.clone(), partial.schema())?;
         Ok((encoder, partial))
     }

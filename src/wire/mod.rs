@@ -14,6 +14,7 @@
 //! Nothing here depends on either side.
 
 pub mod codec;
+pub mod dp;
 pub mod encoder;
 pub mod exposure;
 pub mod federated_scan;

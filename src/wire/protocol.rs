@@ -47,6 +47,10 @@ pub const ACTION_EXPLAIN: &str = "fedsql.explain";
 /// DoAction: the coordinator's fit has ended; drop what was kept for it.
 pub const ACTION_RELEASE_FIT: &str = "fedsql.release_fit";
 
+/// DoAction: the calling analyst's DP budget for a table (body: the
+/// table's name; reply: `<budget or unlimited> <spent>` as text).
+pub const ACTION_PRIVACY_BUDGET: &str = "fedsql.privacy_budget";
+
 /// Schema metadata: `"true"` when the served table has data rows (so its
 /// column types are evidence when schemas are unified), `"false"` otherwise.
 pub const HAS_ROWS_KEY: &str = "fedsql.has_rows";

@@ -13,6 +13,7 @@ pub mod comoments;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod cox_step;
+pub mod dp;
 pub mod family;
 pub mod flat_state;
 pub mod histogram;
@@ -58,6 +59,9 @@ pub fn all() -> Vec<AggregateUDF> {
         secure_sum_vec::secure_sum_vec(),
         histogram::histogram(),
     ]
+    .into_iter()
+    .chain(dp::all())
+    .collect()
 }
 
 /// Registers every aggregate function of this crate.
@@ -65,6 +69,9 @@ pub fn register_all(ctx: &SessionContext) {
     for udaf in all() {
         ctx.register_udaf(udaf);
     }
+    use datafusion::execution::FunctionRegistry;
+    let planner = std::sync::Arc::new(dp::planner::DpCountStarPlanner);
+    let _ = ctx.state_ref().write().register_expr_planner(planner);
 }
 
 /// The cells a state releases counts of, which a disclosure policy holds
@@ -147,6 +154,9 @@ mod tests {
                 "secure_count" => "secure_count(b)".to_string(),
                 "secure_sum_vec" => "secure_sum_vec([a, b], [990, -1], [1010, 1])".to_string(),
                 "histogram" => "histogram(a, 995, 1008, 7)".to_string(),
+                "dp_count" => "dp_count(a)".to_string(),
+                "dp_sum" | "dp_avg" | "dp_var" => format!("{}(a, 990, 1010)", f.name()),
+                "dp_histogram" => "dp_histogram(a, 995, 1008, 7)".to_string(),
                 "kmeans_step" => "kmeans_step('centers=1000,0;1003,0.01', a, b)".to_string(),
                 "life_table" => "life_table('breaks=999,1000,1004', a, 1)".to_string(),
                 "cox_step" => {

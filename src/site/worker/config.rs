@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::error::{FedError, Result};
 use crate::site::identity::{SiteIdentity, parse_peer};
+use crate::site::dp::DpPolicy;
 use crate::site::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
@@ -58,6 +59,13 @@ pub struct WorkerArgs {
     /// Secure sums need at least this many participants (default 3).
     #[arg(long, value_name = "N")]
     pub min_secure_clients: Option<u64>,
+    /// Total differential-privacy ε each analyst may spend per table
+    /// (needs --dp-ledger); default unlimited.
+    #[arg(long, value_name = "EPSILON")]
+    pub dp_budget: Option<f64>,
+    /// The file that keeps what each analyst has spent (survives restarts).
+    #[arg(long, value_name = "FILE")]
+    pub dp_ledger: Option<PathBuf>,
     /// This site's Ed25519 identity key (PEM, PKCS#8), created on first
     /// start if the file does not exist; it signs the site's secure-session
     /// keys.
@@ -120,6 +128,9 @@ struct ConfigFile {
     request_timeout: Option<String>,
     memory_limit: Option<String>,
     max_shared_rows: Option<usize>,
+    /// Named tokens: analyst name = token file (DP budgets are per analyst).
+    #[serde(default)]
+    tokens: BTreeMap<String, PathBuf>,
 }
 
 /// Everything a worker needs to start.
@@ -145,6 +156,12 @@ pub struct WorkerConfig {
     pub peers: Vec<[u8; 32]>,
     /// Each request's time, memory and shared-row limits.
     pub limits: RequestLimits,
+    /// Named tokens (analyst, token), besides `token` (analyst `default`).
+    pub named_tokens: Vec<(String, String)>,
+    /// DP settings of every served table (budget, require_dp, domains).
+    pub dp: DpPolicy,
+    /// The privacy-budget ledger file; `None`: kept in memory.
+    pub dp_ledger: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -173,6 +190,9 @@ impl WorkerConfig {
             tls: None,
             log: None,
             policy: Some(DisclosurePolicy::default()),
+            named_tokens: Vec::new(),
+            dp: DpPolicy::default(),
+            dp_ledger: None,
             table_policies: BTreeMap::new(),
             identity: None,
             peers: Vec::new(),
@@ -212,16 +232,22 @@ impl WorkerConfig {
             FedError::Syntax("fedsql worker needs --listen ADDR (or `listen` in --config)".into())
         })?;
         let listen = resolve(&listen).await?;
+        let named_tokens = file
+            .tokens
+            .iter()
+            .map(|(name, path)| Ok((name.clone(), read_token(&base.join(path))?)))
+            .collect::<Result<Vec<_>>>()?;
         let token_file = args
             .token_file
             .clone()
-            .or_else(|| from_file(&file.token_file))
-            .ok_or_else(|| {
-                FedError::Syntax(
-                    "fedsql worker needs --token-file FILE (or `token_file` in --config): every request must carry its token".into(),
-                )
-            })?;
-        let token = read_token(&token_file)?;
+            .or_else(|| from_file(&file.token_file));
+        let token = match token_file {
+            Some(path) => read_token(&path)?,
+            None if !named_tokens.is_empty() => String::new(),
+            None => return Err(FedError::Syntax(
+                "fedsql worker needs --token-file FILE (or `token_file` or a [tokens] section in --config): every request must carry its token".into(),
+            )),
+        };
         let mut tables: Vec<(String, PathBuf)> = file
             .tables
             .iter()
@@ -263,7 +289,9 @@ impl WorkerConfig {
                 ));
             }
         };
-        let (policy, table_policies, mut peers) = worker_policy(args, file.policy.as_ref())?;
+        let (dp, dp_ledger) = worker_dp(args, file.policy.as_ref(), &base)?;
+        let (policy, table_policies, mut peers) =
+            worker_policy(args, without_dp(file.policy.as_ref()).as_ref())?;
         for name in table_policies.keys() {
             if !tables.iter().any(|(n, _)| n == name) {
                 return Err(FedError::Syntax(format!(
@@ -325,6 +353,9 @@ impl WorkerConfig {
             identity,
             peers,
             limits,
+            named_tokens,
+            dp,
+            dp_ledger,
         })
     }
 }
@@ -496,6 +527,66 @@ fn setting_text(value: &toml::Value) -> String {
     }
 }
 
+/// The `[policy]` section without its DP settings (read by [`worker_dp`]).
+fn without_dp(file: Option<&toml::Value>) -> Option<toml::Value> {
+    match file? {
+        toml::Value::Table(settings) => Some(toml::Value::Table(
+            settings
+                .iter()
+                .filter(|(k, _)| !(DpPolicy::is_key(k) || *k == "dp_domain" || *k == "dp_ledger"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
+
+/// The DP settings and ledger file of the TOML `[policy]` (`dp_budget`,
+/// `require_dp`, `dp_ledger`, `dp_domain.<column>`), then the flags.
+fn worker_dp(
+    args: &WorkerArgs,
+    file: Option<&toml::Value>,
+    base: &Path,
+) -> Result<(DpPolicy, Option<PathBuf>)> {
+    let mut dp = DpPolicy::default();
+    let mut ledger = None;
+    let text = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    };
+    if let Some(toml::Value::Table(settings)) = file {
+        for (key, value) in settings {
+            match (key.as_str(), value) {
+                ("dp_ledger", v) => ledger = Some(base.join(text(v))),
+                ("dp_domain", toml::Value::Table(columns)) => {
+                    for (column, values) in columns {
+                        dp.set(&format!("dp_domain.{column}"), &text(values))?;
+                    }
+                }
+                (key, v) if DpPolicy::is_key(key) => dp.set(key, &text(v))?,
+                _ => {}
+            }
+        }
+    }
+    if let Some(budget) = args.dp_budget {
+        dp.set("dp_budget", &budget.to_string())?;
+    }
+    if let Some(path) = &args.dp_ledger {
+        ledger = Some(path.clone());
+    }
+    if dp.budget.is_some() && ledger.is_none() {
+        return Err(FedError::Syntax(
+            "a DP budget needs a ledger file that survives restarts: give --dp-ledger FILE (or dp_ledger in [policy])".into(),
+        ));
+    }
+    Ok((dp, ledger))
+}
+
 async fn resolve(listen: &str) -> Result<SocketAddr> {
     if let Ok(addr) = listen.parse() {
         return Ok(addr);
@@ -590,5 +681,56 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("NAME=PATH"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn dp_settings_and_named_tokens_come_from_the_toml_and_the_flags() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("ana.token"), "tok-ana\n").unwrap();
+        std::fs::write(dir.path().join("bob.token"), "tok-bob\n").unwrap();
+        let config = dir.path().join("worker.toml");
+        std::fs::write(
+            &config,
+            "listen = \"127.0.0.1:0\"\n[tables]\nclinic = \"c.csv\"\n[tokens]\nana = \"ana.token\"\nbob = \"bob.token\"\n[policy]\nmin_group_rows = 10\ndp_budget = 4\ndp_ledger = \"ledger.toml\"\nrequire_dp = true\ndp_domain.region = [\"east\", \"west\"]\n",
+        )
+        .unwrap();
+        let args = WorkerArgs {
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        let c = WorkerConfig::from_args(&args).await.unwrap();
+        assert_eq!(c.policy.as_ref().unwrap().min_group_rows, 10);
+        assert_eq!(c.dp.budget, Some(4.0));
+        assert!(c.dp.require_dp);
+        assert_eq!(c.dp.domains["region"], ["east", "west"]);
+        assert_eq!(c.dp_ledger, Some(dir.path().join("ledger.toml")));
+        assert_eq!(
+            c.named_tokens,
+            [
+                ("ana".to_string(), "tok-ana".to_string()),
+                ("bob".to_string(), "tok-bob".to_string())
+            ]
+        );
+        assert_eq!(c.token, "", "no single token: the named ones only");
+        // The flag wins; a budget without a ledger is refused.
+        let c = WorkerConfig::from_args(&WorkerArgs {
+            dp_budget: Some(2.5),
+            ..args
+        })
+        .await
+        .unwrap();
+        assert_eq!(c.dp.budget, Some(2.5));
+        std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+        let err = WorkerConfig::from_args(&WorkerArgs {
+            listen: Some("127.0.0.1:0".into()),
+            token_file: Some(dir.path().join("t")),
+            tables: vec!["clinic=c.csv".into()],
+            dp_budget: Some(1.0),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--dp-ledger"), "{err}");
     }
 }

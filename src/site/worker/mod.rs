@@ -28,6 +28,7 @@ pub mod config;
 pub mod log;
 pub mod service;
 pub mod tables;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +84,11 @@ impl Drop for RunningWorker {
 /// Opens the tables and starts serving them.
 pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let peers: Arc<[[u8; 32]]> = config.peers.clone().into();
+    // One privacy-budget ledger for every served table (DP, issue 14).
+    let ledger = std::sync::Arc::new(match &config.dp_ledger {
+        Some(path) => crate::site::dp_budget::Ledger::open(path)?,
+        None => crate::site::dp_budget::Ledger::in_memory(),
+    });
     let tables = config
         .tables
         .iter()
@@ -93,10 +99,17 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 peers: Arc::clone(&peers),
                 memory_limit: config.limits.memory,
             };
-            ServedTable::open(name, path, site)
+            ServedTable::open(name, path, site).map(|t| {
+                t.with_dp(Arc::new(crate::site::dp::DpSite::new(
+                    config.dp.clone(),
+                    Arc::clone(&ledger),
+                )))
+            })
         })
         .collect::<Result<Vec<_>>>()?;
-    let service = WorkerService::new(tables, &config.token, config.log.clone(), config.limits);
+    let tokens = tokens::Tokens::new(&config.token, &config.named_tokens);
+    let service = WorkerService::new(tables, &config.token, config.log.clone(), config.limits)
+        .with_tokens(tokens.clone());
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));
@@ -116,7 +129,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 FedError::InvalidArgument(format!("TLS certificate or key not usable: {e}"))
             })?;
     }
-    let check = service::TokenCheck::new(&config.token, config.log.clone());
+    let check = service::TokenCheck::new(&config.token, config.log.clone()).with_tokens(tokens);
     let server = FlightServiceServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -20,23 +20,24 @@ use datafusion::prelude::SessionContext;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{FedError, Result};
+use crate::site::dp::as_analyst;
 use crate::site::local::{LocalClient, site_session};
 use crate::site::policy::error_kind;
 use crate::site::runner::ClientRunner;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
+use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
 use crate::wire::codec::{self, TableBinder};
 use crate::wire::encoder::Encoder;
 use crate::wire::protocol::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_RELEASE_FIT, ACTION_SECURE_SETUP, AUTHORIZATION,
-    BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit, SecureSetupReply,
-    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
-    ticket_command,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
+    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL,
+    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
+    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SignedKey};
 
@@ -50,7 +51,8 @@ struct Checked {
 /// The Flight service of a worker.
 pub struct WorkerService {
     tables: Arc<BTreeMap<String, Arc<ServedTable>>>,
-    token: Vec<u8>,
+    /// Every accepted token by analyst name (DP budgets are per analyst).
+    tokens: Tokens,
     /// Decodes plans (knows fedsql's functions) and plans encoders.
     session: SessionContext,
     log: WorkerLog,
@@ -75,7 +77,7 @@ impl WorkerService {
                     .map(|t| (t.name.clone(), Arc::new(t)))
                     .collect(),
             ),
-            token: token.as_bytes().to_vec(),
+            tokens: Tokens::new(token, &[]),
             session,
             log,
             limits,
@@ -116,6 +118,20 @@ impl WorkerService {
         result
     }
 
+    /// The same service accepting these (named) tokens.
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// The analyst a request's token names (checked by [`Self::authorize`]).
+    fn analyst<T>(&self, request: &Request<T>) -> String {
+        bearer(request.metadata())
+            .and_then(|t| self.tokens.analyst(t.as_bytes()))
+            .unwrap_or(DEFAULT_ANALYST)
+            .to_string()
+    }
+
     fn log(&self, peer: &str, line: &str) {
         self.log.line(peer, line);
     }
@@ -141,7 +157,7 @@ impl WorkerService {
                 call,
                 Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
             )),
-            Some(token) if token_matches(token.as_bytes(), &self.token) => Ok(peer),
+            Some(token) if self.tokens.analyst(token.as_bytes()).is_some() => Ok(peer),
             Some(_) => Err(self.refuse(&peer, call, Status::unauthenticated("wrong token"))),
         }
     }
@@ -467,6 +483,7 @@ impl FlightService for WorkerService {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let peer = self.authorize(&request, "DoGet")?;
+        let analyst = self.analyst(&request);
         let command = TicketCommand::decode(request.get_ref().ticket.as_ref()).map_err(|e| {
             self.refuse(
                 &peer,
@@ -476,8 +493,12 @@ impl FlightService for WorkerService {
         })?;
         let batch = match command.command {
             Some(ticket_command::Command::Encode(encode)) => {
-                self.limited(&peer, "DoGet", self.run_encoder(&peer, encode))
-                    .await?
+                self.limited(
+                    &peer,
+                    "DoGet",
+                    as_analyst(&analyst, self.run_encoder(&peer, encode)),
+                )
+                .await?
             }
             None => {
                 return Err(self.refuse(
@@ -498,6 +519,7 @@ impl FlightService for WorkerService {
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
         let peer = self.authorize(&request, "DoAction")?;
+        let analyst = self.analyst(&request);
         let action = request.into_inner();
         let body = match action.r#type.as_str() {
             ACTION_EXPLAIN => {
@@ -537,9 +559,25 @@ impl FlightService for WorkerService {
                 self.limited(
                     &peer,
                     ACTION_SECURE_SETUP,
-                    self.secure_setup(&peer, &action.body),
+                    as_analyst(&analyst, self.secure_setup(&peer, &action.body)),
                 )
                 .await?
+            }
+            ACTION_PRIVACY_BUDGET => {
+                let name = String::from_utf8_lossy(&action.body).to_string();
+                let table = self.tables.get(&name).ok_or_else(|| {
+                    self.refuse(
+                        &peer,
+                        ACTION_PRIVACY_BUDGET,
+                        Status::not_found(format!("this worker serves no table `{name}`")),
+                    )
+                })?;
+                let line = as_analyst(&analyst, async { table.dp.budget_line(&name) }).await;
+                self.log(
+                    &peer,
+                    &format!("table={name}: privacy budget of analyst {analyst}"),
+                );
+                privacy_budget_body(&line).into_bytes()
             }
             ACTION_ENCODE_MASKED => {
                 self.limited(
@@ -554,7 +592,7 @@ impl FlightService for WorkerService {
                     &peer,
                     "DoAction",
                     Status::invalid_argument(format!(
-                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_ENCODE_MASKED})"
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_ENCODE_MASKED}, {ACTION_PRIVACY_BUDGET})"
                     )),
                 ));
             }
@@ -670,19 +708,12 @@ impl Drop for CallWatch {
     }
 }
 
-/// Whether `given` is the worker's token, compared in constant time
-/// including the length (both are hashed to 32 bytes first).
-fn token_matches(given: &[u8], token: &[u8]) -> bool {
-    use sha2::{Digest, Sha256};
-    bool::from(Sha256::digest(given).ct_eq(&Sha256::digest(token)))
-}
-
 /// Checks the token of every call before its body is read (a tonic
 /// interceptor runs on the headers alone): an unauthenticated request of
 /// any size is refused without being buffered.
 #[derive(Clone)]
 pub struct TokenCheck {
-    token: Arc<Vec<u8>>,
+    tokens: Arc<Tokens>,
     log: WorkerLog,
 }
 
@@ -690,10 +721,34 @@ impl TokenCheck {
     /// The check for `token`, logging refusals to `log`.
     pub fn new(token: &str, log: Option<LogSink>) -> Self {
         Self {
-            token: Arc::new(token.as_bytes().to_vec()),
+            tokens: Arc::new(Tokens::new(token, &[])),
             log: WorkerLog::new(log),
         }
     }
+
+    /// The same check accepting these (named) tokens.
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = Arc::new(tokens);
+        self
+    }
+}
+
+/// The bearer token of a request's headers.
+fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(BEARER))
+}
+
+/// The reply of [`ACTION_PRIVACY_BUDGET`]: `<budget or unlimited> <spent>`.
+fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
+    format!(
+        "{} {}",
+        line.budget
+            .map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
+        line.spent
+    )
 }
 
 impl tonic::service::Interceptor for TokenCheck {
@@ -704,7 +759,7 @@ impl tonic::service::Interceptor for TokenCheck {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix(BEARER));
         let refusal = match given {
-            Some(token) if token_matches(token.as_bytes(), &self.token) => return Ok(request),
+            Some(token) if self.tokens.analyst(token.as_bytes()).is_some() => return Ok(request),
             Some(_) => Status::unauthenticated("wrong token"),
             None => Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
         };

@@ -38,6 +38,8 @@ pub struct ServedTable {
     clients: Mutex<Vec<(SchemaRef, Arc<LocalClient>)>>,
     /// What its local clients enforce besides the exposure rules.
     site: SiteOptions,
+    /// DP settings and the worker's budget ledger.
+    pub(super) dp: Arc<crate::site::dp::DpSite>,
 }
 
 /// What every local client of a served table is given besides its files:
@@ -67,7 +69,14 @@ impl ServedTable {
             schema: Arc::new(schema),
             clients: Mutex::default(),
             site,
+            dp: Arc::default(),
         })
+    }
+
+    /// The same table with these DP settings and ledger.
+    pub fn with_dp(mut self, dp: Arc<crate::site::dp::DpSite>) -> Self {
+        self.dp = dp;
+        self
     }
 
     fn positional(&self) -> bool {
@@ -123,7 +132,8 @@ impl ServedTable {
             LocalClient::from_files(&self.files, Arc::clone(schema))?
                 .with_policy(self.site.policy.clone())
                 .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
-                .with_memory_limit(self.site.memory_limit),
+                .with_memory_limit(self.site.memory_limit)
+                .with_dp(Arc::clone(&self.dp)),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);

@@ -1,0 +1,226 @@
+//! A data owner's privacy-budget ledger: the ε each analyst has spent on
+//! each table at this site.
+//!
+//! Every DP query is debited here, at the site, before its state leaves;
+//! a query that would overspend is refused. Debits are counted in units of
+//! 10⁻⁹ ε (an ε is rounded up to a whole unit, so sums of ε like 0.1 stay
+//! exact and a site never undercounts). A ledger backed by a file
+//! rewrites the file (write, fsync, rename) inside the same lock as the
+//! debit, so concurrent queries lose no debit and a restarted worker
+//! starts where it stopped. One ledger file belongs to one process.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{FedError, Result};
+
+/// Units per ε.
+const UNITS: f64 = 1e9;
+
+/// ε in whole units, rounded up (but an ε given with nine decimals is exact).
+fn units(epsilon: f64) -> u64 {
+    let x = epsilon * UNITS;
+    let nearest = x.round();
+    if (x - nearest).abs() < 1e-3 {
+        nearest as u64
+    } else {
+        x.ceil() as u64
+    }
+}
+
+fn epsilon(units: u64) -> f64 {
+    units as f64 / UNITS
+}
+
+/// A refused debit: what the analyst has left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overspend {
+    pub asked: f64,
+    pub spent: f64,
+    pub budget: f64,
+}
+
+impl Overspend {
+    /// The budget left.
+    pub fn remaining(&self) -> f64 {
+        (self.budget - self.spent).max(0.0)
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LedgerFile {
+    #[serde(default)]
+    entry: Vec<Entry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    analyst: String,
+    table: String,
+    /// Spent ε in units of 10⁻⁹.
+    spent_nano_epsilon: u64,
+}
+
+/// The ε spent per analyst and table.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    file: Option<PathBuf>,
+    spent: Mutex<BTreeMap<(String, String), u64>>,
+}
+
+impl Ledger {
+    /// A ledger kept in memory (an in-process table's, per session).
+    pub fn in_memory() -> Self {
+        Self::default()
+    }
+
+    /// A ledger kept in `path`, read from it if it exists.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut spent = BTreeMap::new();
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let file: LedgerFile = toml::from_str(&text).map_err(|e| {
+                    FedError::InvalidArgument(format!(
+                        "privacy-budget ledger {} is damaged ({e}); restore it from a backup: starting from zero would reset every analyst's budget",
+                        path.display()
+                    ))
+                })?;
+                for e in file.entry {
+                    spent.insert((e.analyst, e.table), e.spent_nano_epsilon);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(FedError::InvalidArgument(format!(
+                    "cannot read privacy-budget ledger {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+        Ok(Self {
+            file: Some(path.to_path_buf()),
+            spent: Mutex::new(spent),
+        })
+    }
+
+    /// The ε `analyst` has spent on `table`.
+    pub fn spent(&self, analyst: &str, table: &str) -> f64 {
+        let spent = self.spent.lock().expect("not poisoned");
+        epsilon(
+            spent
+                .get(&(analyst.to_string(), table.to_string()))
+                .copied()
+                .unwrap_or(0),
+        )
+    }
+
+    /// Debits `asked` ε to `analyst` on `table`, unless that would pass
+    /// `budget`; with a file, the debit is on disk when this returns `Ok`.
+    pub fn debit(
+        &self,
+        analyst: &str,
+        table: &str,
+        asked: f64,
+        budget: Option<f64>,
+    ) -> Result<std::result::Result<(), Overspend>> {
+        let mut spent = self.spent.lock().expect("not poisoned");
+        let key = (analyst.to_string(), table.to_string());
+        let before = spent.get(&key).copied().unwrap_or(0);
+        let after = before.saturating_add(units(asked));
+        if let Some(budget) = budget
+            && after > units(budget)
+        {
+            return Ok(Err(Overspend {
+                asked,
+                spent: epsilon(before),
+                budget,
+            }));
+        }
+        spent.insert(key.clone(), after);
+        if let Some(path) = &self.file
+            && let Err(e) = write_atomically(path, &spent)
+        {
+            spent.insert(key, before);
+            return Err(FedError::Io(std::io::Error::other(format!(
+                "cannot record the privacy budget in {}: {e}",
+                path.display()
+            ))));
+        }
+        Ok(Ok(()))
+    }
+}
+
+fn write_atomically(path: &Path, spent: &BTreeMap<(String, String), u64>) -> std::io::Result<()> {
+    let file = LedgerFile {
+        entry: spent
+            .iter()
+            .map(|((analyst, table), units)| Entry {
+                analyst: analyst.clone(),
+                table: table.clone(),
+                spent_nano_epsilon: *units,
+            })
+            .collect(),
+    };
+    let text = toml::to_string(&file).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(b"# fedsql privacy-budget ledger: spent epsilon per analyst and table, in units of 1e-9\n")?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && let Ok(d) = std::fs::File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenths_add_up_exactly_and_overspend_is_refused() {
+        let ledger = Ledger::in_memory();
+        for _ in 0..3 {
+            ledger.debit("ana", "t", 0.1, Some(0.3)).unwrap().unwrap();
+        }
+        assert_eq!(ledger.spent("ana", "t"), 0.3);
+        let refused = ledger
+            .debit("ana", "t", 0.1, Some(0.3))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused.remaining(), 0.0);
+        assert_eq!(
+            ledger.spent("ana", "t"),
+            0.3,
+            "a refused query spends nothing"
+        );
+        assert_eq!(ledger.spent("bob", "t"), 0.0);
+    }
+
+    #[test]
+    fn a_file_ledger_survives_reopening() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("ledger.toml");
+        let ledger = Ledger::open(&path).unwrap();
+        ledger
+            .debit("ana", "clinic", 1.25, Some(10.0))
+            .unwrap()
+            .unwrap();
+        ledger.debit("bob", "clinic", 0.5, None).unwrap().unwrap();
+        drop(ledger);
+        let again = Ledger::open(&path).unwrap();
+        assert_eq!(again.spent("ana", "clinic"), 1.25);
+        assert_eq!(again.spent("bob", "clinic"), 0.5);
+        std::fs::write(&path, "garbage = [").unwrap();
+        assert!(Ledger::open(&path).is_err());
+    }
+}

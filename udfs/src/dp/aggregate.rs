@@ -1,0 +1,670 @@
+//! The five DP aggregates as one `AggregateUDFImpl` parameterized by
+//! [`Kind`]: they share the clamping, the quantization grid and the
+//! integer state, and differ only in which sums they keep.
+//!
+//! | call | state (Int64, merged by addition) | result |
+//! |---|---|---|
+//! | `dp_count(x)`, `dp_count(*)` | count | BIGINT |
+//! | `dp_sum(x, lower, upper)` | Σ q(clamp(x)) | BIGINT for integers, else DOUBLE |
+//! | `dp_avg(x, lower, upper)` | count, Σ q(c) with c = clamp(x) − mid | DOUBLE |
+//! | `dp_var(x, lower, upper)` | count, Σ q(c), Σ q(c²) | DOUBLE (sample variance) |
+//! | `dp_histogram(x, lower, upper, bins)` | `bins` counts (out of range clamped into the end bins) | list of BIGINT, as `histogram` |
+//!
+//! Each takes an optional last `epsilon`. `dp_avg` gives ε/2 to its count
+//! and ε/2 to its sum; `dp_var` ε/3 to each of its three sums.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, ListArray};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::format_state_name;
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility,
+};
+use datafusion::physical_expr::expressions::Literal;
+
+use super::{ColumnNoise, LEVELS};
+use crate::histogram::{Bins, Slot};
+use crate::quantizer::cast_to;
+
+/// Which DP aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Count,
+    Sum,
+    Avg,
+    Var,
+    Histogram,
+}
+
+impl Kind {
+    /// The kind of a function name, if it is a DP aggregate.
+    pub fn of(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "dp_count" => Kind::Count,
+            "dp_sum" => Kind::Sum,
+            "dp_avg" => Kind::Avg,
+            "dp_var" => Kind::Var,
+            "dp_histogram" => Kind::Histogram,
+            _ => return None,
+        })
+    }
+
+    /// The SQL name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Count => "dp_count",
+            Kind::Sum => "dp_sum",
+            Kind::Avg => "dp_avg",
+            Kind::Var => "dp_var",
+            Kind::Histogram => "dp_histogram",
+        }
+    }
+
+    /// The number of arguments without the optional epsilon.
+    pub fn base_args(&self) -> usize {
+        match self {
+            Kind::Count => 1,
+            Kind::Sum | Kind::Avg | Kind::Var => 3,
+            Kind::Histogram => 4,
+        }
+    }
+
+    fn usage(&self) -> &'static str {
+        match self {
+            Kind::Count => "dp_count(*) or dp_count(x), with an optional last epsilon",
+            Kind::Sum => "dp_sum(x, lower, upper[, epsilon]), e.g. dp_sum(visits, 0, 20)",
+            Kind::Avg => "dp_avg(x, lower, upper[, epsilon]), e.g. dp_avg(systolic, 80, 200)",
+            Kind::Var => "dp_var(x, lower, upper[, epsilon]), e.g. dp_var(bmi, 15, 45)",
+            Kind::Histogram => {
+                "dp_histogram(x, lower, upper, bins[, epsilon]), e.g. dp_histogram(bmi, 15, 45, 6)"
+            }
+        }
+    }
+
+    fn state_names(&self) -> &'static [&'static str] {
+        match self {
+            Kind::Count => &["count"],
+            Kind::Sum => &["sum"],
+            Kind::Avg => &["count", "sum"],
+            Kind::Var => &["count", "sum", "sum_squares"],
+            Kind::Histogram => &["counts"],
+        }
+    }
+}
+
+/// The constant arguments of one call: bounds and bins, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub kind: Kind,
+    pub lower: f64,
+    pub upper: f64,
+    /// `dp_sum` of integers with integer bounds within ±2^20: grid step 1.
+    pub integer: bool,
+    pub bins: Option<Bins>,
+}
+
+impl Params {
+    /// The parameters and the epsilon (if given) from the arguments after x.
+    pub fn from_literals(kind: Kind, literals: &[ScalarValue]) -> Result<(Self, Option<f64>)> {
+        let name = kind.name();
+        let extra = kind.base_args() - 1;
+        if literals.len() != extra && literals.len() != extra + 1 {
+            return plan_err!("{name}: usage {}", kind.usage());
+        }
+        let number = |what: &str, v: &ScalarValue| -> Result<f64> {
+            let f = match v {
+                ScalarValue::Int64(Some(i)) => *i as f64,
+                ScalarValue::Int32(Some(i)) => *i as f64,
+                ScalarValue::Float64(Some(f)) => *f,
+                ScalarValue::Float32(Some(f)) => *f as f64,
+                other => return plan_err!("{name}: {what} must be a number, got {other}"),
+            };
+            if !f.is_finite() {
+                return plan_err!("{name}: {what} must be finite, got {f}");
+            }
+            Ok(f)
+        };
+        let epsilon = literals
+            .get(extra)
+            .map(|e| {
+                let e = number("epsilon", e)?;
+                if e <= 0.0 {
+                    return plan_err!("{name}: epsilon must be positive, got {e}");
+                }
+                Ok(e)
+            })
+            .transpose()?;
+        let mut params = Params {
+            kind,
+            lower: 0.0,
+            upper: 0.0,
+            integer: false,
+            bins: None,
+        };
+        if kind == Kind::Count {
+            return Ok((params, epsilon));
+        }
+        let (lower, upper) = (
+            number("lower", &literals[0])?,
+            number("upper", &literals[1])?,
+        );
+        if lower >= upper {
+            return plan_err!(
+                "{name}: lower bound {lower} is not below upper bound {upper}; give lower < upper"
+            );
+        }
+        params.lower = lower;
+        params.upper = upper;
+        params.integer = kind == Kind::Sum
+            && matches!(literals[0], ScalarValue::Int64(_))
+            && matches!(literals[1], ScalarValue::Int64(_))
+            && params.magnitude() <= LEVELS as f64;
+        if kind == Kind::Histogram {
+            let bins = match &literals[2] {
+                ScalarValue::Int64(Some(b)) => *b,
+                other => return plan_err!("{name}: bins must be a whole number, got {other}"),
+            };
+            params.bins = Some(Bins::new(lower, upper, bins)?);
+        }
+        Ok((params, epsilon))
+    }
+
+    /// The largest magnitude of a clamped value.
+    fn magnitude(&self) -> f64 {
+        self.lower.abs().max(self.upper.abs())
+    }
+
+    /// The midpoint of the bounds (what `dp_avg` and `dp_var` center on).
+    pub fn mid(&self) -> f64 {
+        (self.lower + self.upper) / 2.0
+    }
+
+    fn half_range(&self) -> f64 {
+        (self.upper - self.lower) / 2.0
+    }
+
+    /// The grid steps of the sums (in state order after any count).
+    fn steps(&self) -> (f64, f64) {
+        match self.kind {
+            Kind::Sum if self.integer => (1.0, 1.0),
+            Kind::Sum => (self.magnitude() / LEVELS as f64, 0.0),
+            Kind::Avg | Kind::Var => {
+                let h = self.half_range();
+                (h / LEVELS as f64, h * h / LEVELS as f64)
+            }
+            Kind::Count | Kind::Histogram => (1.0, 1.0),
+        }
+    }
+
+    /// The noise of each state column for a total of `epsilon`.
+    pub fn noise(&self, epsilon: f64) -> Result<Vec<ColumnNoise>> {
+        let (s1, s2) = self.steps();
+        Ok(match self.kind {
+            Kind::Count => vec![ColumnNoise::new("count", epsilon, 1, 1.0)?],
+            Kind::Sum => {
+                let sensitivity = if self.integer {
+                    self.magnitude() as u64
+                } else {
+                    LEVELS
+                };
+                vec![ColumnNoise::new(
+                    "sum of clamped values",
+                    epsilon,
+                    sensitivity,
+                    s1,
+                )?]
+            }
+            Kind::Avg => vec![
+                ColumnNoise::new("count", epsilon / 2.0, 1, 1.0)?,
+                ColumnNoise::new("sum of centered values", epsilon / 2.0, LEVELS, s1)?,
+            ],
+            Kind::Var => vec![
+                ColumnNoise::new("count", epsilon / 3.0, 1, 1.0)?,
+                ColumnNoise::new("sum of centered values", epsilon / 3.0, LEVELS, s1)?,
+                ColumnNoise::new("sum of squared centered values", epsilon / 3.0, LEVELS, s2)?,
+            ],
+            Kind::Histogram => vec![ColumnNoise {
+                elements: self.bins.as_ref().map(Bins::len),
+                ..ColumnNoise::new("bin counts", epsilon, 1, 1.0)?
+            }],
+        })
+    }
+}
+
+/// The UDAF of one kind.
+pub fn udaf(kind: Kind) -> AggregateUDF {
+    AggregateUDF::from(DpAggregate {
+        kind,
+        signature: Signature::user_defined(Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct DpAggregate {
+    kind: Kind,
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for DpAggregate {
+    fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let (name, base) = (self.kind.name(), self.kind.base_args());
+        if arg_types.len() != base && arg_types.len() != base + 1 {
+            return plan_err!(
+                "{name} takes {base} or {} arguments: {}",
+                base + 1,
+                self.kind.usage()
+            );
+        }
+        let numeric = |what: &str, t: &DataType| {
+            if t.is_numeric() || t.is_null() {
+                Ok(())
+            } else {
+                plan_err!(
+                    "{name}: {what} is {t}, but it must be numeric; usage: {}",
+                    self.kind.usage()
+                )
+            }
+        };
+        let mut out = Vec::with_capacity(arg_types.len());
+        match self.kind {
+            Kind::Count => out.push(arg_types[0].clone()),
+            Kind::Sum | Kind::Avg | Kind::Var | Kind::Histogram => {
+                numeric("x", &arg_types[0])?;
+                numeric("lower", &arg_types[1])?;
+                numeric("upper", &arg_types[2])?;
+                let integer = self.kind == Kind::Sum
+                    && arg_types[..3].iter().all(|t| t.is_integer() || t.is_null())
+                    && arg_types[0].is_integer();
+                let t = if integer {
+                    DataType::Int64
+                } else {
+                    DataType::Float64
+                };
+                out.extend([t.clone(), t.clone(), t]);
+                if self.kind == Kind::Histogram {
+                    if !arg_types[3].is_integer() {
+                        return plan_err!(
+                            "{name}: bins is {}, but it must be a whole number; usage: {}",
+                            arg_types[3],
+                            self.kind.usage()
+                        );
+                    }
+                    out.push(DataType::Int64);
+                }
+            }
+        }
+        if arg_types.len() == base + 1 {
+            numeric("epsilon", &arg_types[base])?;
+            out.push(DataType::Float64);
+        }
+        Ok(out)
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(match self.kind {
+            Kind::Count => DataType::Int64,
+            Kind::Sum if arg_types.first() == Some(&DataType::Int64) => DataType::Int64,
+            Kind::Sum | Kind::Avg | Kind::Var => DataType::Float64,
+            Kind::Histogram => counts_type(),
+        })
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        Ok(self
+            .kind
+            .state_names()
+            .iter()
+            .map(|n| {
+                let t = if self.kind == Kind::Histogram {
+                    counts_type()
+                } else {
+                    DataType::Int64
+                };
+                Arc::new(Field::new(format_state_name(args.name, n), t, true))
+            })
+            .collect())
+    }
+
+    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let name = self.kind.name();
+        let literals = args.exprs[1..]
+            .iter()
+            .map(|e| match e.downcast_ref::<Literal>() {
+                Some(l) if !l.value().is_null() => Ok(l.value().clone()),
+                _ => plan_err!(
+                    "{name}: argument `{e}` is not a constant; bounds, bins and epsilon must be the same at every client"
+                ),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (params, _) = Params::from_literals(self.kind, &literals)?;
+        let sums = match &params.bins {
+            Some(bins) => vec![0; bins.len()],
+            None => vec![0; self.kind.state_names().len()],
+        };
+        Ok(Box::new(DpAccumulator { params, sums }))
+    }
+
+    fn default_value(&self, data_type: &DataType) -> Result<ScalarValue> {
+        ScalarValue::try_from(data_type)
+    }
+}
+
+fn counts_type() -> DataType {
+    DataType::new_list(DataType::Int64, true)
+}
+
+/// A one-row list of Int64 values.
+pub(crate) fn int_list(values: Vec<i64>) -> Arc<ListArray> {
+    let len = values.len() as i32;
+    Arc::new(ListArray::new(
+        Arc::new(Field::new_list_field(DataType::Int64, true)),
+        OffsetBuffer::new(vec![0, len].into()),
+        Arc::new(Int64Array::from(values)),
+        None,
+    ))
+}
+
+/// Exact integer sums; noise is added by the site (see the module docs).
+#[derive(Debug)]
+struct DpAccumulator {
+    params: Params,
+    /// The state columns in order, or the bin counts.
+    sums: Vec<i64>,
+}
+
+/// `round_half_even(v / step)`.
+fn grid(v: f64, step: f64) -> i64 {
+    (v / step).round_ties_even() as i64
+}
+
+impl Accumulator for DpAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let x = &values[0];
+        let p = &self.params;
+        let (s1, s2) = p.steps();
+        let s = &mut self.sums;
+        match p.kind {
+            Kind::Count => s[0] += (x.len() - x.null_count()) as i64,
+            Kind::Sum if p.integer => {
+                let (lo, hi) = (p.lower as i64, p.upper as i64);
+                for v in cast_to::<Int64Type>(x.as_ref(), &DataType::Int64)?
+                    .iter()
+                    .flatten()
+                {
+                    s[0] = s[0].wrapping_add(v.clamp(lo, hi));
+                }
+            }
+            kind => {
+                let xs = cast_to::<Float64Type>(x.as_ref(), &DataType::Float64)?;
+                for v in xs.iter().flatten().filter(|v| !v.is_nan()) {
+                    let v = v.clamp(p.lower, p.upper);
+                    match kind {
+                        Kind::Sum => s[0] = s[0].wrapping_add(grid(v, s1)),
+                        Kind::Avg | Kind::Var => {
+                            let c = v - p.mid();
+                            s[0] += 1;
+                            s[1] = s[1].wrapping_add(grid(c, s1));
+                            if kind == Kind::Var {
+                                s[2] = s[2].wrapping_add(grid(c * c, s2));
+                            }
+                        }
+                        Kind::Histogram => {
+                            let bins = p.bins.as_ref().expect("a histogram has bins");
+                            let i = match bins.locate(v) {
+                                Slot::Bin(i) => i,
+                                Slot::Below => 0,
+                                Slot::Above => bins.len() - 1,
+                                Slot::Missing => continue,
+                            };
+                            s[i] += 1;
+                        }
+                        Kind::Count => unreachable!("counted above"),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        if self.params.kind == Kind::Histogram {
+            let lists = states[0].as_list::<i32>();
+            for row in 0..lists.len() {
+                if lists.is_null(row) {
+                    continue;
+                }
+                let values = lists.value(row);
+                let values = values.as_primitive::<Int64Type>();
+                if values.len() != self.sums.len() {
+                    return exec_err!(
+                        "dp_histogram state of {} counts, expected {}",
+                        values.len(),
+                        self.sums.len()
+                    );
+                }
+                for (total, v) in self.sums.iter_mut().zip(values.values()) {
+                    *total = total.wrapping_add(*v);
+                }
+            }
+            return Ok(());
+        }
+        for (total, column) in self.sums.iter_mut().zip(states) {
+            for v in column.as_primitive::<Int64Type>().iter().flatten() {
+                *total = total.wrapping_add(v);
+            }
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(match self.params.kind {
+            Kind::Histogram => vec![ScalarValue::List(int_list(self.sums.clone()))],
+            _ => self
+                .sums
+                .iter()
+                .map(|v| ScalarValue::Int64(Some(*v)))
+                .collect(),
+        })
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let p = &self.params;
+        let (s1, s2) = p.steps();
+        let s = &self.sums;
+        Ok(match p.kind {
+            Kind::Count => ScalarValue::Int64(Some(s[0])),
+            Kind::Sum if p.integer => ScalarValue::Int64(Some(s[0])),
+            Kind::Sum => ScalarValue::Float64(Some(s[0] as f64 * s1)),
+            Kind::Avg => {
+                let n = s[0] as f64;
+                ScalarValue::Float64(
+                    (n > 0.0).then(|| (p.mid() + s[1] as f64 * s1 / n).clamp(p.lower, p.upper)),
+                )
+            }
+            Kind::Var => {
+                let n = s[0] as f64;
+                ScalarValue::Float64((n > 1.0).then(|| {
+                    let (sum, squares) = (s[1] as f64 * s1, s[2] as f64 * s2);
+                    let var = (squares - sum * sum / n) / (n - 1.0);
+                    let most = (p.upper - p.lower).powi(2) / 2.0;
+                    var.clamp(0.0, most)
+                }))
+            }
+            Kind::Histogram => ScalarValue::List(int_list(s.clone())),
+        })
+    }
+
+    fn size(&self) -> usize {
+        size_of_val(self) + 8 * self.sums.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{assert_split_invariant, float, run_pair};
+
+    #[tokio::test]
+    async fn without_noise_the_states_decode_to_the_clamped_aggregates() {
+        let cases = [
+            (
+                "dp_sum(a, 998, 1003)",
+                "sum(least(greatest(a, 998), 1003))",
+                1e-3,
+            ),
+            (
+                "dp_avg(a, 998, 1003)",
+                "avg(least(greatest(a, 998), 1003))",
+                1e-5,
+            ),
+            (
+                "dp_var(a, 998, 1003)",
+                "var(least(greatest(a, 998), 1003))",
+                1e-4,
+            ),
+            (
+                "CAST(dp_count(a) AS DOUBLE)",
+                "CAST(count(a) AS DOUBLE)",
+                0.0,
+            ),
+            (
+                "CAST(dp_sum(CAST(a AS BIGINT), 998, 1003) AS DOUBLE)",
+                "CAST(sum(least(greatest(CAST(a AS BIGINT), 998), 1003)) AS DOUBLE)",
+                0.0,
+            ),
+        ];
+        for (dp, exact, tolerance) in cases {
+            let (got, want) = run_pair(
+                &format!("SELECT {dp} AS v FROM t"),
+                &format!("SELECT {exact} AS v FROM t WHERE a IS NOT NULL"),
+            )
+            .await;
+            let (got, want) = (float(&got, 0), float(&want, 0));
+            assert!(
+                (got - want).abs() <= tolerance * want.abs().max(1.0),
+                "{dp}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn merge_of_split_states_equals_one_pass() {
+        assert_split_invariant("dp_count(b)").await;
+        assert_split_invariant("dp_sum(a, 995, 1005, 0.5)").await;
+        assert_split_invariant("dp_avg(a, 995, 1005)").await;
+        assert_split_invariant("dp_var(a, 995, 1005)").await;
+        assert_split_invariant("dp_histogram(a, 995, 1008, 7)").await;
+    }
+
+    /// The state of one call over `rows`, straight from its accumulator.
+    fn state_of(
+        kind: super::Kind,
+        literals: &[datafusion::common::ScalarValue],
+        rows: &[Option<f64>],
+    ) -> Vec<i64> {
+        use datafusion::arrow::array::{Float64Array, Int64Array};
+        use datafusion::logical_expr::Accumulator;
+        let (params, _) = super::Params::from_literals(kind, literals).unwrap();
+        let sums = match &params.bins {
+            Some(b) => vec![0; b.len()],
+            None => vec![0; kind.state_names().len()],
+        };
+        let integer = params.integer;
+        let mut acc = super::DpAccumulator { params, sums };
+        let column: super::ArrayRef = if integer {
+            std::sync::Arc::new(
+                rows.iter()
+                    .map(|r| r.map(|v| v as i64))
+                    .collect::<Int64Array>(),
+            )
+        } else {
+            std::sync::Arc::new(rows.iter().copied().collect::<Float64Array>())
+        };
+        acc.update_batch(&[column]).unwrap();
+        acc.sums.clone()
+    }
+
+    #[test]
+    fn one_row_changes_each_state_column_by_at_most_its_sensitivity() {
+        use super::Kind;
+        use datafusion::common::ScalarValue;
+        // A small deterministic generator: values far outside the bounds too.
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % 20_001) as f64 / 10.0 - 1000.0 // in [-1000, 1000]
+        };
+        let f = |v: f64| ScalarValue::Float64(Some(v));
+        let i = |v: i64| ScalarValue::Int64(Some(v));
+        let calls: Vec<(Kind, Vec<ScalarValue>)> = vec![
+            (Kind::Count, vec![]),
+            (Kind::Sum, vec![i(-3), i(10)]),
+            (Kind::Sum, vec![f(-2.5), f(7.25)]),
+            (Kind::Avg, vec![f(80.0), f(200.0)]),
+            (Kind::Var, vec![f(-1.0), f(1.0)]),
+            (Kind::Histogram, vec![f(15.0), f(45.0), i(6)]),
+        ];
+        for (kind, literals) in calls {
+            let (params, _) = super::Params::from_literals(kind, &literals).unwrap();
+            let noise = params.noise(1.0).unwrap();
+            let mut largest = vec![0u64; noise.len()];
+            for trial in 0..300 {
+                let mut rows: Vec<Option<f64>> =
+                    (0..20 + trial % 7).map(|_| Some(next())).collect();
+                if trial % 5 == 0 {
+                    rows.push(None);
+                }
+                let before = state_of(kind, &literals, &rows);
+                rows.push(Some(next() * if trial % 2 == 0 { 1.0 } else { 1e-3 }));
+                let after = state_of(kind, &literals, &rows);
+                // The histogram's one column is its L1 change over the bins.
+                let changes: Vec<u64> = if kind == Kind::Histogram {
+                    vec![before.iter().zip(&after).map(|(a, b)| a.abs_diff(*b)).sum()]
+                } else {
+                    before
+                        .iter()
+                        .zip(&after)
+                        .map(|(a, b)| a.abs_diff(*b))
+                        .collect()
+                };
+                for (most, change) in largest.iter_mut().zip(changes) {
+                    *most = (*most).max(change);
+                }
+            }
+            for (column, (most, n)) in largest.iter().zip(&noise).enumerate() {
+                assert!(
+                    *most <= n.sensitivity,
+                    "{kind:?} {literals:?} column {column}: a row changed it by {most} > sensitivity {}",
+                    n.sensitivity
+                );
+                assert!(*most > 0, "{kind:?}: the test moved column {column}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_constants_are_refused_before_running() {
+        use super::*;
+        let lit = |v: f64| ScalarValue::Float64(Some(v));
+        assert!(Params::from_literals(Kind::Sum, &[lit(3.0), lit(1.0)]).is_err());
+        assert!(Params::from_literals(Kind::Sum, &[lit(0.0), lit(1.0), lit(-1.0)]).is_err());
+        assert!(Params::from_literals(Kind::Sum, &[lit(0.0)]).is_err());
+        let (p, e) = Params::from_literals(Kind::Avg, &[lit(0.0), lit(10.0), lit(0.3)]).unwrap();
+        assert_eq!(e, Some(0.3));
+        let noise = p.noise(0.3).unwrap();
+        assert!((noise[0].epsilon - 0.15).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,265 @@
+//! Differentially private aggregates: `dp_count`, `dp_sum`, `dp_avg`,
+//! `dp_var` and `dp_histogram`, and what a site needs to release their
+//! state under pure ε-differential privacy.
+//!
+//! The accumulators themselves are exact: their state is a few integers
+//! (quantized sums of clamped values, counts), merged by addition. The
+//! noise is *not* added by the accumulator — DataFusion calls `state()`
+//! once per partition and again when a site reduces its partitions, so an
+//! accumulator cannot know which call releases. Instead [`release_of`]
+//! describes, for one call, the noise each of its state columns needs
+//! (mechanism, ε, sensitivity in integer units, scale), and the site adds
+//! it exactly once to every state row it releases ([`add_noise`]), with
+//! the exact discrete Laplace sampler of [`sampler`].
+//!
+//! Quantization: a value is clamped to `[lower, upper]` at the client,
+//! then put on a grid of step `M / 2^20` (M the largest magnitude the
+//! clamped value or its square can have), rounded half to even; an integer
+//! `dp_sum` with integer bounds within ±2^20 keeps step 1 (exact). So one
+//! row changes a state column by at most its sensitivity `Δ` grid units,
+//! and discrete Laplace noise of scale `Δ/ε` makes the column ε-DP.
+
+pub mod aggregate;
+pub mod planner;
+pub mod sampler;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, ListArray};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Literal;
+use rand_core::{CryptoRng, RngCore};
+
+pub use aggregate::{Kind, Params};
+use sampler::{Scale, discrete_laplace};
+
+/// The names of the DP aggregates.
+pub const NAMES: &[&str] = &["dp_count", "dp_sum", "dp_avg", "dp_var", "dp_histogram"];
+
+/// Grid levels: the largest magnitude of a quantized value.
+pub const LEVELS: u64 = 1 << 20;
+
+/// Denominator of the rational ε a sampler uses: ε is rounded *down* to a
+/// multiple of 2^-20, so the noise is never smaller than ε asks.
+const EPSILON_DENOMINATOR: f64 = (1u64 << 20) as f64;
+
+/// Whether `name` is a DP aggregate.
+pub fn is_dp(name: &str) -> bool {
+    NAMES.contains(&name.to_ascii_lowercase().as_str())
+}
+
+/// The noise of one state column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnNoise {
+    /// What the column holds, e.g. "count", "sum of clamped values".
+    pub what: &'static str,
+    /// The ε this column spends.
+    pub epsilon: f64,
+    /// How much one row may change it, in grid units.
+    pub sensitivity: u64,
+    /// The value of one grid unit.
+    pub step: f64,
+    /// The discrete Laplace scale, in grid units.
+    pub scale: Scale,
+    /// For a list column (the histogram), its length.
+    pub elements: Option<usize>,
+}
+
+impl ColumnNoise {
+    fn new(what: &'static str, epsilon: f64, sensitivity: u64, step: f64) -> Result<Self> {
+        let den = (epsilon * EPSILON_DENOMINATOR).floor();
+        if !(den >= 1.0 && den < 2f64.powi(62)) {
+            return plan_err!(
+                "epsilon {epsilon} is out of range: give 2^-20 ≤ ε (a split ε too), a finite number"
+            );
+        }
+        let num = sensitivity as u128 * EPSILON_DENOMINATOR as u128;
+        let num = u64::try_from(num).map_err(|_| {
+            datafusion::error::DataFusionError::Plan("sensitivity too large".into())
+        })?;
+        Ok(Self {
+            what,
+            epsilon,
+            sensitivity,
+            step,
+            scale: Scale {
+                num,
+                den: den as u64,
+            },
+            elements: None,
+        })
+    }
+
+    /// The standard deviation of this column's noise, in value units, for
+    /// the sum of `clients` independent releases.
+    pub fn std_dev(&self, clients: usize) -> f64 {
+        self.step * (clients as f64 * self.scale.variance()).sqrt()
+    }
+
+    /// The variance of one release's noise, in grid units.
+    pub fn variance(&self) -> f64 {
+        self.scale.variance()
+    }
+}
+
+/// How one DP aggregate call is released: its ε and the noise of each of
+/// its state columns, in state order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpRelease {
+    pub function: String,
+    pub epsilon: f64,
+    pub params: Params,
+    pub columns: Vec<ColumnNoise>,
+}
+
+impl DpRelease {
+    /// "discrete Laplace" — the only mechanism.
+    pub fn mechanism(&self) -> &'static str {
+        "discrete Laplace (pure ε-DP)"
+    }
+
+    /// The standard deviation of the noise in this call's *result*, summed
+    /// over `clients` releases; `count` is the (noisy) number of values
+    /// for `dp_avg` and `dp_var` (delta method, at the result `value`).
+    pub fn result_std_dev(&self, clients: usize, count: f64, value: f64) -> f64 {
+        let sd = |i: usize| self.columns[i].std_dev(clients);
+        match self.params.kind {
+            Kind::Count | Kind::Sum | Kind::Histogram => sd(0),
+            Kind::Avg => {
+                let n = count.max(1.0);
+                let mid = self.params.mid();
+                ((sd(1) / n).powi(2) + ((value - mid) * sd(0) / n).powi(2)).sqrt()
+            }
+            Kind::Var => {
+                // var = (S2 − S1²/n)/(n − 1): the S2 and n terms dominate
+                // (S1 enters squared, near 0 for centered values).
+                let n = (count - 1.0).max(1.0);
+                ((sd(2) / n).powi(2) + (value * sd(0) / n).powi(2)).sqrt()
+            }
+        }
+    }
+}
+
+/// How a call of `function` with (physical, constant-folded) `args` is
+/// released; `None` when it is not a DP aggregate. Fails on bounds or an ε
+/// that are not constants, or are out of range — before any client runs,
+/// when the coordinator plans a round, and again at every site.
+pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Option<DpRelease>> {
+    let Some(kind) = Kind::of(function) else {
+        return Ok(None);
+    };
+    let literals = args
+        .iter()
+        .skip(1)
+        .map(|a| match a.downcast_ref::<Literal>() {
+            Some(l) if !l.value().is_null() => Ok(l.value().clone()),
+            Some(_) => plan_err!("{function}: its bounds, bins and epsilon must not be NULL"),
+            None => plan_err!(
+                "{function}: argument `{a}` is not a constant; bounds, bins and epsilon must be the same at every client, so give constants"
+            ),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (params, epsilon) = Params::from_literals(kind, &literals)?;
+    let Some(epsilon) = epsilon else {
+        return plan_err!(
+            "{function} has no epsilon: the coordinator writes the session's fedsql.dp_epsilon into the call; give it as the last argument"
+        );
+    };
+    let columns = params.noise(epsilon)?;
+    Ok(Some(DpRelease {
+        function: kind.name().to_string(),
+        epsilon,
+        params,
+        columns,
+    }))
+}
+
+/// `column` (an Int64 state column, or a list of Int64 for the histogram)
+/// with independent discrete Laplace noise of `noise`'s scale added to
+/// every value of every row.
+pub fn add_noise<R: RngCore + CryptoRng + ?Sized>(
+    column: &ArrayRef,
+    noise: &ColumnNoise,
+    rng: &mut R,
+) -> Result<ArrayRef> {
+    let mut noisy = |v: i64| v.saturating_add(discrete_laplace(rng, noise.scale));
+    match column.data_type() {
+        DataType::Int64 => {
+            let values = column.as_primitive::<Int64Type>();
+            let out: Int64Array = values.iter().map(|v| Some(noisy(v.unwrap_or(0)))).collect();
+            Ok(Arc::new(out))
+        }
+        DataType::List(field) if field.data_type() == &DataType::Int64 => {
+            let lists = column.as_list::<i32>();
+            let inner = lists.values().as_primitive::<Int64Type>();
+            let out: Int64Array = inner.iter().map(|v| Some(noisy(v.unwrap_or(0)))).collect();
+            Ok(Arc::new(ListArray::new(
+                Arc::clone(field),
+                lists.offsets().clone(),
+                Arc::new(out),
+                None,
+            )))
+        }
+        other => exec_err!("a DP state column of type {other}, expected BIGINT or a list of them"),
+    }
+}
+
+/// The state of a call over no rows (all zeros): what a site releases,
+/// with noise, for a declared key it does not hold.
+pub fn zero_state(noise: &ColumnNoise, rows: usize) -> ArrayRef {
+    match noise.elements {
+        None => Arc::new(Int64Array::from(vec![0i64; rows])),
+        Some(k) => {
+            let values = ScalarValue::List(aggregate::int_list(vec![0; k]));
+            values
+                .to_array_of_size(rows)
+                .expect("a list scalar makes an array")
+        }
+    }
+}
+
+/// Every DP aggregate function.
+pub fn all() -> Vec<datafusion::logical_expr::AggregateUDF> {
+    [
+        Kind::Count,
+        Kind::Sum,
+        Kind::Avg,
+        Kind::Var,
+        Kind::Histogram,
+    ]
+    .into_iter()
+    .map(aggregate::udaf)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_is_sensitivity_over_epsilon_rounded_up() {
+        let c = ColumnNoise::new("count", 0.5, 1, 1.0).unwrap();
+        assert_eq!(c.scale.value(), 2.0);
+        let c = ColumnNoise::new("sum", 1.0 / 3.0, 7, 1.0).unwrap();
+        assert!(c.scale.value() >= 21.0 && c.scale.value() < 21.0001);
+        assert!(ColumnNoise::new("x", 0.0, 1, 1.0).is_err());
+        assert!(ColumnNoise::new("x", f64::NAN, 1, 1.0).is_err());
+    }
+
+    #[test]
+    fn noise_is_added_to_every_value_of_a_list() {
+        use rand_core::SeedableRng;
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let noise = ColumnNoise {
+            elements: Some(3),
+            ..ColumnNoise::new("bins", 1.0, 1, 1.0).unwrap()
+        };
+        let zeros = zero_state(&noise, 2);
+        let noisy = add_noise(&zeros, &noise, &mut rng).unwrap();
+        let list = noisy.as_list::<i32>();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list.value(1).len(), 3);
+    }
+}

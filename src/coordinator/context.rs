@@ -106,8 +106,40 @@ impl FedContext {
             .unwrap_or_default()
     }
 
+    /// Takes the notices and, apart, the model summaries left by the
+    /// statements run so far (the REPL prints a summary around its table).
+    pub fn take_notices_and_summaries(
+        &self,
+    ) -> (
+        Vec<String>,
+        Vec<crate::models::printed_summary::ModelSummary>,
+    ) {
+        self.ctx
+            .state()
+            .config()
+            .get_extension::<Notices>()
+            .map(|n| n.take_separately())
+            .unwrap_or_default()
+    }
+
+    /// Leaves a model summary for whoever runs the statement.
+    pub fn push_summary(&self, summary: crate::models::printed_summary::ModelSummary) {
+        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+            notices.push_summary(summary);
+        }
+    }
+
     /// Reports the progress of long fits (iteration, deviance) through `progress`.
     pub fn set_progress(&self, progress: Progress) {
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(progress));
+    }
+
+    /// Reports each round's sites answered / total through `progress`.
+    pub fn set_round_progress(&self, progress: crate::notices::RoundProgress) {
         self.ctx
             .state_ref()
             .write()

@@ -11,7 +11,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
@@ -38,7 +39,7 @@ use crate::wire::exposure;
 /// # async fn demo() -> fedsql::Result<()> {
 /// use fedsql::FedContext;
 /// let ctx = FedContext::new();
-/// ctx.sql("CREATE FEDERATED TABLE visits STORED AS PARQUET LOCATION 'data/visits/'").await?;
+/// ctx.sql("CREATE FEDERATED TABLE visits LOCATION 'testdata/visits/'").await?;
 /// let batches = ctx
 ///     .sql("SELECT region, count(*) AS n, avg(age) AS mean_age FROM visits GROUP BY region")
 ///     .await?
@@ -201,6 +202,24 @@ impl FedContext {
                 }
                 self.ctx.register_table(name, Arc::new(table))?;
                 self.empty()
+            }
+            // `COPY (query) TO 'file'` over a federated table: the query is
+            // checked and run in rounds like any other, and only its (shared)
+            // result is written.
+            LogicalPlan::Copy(copy) if exposure::touches_federated(&copy.input) => {
+                let input = FedDataFrame::with_label(
+                    self.clone(),
+                    DataFrame::new(state.clone(), (*copy.input).clone()),
+                    query_label(sql),
+                );
+                let batches = input.collect().await?;
+                let schema = Arc::new(copy.input.schema().as_arrow().clone());
+                let table = MemTable::try_new(schema, vec![batches])?;
+                let result = LogicalPlanBuilder::scan("copy_input", provider_as_source(Arc::new(table)), None)?.build()?;
+                let mut copy = copy.clone();
+                copy.input = Arc::new(result);
+                let df = self.ctx.execute_logical_plan(LogicalPlan::Copy(copy)).await?;
+                Ok(FedDataFrame::new(self.clone(), df))
             }
             LogicalPlan::Analyze(_) if exposure::touches_federated(&plan) => Err(FedError::InvalidArgument(
                 "EXPLAIN ANALYZE would run a federated query on the coordinator: use EXPLAIN FEDERATED".into(),

@@ -458,3 +458,99 @@ async fn digits_null_and_tiny_p_values_in_tables() {
         "{out}"
     );
 }
+
+// ---------------------------------------------------------------- point 9
+
+#[tokio::test]
+async fn copy_writes_a_federated_querys_result() {
+    let ctx = demo();
+    let dir = tempfile::tempdir().unwrap();
+    let sql = "SELECT region, count(*) AS n, avg(systolic) AS mean_sbp FROM clinic GROUP BY region ORDER BY region";
+    let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut expected_csv = Vec::new();
+    fedsql::print::print_batches(
+        &expected,
+        &expected[0].schema(),
+        OutputFormat::Csv,
+        &mut expected_csv,
+    )
+    .unwrap();
+    for file in ["by_region.csv", "by_region.parquet"] {
+        let path = dir.path().join(file);
+        let copied = ctx
+            .sql(&format!("COPY ({sql}) TO '{}'", path.display()))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let count = copied[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(count, 4);
+        // Read back as a shared table.
+        let back = fedsql::FedContext::new();
+        let kind = if file.ends_with("csv") {
+            "CSV"
+        } else {
+            "PARQUET"
+        };
+        back.sql(&format!(
+            "CREATE EXTERNAL TABLE back STORED AS {kind} LOCATION '{}'",
+            path.display()
+        ))
+        .await
+        .unwrap();
+        let rows = back
+            .sql("SELECT * FROM back ORDER BY region")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        fedsql::print::print_batches(&rows, &rows[0].schema(), OutputFormat::Csv, &mut got)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(expected_csv.clone()).unwrap(),
+            "{file}"
+        );
+    }
+    // The exposure check applies: raw rows are not written.
+    let refused = ctx
+        .sql(&format!(
+            "COPY clinic TO '{}'",
+            dir.path().join("raw.csv").display()
+        ))
+        .await;
+    let error = match refused {
+        Ok(df) => df.collect().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(error.to_string().starts_with("refused: "), "{error}");
+    assert!(!dir.path().join("raw.csv").exists());
+}
+
+#[test]
+fn the_readme_examples_run_as_written() {
+    let home = tempfile::tempdir().unwrap();
+    let output = fedsql(home.path())
+        .args(["-q", "--format", "csv", "-c"])
+        .arg("CREATE FEDERATED TABLE visits STORED AS PARQUET LOCATION 'testdata/visits/'; SELECT region, count(*) AS n FROM visits GROUP BY region ORDER BY region")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "region,n\neast,30\nnorth,55\nsouth,42\nwest,8\n"
+    );
+    let output = fedsql(home.path())
+        .args(["-q", "-f", "queries/02_by_region.sql"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}

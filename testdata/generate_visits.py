@@ -5,6 +5,10 @@ seed. The rows are made here as CSV and turned into Parquet by fedsql itself:
 
     cargo build && python3 testdata/generate_visits.py target/debug/fedsql
 
+It also writes testdata/visits_west/, one more client as a folder of two
+CSV files (2025.csv, 2026.csv) with the same columns, for the README's
+example of clients named one by one, mixing Parquet files and a folder.
+
 Columns: region (text), age (integer), sex (F/M), reason (checkup, chronic,
 injury, acute), cost (float, 2 decimals; about 5% empty = NULL), followup (0/1).
 """
@@ -51,6 +55,13 @@ def main():
                 f"COPY {name} TO '{target}' STORED AS PARQUET"
             )
             subprocess.run([fedsql, "-q", "-X", "--no-demo", "-c", sql], check=True, stdout=subprocess.DEVNULL)
+    west = os.path.join(os.path.dirname(out_dir), "visits_west")
+    os.makedirs(west, exist_ok=True)
+    for year, n in [("2025", 12), ("2026", 10)]:
+        with open(os.path.join(west, f"{year}.csv"), "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["region", "age", "sex", "reason", "cost", "followup"])
+            w.writerows(rows(rng, n, "west"))
 
 
 if __name__ == "__main__":

@@ -548,6 +548,27 @@ fn the_readme_examples_run_as_written() {
         String::from_utf8(output.stdout).unwrap(),
         "region,n\neast,30\nnorth,55\nsouth,42\nwest,8\n"
     );
+    // Registering data: clients named one by one, and a declared schema.
+    let output = fedsql(home.path())
+        .args(["-q", "--format", "csv", "-c"])
+        .arg(
+            "CREATE FEDERATED TABLE visits_all CLIENTS (\
+                 'north' = 'testdata/visits/north_clinic.parquet', \
+                 'south' = 'testdata/visits/south_clinic.parquet', \
+                 'west'  = 'testdata/visits_west/'); \
+             SELECT count(*) AS n FROM visits_all; \
+             CREATE FEDERATED TABLE t (region VARCHAR NOT NULL, age INT, sex VARCHAR, bmi DOUBLE, \
+                 systolic INT, smoker TINYINT, event TINYINT, visits INT UNSIGNED) \
+                 STORED AS CSV LOCATION 'testdata/clinic/'; \
+             SELECT count(*) AS n FROM t",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "n\n127\nn\n900\n"
+    );
     let output = fedsql(home.path())
         .args(["-q", "-f", "queries/02_by_region.sql"])
         .output()

@@ -256,9 +256,9 @@ mod tests {
         let (_, names) = complete("SELECT count(*) FROM clin");
         assert_eq!(names, ["clinic"]);
         let (_, names) = complete("SELECT region FROM clinic GRO");
-        assert_eq!(names, ["GROUP"]);
+        assert_eq!(names, ["GROUP", "grouping"]);
         let (_, names) = complete("select region from clinic gro");
-        assert_eq!(names, ["group"]);
+        assert_eq!(names, ["group", "grouping"]);
         assert_eq!(complete("SELECT "), (7, vec![]));
     }
 }

@@ -7,8 +7,8 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -95,7 +95,8 @@ impl ProgressLine {
     }
 
     /// Starts watching one statement; the line shows after [`SHOW_AFTER`]
-    /// and is cleared when the guard is dropped.
+    /// and is cleared when the guard is dropped. The timer is a thread of
+    /// its own: the runtime's workers may all be busy with the query.
     pub fn start(&self) -> ProgressGuard {
         self.state.reset();
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
@@ -103,26 +104,35 @@ impl ProgressLine {
             ProgressStyle::with_template("{spinner} {elapsed} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        let shown = Arc::new(Mutex::new(Visibility::Waiting));
-        let (task_bar, task_shown, state) =
+        let shown = Arc::new((Mutex::new(Visibility::Waiting), Condvar::new()));
+        let (thread_bar, thread_shown, state) =
             (bar.clone(), Arc::clone(&shown), Arc::clone(&self.state));
-        let task = tokio::spawn(async move {
-            tokio::time::sleep(SHOW_AFTER).await;
-            {
-                let mut shown = task_shown.lock().expect("not poisoned");
-                if *shown == Visibility::Done {
-                    return;
+        std::thread::spawn(move || {
+            let (lock, wake) = &*thread_shown;
+            let deadline = Instant::now() + SHOW_AFTER;
+            let mut visibility = lock.lock().expect("not poisoned");
+            while *visibility == Visibility::Waiting {
+                let now = Instant::now();
+                if now >= deadline {
+                    *visibility = Visibility::Shown;
+                    thread_bar.set_draw_target(ProgressDrawTarget::stderr());
+                    thread_bar.enable_steady_tick(Duration::from_millis(120));
+                    break;
                 }
-                *shown = Visibility::Shown;
-                task_bar.set_draw_target(ProgressDrawTarget::stderr());
-                task_bar.enable_steady_tick(Duration::from_millis(120));
+                visibility = wake
+                    .wait_timeout(visibility, deadline - now)
+                    .expect("not poisoned")
+                    .0;
             }
-            loop {
-                task_bar.set_message(state.render());
-                tokio::time::sleep(Duration::from_millis(120)).await;
+            while *visibility == Visibility::Shown {
+                thread_bar.set_message(state.render());
+                visibility = wake
+                    .wait_timeout(visibility, Duration::from_millis(120))
+                    .expect("not poisoned")
+                    .0;
             }
         });
-        ProgressGuard { bar, shown, task }
+        ProgressGuard { bar, shown }
     }
 }
 
@@ -136,18 +146,18 @@ enum Visibility {
 /// Clears the progress line of one statement when dropped.
 pub struct ProgressGuard {
     bar: ProgressBar,
-    shown: Arc<Mutex<Visibility>>,
-    task: tokio::task::JoinHandle<()>,
+    shown: Arc<(Mutex<Visibility>, Condvar)>,
 }
 
 impl Drop for ProgressGuard {
     fn drop(&mut self) {
-        self.task.abort();
-        let mut shown = self.shown.lock().expect("not poisoned");
-        if *shown == Visibility::Shown {
+        let (lock, wake) = &*self.shown;
+        let mut visibility = lock.lock().expect("not poisoned");
+        if *visibility == Visibility::Shown {
             self.bar.finish_and_clear();
         }
-        *shown = Visibility::Done;
+        *visibility = Visibility::Done;
+        wake.notify_all();
     }
 }
 
@@ -168,6 +178,19 @@ mod tests {
         }
         *state.message.lock().unwrap() = "iteration 2".into();
         assert_eq!(state.render(), "round 2: 3/4 sites answered · iteration 2");
+    }
+
+    #[test]
+    fn a_statement_shorter_than_a_second_draws_nothing() {
+        let line = ProgressLine {
+            state: Arc::new(ProgressState::default()),
+        };
+        let guard = line.start();
+        let bar = guard.bar.clone();
+        drop(guard);
+        // The timer thread sees `Done` and ends without showing the bar.
+        std::thread::sleep(SHOW_AFTER + Duration::from_millis(200));
+        assert!(bar.is_hidden());
     }
 
     #[test]

@@ -144,9 +144,15 @@ pub fn format_number(x: f64, digits: usize) -> String {
     write(x, layout(&[x], digits))
 }
 
-/// R's `formatC(x, digits = digits)`: C's `%.{digits}g`, e.g. `0.4875`,
-/// `275.2`, `1.235e+04`.
+/// R's `formatC(x, digits = digits)`: C's `%.{digits}g`, right-aligned in
+/// `digits + 1` characters as R does, e.g. `0.4875`, `275.2`, `  438`,
+/// `1.235e+04`.
 pub fn format_g(x: f64, digits: usize) -> String {
+    let text = format_g_unpadded(x, digits);
+    format!("{text:>width$}", width = digits.max(1) + 1)
+}
+
+fn format_g_unpadded(x: f64, digits: usize) -> String {
     if !x.is_finite() {
         return write(x, layout(&[], digits));
     }
@@ -240,7 +246,13 @@ mod tests {
         assert_eq!(format_g(275.2213, 4), "275.2");
         assert_eq!(format_g(12345.6, 4), "1.235e+04");
         assert_eq!(format_g(0.00001234, 4), "1.234e-05");
-        assert_eq!(format_g(3.0, 4), "3");
+        // formatC(c(3, 437.99, -3, 0), digits = 4) in R 4.2.2.
+        assert_eq!(format_g(3.0, 4), "    3");
+        assert_eq!(format_g(437.99, 4), "  438");
+        assert_eq!(format_g(-3.0, 4), "   -3");
+        assert_eq!(format_g(0.0, 4), "    0");
+        assert_eq!(format_g(-0.0123, 4), "-0.0123");
+        assert_eq!(format_g(12000.0, 4), "1.2e+04");
         assert_eq!(format_pval(1e-300, 4), "< 2.2e-16");
         assert_eq!(format_pval(1e-300, 3), "< 2e-16");
         assert_eq!(format_pval(0.003162, 4), "0.003162");

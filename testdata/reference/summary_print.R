@@ -1,10 +1,11 @@
 # R's printed summary() of the two models the REPL's footer is compared with
-# (tests/suites/r_print.rs). Run from the repository root:
+# (tests/suites/output.rs). Run from the repository root:
 #   Rscript testdata/reference/summary_print.R > testdata/reference/summary_print.txt
-files <- sort(Sys.glob("testdata/clinic/*.csv"))
-clinic <- do.call(rbind, lapply(files, read.csv))
-clinic$age2 <- 2 * clinic$age
-fit <- glm(event ~ age + bmi + smoker, family = binomial, data = clinic)
+# Empty fields are NA (NULL in fedsql), so both fits delete rows; x3 = x1 + x2
+# makes x3 aliased in the lm.
+synthetic_poisson <- read.csv("testdata/reference/synthetic_poisson.csv")
+fit <- glm(y ~ x1 + x2, family = poisson, data = synthetic_poisson)
 print(summary(fit))
-fit <- lm(systolic ~ age + age2 + bmi + smoker, data = clinic)
+synthetic_lm <- read.csv("testdata/reference/synthetic_lm.csv")
+fit <- lm(y ~ x1 + x2 + x3, data = synthetic_lm)
 print(summary(fit))

@@ -444,7 +444,12 @@ async fn backslash_commands_end_a_pending_statement_as_psql_does() {
         .find("| n   |")
         .expect("the statement ran after its `;`");
     assert!(tables < count, "{out}");
-    assert!(out.contains("| 900 |"), "{out}");
+    let (batches, _) = library_result(&ctx, "SELECT count(*) AS n FROM clinic").await;
+    let n = batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    assert!(out.contains(&format!("| {n} |")), "{out}");
     assert!(
         out.contains("| one |"),
         "\\g runs the pending statement: {out}"

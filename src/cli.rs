@@ -7,6 +7,12 @@
 //! first error stops it (like psql with `ON_ERROR_STOP`), and `main` prints
 //! it to stderr as `Error: <message>` with a non-zero exit code. Standard
 //! input that is not a terminal is read as a script, as `-f -` would.
+//!
+//! A start-up file (`--rc FILE`, else `~/.fedsqlrc` when it exists; `-X`
+//! skips it) runs first in the same session, so a session need not
+//! re-register its tables. `fedsql completions bash|zsh|fish` prints a shell
+//! completion script (clap_complete) and `fedsql man` the man page
+//! (clap_mangen).
 
 use std::borrow::Cow;
 use std::ffi::OsString;
@@ -52,6 +58,15 @@ pub struct Args {
     #[arg(long)]
     pub no_demo: bool,
 
+    /// Run the statements and commands in FILE first, in the same session
+    /// (default: `~/.fedsqlrc`, when it exists).
+    #[arg(long, value_name = "FILE")]
+    pub rc: Option<PathBuf>,
+
+    /// Do not run a start-up file (`--rc` or `~/.fedsqlrc`).
+    #[arg(short = 'X', long, conflicts_with = "rc")]
+    pub no_rc: bool,
+
     /// The `-c` and `-f` arguments in the order they were given.
     #[arg(skip)]
     pub sources: Vec<Source>,
@@ -73,6 +88,14 @@ pub enum Command {
     Serve(crate::pgwire::ServeArgs),
     /// Set a user's password in the users file of `fedsql serve --users`.
     Passwd(crate::pgwire::PasswdArgs),
+    /// Print a completion script for a shell, e.g.
+    /// `fedsql completions bash > ~/.local/share/bash-completion/completions/fedsql`.
+    Completions {
+        /// The shell: bash, zsh, fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `fedsql man | man -l -`.
+    Man,
 }
 
 /// One thing to run non-interactively.
@@ -138,6 +161,12 @@ pub async fn run(args: &Args) -> Result<()> {
     if let Some(Command::Passwd(passwd)) = &args.command {
         return crate::pgwire::run_passwd(passwd);
     }
+    if let Some(Command::Completions { shell }) = &args.command {
+        return write_stdout(&completions(*shell));
+    }
+    if let Some(Command::Man) = &args.command {
+        return write_stdout(&man_page()?);
+    }
     let ctx = FedContext::new();
     if !args.no_demo {
         demo::register_demo(&ctx)?;
@@ -151,7 +180,8 @@ pub async fn run(args: &Args) -> Result<()> {
                 .and_then(|t| t.clients);
             print!("{}", banner(demo_clients));
         }
-        return repl::run_interactive(&ctx, args.repl_options(false)).await;
+        return repl::run_interactive(&ctx, args.repl_options(false), args.rc_file().as_deref())
+            .await;
     }
     let sources = if args.sources.is_empty() {
         Cow::Owned(vec![Source::File(PathBuf::from("-"))])
@@ -159,7 +189,61 @@ pub async fn run(args: &Args) -> Result<()> {
         Cow::Borrowed(&args.sources)
     };
     let mut stdout = io::stdout();
-    run_sources(&ctx, &sources, args.repl_options(true), &mut stdout).await?;
+    let mut session = Session::new(&ctx, args.repl_options(true));
+    if let Some(rc) = args.rc_file() {
+        run_rc(&mut session, &rc, &mut stdout).await?;
+    }
+    run_sources_in(&mut session, &sources, &mut stdout).await?;
+    stdout.flush()?;
+    Ok(())
+}
+
+impl Args {
+    /// The start-up file to run: `--rc FILE`, else `~/.fedsqlrc` when it
+    /// exists, none with `-X`.
+    pub fn rc_file(&self) -> Option<PathBuf> {
+        if self.no_rc {
+            return None;
+        }
+        self.rc.clone().or_else(|| {
+            let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+            Some(PathBuf::from(home).join(".fedsqlrc")).filter(|p| p.is_file())
+        })
+    }
+}
+
+/// Runs a start-up file in `session`; an error in it names the file.
+pub async fn run_rc(session: &mut Session, rc: &Path, out: &mut dyn Write) -> Result<()> {
+    let text = read_script(rc)?;
+    session
+        .run_text(&text, out)
+        .await
+        .map(|_| ())
+        .map_err(|error| match error {
+            error if error.is_broken_pipe() => error,
+            error => {
+                FedError::InvalidArgument(format!("in the start-up file {}: {error}", rc.display()))
+            }
+        })
+}
+
+/// The completion script of `fedsql` for `shell`.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Args::command(), "fedsql", &mut script);
+    script
+}
+
+/// The man page of `fedsql`, in roff.
+pub fn man_page() -> Result<Vec<u8>> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Args::command()).render(&mut page)?;
+    Ok(page)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut stdout = io::stdout();
+    stdout.write_all(bytes)?;
     stdout.flush()?;
     Ok(())
 }
@@ -174,6 +258,15 @@ pub async fn run_sources(
     out: &mut impl Write,
 ) -> Result<()> {
     let mut session = Session::new(ctx, options);
+    run_sources_in(&mut session, sources, out).await
+}
+
+/// Runs `-c` texts and `-f` files in order in `session` (see [`run_sources`]).
+pub async fn run_sources_in(
+    session: &mut Session,
+    sources: &[Source],
+    out: &mut dyn Write,
+) -> Result<()> {
     for source in sources {
         let text = match source {
             Source::Sql(sql) => Cow::Borrowed(sql.as_str()),
@@ -293,6 +386,37 @@ mod tests {
         assert_eq!(w.token_file, Some("secret.txt".into()));
         assert!(parse(&["-c", "SELECT 1"]).command.is_none());
         assert!(try_parse_args(["fedsql", "worker", "--bogus"]).is_err());
+    }
+
+    #[test]
+    fn rc_file_completions_and_man_page() {
+        assert_eq!(
+            parse(&["--rc", "setup.sql"]).rc_file(),
+            Some("setup.sql".into())
+        );
+        assert_eq!(parse(&["-X"]).rc_file(), None);
+        assert!(try_parse_args(["fedsql", "-X", "--rc", "a.sql"]).is_err());
+        for shell in ["bash", "zsh", "fish"] {
+            let Some(Command::Completions { shell }) = parse(&["completions", shell]).command
+            else {
+                panic!("expected the completions subcommand");
+            };
+            let script = String::from_utf8(completions(shell)).unwrap();
+            assert!(
+                script.contains("fedsql") && script.contains("format"),
+                "{script}"
+            );
+        }
+        assert!(try_parse_args(["fedsql", "completions", "tcsh"]).is_err());
+        let page = String::from_utf8(man_page().unwrap()).unwrap();
+        assert!(
+            page.starts_with(".ie \\n(.g .ds Aq") || page.contains(".TH fedsql"),
+            "{page}"
+        );
+        assert!(
+            page.contains("\\-\\-format") || page.contains("format"),
+            "{page}"
+        );
     }
 
     #[test]

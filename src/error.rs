@@ -111,6 +111,36 @@ impl FedError {
             hint: hint.map(str::to_string),
         }
     }
+
+    /// Whether writing the output failed because its reader went away (a
+    /// pipe closed early, as by `fedsql -c ... | head -1`): the program
+    /// then ends quietly and successfully, as psql and duckdb do.
+    pub fn is_broken_pipe(&self) -> bool {
+        match self {
+            FedError::Io(io) => io.kind() == std::io::ErrorKind::BrokenPipe,
+            FedError::Arrow(arrow) => arrow_broken_pipe(arrow),
+            FedError::DataFusion(DataFusionError::ArrowError(arrow, _)) => arrow_broken_pipe(arrow),
+            FedError::DataFusion(DataFusionError::IoError(io)) => {
+                io.kind() == std::io::ErrorKind::BrokenPipe
+            }
+            _ => false,
+        }
+    }
+}
+
+fn arrow_broken_pipe(error: &datafusion::arrow::error::ArrowError) -> bool {
+    use datafusion::arrow::error::ArrowError;
+    match error {
+        ArrowError::IoError(_, io) => io.kind() == std::io::ErrorKind::BrokenPipe,
+        // arrow's CSV writer keeps only the text of the I/O error.
+        ArrowError::CsvError(message) => {
+            message.contains("Broken pipe") || message.contains("os error 32")
+        }
+        ArrowError::ExternalError(inner) => inner
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe),
+        _ => false,
+    }
 }
 
 /// Result type of the engine.

@@ -34,6 +34,7 @@ pub mod models;
 pub mod notices;
 pub mod pgwire;
 pub mod print;
+pub mod r_format;
 pub mod repl;
 pub mod site;
 pub mod stats;

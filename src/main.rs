@@ -6,6 +6,8 @@ use std::process::ExitCode;
 async fn main() -> ExitCode {
     match fedsql::cli::main_with_args(std::env::args_os()).await {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of the output went away (`| head -1`): nothing to say.
+        Err(error) if error.is_broken_pipe() => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("Error: {error}");
             ExitCode::FAILURE

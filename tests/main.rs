@@ -20,6 +20,8 @@ mod glm;
 mod lm;
 #[path = "suites/multivariate.rs"]
 mod multivariate;
+#[path = "suites/output.rs"]
+mod output;
 #[path = "suites/pgwire.rs"]
 mod pgwire;
 #[path = "suites/policy.rs"]

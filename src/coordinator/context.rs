@@ -11,7 +11,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
@@ -38,7 +39,7 @@ use crate::wire::exposure;
 /// # async fn demo() -> fedsql::Result<()> {
 /// use fedsql::FedContext;
 /// let ctx = FedContext::new();
-/// ctx.sql("CREATE FEDERATED TABLE visits STORED AS PARQUET LOCATION 'data/visits/'").await?;
+/// ctx.sql("CREATE FEDERATED TABLE visits LOCATION 'testdata/visits/'").await?;
 /// let batches = ctx
 ///     .sql("SELECT region, count(*) AS n, avg(age) AS mean_age FROM visits GROUP BY region")
 ///     .await?
@@ -107,8 +108,40 @@ impl FedContext {
             .unwrap_or_default()
     }
 
+    /// Takes the notices and, apart, the model summaries left by the
+    /// statements run so far (the REPL prints a summary around its table).
+    pub fn take_notices_and_summaries(
+        &self,
+    ) -> (
+        Vec<String>,
+        Vec<crate::models::printed_summary::ModelSummary>,
+    ) {
+        self.ctx
+            .state()
+            .config()
+            .get_extension::<Notices>()
+            .map(|n| n.take_separately())
+            .unwrap_or_default()
+    }
+
+    /// Leaves a model summary for whoever runs the statement.
+    pub fn push_summary(&self, summary: crate::models::printed_summary::ModelSummary) {
+        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+            notices.push_summary(summary);
+        }
+    }
+
     /// Reports the progress of long fits (iteration, deviance) through `progress`.
     pub fn set_progress(&self, progress: Progress) {
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(progress));
+    }
+
+    /// Reports each round's sites answered / total through `progress`.
+    pub fn set_round_progress(&self, progress: crate::notices::RoundProgress) {
         self.ctx
             .state_ref()
             .write()
@@ -178,6 +211,24 @@ impl FedContext {
                 }
                 self.ctx.register_table(name, Arc::new(table))?;
                 self.empty()
+            }
+            // `COPY (query) TO 'file'` over a federated table: the query is
+            // checked and run in rounds like any other, and only its (shared)
+            // result is written.
+            LogicalPlan::Copy(copy) if exposure::touches_federated(&copy.input) => {
+                let input = FedDataFrame::with_label(
+                    self.clone(),
+                    DataFrame::new(state.clone(), (*copy.input).clone()),
+                    query_label(sql),
+                );
+                let batches = input.collect().await?;
+                let schema = Arc::new(copy.input.schema().as_arrow().clone());
+                let table = MemTable::try_new(schema, vec![batches])?;
+                let result = LogicalPlanBuilder::scan("copy_input", provider_as_source(Arc::new(table)), None)?.build()?;
+                let mut copy = copy.clone();
+                copy.input = Arc::new(result);
+                let df = self.ctx.execute_logical_plan(LogicalPlan::Copy(copy)).await?;
+                Ok(FedDataFrame::new(self.clone(), df))
             }
             LogicalPlan::Analyze(_) if exposure::touches_federated(&plan) => Err(FedError::InvalidArgument(
                 "EXPLAIN ANALYZE would run a federated query on the coordinator: use EXPLAIN FEDERATED".into(),

@@ -23,6 +23,7 @@ use crate::coordinator::merge::merge_and_decode;
 use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
+use crate::notices::{RoundEvent, RoundProgress};
 use crate::site::runner::Traffic;
 use crate::wire::encoder::StateBatch;
 use crate::wire::{exposure, secure};
@@ -117,12 +118,23 @@ pub async fn run_round(
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
     let table = round.table();
+    // The REPL's progress line (sites answered / total), when one listens.
+    let progress = state.config().get_extension::<RoundProgress>();
+    let report = |event| {
+        if let Some(progress) = &progress {
+            progress.report(event);
+        }
+    };
+    report(RoundEvent::Started {
+        sites: table.clients().len(),
+    });
     let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
         // Masked states: what arrives is the masked state itself.
         collect_masked_states(table.clients(), &round.encoder)
             .await?
             .into_iter()
             .map(|(state, time)| {
+                report(RoundEvent::SiteAnswered);
                 let received = state.size_bytes();
                 (
                     state,
@@ -138,6 +150,7 @@ pub async fn run_round(
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
             let (state, traffic) = client.encode_with_traffic(&round.encoder).await?;
+            report(RoundEvent::SiteAnswered);
             Ok::<_, FedError>((state, start.elapsed(), traffic))
         }))
         .await?

@@ -41,6 +41,7 @@ use statrs::function::gamma::ln_gamma;
 use super::fit_table::{argument_error, model_table};
 use super::inference::{Reference, coefficients_batch, coefficients_schema};
 use super::options::{parse_options, unknown_option};
+use super::printed_summary::{FitLines, ModelSummary, call_text};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
 };
@@ -135,31 +136,53 @@ impl TableFunctionImpl for GlmFunction {
             GlmOutput::Coefficients => coefficients_schema(),
             GlmOutput::Stats => stats_schema(),
         };
+        let call = r_call(&strings, &spec);
         Ok(model_table(
             label,
             schema,
             spec,
             true,
-            |ctx, spec, progress| {
-                Box::pin(async move { fit(&ctx, &spec, progress.as_deref()).await })
+            move |ctx, spec, progress| {
+                let call = call.clone();
+                Box::pin(async move {
+                    let fit = fit(&ctx, &spec, progress.as_deref()).await?;
+                    if output == GlmOutput::Coefficients {
+                        // R's summary() lines, which the REPL prints around the table.
+                        ctx.push_summary(fit.printed_summary(call));
+                    }
+                    Ok(fit)
+                })
             },
             move |_, fit| {
-                let mut notices: Vec<String> = fit
+                let notices: Vec<String> = fit
                     .warnings
                     .iter()
                     .map(|w| format!("Warning: {w}"))
                     .collect();
                 let batch = match output {
-                    GlmOutput::Coefficients => {
-                        notices.push(fit.summary());
-                        fit.coefficients()?
-                    }
+                    GlmOutput::Coefficients => fit.coefficients()?,
                     GlmOutput::Stats => fit.stats()?,
                 };
                 Ok((batch, notices))
             },
         ))
     }
+}
+
+/// R's call for `glm(source, formula, family [, options])`: the family
+/// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
+/// weights as `weights = col`.
+fn r_call(args: &[String], spec: &GlmSpec) -> String {
+    let family = if spec.link == spec.family.default_link() {
+        spec.family.name().to_string()
+    } else {
+        format!("{}(link = \"{}\")", spec.family.name(), spec.link.name())
+    };
+    let mut middle = vec![format!("family = {family}")];
+    if let Some(weights) = &spec.weights {
+        middle.push(format!("weights = {weights}"));
+    }
+    call_text("glm", &args[1], &middle, &args[0])
 }
 
 /// The columns of `glm_stats`.
@@ -228,23 +251,24 @@ impl GlmFit {
         -2.0 * self.log_likelihood + (self.nobs as f64).ln() * self.parameters()
     }
 
-    /// The deviance lines R's `summary.glm` prints under the coefficients.
-    pub fn summary(&self) -> String {
-        format!(
-            "(Dispersion parameter for {} family taken to be {})\n\n    Null deviance: {:.3}  on {}  degrees of freedom\nResidual deviance: {:.3}  on {}  degrees of freedom\nAIC: {:.3}\n\nNumber of Fisher Scoring iterations: {}",
-            self.family,
-            if self.family.estimates_dispersion() {
-                format!("{:.6}", self.dispersion)
-            } else {
-                "1".into()
+    /// What R's `summary.glm` prints around the coefficients.
+    pub fn printed_summary(&self, call: String) -> ModelSummary {
+        ModelSummary {
+            call,
+            aliased: self.estimate.iter().filter(|e| e.is_none()).count(),
+            rows_dropped: self.rows_dropped,
+            fit: FitLines::Glm {
+                family: self.family.name().to_string(),
+                estimated_dispersion: self.family.estimates_dispersion(),
+                dispersion: self.dispersion,
+                null_deviance: self.null_deviance,
+                df_null: self.df_null(),
+                deviance: self.deviance,
+                df_residual: self.df_residual(),
+                aic: self.aic(),
+                iterations: self.iterations,
             },
-            self.null_deviance,
-            self.df_null(),
-            self.deviance,
-            self.df_residual(),
-            self.aic(),
-            self.iterations
-        )
+        }
     }
 
     /// One row per term.

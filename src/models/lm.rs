@@ -22,6 +22,7 @@ use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::fit_table::{argument_error, model_table};
 use super::inference::{self, Reference, coefficients_schema};
+use super::printed_summary::{FitLines, ModelSummary, call_text};
 use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
@@ -63,12 +64,23 @@ impl TableFunctionImpl for LmFunction {
         let source = ModelSource::parse(&strings[0]);
         let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
         let (output, schema) = (self.output, self.schema());
+        let call = call_text("lm", &strings[1], &[], &strings[0]);
         Ok(model_table(
             label,
             schema,
             (source, formula),
             false,
-            |ctx, (source, formula), _| Box::pin(async move { fit(&ctx, &source, &formula).await }),
+            move |ctx, (source, formula), _| {
+                let call = call.clone();
+                Box::pin(async move {
+                    let fit = fit(&ctx, &source, &formula).await?;
+                    if output == LmOutput::Coefficients {
+                        // R's summary() lines, which the REPL prints around the table.
+                        ctx.push_summary(printed_summary(&fit, call));
+                    }
+                    Ok(fit)
+                })
+            },
             move |_, fit| {
                 let batch = match output {
                     LmOutput::Coefficients => coefficients_batch(&fit.ols)?,
@@ -206,16 +218,45 @@ pub fn coefficients_batch(fit: &OlsFit) -> Result<RecordBatch> {
     )
 }
 
+/// F and its p-value, when the model has a term and residual degrees of freedom.
+fn f_test(ols: &OlsFit) -> Option<(f64, f64)> {
+    let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
+    (df_model > 0.0 && df_residual > 0.0).then(|| {
+        let f = ols.f_statistic();
+        let p = FisherSnedecor::new(df_model, df_residual)
+            .expect("positive df")
+            .sf(f);
+        (f, p)
+    })
+}
+
+/// What R's `summary.lm` prints around the coefficients.
+pub fn printed_summary(fit: &LmFit, call: String) -> ModelSummary {
+    let ols = &fit.ols;
+    let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
+    let positive = |v: f64| (df_residual > 0.0).then_some(v);
+    ModelSummary {
+        call,
+        aliased: ols.estimate.iter().filter(|e| e.is_none()).count(),
+        rows_dropped: fit.rows_dropped,
+        fit: FitLines::Lm {
+            sigma: positive(ols.sigma()),
+            df_residual,
+            r_squared: ols.r_squared(),
+            adj_r_squared: positive(ols.adj_r_squared()),
+            f_statistic: f_test(ols).map(|(f, p)| (f, df_model, df_residual, p)),
+        },
+    }
+}
+
 /// The one row of `lm_stats`.
 pub fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
     let ols = &fit.ols;
     let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
-    let f = (df_model > 0.0 && df_residual > 0.0).then(|| ols.f_statistic());
-    let f_p = f.map(|f| {
-        FisherSnedecor::new(df_model, df_residual)
-            .expect("positive df")
-            .sf(f)
-    });
+    let (f, f_p) = match f_test(ols) {
+        Some((f, p)) => (Some(f), Some(p)),
+        None => (None, None),
+    };
     let positive = |v: f64| (df_residual > 0.0).then_some(v);
     let floats: Vec<Option<f64>> = vec![
         Some(ols.r_squared()),

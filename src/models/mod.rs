@@ -14,6 +14,7 @@ pub mod lm;
 pub mod optimizer;
 pub mod options;
 pub mod pca;
+pub mod printed_summary;
 pub mod source;
 pub mod survival;
 

@@ -1,7 +1,9 @@
 //! The REPL's backslash commands.
 //!
-//! A line that starts with `\` (when no SQL statement is pending) is a
-//! command: it completes on its own line, without `;`. [`Command`] parses such
+//! A line that starts with `\` (outside a string literal or comment) is a
+//! command: it completes on its own line, without `;`, and ends the SQL
+//! typed before it as psql does (`\g` runs that statement, `\r` forgets
+//! it, any other command leaves it pending). [`Command`] parses such
 //! a line; [`COMMANDS`] is the one table of names and descriptions, which
 //! `\?` prints as a result through the same printer as a query's answer.
 
@@ -27,14 +29,24 @@ pub enum Command {
     ListTables,
     /// `\d NAME`: the schema of one table.
     DescribeTable(String),
+    /// `\dt [PATTERN]`: the tables whose names match PATTERN (`*` and `?`
+    /// as in psql), all without one.
+    Tables(Option<String>),
     /// `\clients NAME`: the clients of a federated table.
     Clients(String),
     /// `\timing [on|off]`: toggle (or set) the row-count and elapsed-time line.
     Timing(Option<bool>),
     /// `\format [FORMAT]`: show the output format, or set it.
     Format(Option<OutputFormat>),
+    /// `\digits [N]`: show, or set, the significant digits of floats in
+    /// the table format (0: all); the same as `SET fedsql.display_digits = N`.
+    Digits(Option<usize>),
     /// `\i FILE`: run the statements and commands in a file.
     Include(PathBuf),
+    /// `\g`: run the statement typed so far (without its `;`).
+    Go,
+    /// `\r`: forget the statement typed so far.
+    Reset,
     /// `\chart [Y [X]]`: draw the last result's column Y against X.
     Chart {
         y: Option<String>,
@@ -54,6 +66,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "\\d NAME",
         "describe table NAME: its columns, types and nullability",
     ),
+    (
+        "\\dt [PATTERN]",
+        "list tables whose names match PATTERN (* and ? wildcards), all without one",
+    ),
     ("\\clients NAME", "list the clients of federated table NAME"),
     (
         "\\timing [on|off]",
@@ -63,7 +79,13 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "\\format [FORMAT]",
         "show the output format, or set it: table, csv, json, ndjson",
     ),
+    (
+        "\\digits [N]",
+        "show, or set, the significant digits of floats in tables (0: all; as SET fedsql.display_digits = N)",
+    ),
     ("\\i FILE", "run the SQL statements and commands in FILE"),
+    ("\\g", "run the statement typed so far, without its ;"),
+    ("\\r", "forget the statement typed so far"),
     (
         "\\chart [Y [X]]",
         "draw the last result's column Y against X (default: loss by round, e.g. after fedsgd_history; bars after hist)",
@@ -112,6 +134,15 @@ impl FromStr for Command {
             ("q" | "quit", None) => Command::Quit,
             ("d", None) => Command::ListTables,
             ("d", Some(table)) => Command::DescribeTable(unquote(table)),
+            ("dt", pattern) => Command::Tables(pattern.map(unquote)),
+            ("digits", None) => Command::Digits(None),
+            ("digits", Some(n)) => Command::Digits(Some(n.parse().map_err(|_| {
+                FedError::Syntax(format!(
+                    "\\digits takes a number of significant digits (0 for all), not `{n}`"
+                ))
+            })?)),
+            ("g", None) => Command::Go,
+            ("r", None) => Command::Reset,
             ("clients", Some(table)) => Command::Clients(unquote(table)),
             ("clients", None) => return Err(needs("\\clients NAME", "a table name")),
             ("timing", None) => Command::Timing(None),
@@ -130,7 +161,7 @@ impl FromStr for Command {
                 }
                 Command::Chart { y, x }
             }
-            ("?" | "help" | "q" | "quit", Some(arg)) => {
+            ("?" | "help" | "q" | "quit" | "g" | "r", Some(arg)) => {
                 return Err(FedError::Syntax(format!(
                     "\\{name} takes no argument `{arg}` (\\? lists the commands)"
                 )));
@@ -193,6 +224,12 @@ mod tests {
             parse("\\clients \"My Table\""),
             Command::Clients("My Table".into())
         );
+        assert_eq!(parse("\\dt"), Command::Tables(None));
+        assert_eq!(parse("\\dt cl*"), Command::Tables(Some("cl*".into())));
+        assert_eq!(parse("\\digits 4"), Command::Digits(Some(4)));
+        assert_eq!(parse("\\digits"), Command::Digits(None));
+        assert_eq!(parse("\\g"), Command::Go);
+        assert_eq!(parse("\\r"), Command::Reset);
         assert_eq!(parse("\\timing"), Command::Timing(None));
         assert_eq!(parse("\\timing OFF"), Command::Timing(Some(false)));
         assert_eq!(parse("\\format"), Command::Format(None));
@@ -226,6 +263,7 @@ mod tests {
         let format = "\\format xml".parse::<Command>().unwrap_err().to_string();
         assert!(format.contains("csv"), "{format}");
         assert!("\\q now".parse::<Command>().is_err());
+        assert!("\\digits many".parse::<Command>().is_err());
     }
 
     #[test]
@@ -239,6 +277,8 @@ mod tests {
                 .replace("FILE", "f.sql")
                 .replace("[on|off]", "on")
                 .replace("[FORMAT]", "csv")
+                .replace("[PATTERN]", "c*")
+                .replace("[N]", "4")
                 .replace("[Y [X]]", "loss round");
             assert!(line.parse::<Command>().is_ok(), "{line}");
         }

@@ -1,11 +1,16 @@
 //! Turning lines of input into commands and statements.
 //!
 //! The REPL reads a line at a time, and so does the script driver, so both
-//! go through one [`LineBuffer`]: a line that starts with `\` while no
-//! statement is pending is a backslash command, complete on its own line;
-//! any other line is SQL and is added to the pending text until a `;`
-//! (outside literals and comments, see [`crate::coordinator::statements`]) completes one
-//! or more statements.
+//! go through one [`LineBuffer`]: a line that starts with `\` is a
+//! backslash command, complete on its own line — also while a statement is
+//! pending, as in psql, unless that statement is inside a string literal or
+//! comment; any other line is SQL and is added to the pending text until a
+//! `;` (outside literals and comments, see [`crate::coordinator::statements`])
+//! completes one or more statements.
+//!
+//! A command ends the SQL typed before it as psql's do: `\g` runs the
+//! pending statement, `\r` forgets it, and any other command (`\d`, `\q`,
+//! ...) runs while the statement stays pending for a later `;`.
 
 use crate::coordinator::statements;
 use crate::error::Result;
@@ -42,12 +47,30 @@ impl LineBuffer {
     /// error where a backslash command is malformed, or where the SQL cannot
     /// be read whatever follows (the pending text is then dropped).
     pub fn push_line(&mut self, line: &str) -> Vec<Result<Input>> {
-        if !self.is_pending() {
-            let trimmed = line.trim();
-            if trimmed.starts_with('\\') {
+        let trimmed = line.trim();
+        if trimmed.starts_with('\\') && self.takes_command() {
+            if !self.is_pending() {
                 self.pending.clear();
-                return vec![trimmed.parse().map(Input::Command)];
             }
+            return match trimmed.parse::<Command>() {
+                Ok(Command::Go) => {
+                    let inputs = self.finish();
+                    if inputs.is_empty() {
+                        vec![Err(crate::error::FedError::Syntax(
+                            "\\g runs the statement typed so far, and none is".into(),
+                        ))]
+                    } else {
+                        inputs
+                    }
+                }
+                Ok(Command::Reset) => {
+                    self.pending.clear();
+                    vec![Ok(Input::Command(Command::Reset))]
+                }
+                command => vec![command.map(Input::Command)],
+            };
+        }
+        if !self.is_pending() {
             // psql's words for leaving, at an empty prompt.
             let word = trimmed.trim_end_matches(';').trim_end();
             if word.eq_ignore_ascii_case("quit") || word.eq_ignore_ascii_case("exit") {
@@ -70,6 +93,12 @@ impl LineBuffer {
             }
         }
         inputs
+    }
+
+    /// Whether a `\\` line is a command: no statement pending, or one
+    /// that is not inside an open literal or comment.
+    fn takes_command(&self) -> bool {
+        !self.is_pending() || statements::split_statements(&self.pending).is_ok()
     }
 
     /// At the end of the input: the statement left without a `;`, if any, or
@@ -144,6 +173,36 @@ mod tests {
             ok(buffer.push_line("\\d';")),
             [statement("SELECT 'a\n\\d'")]
         );
+    }
+
+    #[test]
+    fn backslash_commands_end_a_pending_statement_as_in_psql() {
+        let mut buffer = LineBuffer::new();
+        assert_eq!(ok(buffer.push_line("SELECT count(*)")), []);
+        // Another command runs; the statement stays pending.
+        assert_eq!(
+            ok(buffer.push_line("\\d")),
+            [Input::Command(Command::ListTables)]
+        );
+        assert!(buffer.is_pending());
+        assert_eq!(ok(buffer.push_line("FROM clinic")), []);
+        assert_eq!(
+            ok(buffer.push_line("\\g")),
+            [statement("SELECT count(*)\nFROM clinic")]
+        );
+        assert!(!buffer.is_pending());
+        assert_eq!(ok(buffer.push_line("SELECT oops")), []);
+        assert_eq!(
+            ok(buffer.push_line("\\r")),
+            [Input::Command(Command::Reset)]
+        );
+        assert!(!buffer.is_pending());
+        assert_eq!(ok(buffer.push_line("SELECT 1")), []);
+        assert_eq!(ok(buffer.push_line("\\q")), [Input::Command(Command::Quit)]);
+        assert!(matches!(
+            LineBuffer::new().push_line("\\g").as_slice(),
+            [Err(_)]
+        ));
     }
 
     #[test]

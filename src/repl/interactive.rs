@@ -1,5 +1,6 @@
-//! The interactive loop: rustyline line editing and history, a
-//! continuation prompt while a statement is pending, and Ctrl-C handling.
+//! The interactive loop: rustyline line editing, history and tab
+//! completion ([`crate::repl::completion`]), a continuation prompt while a
+//! statement is pending, the start-up file, and Ctrl-C handling.
 //!
 //! Ctrl-C means two things. At the prompt, rustyline reads it as a key and
 //! the loop drops the line (and any pending statement). While a query runs,
@@ -9,13 +10,15 @@
 //! goes on.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
+use rustyline::history::DefaultHistory;
+use rustyline::{CompletionType, Config, Editor};
 
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
+use crate::repl::completion::{FedHelper, Vocabulary};
 use crate::repl::input::LineBuffer;
 use crate::repl::session::{Flow, ReplOptions, Session};
 
@@ -24,21 +27,28 @@ pub const PROMPT: &str = "fedsql> ";
 /// The prompt while a statement waits for its `;`.
 pub const CONTINUATION_PROMPT: &str = "     -> ";
 
-/// Runs the interactive REPL on the terminal until `\q` or Ctrl-D.
+/// Runs the interactive REPL on the terminal until `\q` or Ctrl-D, after
+/// the start-up file `rc` (if any) in the same session.
 ///
 /// Errors in commands and statements are printed and the loop goes on; only
 /// a failure of the terminal itself ends it with an error.
-pub async fn run_interactive(ctx: &FedContext, options: ReplOptions) -> Result<()> {
-    let mut editor = DefaultEditor::new().map_err(terminal_error)?;
+pub async fn run_interactive(
+    ctx: &FedContext,
+    options: ReplOptions,
+    rc: Option<&Path>,
+) -> Result<()> {
+    let config = Config::builder()
+        .completion_type(CompletionType::List)
+        .build();
+    let mut editor: Editor<FedHelper, DefaultHistory> =
+        Editor::with_config(config).map_err(terminal_error)?;
+    let helper = FedHelper::default();
+    editor.set_helper(Some(helper.clone()));
     let history = history_path();
     if let Some(path) = &history {
         // No history file yet is the normal first run.
         let _ = editor.load_history(path);
     }
-    ctx.set_progress(crate::notices::Progress::new(|message| {
-        eprint!("\r\x1b[K{message}");
-        let _ = io::stderr().flush();
-    }));
     let mut session = Session::new(
         ctx,
         ReplOptions {
@@ -46,11 +56,18 @@ pub async fn run_interactive(ctx: &FedContext, options: ReplOptions) -> Result<(
             ..options
         },
     );
+    let mut stdout = io::stdout();
+    if let Some(rc) = rc
+        && let Err(error) = crate::cli::run_rc(&mut session, rc, &mut stdout).await
+    {
+        eprintln!("Error: {error}");
+    }
     let mut buffer = LineBuffer::new();
     // The lines of the statement being typed, kept as one history entry.
     let mut typed = String::new();
-    let mut stdout = io::stdout();
     let result = loop {
+        // Names created by the last statement complete at this prompt.
+        helper.set_vocabulary(Vocabulary::of(ctx).await);
         let prompt = if buffer.is_pending() {
             CONTINUATION_PROMPT
         } else {

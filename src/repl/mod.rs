@@ -10,8 +10,10 @@
 //! (and the non-interactive CLI) use it.
 
 pub mod command;
+pub mod completion;
 pub mod input;
 pub mod interactive;
+pub mod progress;
 pub mod session;
 
 use std::io::Write;

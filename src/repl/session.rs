@@ -5,8 +5,17 @@
 //! Errors follow [`ReplOptions::stop_on_error`]: an interactive session
 //! prints `Error: ...` and goes on; a non-interactive one stops at the first
 //! error and hands it back, like psql with `ON_ERROR_STOP`.
+//!
+//! In the table format everything is written to the one output, as psql
+//! does. In a machine format (csv, json, ndjson) the output holds only
+//! results, so a program can read it: notices (warnings, a model's summary
+//! lines), the row-count and timing line, the confirmations of commands
+//! and errors go to the session's *diagnostics* writer (stderr).
+//!
+//! After an `lm` or `glm` coefficient table the table format prints R's
+//! `summary()` lines around it (see [`crate::models::printed_summary`]).
 
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,10 +25,13 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::coordinator::context::{FedContext, TableInfo};
+use crate::coordinator::settings::fedsql_options;
 use crate::error::{FedError, Result};
-use crate::print::{self, OutputFormat};
+use crate::models::inference::coefficients_schema;
+use crate::print::{self, OutputFormat, TableStyle};
 use crate::repl::command::Command;
 use crate::repl::input::{Input, LineBuffer};
+use crate::repl::progress::ProgressLine;
 
 /// `\i` files may include others, but not without end.
 const MAX_INCLUDE_DEPTH: usize = 16;
@@ -34,7 +46,8 @@ pub struct ReplOptions {
     /// Stop at the first error and return it (non-interactive use), instead
     /// of printing `Error: ...` and going on.
     pub stop_on_error: bool,
-    /// Long fits draw a progress line on stderr (interactive use); it is
+    /// Draw a progress line on stderr for long statements (interactive
+    /// use, and only on a terminal; see [`crate::repl::progress`]); it is
     /// cleared before the result prints.
     pub progress: bool,
 }
@@ -80,6 +93,11 @@ pub struct Session {
     summary: ScriptSummary,
     /// The last query result, for `\chart`.
     last: Option<(SchemaRef, Vec<RecordBatch>)>,
+    /// Where notices, timing, confirmations and errors go in a machine
+    /// format (stderr unless [`Session::set_diagnostics`] says otherwise).
+    diagnostics: Box<dyn Write + Send>,
+    /// The progress line, with [`ReplOptions::progress`] on a terminal.
+    progress_line: Option<ProgressLine>,
 }
 
 impl Session {
@@ -88,9 +106,45 @@ impl Session {
     pub fn new(ctx: &FedContext, options: ReplOptions) -> Self {
         Self {
             ctx: ctx.clone(),
-            options,
+            options: options.clone(),
             summary: ScriptSummary::default(),
             last: None,
+            diagnostics: Box::new(io::stderr()),
+            progress_line: options
+                .progress
+                .then(|| ProgressLine::install(ctx))
+                .flatten(),
+        }
+    }
+
+    /// Sends what is not a result, in machine formats, to `writer` instead
+    /// of stderr.
+    pub fn set_diagnostics(&mut self, writer: Box<dyn Write + Send>) {
+        self.diagnostics = writer;
+    }
+
+    /// Whether results are for programs: then only results go to the output.
+    fn machine_output(&self) -> bool {
+        self.options.format != OutputFormat::Table
+    }
+
+    /// Writes a line that is not a result: to the output in the table
+    /// format, to the diagnostics in a machine format.
+    fn say(&mut self, out: &mut dyn Write, text: &str) -> Result<()> {
+        if self.machine_output() {
+            writeln!(self.diagnostics, "{text}")?;
+            self.diagnostics.flush()?;
+        } else {
+            writeln!(out, "{text}")?;
+        }
+        Ok(())
+    }
+
+    /// How tables print now (`SET fedsql.display_digits`, `\digits`).
+    fn table_style(&self) -> TableStyle {
+        TableStyle {
+            digits: fedsql_options(self.ctx.session()).display_digits,
+            model: false,
         }
     }
 
@@ -172,8 +226,11 @@ impl Session {
 
     async fn run_at(&mut self, input: Input, out: &mut dyn Write, depth: usize) -> Result<Flow> {
         match input {
-            Input::Statement(sql) => self.run_statement(&sql, out).await.map(|()| Flow::Continue),
-            Input::Command(command) => self.run_command(command, out, depth).await,
+            // Boxed: their futures are large, and `\i` nests this call.
+            Input::Statement(sql) => Box::pin(self.run_statement(&sql, out))
+                .await
+                .map(|()| Flow::Continue),
+            Input::Command(command) => Box::pin(self.run_command(command, out, depth)).await,
         }
     }
 
@@ -182,32 +239,52 @@ impl Session {
         if self.options.stop_on_error {
             return Err(error);
         }
-        writeln!(out, "Error: {error}")?;
+        self.say(out, &format!("Error: {error}"))?;
         out.flush()?;
         Ok(())
     }
 
     async fn run_statement(&mut self, sql: &str, out: &mut dyn Write) -> Result<()> {
         let start = Instant::now();
+        // Shown after a second; cleared when dropped, also by Ctrl-C.
+        let progress = self.progress_line.as_ref().map(ProgressLine::start);
         let df = self.ctx.sql(sql).await?;
         let schema: SchemaRef = df.schema().inner().clone();
         let result = df.collect().await;
-        if self.options.progress {
-            // Clear the progress line a long fit may have drawn.
-            eprint!("\r\x1b[K");
-        }
-        let notices = self.ctx.take_notices();
+        drop(progress);
+        let (mut notices, summaries) = self.ctx.take_notices_and_summaries();
         let batches = result?;
         let elapsed = start.elapsed();
+        let mut style = self.table_style();
+        // R's summary() lines around a model's own coefficient table; any
+        // other summary (a projection of the table, say) is a notice.
+        let mut around = None;
+        for summary in summaries {
+            if around.is_none() && !self.machine_output() && is_coefficient_table(&schema) {
+                around = Some(summary);
+            } else {
+                notices.push(summary.text());
+            }
+        }
         let mut out = out;
-        print::print_batches(&batches, &schema, self.options.format, &mut out)?;
-        // Warnings and model summaries (a GLM's deviance lines), as R prints
-        // them under the coefficients.
+        if let Some(summary) = &around {
+            write!(out, "{}", summary.header())?;
+            style.model = true;
+        }
+        print::print_batches_styled(&batches, &schema, self.options.format, style, &mut out)?;
+        if let Some(summary) = &around {
+            writeln!(out, "{}", summary.footer())?;
+        }
+        // Warnings (a GLM that did not converge), as R prints them under
+        // the coefficients.
         for notice in notices {
-            writeln!(out, "{notice}")?;
+            self.say(out, &notice)?;
         }
         if self.options.timing {
-            print::print_timing(print::row_count(&batches, &schema), elapsed, &mut out)?;
+            let mut line = Vec::new();
+            print::print_timing(print::row_count(&batches, &schema), elapsed, &mut line)?;
+            let line = String::from_utf8_lossy(&line);
+            self.say(out, line.strip_suffix('\n').unwrap_or(&line))?;
         }
         self.last = Some((schema, batches));
         Ok(())
@@ -245,15 +322,52 @@ impl Session {
                 let batch = self.ctx.clients_batch(&name).await?;
                 self.print(&batch, &mut out)?;
             }
+            Command::Tables(pattern) => {
+                let tables: Vec<TableInfo> = self
+                    .ctx
+                    .tables()
+                    .await?
+                    .into_iter()
+                    .filter(|t| {
+                        pattern
+                            .as_deref()
+                            .is_none_or(|p| matches_pattern(p, &t.name))
+                    })
+                    .collect();
+                self.print(&tables_batch(&tables)?, &mut out)?;
+            }
             Command::Timing(setting) => {
                 self.options.timing = setting.unwrap_or(!self.options.timing);
                 let state = if self.options.timing { "on" } else { "off" };
-                writeln!(out, "Timing is {state}.")?;
+                self.say(out, &format!("Timing is {state}."))?;
             }
-            Command::Format(None) => writeln!(out, "Output format is {}.", self.options.format)?,
+            Command::Format(None) => {
+                let text = format!("Output format is {}.", self.options.format);
+                self.say(out, &text)?;
+            }
             Command::Format(Some(format)) => {
                 self.options.format = format;
-                writeln!(out, "Output format is {format}.")?;
+                self.say(out, &format!("Output format is {format}."))?;
+            }
+            Command::Digits(setting) => {
+                if let Some(digits) = setting {
+                    self.ctx
+                        .sql(&format!("SET fedsql.display_digits = {digits}"))
+                        .await?
+                        .collect()
+                        .await?;
+                }
+                let text = match self.table_style().digits {
+                    0 => "Floats show all their digits.".to_string(),
+                    n => format!("Floats show {n} significant digits."),
+                };
+                self.say(out, &text)?;
+            }
+            Command::Reset => self.say(out, "Query buffer reset (cleared).")?,
+            Command::Go => {
+                return Err(FedError::Syntax(
+                    "\\g runs the statement typed so far, and none is".into(),
+                ));
             }
             Command::Include(path) => return self.include(&path, out, depth).await,
             Command::Chart { y, x } => {
@@ -304,13 +418,37 @@ impl Session {
     }
 
     fn print(&self, batch: &RecordBatch, out: &mut impl Write) -> Result<()> {
-        print::print_batches(
+        print::print_batches_styled(
             std::slice::from_ref(batch),
             batch.schema_ref(),
             self.options.format,
+            self.table_style(),
             out,
         )
     }
+}
+
+/// Whether a result is a model's whole coefficient table (`term`,
+/// `estimate`, ..., `conf_high`), around which R's summary lines print.
+fn is_coefficient_table(schema: &SchemaRef) -> bool {
+    let names =
+        |s: &Schema| -> Vec<String> { s.fields().iter().map(|f| f.name().clone()).collect() };
+    names(schema) == names(&coefficients_schema())
+}
+
+/// psql's name patterns: `*` any text, `?` one character, case folded.
+fn matches_pattern(pattern: &str, name: &str) -> bool {
+    fn matches(p: &[char], n: &[char]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some('*'), _) => matches(&p[1..], n) || (!n.is_empty() && matches(p, &n[1..])),
+            (Some('?'), Some(_)) => matches(&p[1..], &n[1..]),
+            (Some(a), Some(b)) => a == b && matches(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    let fold = |s: &str| -> Vec<char> { s.to_lowercase().chars().collect() };
+    matches(&fold(pattern), &fold(name))
 }
 
 /// `\d`: one row per table.

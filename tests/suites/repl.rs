@@ -58,8 +58,10 @@ async fn count_in_csv_equals_the_library_count() {
         .value(0);
     assert!(n > 0);
 
+    // In a machine format the output holds only the result (the
+    // confirmation goes to stderr).
     let (out, summary) = run(&ctx, &format!("\\format csv\n{sql};"), &untimed()).await;
-    assert_eq!(out, format!("Output format is csv.\nn\n{n}\n"));
+    assert_eq!(out, format!("n\n{n}\n"));
     assert_eq!(
         summary,
         ScriptSummary {
@@ -83,7 +85,12 @@ async fn grouped_aggregate_prints_what_the_library_returns() {
         );
         let (out, summary) = run(&ctx, &script, &untimed()).await;
         let expected = printed_by_library(&ctx, sql, format).await;
-        assert_eq!(out, format!("Output format is {format}.\n{expected}"));
+        let confirmation = if format == OutputFormat::Table {
+            format!("Output format is {format}.\n")
+        } else {
+            String::new()
+        };
+        assert_eq!(out, format!("{confirmation}{expected}"));
         assert_eq!(summary.errors, 0, "{out}");
     }
     // The table really has one line per region (plus header and borders).
@@ -170,15 +177,19 @@ async fn unknown_command_names_help() {
 async fn unreadable_sql_is_reported_without_waiting_for_more_input() {
     let ctx = demo();
     let script = "SELECT ._x;\nSELECT 2 AS two;\nSELECT 'never closed";
-    let (out, summary) = run(&ctx, &format!("\\format csv\n{script}"), &untimed()).await;
+    let (out, summary) = run(&ctx, script, &untimed()).await;
     let lines: Vec<&str> = out.lines().collect();
     assert!(
-        lines[1].starts_with("Error: cannot read the SQL: "),
+        lines[0].starts_with("Error: cannot read the SQL: "),
         "{out}"
     );
-    assert_eq!(lines[2..4], ["two", "2"], "{out}");
+    assert_eq!(
+        lines[2..6],
+        ["| two |", "+-----+", "| 2   |", "+-----+"],
+        "{out}"
+    );
     assert!(
-        lines[4].starts_with("Error: cannot read the SQL: Unterminated"),
+        lines[6].starts_with("Error: cannot read the SQL: Unterminated"),
         "{out}"
     );
     assert_eq!((summary.statements, summary.errors), (1, 2));
@@ -241,7 +252,7 @@ async fn include_runs_a_file_and_quit_stops() {
     .unwrap();
     let script = format!("\\i {}\n\\q\nSELECT 'not run' AS t;", file.display());
     let (out, summary) = run(&ctx, &script, &untimed()).await;
-    assert_eq!(out, "Output format is csv.\ns\na;b\n");
+    assert_eq!(out, "s\na;b\n");
     assert!(summary.quit);
 
     // A file that includes itself stops at a depth limit, once.
@@ -310,10 +321,7 @@ async fn cli_sources_run_in_order_in_one_session() {
     cli::run_sources(&ctx, &args.sources, args.repl_options(true), &mut out)
         .await
         .unwrap();
-    assert_eq!(
-        String::from_utf8(out).unwrap(),
-        "a\n1\nb\n2\nOutput format is ndjson.\n{\"c\":3}\n"
-    );
+    assert_eq!(String::from_utf8(out).unwrap(), "a\n1\nb\n2\n{\"c\":3}\n");
 
     let sources = [Source::Sql(
         "SELECT 1 AS a; SELECT * FROM clinic; SELECT 3 AS c".into(),
@@ -333,7 +341,7 @@ async fn explain_federated_prints_the_plan_text() {
     let (out, summary) = run(&ctx, &format!("\\format csv\n{sql};"), &untimed()).await;
     assert_eq!(summary.errors, 0, "{out}");
     let expected = printed_by_library(&ctx, sql, OutputFormat::Csv).await;
-    assert_eq!(out, format!("Output format is csv.\n{expected}"));
+    assert_eq!(out, expected);
     assert!(
         out.lines().count() > 3,
         "the plan spans several lines:\n{out}"
@@ -365,14 +373,16 @@ async fn a_glm_is_followed_by_its_deviance_summary() {
         .unwrap()
         .value(0)
     };
+    let deviances = fedsql::r_format::format_real(&[float(0), float(1)], 5);
     assert!(
-        out.contains(&format!("Null deviance: {:.3}", float(0))),
+        // R's print.summary.glm: both deviances in one format, 5 digits.
+        out.contains(&format!("Null deviance: {}", deviances[0])),
         "{out}"
     );
     assert!(
         out.contains(&format!(
-            "Residual deviance: {:.3}  on {}  degrees of freedom",
-            float(1),
+            "Residual deviance: {}  on {}  degrees of freedom",
+            deviances[1],
             float(2)
         )),
         "{out}"
@@ -411,4 +421,138 @@ async fn fedsgd_history_then_chart_draws_the_loss_curve() {
     // Without a result to draw, \chart says what to do.
     let (out, _) = run(&demo(), "\\chart\n", &untimed()).await;
     assert!(out.contains("run a query first"), "{out}");
+}
+
+// ------------------------------------------------- issue 19, point 8
+
+#[tokio::test]
+async fn backslash_commands_end_a_pending_statement_as_psql_does() {
+    let ctx = demo();
+    // A command typed while a statement waits for its `;` runs at once; the
+    // statement stays pending until `;` (or `\g`).
+    let (out, summary) = run(
+        &ctx,
+        "SELECT count(*) AS n\n\\dt\nFROM clinic;\nSELECT 1 AS one\n\\g\nSELECT oops\n\\r\n\\q\nSELECT 'not run' AS t;",
+        &untimed(),
+    )
+    .await;
+    assert_eq!(summary.errors, 0, "{out}");
+    let tables = out.find("| clinic | federated |").expect("\\dt ran");
+    let count = out.find("| n ").expect("the statement ran after its `;`");
+    assert!(tables < count, "{out}");
+    let (batches, _) = library_result(&ctx, "SELECT count(*) AS n FROM clinic").await;
+    let n = batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    assert!(out.contains(&format!("| {n} |")), "{out}");
+    assert!(
+        out.contains("| one |"),
+        "\\g runs the pending statement: {out}"
+    );
+    assert!(out.contains("Query buffer reset (cleared)."), "{out}");
+    assert!(!out.contains("oops") && !out.contains("not run"), "{out}");
+    assert!(summary.quit);
+}
+
+#[tokio::test]
+async fn dt_lists_tables_matching_a_pattern() {
+    let ctx = demo();
+    let (out, _) = run(
+        &ctx,
+        "CREATE TABLE thresholds AS VALUES (140);\n\\dt\n\\dt cl*\n\\dt nothing*",
+        &untimed(),
+    )
+    .await;
+    let tables = out.split("+--------").collect::<String>();
+    assert_eq!(out.matches("| clinic ").count(), 2, "{tables}");
+    assert_eq!(out.matches("| thresholds ").count(), 1, "{out}");
+}
+
+fn fedsql_binary(home: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fedsql"));
+    command
+        .env("HOME", home)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    command
+}
+
+#[test]
+fn a_start_up_file_registers_tables_for_the_session() {
+    let home = tempfile::tempdir().unwrap();
+    let visits = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/visits/");
+    let setup = format!(
+        "CREATE FEDERATED TABLE visits STORED AS PARQUET LOCATION '{}';\n\\timing off\n",
+        visits.display()
+    );
+    let count = "SELECT count(*) AS n FROM visits";
+    // ~/.fedsqlrc when present.
+    std::fs::write(home.path().join(".fedsqlrc"), &setup).unwrap();
+    let output = fedsql_binary(home.path())
+        .args(["--format", "csv", "-c", count])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), "n\n135\n");
+    // -X skips it.
+    let output = fedsql_binary(home.path())
+        .args(["-X", "-c", count])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    // --rc FILE instead of ~/.fedsqlrc; an error in it names the file.
+    std::fs::remove_file(home.path().join(".fedsqlrc")).unwrap();
+    let rc = home.path().join("setup.sql");
+    std::fs::write(&rc, &setup).unwrap();
+    let output = fedsql_binary(home.path())
+        .arg("--rc")
+        .arg(&rc)
+        .args(["-q", "-c", count])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("| 135 |"), "{stdout}");
+    std::fs::write(&rc, "SELECT * FROM nowhere;").unwrap();
+    let output = fedsql_binary(home.path())
+        .arg("--rc")
+        .arg(&rc)
+        .args(["-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("in the start-up file") && stderr.contains("setup.sql"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn completions_and_the_man_page() {
+    let home = tempfile::tempdir().unwrap();
+    for (shell, marker) in [
+        ("bash", "_fedsql()"),
+        ("zsh", "#compdef fedsql"),
+        ("fish", "complete -c fedsql"),
+    ] {
+        let output = fedsql_binary(home.path())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(
+            script.contains("worker") && script.contains("completions"),
+            "{shell}"
+        );
+    }
+    let output = fedsql_binary(home.path()).arg("man").output().unwrap();
+    assert!(output.status.success());
+    let page = String::from_utf8(output.stdout).unwrap();
+    assert!(page.contains(".TH fedsql"), "{page}");
+    assert!(
+        page.contains("\\-\\-rc") && page.contains("\\-\\-format"),
+        "{page}"
+    );
 }

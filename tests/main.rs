@@ -4,6 +4,8 @@
 #[path = "suites/support.rs"]
 mod support;
 
+#[path = "suites/client_column.rs"]
+mod client_column;
 #[path = "suites/consistency.rs"]
 mod consistency;
 #[path = "suites/dataframe.rs"]
@@ -12,6 +14,8 @@ mod dataframe;
 mod explain;
 #[path = "suites/fedsgd.rs"]
 mod fedsgd;
+#[path = "suites/formulas.rs"]
+mod formulas;
 #[path = "suites/glm.rs"]
 mod glm;
 #[path = "suites/lm.rs"]

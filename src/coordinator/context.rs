@@ -17,6 +17,7 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
 use futures::future::try_join_all;
 
+use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
@@ -271,7 +272,20 @@ impl FedContext {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if schema.field_with_name(CLIENT_COLUMN).is_ok() {
+            self.notice(format!(
+                "table `{}` has its own column `{CLIENT_COLUMN}`: it is used as it is, in place of the virtual column of client names",
+                stmt.name
+            ));
+        }
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
+    }
+
+    /// Leaves a notice for the statement's caller (shown after its result).
+    pub fn notice(&self, line: String) {
+        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+            notices.push(line);
+        }
     }
 
     /// Registers a federated table (replacing one of the same name).

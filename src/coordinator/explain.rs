@@ -141,7 +141,12 @@ async fn explain_round(
     writeln!(out, "{}", shown.display_indent()).ok();
     if let Some(first) = clients.first() {
         writeln!(out, "-- physical, at client '{}':", first.name()).ok();
-        write!(out, "{}", first.explain(&round.encoder).await?).ok();
+        write!(
+            out,
+            "{}",
+            first.explain(&round.encoder_for(first.name())?).await?
+        )
+        .ok();
     }
 
     let schema = round.encoder.state_schema();

@@ -99,7 +99,7 @@ pub async fn execute_per_client(
                 let client = clients.get(i).ok_or_else(|| {
                     FedError::Internal(format!("client {i} chosen of {}", clients.len()))
                 })?;
-                let client_state = client.encode(&round.encoder).await?;
+                let client_state = client.encode(&round.encoder_for(client.name())?).await?;
                 let decode = merge_and_decode(&round.partial, &[client_state])?;
                 Ok::<_, FedError>(ClientAnswer {
                     client: client.name().to_string(),
@@ -119,7 +119,12 @@ pub async fn run_round(
     let table = round.table();
     let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
         // Masked states: what arrives is the masked state itself.
-        collect_masked_states(table.clients(), &round.encoder)
+        let encoders = table
+            .clients()
+            .iter()
+            .map(|c| round.encoder_for(c.name()))
+            .collect::<Result<Vec<_>>>()?;
+        collect_masked_states(table.clients(), &encoders)
             .await?
             .into_iter()
             .map(|(state, time)| {
@@ -137,7 +142,8 @@ pub async fn run_round(
     } else {
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
-            let (state, traffic) = client.encode_with_traffic(&round.encoder).await?;
+            let encoder = round.encoder_for(client.name())?;
+            let (state, traffic) = client.encode_with_traffic(&encoder).await?;
             Ok::<_, FedError>((state, start.elapsed(), traffic))
         }))
         .await?

@@ -91,6 +91,16 @@ impl Encoder {
         self
     }
 
+    /// The same encoder with its plan rewritten by `rewrite` (and
+    /// validated again), e.g. to bind what differs between clients.
+    pub fn rewritten(
+        &self,
+        rewrite: impl FnOnce(LogicalPlan) -> Result<LogicalPlan>,
+    ) -> Result<Self> {
+        let plan = rewrite(self.plan.clone())?;
+        Ok(Self::try_new(plan, Arc::clone(&self.state_schema))?.in_fit(self.fit_scope))
+    }
+
     /// The fit this encoder belongs to, if any.
     pub fn fit_scope(&self) -> Option<u64> {
         self.fit_scope

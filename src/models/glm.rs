@@ -386,6 +386,13 @@ fn fit_model<'a>(
     with_null: bool,
 ) -> BoxFuture<'a, Result<GlmFit>> {
     async move {
+        let expanded = GlmSpec {
+            formula: spec
+                .formula
+                .expand_dot(spec.source.schema(ctx).await?.as_ref()),
+            ..spec.clone()
+        };
+        let spec = &expanded;
         let design = design(ctx, spec).await?;
         let k = design.names.len();
         let config = |beta: Option<Vec<f64>>, null_mu: NullMean| IrlsConfig {

@@ -157,6 +157,7 @@ pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
             "the response `{y}` is {y_type}; lm needs a numeric response"
         )));
     }
+    let formula = &formula.expand_dot(&schema);
     let factors = formula.factors(&schema)?;
     let levels = learn_levels(ctx, source, formula, &factors).await?;
     let design = design_columns(formula, &schema, &levels)?;

@@ -227,15 +227,16 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
         Some(column) => numeric_argument(&schema, column, "offset")?,
         None => "0.0".into(),
     };
-    let factors = spec.formula.factors(&schema)?;
-    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
+    let formula = &spec.formula.expand_dot(&schema);
+    let factors = formula.factors(&schema)?;
+    let levels = learn_levels(ctx, &spec.source, formula, &factors).await?;
     let mut names = Vec::new();
     let mut columns = Vec::new();
     if spec.formula.intercept {
         names.push(INTERCEPT.to_string());
         columns.push("1.0".to_string());
     }
-    for c in design_columns(&spec.formula, &schema, &levels)? {
+    for c in design_columns(formula, &schema, &levels)? {
         names.push(c.name);
         columns.push(c.sql);
     }
@@ -249,7 +250,7 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
         offset,
         columns,
         names,
-        used: spec.formula.columns(),
+        used: formula.columns(),
     })
 }
 

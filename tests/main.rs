@@ -40,3 +40,5 @@ mod stats;
 mod survival;
 #[path = "suites/tables.rs"]
 mod tables;
+#[path = "suites/vcov.rs"]
+mod vcov;

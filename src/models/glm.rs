@@ -1,7 +1,8 @@
-//! `glm` and `glm_stats`: generalized linear models by federated IRLS.
+//! `glm`, `glm_stats` and `glm_vcov`: generalized linear models by federated IRLS.
 //!
 //! ```sql
 //! SELECT * FROM glm('clinic', 'event ~ age + bmi + smoker + C(region)', 'binomial');
+//! SELECT * FROM glm_vcov('clinic', 'event ~ age + bmi', 'binomial');  -- term1, term2, covariance
 //! SELECT * FROM glm_stats('star98', 'cbind(nabove, nbelow) ~ lowinc + perasian', 'binomial');
 //! SELECT * FROM glm('scotland', 'yes ~ coutax + unempf', 'gamma(log)', 'maxit=50, epsilon=1e-10');
 //! ```
@@ -13,9 +14,11 @@
 //! next coefficients. Start values and the stopping rule are R's `glm.fit`:
 //! the first round starts from `mustart`, and the fit stops when
 //! |dev − dev_old| / (|dev| + 0.1) < epsilon (1e-8), after at most maxit
-//! (25) rounds; a non-finite deviance halves the step as R does. Standard
-//! errors come from the information matrix at the final estimate (the
-//! round that evaluates it also returns its X'WX).
+//! (25) rounds; a non-finite deviance halves the step as R does. The
+//! covariance of the estimates (and so the standard errors) comes, as in
+//! R's `summary.glm` and `vcov`, from the X'WX of the last IRLS step — the
+//! one whose solution is the estimate — times the dispersion, Pearson's
+//! X² / df at the estimate.
 //!
 //! Options (fourth argument, `key=value` separated by commas): `maxit`,
 //! `epsilon`, and `weights=column` for prior weights.
@@ -39,7 +42,9 @@ use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
 use super::fit_table::{argument_error, model_table};
-use super::inference::{Reference, coefficients_batch, coefficients_schema};
+use super::inference::{
+    Reference, coefficients_batch, coefficients_schema, vcov_batch, vcov_schema,
+};
 use super::options::{parse_options, unknown_option};
 use super::source::{
     ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
@@ -59,6 +64,8 @@ const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[
 pub enum GlmOutput {
     Coefficients,
     Stats,
+    /// The covariance matrix of the estimates, one row per pair of terms.
+    Vcov,
 }
 
 /// The table functions `glm` and `glm_stats`.
@@ -123,6 +130,7 @@ impl TableFunctionImpl for GlmFunction {
         let name = match self.output {
             GlmOutput::Coefficients => "glm",
             GlmOutput::Stats => "glm_stats",
+            GlmOutput::Vcov => "glm_vcov",
         };
         let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
         let spec = GlmSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
@@ -134,6 +142,7 @@ impl TableFunctionImpl for GlmFunction {
         let schema = match output {
             GlmOutput::Coefficients => coefficients_schema(),
             GlmOutput::Stats => stats_schema(),
+            GlmOutput::Vcov => vcov_schema(),
         };
         Ok(model_table(
             label,
@@ -155,6 +164,7 @@ impl TableFunctionImpl for GlmFunction {
                         fit.coefficients()?
                     }
                     GlmOutput::Stats => fit.stats()?,
+                    GlmOutput::Vcov => vcov_batch(&fit.terms, &fit.covariance)?,
                 };
                 Ok((batch, notices))
             },
@@ -203,6 +213,9 @@ pub struct GlmFit {
     pub iterations: usize,
     pub converged: bool,
     pub warnings: Vec<String>,
+    /// The covariance matrix of the estimates (R's `vcov()`): the
+    /// dispersion times the inverse information; `None` for aliased terms.
+    pub covariance: Vec<Vec<Option<f64>>>,
 }
 
 impl GlmFit {
@@ -437,6 +450,8 @@ fn fit_model<'a>(
         let kept: Vec<usize> = (0..k).filter(|&j| !aliased[j]).collect();
 
         let mut beta = solve(&start, &kept, k)?;
+        // The X'WX the current `beta` was solved from (R's last `fit$qr`).
+        let mut solved_from = start.xtwx.clone();
         let mut previous: Option<Vec<f64>> = None;
         let mut dev_old = start.deviance;
         let mut iterations = 0;
@@ -495,6 +510,7 @@ fn fit_model<'a>(
             }
             previous = Some(beta.clone());
             beta = solve(&last, &kept, k)?;
+            solved_from = last.xtwx.clone();
         }
 
         let mut warnings = Vec::new();
@@ -524,14 +540,18 @@ fn fit_model<'a>(
         } else {
             1.0
         };
-        let inverse = inverse_spd(&select(&to_dmatrix(&last.xtwx), &kept)).ok_or_else(|| {
+        let inverse = inverse_spd(&select(&to_dmatrix(&solved_from), &kept)).ok_or_else(|| {
             FedError::InvalidArgument("the information matrix at the estimate is singular".into())
         })?;
         let mut estimate = vec![None; k];
         let mut std_error = vec![None; k];
+        let mut covariance = vec![vec![None; k]; k];
         for (i, &j) in kept.iter().enumerate() {
             estimate[j] = Some(beta[j]);
             std_error[j] = Some((dispersion * inverse[(i, i)]).sqrt());
+            for (a, &l) in kept.iter().enumerate() {
+                covariance[j][l] = Some(dispersion * inverse[(i, a)]);
+            }
         }
         let null_deviance = match null_mu {
             NullMean::None if !with_null => f64::NAN,
@@ -573,6 +593,7 @@ fn fit_model<'a>(
             iterations,
             converged,
             warnings,
+            covariance,
         })
     }
     .boxed()

@@ -1,8 +1,10 @@
-//! `lm` and `lm_stats`: linear regression from SQL, in one federated round.
+//! `lm`, `lm_stats` and `lm_vcov`: linear regression from SQL, in one
+//! federated round.
 //!
 //! ```sql
 //! SELECT * FROM lm('clinic', 'systolic ~ age + bmi + smoker');
 //! SELECT * FROM lm_stats('SELECT * FROM clinic WHERE age > 40', 'systolic ~ age + C(region)');
+//! SELECT * FROM lm_vcov('clinic', 'systolic ~ age + bmi');  -- term1, term2, covariance
 //! ```
 //!
 //! The design columns of the formula become SQL expressions; one federated
@@ -36,6 +38,8 @@ pub enum LmOutput {
     Coefficients,
     /// One row of fit statistics.
     Stats,
+    /// The covariance matrix of the estimates, one row per pair of terms.
+    Vcov,
 }
 
 /// The table functions `lm` and `lm_stats`.
@@ -73,6 +77,7 @@ impl TableFunctionImpl for LmFunction {
                 let batch = match output {
                     LmOutput::Coefficients => coefficients_batch(&fit.ols)?,
                     LmOutput::Stats => stats_batch(&fit)?,
+                    LmOutput::Vcov => inference::vcov_batch(&fit.ols.terms, &fit.ols.covariance)?,
                 };
                 Ok((batch, Vec::new()))
             },
@@ -85,6 +90,7 @@ impl LmFunction {
         match self.output {
             LmOutput::Coefficients => "lm",
             LmOutput::Stats => "lm_stats",
+            LmOutput::Vcov => "lm_vcov",
         }
     }
 
@@ -92,6 +98,7 @@ impl LmFunction {
         match self.output {
             LmOutput::Coefficients => coefficients_schema(),
             LmOutput::Stats => stats_schema(),
+            LmOutput::Vcov => inference::vcov_schema(),
         }
     }
 }

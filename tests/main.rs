@@ -12,6 +12,8 @@ mod consistency;
 mod dataframe;
 #[path = "suites/explain.rs"]
 mod explain;
+#[path = "suites/explain_fits.rs"]
+mod explain_fits;
 #[path = "suites/fedsgd.rs"]
 mod fedsgd;
 #[path = "suites/formulas.rs"]

@@ -71,14 +71,18 @@ pub fn bind_client_name(encoder: &Encoder, client: &str) -> Result<Encoder> {
     if !reads_virtual_column(encoder.plan()) {
         return Ok(encoder.clone());
     }
-    encoder.rewritten(|plan| {
-        Ok(plan
-            .transform_up_with_subqueries(|node| match node {
-                LogicalPlan::TableScan(scan) => bind_scan(scan, client),
-                other => Ok(Transformed::no(other)),
-            })?
-            .data)
-    })
+    encoder.rewritten(|plan| bind_plan(plan, client))
+}
+
+/// A plan with every federated scan bound as in [`bind_client_name`]
+/// (for a plan that is not yet an encoder).
+pub fn bind_plan(plan: LogicalPlan, client: &str) -> Result<LogicalPlan> {
+    Ok(plan
+        .transform_up_with_subqueries(|node| match node {
+            LogicalPlan::TableScan(scan) => bind_scan(scan, client),
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
 }
 
 fn reads_virtual_column(plan: &LogicalPlan) -> bool {

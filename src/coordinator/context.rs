@@ -22,10 +22,12 @@ use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
+use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
 use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
+use crate::models::fit_table::FitTable;
 use crate::notices::{Notices, Progress};
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::local::LocalClient;
@@ -132,14 +134,28 @@ impl FedContext {
             return self.empty();
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "ANALYZE", "FEDERATED"]) {
-            let (_, reports) = Box::pin(self.sql(rest))
+            // Every round the statement runs, a model fit's included, is logged.
+            let log = Arc::new(RoundLog::default());
+            let mut state = self.ctx.state();
+            state.config_mut().set_extension(Arc::clone(&log));
+            Box::pin(FedContext::from_state(state).sql(rest))
                 .await?
-                .collect_with_report()
+                .collect()
                 .await?;
+            let reports = log.take();
+            if reports.is_empty() {
+                return Err(FedError::InvalidArgument(
+                    "EXPLAIN ANALYZE FEDERATED: the statement ran no federated round (use EXPLAIN ANALYZE)".into(),
+                ));
+            }
+            self.notice(explain::analyze_summary(&reports));
             return self.batch_result(explain::analyze_batch(&reports)?);
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
             let df = self.ctx.sql(rest).await?;
+            if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
+                return self.text_result("plan", &text);
+            }
             let text = self.explain_plan(df, &query_label(rest)).await?;
             return self.text_result("plan", &text);
         }

@@ -41,13 +41,13 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
-use super::fit_table::{argument_error, model_table};
+use super::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use super::inference::{
     Reference, coefficients_batch, coefficients_schema, vcov_batch, vcov_schema,
 };
 use super::options::{parse_options, unknown_option};
 use super::source::{
-    ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
+    ModelSource, complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
 };
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
@@ -144,7 +144,12 @@ impl TableFunctionImpl for GlmFunction {
             GlmOutput::Stats => stats_schema(),
             GlmOutput::Vcov => vcov_schema(),
         };
-        Ok(model_table(
+        let explained = spec.clone();
+        let program: Program = Arc::new(move |ctx| {
+            let spec = explained.clone();
+            Box::pin(async move { explain(&ctx, &spec).await })
+        });
+        let table = model_table(
             label,
             schema,
             spec,
@@ -168,7 +173,8 @@ impl TableFunctionImpl for GlmFunction {
                 };
                 Ok((batch, notices))
             },
-        ))
+        );
+        Ok(FitTable::explained(table, program))
     }
 }
 
@@ -349,13 +355,11 @@ async fn round(
     design: &Design,
     config: &IrlsConfig,
 ) -> Result<(IrlsSums, i64)> {
-    let sql = format!(
-        "SELECT count(*) AS total, irls_step('{}', {}) AS sums FROM {}",
-        config.encode(),
-        design.arguments.join(", "),
-        spec.source.from
-    );
-    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batches = ctx
+        .sql(&round_sql(spec, design, config))
+        .await?
+        .collect()
+        .await?;
     let batch = batches
         .first()
         .ok_or_else(|| FedError::Internal("an IRLS round returned nothing".into()))?;
@@ -363,6 +367,77 @@ async fn round(
     let sums = batch.column(1).as_list::<i32>().value(0);
     let sums = sums.as_primitive::<Float64Type>().values();
     Ok((IrlsSums::from_slice(sums, design.names.len()), total))
+}
+
+/// The query of one IRLS round.
+fn round_sql(spec: &GlmSpec, design: &Design, config: &IrlsConfig) -> String {
+    format!(
+        "SELECT count(*) AS total, irls_step('{}', {}) AS sums FROM {}",
+        config.encode(),
+        design.arguments.join(", "),
+        spec.source.from
+    )
+}
+
+/// `EXPLAIN FEDERATED` of a fit: the levels round when the formula has
+/// factors (which runs, as the design depends on it), then the IRLS round
+/// (planned only), which repeats with new coefficients.
+pub async fn explain(ctx: &FedContext, spec: &GlmSpec) -> Result<String> {
+    let schema = spec.source.schema(ctx).await?;
+    let spec = &GlmSpec {
+        formula: spec.formula.expand_dot(&schema),
+        ..spec.clone()
+    };
+    let factors = spec.formula.factors(&schema)?;
+    let mut out = format!(
+        "== Program of glm('{}', family {}({})): {}IRLS rounds, at most {} + 1 ==\n",
+        spec.source.given,
+        spec.family,
+        spec.link,
+        if factors.is_empty() {
+            ""
+        } else {
+            "one levels round, then "
+        },
+        spec.maxit
+    );
+    let mut step = 1;
+    if !factors.is_empty() {
+        out += &explain_step(
+            ctx,
+            "Step 1: the levels of the factors (one GROUP BY round; EXPLAIN runs it, the design depends on it)",
+            &levels_sql(&spec.source, &spec.formula, &factors),
+        )
+        .await?;
+        step += 1;
+    }
+    let design = design(ctx, spec).await?;
+    let config = IrlsConfig {
+        family: spec.family,
+        link: spec.link,
+        beta: None,
+        null_mu: NullMean::None,
+    };
+    out += &explain_step(
+        ctx,
+        &format!(
+            "Step {step}: IRLS round 1, from R's starting means: X'WX, X'Wz, the deviance and counts over {} design column(s)",
+            design.names.len()
+        ),
+        &round_sql(spec, &design, &config),
+    )
+    .await?;
+    out += &format!(
+        "#### Step {}: IRLS rounds 2, 3, ...: the same encoder, the current coefficients its one shared parameter (the same state size); until |dev - dev_old| / (|dev| + 0.1) < {}, at most {} rounds in all; a round whose deviance is not finite is run again with the step halved\n",
+        step + 1,
+        spec.epsilon,
+        spec.maxit + 1
+    );
+    if spec.formula.intercept && spec.formula.offset.is_some() {
+        out += "#### Then the null model (y ~ 1 + offset) for the null deviance: its own IRLS rounds with one column\n";
+    }
+    out += "== Then, on the coordinator: the estimates, and their covariance from the last round's X'WX; no further round ==\n";
+    Ok(out)
 }
 
 /// Solves the weighted least-squares step on the kept (non-aliased) columns.

@@ -81,6 +81,22 @@ pub fn complete_cases(columns: &[String]) -> String {
         .join(" AND ")
 }
 
+/// The query of the levels round: each factor's values over the complete
+/// cases, in one federated GROUP BY (GROUPING SETS when there are several).
+pub fn levels_sql(source: &ModelSource, formula: &Formula, factors: &[String]) -> String {
+    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
+    let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
+    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
+    format!(
+        "SELECT {}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
+        quoted.join(", "),
+        flags.join(", "),
+        source.from,
+        complete_cases(&formula.columns()),
+        sets.join(", ")
+    )
+}
+
 /// The sorted levels of each factor over the complete cases, in one
 /// federated GROUP BY (GROUPING SETS when there are several factors).
 pub async fn learn_levels(
@@ -92,17 +108,7 @@ pub async fn learn_levels(
     if factors.is_empty() {
         return Ok(Vec::new());
     }
-    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
-    let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
-    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
-    let sql = format!(
-        "SELECT {}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
-        quoted.join(", "),
-        flags.join(", "),
-        source.from,
-        complete_cases(&formula.columns()),
-        sets.join(", ")
-    );
+    let sql = levels_sql(source, formula, factors);
     let batches = ctx.sql(&sql).await?.collect().await?;
     let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
     for batch in &batches {

@@ -126,3 +126,24 @@ async fn a_real_client_column_takes_precedence_and_says_so() {
         ]
     );
 }
+
+#[tokio::test]
+async fn workers_get_their_name_bound_by_the_coordinator() {
+    let f = federation(&[1, 300, 599], Format::Csv).await;
+    let workers = crate::remote::Workers::start(&f.client_files, "clinic").await;
+    let ctx = crate::remote::remote_context(&workers).await;
+    let batches = ctx
+        .sql("SELECT _client, count(*) AS n FROM clinic WHERE _client <> 'nobody' GROUP BY _client ORDER BY _client")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let want: Vec<Vec<Cell>> = f
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| vec![Cell::Text(format!("h{i}")), Cell::Text(n.to_string())])
+        .collect();
+    assert_eq!(rows_of(&batches), want);
+}

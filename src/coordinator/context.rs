@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::StringArray;
+use datafusion::arrow::array::{BooleanArray, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -355,7 +355,8 @@ impl FedContext {
     }
 
     /// One row per client of a federated table: client, format, location,
-    /// and the disclosure policy it enforces.
+    /// the disclosure policy it enforces, and whether it can be reached now
+    /// (if not, why).
     pub async fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
         let provider = self.federated_table(name).await?;
         let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
@@ -365,7 +366,15 @@ impl FedContext {
             Field::new("format", DataType::Utf8, false),
             Field::new("location", DataType::Utf8, false),
             Field::new("policy", DataType::Utf8, false),
+            Field::new("reachable", DataType::Boolean, false),
+            Field::new("why_not", DataType::Utf8, true),
         ]));
+        let reachable = try_join_all(
+            clients
+                .iter()
+                .map(|c| async { Ok::<_, FedError>(c.check_reachable().await.err()) }),
+        )
+        .await?;
         Ok(RecordBatch::try_new(
             schema,
             vec![
@@ -381,6 +390,10 @@ impl FedContext {
                 Arc::new(StringArray::from_iter_values(
                     clients.iter().map(|c| c.policy()),
                 )),
+                Arc::new(BooleanArray::from_iter(
+                    reachable.iter().map(|why| Some(why.is_none())),
+                )),
+                Arc::new(StringArray::from(reachable)),
             ],
         )?)
     }

@@ -243,6 +243,14 @@ impl ClientRunner for RemoteClient {
         .into()
     }
 
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        match self.observe_schema().await {
+            Ok(_) => Ok(()),
+            Err(FedError::Client { message, .. }) => Err(message),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
         Ok(self.encode_with_traffic(encoder).await?.0)
     }

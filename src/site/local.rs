@@ -77,6 +77,8 @@ pub struct LocalClient {
     secrets: ClientSecrets,
     /// The data owner's disclosure policy, if any.
     policy: Option<DisclosurePolicy>,
+    /// The client's files (none for rows held in memory).
+    files: Vec<std::path::PathBuf>,
 }
 
 impl fmt::Debug for LocalClient {
@@ -118,6 +120,7 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            files: files.files.clone(),
         })
     }
 
@@ -143,6 +146,7 @@ impl LocalClient {
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
+            files: Vec::new(),
         })
     }
 
@@ -264,6 +268,16 @@ impl ClientRunner for LocalClient {
 
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        match self.files.iter().find(|f| !f.is_file()) {
+            None => Ok(()),
+            Some(_) if self.policy.is_some() => {
+                Err("a file is missing (details withheld under its disclosure policy)".into())
+            }
+            Some(file) => Err(format!("the file {} is missing", file.display())),
+        }
     }
 
     fn format(&self) -> String {

@@ -26,6 +26,10 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     fn policy(&self) -> String {
         "none".into()
     }
+    /// Whether the client can be reached now, and if not, why (for `\\clients`).
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// Runs the encoder over this client's rows and returns its state.
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch>;
     /// The physical plan this client would run for the encoder.

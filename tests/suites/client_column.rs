@@ -3,6 +3,7 @@
 //! any other column; compared with the same query over each client's file
 //! read on its own in a plain DataFusion context.
 
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 use fedsql::FedContext;
 use tempfile::TempDir;
@@ -146,4 +147,28 @@ async fn workers_get_their_name_bound_by_the_coordinator() {
         .map(|(i, n)| vec![Cell::Text(format!("h{i}")), Cell::Text(n.to_string())])
         .collect();
     assert_eq!(rows_of(&batches), want);
+}
+
+#[tokio::test]
+async fn show_clients_says_whether_each_client_is_reachable_and_why_not() {
+    let f = federation(&[450, 450], Format::Csv).await;
+    std::fs::remove_file(&f.client_files[1]).unwrap();
+    let batches = f
+        .fed
+        .sql("SHOW CLIENTS clinic")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let b = &batches[0];
+    let reachable = b.column_by_name("reachable").unwrap().as_boolean();
+    let why = b.column_by_name("why_not").unwrap().as_string::<i32>();
+    assert!(reachable.value(0) && why.is_null(0));
+    assert!(!reachable.value(1));
+    assert!(
+        why.value(1).contains("is missing") && why.value(1).contains("c1"),
+        "{}",
+        why.value(1)
+    );
 }

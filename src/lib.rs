@@ -37,6 +37,7 @@ pub mod print;
 pub mod repl;
 pub mod site;
 pub mod stats;
+pub mod suggest;
 pub mod wire;
 
 pub use coordinator::context::{FedContext, TableInfo};

@@ -222,10 +222,13 @@ impl FedContext {
             }
         }
         let sites: Vec<Site> = match &stmt.clients {
-            ClientList::Location(dir) => ClientFiles::discover(dir, stmt.format)?
-                .into_iter()
-                .map(Site::Local)
-                .collect(),
+            ClientList::Location(dir) => {
+                remote::check_option_keys(&stmt.options, &[])?;
+                ClientFiles::discover(dir, stmt.format)?
+                    .into_iter()
+                    .map(Site::Local)
+                    .collect()
+            }
             ClientList::Named(named) => {
                 let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
                 remote::check_option_keys(&stmt.options, &names)?;
@@ -233,7 +236,7 @@ impl FedContext {
                     .iter()
                     .map(|(name, path)| {
                         let location = path.to_string_lossy();
-                        if remote::is_worker_url(&location) {
+                        if remote::is_url(&location) {
                             let url = remote::WorkerUrl::parse(&location, &stmt.name)?;
                             let options = remote::RemoteOptions::for_client(&stmt.options, name)?;
                             Ok(Site::Remote(Arc::new(RemoteClient::new(

@@ -742,7 +742,28 @@ async fn a_tls_worker_serves_over_grpcs() {
     .await
     .unwrap_err()
     .to_string();
-    assert!(err.contains("client 'plain'"), "{err}");
+    assert!(
+        err.contains("client 'plain'") && err.contains("the worker speaks TLS: use grpcs://"),
+        "{err}"
+    );
+    // TLS to a worker without it.
+    let plain = Workers::start(&f.client_files[..1], "clinic").await;
+    let err = run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('tls' = 'grpcs://localhost:{}') OPTIONS ('token_file' '{}', 'ca_cert' '{}', 'timeout' '3s')",
+            plain.workers[0].addr().port(),
+            plain.token_file.display(),
+            ca_file.display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("client 'tls'") && err.contains("the worker does not speak TLS: use grpc://"),
+        "{err}"
+    );
     let err = run(
         &ctx,
         &format!(

@@ -10,6 +10,8 @@ mod client_column;
 mod consistency;
 #[path = "suites/dataframe.rs"]
 mod dataframe;
+#[path = "suites/errors.rs"]
+mod errors;
 #[path = "suites/explain.rs"]
 mod explain;
 #[path = "suites/explain_fits.rs"]

@@ -221,12 +221,13 @@ impl FedContext {
                 )));
             }
         }
+        let csv = files::csv_options(&stmt.options)?;
         let sites: Vec<Site> = match &stmt.clients {
             ClientList::Location(dir) => {
                 remote::check_option_keys(&stmt.options, &[])?;
                 ClientFiles::discover(dir, stmt.format)?
                     .into_iter()
-                    .map(Site::Local)
+                    .map(|c| Site::Local(c.with_csv(csv.clone())))
                     .collect()
             }
             ClientList::Named(named) => {
@@ -243,11 +244,10 @@ impl FedContext {
                                 name, url, options,
                             )?)))
                         } else {
-                            Ok(Site::Local(ClientFiles::from_path(
-                                name,
-                                path,
-                                stmt.format,
-                            )?))
+                            Ok(Site::Local(
+                                ClientFiles::from_path(name, path, stmt.format)?
+                                    .with_csv(csv.clone()),
+                            ))
                         }
                     })
                     .collect::<Result<Vec<_>>>()?
@@ -265,6 +265,20 @@ impl FedContext {
             match site {
                 Site::Local(c) => observed.extend(files::observe_schemas(c)?),
                 Site::Remote(_) => observed.extend(remote_schemas.next()),
+            }
+        }
+        // A column that reads as text because of NA tokens, at every client.
+        for field in observed
+            .first()
+            .map(|o| o.schema.fields().clone())
+            .unwrap_or_default()
+            .iter()
+        {
+            if let Some(hint) = observed
+                .iter()
+                .find_map(|o| files::na_hint(o, field.name()))
+            {
+                self.notice(format!("Note: {hint}"));
             }
         }
         let schema = if stmt.columns.is_empty() {

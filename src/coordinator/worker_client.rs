@@ -240,6 +240,7 @@ impl RemoteClient {
                 file: self.url.to_string(),
                 has_rows: flag(HAS_ROWS_KEY),
                 positional: flag(POSITIONAL_KEY),
+                na_text: Vec::new(),
                 schema: Schema::new(schema.fields().clone()),
             })
         })

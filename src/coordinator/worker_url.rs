@@ -190,16 +190,7 @@ impl RemoteOptions {
     }
 }
 
-/// The CSV reading options a federated table passes to DataFusion, by
-/// DataFusion's names (`OPTIONS ('format.null_value' 'NA')`).
-pub const CSV_OPTION_KEYS: &[&str] = &[
-    "format.delimiter",
-    "format.null_value",
-    "format.has_header",
-    "format.quote",
-    "format.escape",
-    "format.compression",
-];
+pub use crate::site::files::CSV_OPTION_KEYS;
 
 /// Checks that every option key is known (`key` or `key.client` for one
 /// of `clients`), for every kind of client; an unknown key is refused

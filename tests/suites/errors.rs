@@ -1,0 +1,184 @@
+//! Errors that say what to do (issue 19, point 7): table options, CSV
+//! options by DataFusion's names, parse errors that name the client,
+//! column, data row and file line, and statement-level mistakes.
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Float64Type;
+use datafusion::arrow::record_batch::RecordBatch;
+use fedsql::FedContext;
+use tempfile::TempDir;
+
+async fn run(ctx: &FedContext, sql: &str) -> fedsql::Result<Vec<RecordBatch>> {
+    ctx.sql(sql).await?.collect().await
+}
+
+fn folder(files: &[(&str, &str)]) -> TempDir {
+    let dir = TempDir::new().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+fn float(batches: &[RecordBatch], column: usize) -> f64 {
+    let c = datafusion::arrow::compute::cast(
+        batches[0].column(column),
+        &datafusion::arrow::datatypes::DataType::Float64,
+    )
+    .unwrap();
+    c.as_primitive::<Float64Type>().value(0)
+}
+
+#[tokio::test]
+async fn a_bad_value_names_client_column_data_row_and_file_line() {
+    let dir = folder(&[("a.csv", "x,y\n1,2\n3,4\nabc,5\n"), ("b.csv", "x,y\n7,8\n")]);
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}'",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let e = run(&ctx, "SELECT sum(x) FROM t")
+        .await
+        .unwrap_err()
+        .to_string();
+    for words in [
+        "client 'a'",
+        "a.csv",
+        "column `x`",
+        "'abc' at data row 3 (file line 4, the header counted)",
+        "is not a Int64",
+    ] {
+        assert!(e.contains(words), "{words}: {e}");
+    }
+    // Under a disclosure policy: the column, the kind and the row only.
+    run(
+        &ctx,
+        &format!(
+            "CREATE OR REPLACE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}' OPTIONS ('min_group_rows' '1')",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let e = run(&ctx, "SELECT sum(x) FROM t")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a parse error in column `x` at data row 3"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("abc") && !e.contains("a.csv") && !e.contains("line 4"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn na_tokens_are_named_and_format_null_value_reads_them_as_null() {
+    let dir = folder(&[
+        ("a.csv", "x,y\n1,2.5\n3,4\n"),
+        ("b.csv", "x,y\n5,NA\n7,8\nNA,1\n"),
+    ]);
+    let ctx = FedContext::new();
+    let e = run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t LOCATION '{}'",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("reads as text at client 'b' because of 'NA' tokens")
+            && e.contains("OPTIONS ('format.null_value' 'NA')"),
+        "{e}"
+    );
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('format.null_value' 'NA')",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let got = run(
+        &ctx,
+        "SELECT sum(x), count(x), sum(y), count(y), count(*) FROM t",
+    )
+    .await
+    .unwrap();
+    // Centralized: the same rows with NA as NULL.
+    let central = datafusion::prelude::SessionContext::new();
+    let want = central
+        .sql("SELECT sum(x), count(x), sum(y), count(y), count(*) FROM (VALUES (1, 2.5), (3, 4.0), (5, NULL), (7, 8.0), (NULL, 1.0)) AS v(x, y)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    for i in 0..5 {
+        assert_eq!(float(&got, i), float(&want, i), "column {i}");
+    }
+}
+
+#[tokio::test]
+async fn csv_options_use_datafusions_names() {
+    let dir = folder(&[("a.csv", "x;y\n1;2\n3;4\n"), ("b.csv", "x;y\n5;6\n")]);
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('format.delimiter' ';', 'format.has_header' 'true', 'format.quote' '\"')",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let got = run(&ctx, "SELECT sum(x), sum(y) FROM t").await.unwrap();
+    assert_eq!((float(&got, 0), float(&got, 1)), (9.0, 12.0));
+}
+
+#[tokio::test]
+async fn unknown_options_schemes_and_words_are_named() {
+    let dir = folder(&[("a.csv", "x\n1\n")]);
+    let ctx = FedContext::new();
+    for (sql, words) in [
+        (
+            format!(
+                "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('format.nul_value' 'NA')",
+                dir.path().display()
+            ),
+            "unknown option 'format.nul_value': did you mean 'format.null_value'?",
+        ),
+        (
+            format!(
+                "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('min_grup_rows' '5')",
+                dir.path().display()
+            ),
+            "did you mean 'min_group_rows'?",
+        ),
+        (
+            "CREATE FEDERATED TABLE t CLIENTS ('a' = 'http://example.org:8080/t')".to_string(),
+            "the scheme `http://` is not one a worker speaks",
+        ),
+        (
+            format!(
+                "CREATE FEDERATED TABEL t LOCATION '{}'",
+                dir.path().display()
+            ),
+            "expected TABLE, found `TABEL`",
+        ),
+    ] {
+        let e = run(&ctx, &sql).await.unwrap_err().to_string();
+        assert!(e.contains(words), "{sql}: {e}");
+    }
+}

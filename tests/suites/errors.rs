@@ -182,3 +182,43 @@ async fn unknown_options_schemes_and_words_are_named() {
         assert!(e.contains(words), "{sql}: {e}");
     }
 }
+
+#[tokio::test]
+async fn a_backslash_command_beside_sql_in_one_c_is_refused() {
+    let ctx = FedContext::new();
+    let args = fedsql::cli::try_parse_args(["fedsql", "--no-demo", "-c", "SELECT 1; \\d"]).unwrap();
+    let mut out = Vec::new();
+    let e = fedsql::cli::run_sources(&ctx, &args.sources, args.repl_options(true), &mut out)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("one backslash command per -c"), "{e}");
+    assert!(out.is_empty(), "nothing ran");
+}
+
+#[tokio::test]
+async fn a_diverging_fedsgd_says_what_to_change() {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    run(
+        &ctx,
+        "SELECT * FROM fedsgd('clinic', 'systolic ~ age', 'linear', 'learning_rate=0.001, rounds=6')",
+    )
+    .await
+    .unwrap();
+    let notices = ctx.take_notices().join("\n");
+    assert!(
+        notices.contains("the loss is diverging")
+            && notices.contains("standardize=true")
+            && notices.contains("smaller learning_rate"),
+        "{notices}"
+    );
+    // Standardized, the same steps converge quietly.
+    run(
+        &ctx,
+        "SELECT * FROM fedsgd('clinic', 'systolic ~ age', 'linear', 'learning_rate=0.1, rounds=6, standardize=true')",
+    )
+    .await
+    .unwrap();
+    assert!(!ctx.take_notices().join("\n").contains("diverging"));
+}

@@ -624,13 +624,32 @@ pub async fn fit(
         }
         iterates.push(original_scale(&theta, &scaling, &design.names));
     }
+    let mut warnings = nonfinite_warnings(&skipped);
+    warnings.extend(divergence_warning(spec, &history, converged));
     Ok(FedSgdFit {
         estimate: original_scale(&theta, &scaling, &design.names),
         terms: design.names,
         iterates,
         history,
         converged,
-        warnings: nonfinite_warnings(&skipped),
+        warnings,
+    })
+}
+
+/// A warning when the loss ends higher than it started (every client in
+/// every round, so the losses are comparable): the steps overshoot.
+fn divergence_warning(
+    spec: &FedSgdSpec,
+    history: &[RoundRecord],
+    converged: bool,
+) -> Option<String> {
+    let (first, last) = (history.first()?, history.last()?);
+    let rising = last.loss > first.loss * (1.0 + 1e-9) && last.round > first.round;
+    (!converged && spec.clients_per_round.is_none() && rising).then(|| {
+        format!(
+            "fedsgd: the loss is diverging (it rose from {:.6e} in round {} to {:.6e} in round {}): use standardize=true, or a smaller learning_rate (it is {})",
+            first.loss, first.round, last.loss, last.round, spec.learning_rate
+        )
     })
 }
 

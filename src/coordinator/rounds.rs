@@ -24,7 +24,7 @@ use crate::coordinator::merge::merge_and_decode;
 use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
-use crate::site::runner::Traffic;
+use crate::site::runner::{ClientRunner, Traffic};
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::{exposure, secure};
 
@@ -168,7 +168,7 @@ pub async fn execute_per_client(
                 })?;
                 let start = Instant::now();
                 let encoder = round.encoder_for(client.name())?;
-                let (client_state, traffic) = client.encode_with_traffic(&encoder).await?;
+                let (client_state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
                 let figures = (
                     client.name().to_string(),
                     client_state.batch().num_rows(),
@@ -194,6 +194,21 @@ pub async fn execute_per_client(
             },
         );
         return Ok(answers.into_iter().map(|(a, _, _)| a).collect());
+    }
+}
+
+/// One client's encode, tried once more when a client across a network
+/// fails with anything but a refusal (a worker restarted, a connection
+/// dropped): its connection is remade and the same encoder sent again.
+async fn encode_retrying(
+    client: &dyn ClientRunner,
+    encoder: &Encoder,
+) -> Result<(StateBatch, Traffic)> {
+    match client.encode_with_traffic(encoder).await {
+        Err(FedError::Client { .. }) if client.retries() => {
+            client.encode_with_traffic(encoder).await
+        }
+        other => other,
     }
 }
 
@@ -229,7 +244,7 @@ pub async fn run_round(
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
             let encoder = round.encoder_for(client.name())?;
-            let (state, traffic) = client.encode_with_traffic(&encoder).await?;
+            let (state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
             Ok::<_, FedError>((state, start.elapsed(), traffic))
         }))
         .await?

@@ -301,6 +301,10 @@ impl ClientRunner for RemoteClient {
         .into()
     }
 
+    fn retries(&self) -> bool {
+        true
+    }
+
     async fn check_reachable(&self) -> std::result::Result<(), String> {
         match self.observe_schema().await {
             Ok(_) => Ok(()),

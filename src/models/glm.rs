@@ -369,6 +369,41 @@ async fn round(
     Ok((IrlsSums::from_slice(sums, design.names.len()), total))
 }
 
+/// A round's failure, named by the round; the coefficients reached so far
+/// (if any) are kept in a notice, so that a long fit is not lost silently.
+pub fn stopped(
+    ctx: &FedContext,
+    e: FedError,
+    model: &str,
+    round: usize,
+    names: &[String],
+    coefficients: &[f64],
+) -> FedError {
+    if !coefficients.is_empty() {
+        let values: Vec<String> = names
+            .iter()
+            .zip(coefficients)
+            .map(|(n, b)| format!("{n} = {b:?}"))
+            .collect();
+        ctx.notice(format!(
+            "{model} stopped in round {round}; the last coefficients were: {}",
+            values.join(", ")
+        ));
+    }
+    match e {
+        FedError::Client {
+            client,
+            location,
+            message,
+        } => FedError::Client {
+            client,
+            location,
+            message: format!("{model} round {round} failed: {message}"),
+        },
+        other => other,
+    }
+}
+
 /// The query of one IRLS round.
 fn round_sql(spec: &GlmSpec, design: &Design, config: &IrlsConfig) -> String {
     format!(
@@ -490,7 +525,9 @@ fn fit_model<'a>(
             null_mu,
         };
         // Round 1: from R's starting means; also the weighted mean of y.
-        let (start, total) = round(ctx, spec, &design, &config(None, NullMean::None)).await?;
+        let (start, total) = round(ctx, spec, &design, &config(None, NullMean::None))
+            .await
+            .map_err(|e| stopped(ctx, e, "glm", 1, &[], &[]))?;
         if start.invalid > 0.0 {
             let rule = spec
                 .family
@@ -542,8 +579,9 @@ fn fit_model<'a>(
             } else {
                 NullMean::None
             };
-            let (mut sums, _) =
-                round(ctx, spec, &design, &config(Some(beta.clone()), round_null)).await?;
+            let (mut sums, _) = round(ctx, spec, &design, &config(Some(beta.clone()), round_null))
+                .await
+                .map_err(|e| stopped(ctx, e, "glm", iterations + 1, &design.names, &beta))?;
             // A non-finite deviance halves the step back towards the last
             // good coefficients, as R's glm.fit does.
             let mut halvings = 0;

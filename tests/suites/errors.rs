@@ -222,3 +222,118 @@ async fn a_diverging_fedsgd_says_what_to_change() {
     .unwrap();
     assert!(!ctx.take_notices().join("\n").contains("diverging"));
 }
+
+/// A client across a "network" whose calls number `fail_from..fail_until`
+/// (counted from 1) fail as a dropped connection would.
+#[derive(Debug)]
+struct Flaky {
+    inner: fedsql::site::local::LocalClient,
+    calls: std::sync::atomic::AtomicUsize,
+    fail_from: usize,
+    fail_until: usize,
+}
+
+#[async_trait::async_trait]
+impl fedsql::site::runner::ClientRunner for Flaky {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn format(&self) -> String {
+        self.inner.format()
+    }
+    fn retries(&self) -> bool {
+        true
+    }
+    async fn encode(
+        &self,
+        encoder: &fedsql::wire::encoder::Encoder,
+    ) -> fedsql::Result<fedsql::wire::encoder::StateBatch> {
+        let call = 1 + self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if (self.fail_from..self.fail_until).contains(&call) {
+            return Err(fedsql::FedError::Client {
+                client: self.name().to_string(),
+                location: self.location(),
+                message: "connection reset by peer".into(),
+            });
+        }
+        self.inner.encode(encoder).await
+    }
+    async fn explain(&self, encoder: &fedsql::wire::encoder::Encoder) -> fedsql::Result<String> {
+        self.inner.explain(encoder).await
+    }
+}
+
+/// The demo rows over two clients, the second flaky.
+fn flaky_context(fail_from: usize, fail_until: usize) -> FedContext {
+    use fedsql::coordinator::demo::demo_schema;
+    use std::sync::Arc;
+    let schema = demo_schema();
+    let (header, rows) = crate::support::demo_rows();
+    let half = rows.len() / 2;
+    let mut runners: Vec<Arc<dyn fedsql::site::runner::ClientRunner>> = Vec::new();
+    for (i, part) in [&rows[..half], &rows[half..]].into_iter().enumerate() {
+        let csv = format!("{header}\n{}\n", part.join("\n"));
+        let batches: Vec<RecordBatch> =
+            datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
+                .with_header(true)
+                .build(std::io::Cursor::new(csv.into_bytes()))
+                .unwrap()
+                .map(|b| b.unwrap())
+                .collect();
+        let inner = fedsql::site::local::LocalClient::from_batches(
+            &format!("s{i}"),
+            "memory",
+            Arc::clone(&schema),
+            batches,
+        )
+        .unwrap();
+        runners.push(if i == 1 {
+            Arc::new(Flaky {
+                inner,
+                calls: Default::default(),
+                fail_from,
+                fail_until,
+            })
+        } else {
+            Arc::new(inner)
+        });
+    }
+    let ctx = FedContext::new();
+    ctx.register_federated(fedsql::coordinator::federated_table::FederatedTable::new(
+        "clinic", schema, runners,
+    ))
+    .unwrap();
+    ctx
+}
+
+#[tokio::test]
+async fn a_lost_client_is_retried_once_then_the_round_is_named_and_the_coefficients_kept() {
+    let sql = "SELECT * FROM glm('clinic', 'event ~ age + bmi', 'binomial')";
+    let steady = flaky_context(usize::MAX, usize::MAX);
+    let want = run(&steady, sql).await.unwrap();
+    // Its third call fails once: retried, the same fit.
+    let once = flaky_context(3, 4);
+    let got = run(&once, sql).await.unwrap();
+    for i in 0..3 {
+        assert_eq!(
+            crate::lm::value(&got, i, "estimate"),
+            crate::lm::value(&want, i, "estimate")
+        );
+    }
+    // From its third call on it is gone: the error names the round, and the
+    // coefficients of the round before are kept.
+    let gone = flaky_context(3, usize::MAX);
+    let e = run(&gone, sql).await.unwrap_err().to_string();
+    assert!(
+        e.contains("client 's1'") && e.contains("glm round 3 failed"),
+        "{e}"
+    );
+    let notices = gone.take_notices().join("\n");
+    assert!(
+        notices.contains("glm stopped in round 3; the last coefficients were: (Intercept) = "),
+        "{notices}"
+    );
+}

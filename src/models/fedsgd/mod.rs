@@ -574,7 +574,14 @@ pub async fn fit(
             .sql(&sql)
             .await?
             .collect_per_client(|names| choose_clients(names, per_round, &mut rng))
-            .await?;
+            .await
+            .map_err(|e| {
+                let last = match round {
+                    1 => Vec::new(),
+                    _ => original_scale(&theta, &scaling, &design.names),
+                };
+                crate::models::glm::stopped(ctx, e, "fedsgd", round, &design.names, &last)
+            })?;
         let answers = client_sums(&answers, k)?;
         if round == 1 {
             check_first_round(spec, &answers)?;

@@ -615,7 +615,8 @@ fn split_terms(rhs: &str) -> Result<Vec<(bool, String)>, String> {
             ('+' | '-', None) if depth == 0 => {
                 if !current.trim().is_empty() {
                     parts.push((sign, std::mem::take(&mut current)));
-                } else if !parts.is_empty() {
+                } else if !parts.is_empty() && !(c == '-' && sign) {
+                    // `x + -1` is R's `x - 1`; `x + + z` and `x - - z` are not terms.
                     return Err(format!("a term is missing before `{c}`"));
                 }
                 sign = c == '+';
@@ -899,6 +900,7 @@ mod tests {
         assert!(!f.intercept);
         let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
         assert_eq!(terms, ["a", "C(g)", "a:C(g)"]);
+        assert!(!Formula::parse("y ~ a + -1").unwrap().intercept);
         let f = Formula::parse("y ~ a*b + 0").unwrap();
         let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
         assert_eq!(terms, ["a", "b", "a:b"]);
@@ -939,6 +941,7 @@ mod tests {
             ("y ~ x^2", "I(x^2)"),
             ("y ~ x +", "ends with `+`"),
             ("y ~ x + + z", "a term is missing"),
+            ("y ~ x - - z", "a term is missing"),
             ("y ~ x -", "ends with `-`"),
             ("y ~ I(x +)", "cannot read `I(x +)` at `)`"),
             ("y ~ foo(x)", "not a column name"),

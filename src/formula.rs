@@ -615,7 +615,7 @@ fn split_terms(rhs: &str) -> Result<Vec<(bool, String)>, String> {
             ('+' | '-', None) if depth == 0 => {
                 if !current.trim().is_empty() {
                     parts.push((sign, std::mem::take(&mut current)));
-                } else if !parts.is_empty() && !(c == '-' && sign) {
+                } else if !(parts.is_empty() || c == '-' && sign) {
                     // `x + -1` is R's `x - 1`; `x + + z` and `x - - z` are not terms.
                     return Err(format!("a term is missing before `{c}`"));
                 }

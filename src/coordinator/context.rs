@@ -227,7 +227,7 @@ impl FedContext {
                 remote::check_option_keys(&stmt.options, &[])?;
                 ClientFiles::discover(dir, stmt.format)?
                     .into_iter()
-                    .map(|c| Site::Local(c.with_csv(csv.clone())))
+                    .map(|c| Site::Local(Box::new(c.with_csv(csv.clone()))))
                     .collect()
             }
             ClientList::Named(named) => {
@@ -244,10 +244,10 @@ impl FedContext {
                                 name, url, options,
                             )?)))
                         } else {
-                            Ok(Site::Local(
+                            Ok(Site::Local(Box::new(
                                 ClientFiles::from_path(name, path, stmt.format)?
                                     .with_csv(csv.clone()),
-                            ))
+                            )))
                         }
                     })
                     .collect::<Result<Vec<_>>>()?
@@ -490,7 +490,7 @@ impl FedContext {
 
 /// Where one client of a table being created is.
 enum Site {
-    Local(ClientFiles),
+    Local(Box<ClientFiles>),
     Remote(Arc<RemoteClient>),
 }
 

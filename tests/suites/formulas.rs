@@ -25,17 +25,13 @@ async fn run(ctx: &FedContext, sql: &str) -> Vec<RecordBatch> {
 fn assert_same_fit(what: &str, a: &[RecordBatch], b: &[RecordBatch], names: &[&str]) {
     assert_eq!(terms(a), names, "{what}");
     assert_eq!(terms(a).len(), terms(b).len(), "{what}");
-    for row in 0..names.len() {
+    for (row, name) in names.iter().enumerate() {
         for column in ["estimate", "std_error"] {
             let (x, y) = (
                 value(a, row, column).unwrap(),
                 value(b, row, column).unwrap(),
             );
-            assert!(
-                close(x, y, 1e-9),
-                "{what}: {} {column}: {x} vs {y}",
-                names[row]
-            );
+            assert!(close(x, y, 1e-9), "{what}: {name} {column}: {x} vs {y}");
         }
     }
 }

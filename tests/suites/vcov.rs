@@ -11,7 +11,16 @@ use crate::lm::{federated, read_csv, terms, value};
 use crate::support::close;
 
 /// (function, dataset, formula, family, reference, client sizes)
-const FITS: &[(&str, &str, &str, &str, &str, &[i64])] = &[
+type Fit = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [i64],
+);
+
+const FITS: &[Fit] = &[
     (
         "glm",
         "spector",

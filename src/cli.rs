@@ -269,6 +269,12 @@ pub async fn run_sources_in(
 ) -> Result<()> {
     for source in sources {
         let text = match source {
+            Source::Sql(sql) if mixes_command_and_sql(sql) => {
+                return Err(FedError::Syntax(format!(
+                    "one backslash command per -c: `{}` mixes a backslash command with SQL; give each as its own -c (or put them in a file for -f)",
+                    sql.trim()
+                )));
+            }
             Source::Sql(sql) => Cow::Borrowed(sql.as_str()),
             Source::File(path) => Cow::Owned(read_script(path)?),
         };
@@ -277,6 +283,21 @@ pub async fn run_sources_in(
         }
     }
     Ok(())
+}
+
+/// Whether a `-c` text holds a backslash command and something else.
+fn mixes_command_and_sql(text: &str) -> bool {
+    let text = text.trim();
+    if let Some(command) = text.strip_prefix('\\') {
+        return command.lines().count() > 1
+            || command
+                .split_once(';')
+                .is_some_and(|(_, rest)| !rest.trim().is_empty());
+    }
+    text.split(';')
+        .skip(1)
+        .chain(text.lines().skip(1))
+        .any(|part| part.trim_start().starts_with('\\'))
 }
 
 /// What the REPL prints when it starts; `demo_clients` is the number of
@@ -328,6 +349,15 @@ mod tests {
         assert_eq!(args.format, OutputFormat::Table);
         assert!(!args.quiet && !args.no_demo);
         assert_eq!(args.repl_options(false), ReplOptions::default());
+    }
+
+    #[test]
+    fn one_backslash_command_per_c() {
+        assert!(mixes_command_and_sql("SELECT 1; \\d"));
+        assert!(mixes_command_and_sql("\\d; SELECT 1"));
+        assert!(mixes_command_and_sql("SELECT 1\n\\clients t"));
+        assert!(!mixes_command_and_sql("\\d clinic"));
+        assert!(!mixes_command_and_sql("SELECT 'a\\b'; SELECT 2"));
     }
 
     #[test]

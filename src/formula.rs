@@ -6,7 +6,15 @@
 //! ```
 //!
 //! - numeric columns enter as they are; text columns and `C(x)` are factors,
-//!   treatment-coded with the first level (sorted) as reference;
+//!   treatment-coded with the first level (sorted) as reference, or the
+//!   level `C(x, Treatment('b'))` names (also `Treatment("b")`; inside an
+//!   SQL string literal the single quotes are doubled: `Treatment(''b'')`);
+//! - `I(expr)` computes a numeric variable from columns, numbers, `+ - * /`,
+//!   `^` (power) and the functions below; `log(x)` (natural), `exp(x)`,
+//!   `sqrt(x)` may be used directly as terms (their argument is an
+//!   expression too: `log(x + 1)`); the design column is named as written;
+//! - `.` stands for every column of the source not otherwise in the formula
+//!   (never the virtual `_client`);
 //! - `a:b` is an interaction, `a*b` means `a + b + a:b`;
 //! - `- 1` or `+ 0` drops the intercept (`+ 1` keeps it);
 //! - `cbind(s, f)` is a binomial response of successes and failures,
@@ -22,6 +30,7 @@ use std::fmt;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ScalarValue;
 
+use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::error::{FedError, Result};
 
 /// The left-hand side of a formula.
@@ -33,23 +42,63 @@ pub enum Response {
     Counts { successes: String, failures: String },
 }
 
-/// A variable in a term: a column, possibly forced to be a factor by `C()`.
+/// A variable in a term: a column, possibly forced to be a factor by `C()`,
+/// or a numeric transform of columns (`I(age^2)`, `log(x)`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Variable {
+    /// The column; for a transform, its text as written (its name).
     pub column: String,
     /// Written as `C(column)`.
     pub forced_factor: bool,
+    /// The reference level `C(column, Treatment('level'))` chose.
+    pub reference: Option<String>,
+    /// For a transform: the SQL computing it and the columns it reads.
+    pub transform: Option<Transform>,
+}
+
+/// A numeric variable computed from columns: `I(...)`, `log(...)`, ...
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transform {
+    pub sql: String,
+    pub columns: Vec<String>,
+}
+
+impl Variable {
+    fn column(column: String, forced_factor: bool) -> Self {
+        Self {
+            column,
+            forced_factor,
+            reference: None,
+            transform: None,
+        }
+    }
+
+    /// The source columns the variable reads.
+    pub fn source_columns(&self) -> Vec<String> {
+        match &self.transform {
+            Some(t) => t.columns.clone(),
+            None => vec![self.column.clone()],
+        }
+    }
 }
 
 impl fmt::Display for Variable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.forced_factor {
-            write!(f, "C({})", self.column)
-        } else {
-            f.write_str(&self.column)
+        match (&self.reference, self.forced_factor) {
+            (Some(level), _) => write!(
+                f,
+                "C({}, Treatment('{}'))",
+                self.column,
+                level.replace('\'', "\\'")
+            ),
+            (None, true) => write!(f, "C({})", self.column),
+            (None, false) => f.write_str(&self.column),
         }
     }
 }
+
+/// The term `.` stands for, until the source's columns are known.
+const DOT: &str = ".";
 
 /// A term: one variable (a main effect) or an interaction of several.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +120,8 @@ pub struct Formula {
     pub terms: Vec<Term>,
     pub intercept: bool,
     pub offset: Option<String>,
+    /// Terms written with `-`, applied again when `.` is expanded.
+    pub removed: Vec<Term>,
 }
 
 impl Formula {
@@ -87,6 +138,7 @@ impl Formula {
             terms: Vec::new(),
             intercept: true,
             offset: None,
+            removed: Vec::new(),
         };
         for (sign, item) in split_terms(rhs).map_err(err)? {
             let item = item.trim();
@@ -99,7 +151,11 @@ impl Formula {
                     formula
                         .terms
                         .retain(|t| !removed.iter().any(|r| r.same_variables(t)));
+                    formula.removed.extend(removed);
                 }
+                DOT if sign => formula.terms.push(Term {
+                    variables: vec![Variable::column(DOT.into(), false)],
+                }),
                 _ if item.starts_with("offset(") => {
                     let column = inner(item, "offset").map_err(err)?;
                     if formula.offset.replace(column).is_some() {
@@ -141,7 +197,11 @@ impl Formula {
         }
         for term in &self.terms {
             for v in &term.variables {
-                add(&v.column);
+                for c in v.source_columns() {
+                    if c != DOT {
+                        add(&c);
+                    }
+                }
             }
         }
         if let Some(offset) = &self.offset {
@@ -162,6 +222,55 @@ impl Formula {
         }
         Ok(factors)
     }
+
+    /// The formula with `.` replaced by every column of `schema` not
+    /// otherwise in it (R's rule), in the schema's order; never `_client`.
+    pub fn expand_dot(&self, schema: &Schema) -> Formula {
+        let Some(at) = self.terms.iter().position(is_dot) else {
+            return self.clone();
+        };
+        let mut named: Vec<String> = match &self.response {
+            Response::Column(c) => vec![c.clone()],
+            Response::Counts {
+                successes,
+                failures,
+            } => vec![successes.clone(), failures.clone()],
+        };
+        named.extend(self.offset.iter().cloned());
+        for term in &self.terms {
+            if let [v] = term.variables.as_slice()
+                && v.transform.is_none()
+            {
+                named.push(v.column.clone());
+            }
+        }
+        let dot_terms = schema
+            .fields()
+            .iter()
+            .map(|f| f.name())
+            .filter(|c| *c != CLIENT_COLUMN && !named.contains(c))
+            .map(|c| Term {
+                variables: vec![Variable::column(c.clone(), false)],
+            });
+        let mut terms: Vec<Term> = self.terms[..at].to_vec();
+        terms.extend(dot_terms);
+        terms.extend(self.terms[at + 1..].iter().filter(|t| !is_dot(t)).cloned());
+        terms.retain(|t| !self.removed.iter().any(|r| r.same_variables(t)));
+        let mut seen: Vec<Term> = Vec::new();
+        for t in terms {
+            if !seen.contains(&t) {
+                seen.push(t);
+            }
+        }
+        Formula {
+            terms: seen,
+            ..self.clone()
+        }
+    }
+}
+
+fn is_dot(term: &Term) -> bool {
+    matches!(term.variables.as_slice(), [v] if v.column == DOT && v.transform.is_none())
 }
 
 /// `A*B*C` → every sub-interaction; `A:B` → one term.
@@ -197,16 +306,253 @@ fn parse_product(item: &str) -> Result<Vec<Term>, String> {
 
 fn parse_variable(text: &str) -> Result<Variable, String> {
     let text = text.trim();
+    if text == DOT {
+        return Err("`.` stands alone, as a term of its own (`y ~ . + z`, `y ~ . - x`)".into());
+    }
     if text.starts_with("C(") {
+        let args = split_top(&inner(text, "C")?, ',');
+        return match args.as_slice() {
+            [column] => Ok(Variable::column(identifier(column)?, true)),
+            [column, contrast] => Ok(Variable {
+                reference: Some(treatment_reference(contrast)?),
+                ..Variable::column(identifier(column)?, true)
+            }),
+            _ => Err(format!(
+                "cannot read `{text}`: write C(column) or C(column, Treatment('level'))"
+            )),
+        };
+    }
+    if FUNCTIONS.iter().chain(&["I"]).any(|f| is_call(text, f)) {
+        let mut columns = Vec::new();
+        let sql = Arithmetic::new(text, &mut columns).parse()?;
+        if columns.is_empty() {
+            return Err(format!("`{text}` reads no column"));
+        }
         return Ok(Variable {
-            column: identifier(&inner(text, "C")?)?,
-            forced_factor: true,
+            transform: Some(Transform { sql, columns }),
+            ..Variable::column(text.split_whitespace().collect::<Vec<_>>().join(" "), false)
         });
     }
-    Ok(Variable {
-        column: identifier(text)?,
-        forced_factor: false,
-    })
+    Ok(Variable::column(identifier(text)?, false))
+}
+
+/// The functions a term may apply to a numeric expression, and their SQL.
+const FUNCTIONS: &[&str] = &["log", "exp", "sqrt", "log10", "log2", "abs"];
+
+fn is_call(text: &str, name: &str) -> bool {
+    text.strip_prefix(name)
+        .is_some_and(|rest| rest.trim_start().starts_with('(') && text.ends_with(')'))
+}
+
+/// The level of `Treatment('level')` (or `"level"`, `reference='level'`, a number).
+fn treatment_reference(text: &str) -> Result<String, String> {
+    let arg = inner(text.trim(), "Treatment").map_err(|_| {
+        format!(
+            "cannot read `{}`: the contrast is Treatment('level') (in an SQL string literal: Treatment(''level''))",
+            text.trim()
+        )
+    })?;
+    let arg = arg
+        .strip_prefix("reference")
+        .and_then(|a| a.trim_start().strip_prefix('='))
+        .unwrap_or(&arg)
+        .trim();
+    let unquoted = arg
+        .strip_prefix('\'')
+        .and_then(|a| a.strip_suffix('\''))
+        .or_else(|| arg.strip_prefix('"').and_then(|a| a.strip_suffix('"')));
+    match unquoted {
+        Some(level) => Ok(level.to_string()),
+        None if !arg.is_empty() && arg.parse::<f64>().is_ok() => Ok(arg.to_string()),
+        None => Err(format!(
+            "cannot read the level in `{}`: quote it, Treatment('{arg}')",
+            text.trim()
+        )),
+    }
+}
+
+/// A numeric expression over columns (`I(...)`, `log(...)`), read into SQL.
+struct Arithmetic<'a> {
+    text: &'a str,
+    chars: Vec<char>,
+    at: usize,
+    columns: &'a mut Vec<String>,
+}
+
+impl<'a> Arithmetic<'a> {
+    fn new(text: &'a str, columns: &'a mut Vec<String>) -> Self {
+        Self {
+            text,
+            chars: text.chars().collect(),
+            at: 0,
+            columns,
+        }
+    }
+
+    fn parse(mut self) -> Result<String, String> {
+        let sql = self.sum()?;
+        self.skip_space();
+        if self.at < self.chars.len() {
+            return Err(self.unexpected());
+        }
+        Ok(sql)
+    }
+
+    fn unexpected(&self) -> String {
+        let rest: String = self.chars[self.at.min(self.chars.len())..].iter().collect();
+        if rest.is_empty() {
+            format!("`{}` ends too early", self.text)
+        } else {
+            format!(
+                "cannot read `{}` at `{rest}` (an expression takes columns, numbers, + - * / ^, parentheses and {})",
+                self.text,
+                FUNCTIONS.join(", ")
+            )
+        }
+    }
+
+    fn skip_space(&mut self) {
+        while self.chars.get(self.at).is_some_and(|c| c.is_whitespace()) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<char> {
+        self.skip_space();
+        self.chars.get(self.at).copied()
+    }
+
+    fn sum(&mut self) -> Result<String, String> {
+        let mut sql = self.product()?;
+        while let Some(op @ ('+' | '-')) = self.peek() {
+            self.at += 1;
+            sql = format!("({sql} {op} {})", self.product()?);
+        }
+        Ok(sql)
+    }
+
+    fn product(&mut self) -> Result<String, String> {
+        let mut sql = self.power()?;
+        while let Some(op @ ('*' | '/')) = self.peek() {
+            self.at += 1;
+            sql = format!("({sql} {op} {})", self.power()?);
+        }
+        Ok(sql)
+    }
+
+    fn power(&mut self) -> Result<String, String> {
+        let base = self.unary()?;
+        if self.peek() == Some('^') {
+            self.at += 1;
+            // Right-associative, as in R: a^b^c = a^(b^c).
+            let exponent = self.power()?;
+            return Ok(format!("power({base}, {exponent})"));
+        }
+        Ok(base)
+    }
+
+    fn unary(&mut self) -> Result<String, String> {
+        match self.peek() {
+            Some('-') => {
+                self.at += 1;
+                Ok(format!("(- {})", self.unary()?))
+            }
+            Some('+') => {
+                self.at += 1;
+                self.unary()
+            }
+            _ => self.primary(),
+        }
+    }
+
+    fn primary(&mut self) -> Result<String, String> {
+        match self.peek() {
+            Some('(') => {
+                self.at += 1;
+                let sql = self.sum()?;
+                self.close()?;
+                Ok(sql)
+            }
+            Some('"') => {
+                let end = self.chars[self.at + 1..]
+                    .iter()
+                    .position(|&c| c == '"')
+                    .ok_or_else(|| format!("`{}`: an unclosed quote", self.text))?;
+                let name: String = self.chars[self.at + 1..self.at + 1 + end].iter().collect();
+                self.at += end + 2;
+                Ok(self.column(name))
+            }
+            Some(c) if c.is_ascii_digit() || c == '.' => {
+                let start = self.at;
+                while self
+                    .chars
+                    .get(self.at)
+                    .is_some_and(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E'))
+                    || (matches!(self.chars.get(self.at), Some('+' | '-'))
+                        && matches!(self.chars.get(self.at - 1), Some('e' | 'E')))
+                {
+                    self.at += 1;
+                }
+                let number: String = self.chars[start..self.at].iter().collect();
+                number
+                    .parse::<f64>()
+                    .map_err(|_| format!("`{number}` in `{}` is not a number", self.text))?;
+                Ok(format!("CAST({number} AS DOUBLE)"))
+            }
+            Some(c) if c.is_alphabetic() || c == '_' => {
+                let start = self.at;
+                while self
+                    .chars
+                    .get(self.at)
+                    .is_some_and(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+                {
+                    self.at += 1;
+                }
+                let name: String = self.chars[start..self.at].iter().collect();
+                if self.peek() != Some('(') {
+                    return Ok(self.column(name));
+                }
+                self.at += 1;
+                let argument = self.sum()?;
+                self.close()?;
+                let sql = match name.as_str() {
+                    "I" => return Ok(argument),
+                    "log" => "ln",
+                    "exp" => "exp",
+                    "sqrt" => "sqrt",
+                    "log10" => "log10",
+                    "log2" => "log2",
+                    "abs" => "abs",
+                    other => {
+                        return Err(format!(
+                            "`{other}(...)` in `{}` is not a known function (use {}, or I(...) for arithmetic)",
+                            self.text,
+                            FUNCTIONS.join(", ")
+                        ));
+                    }
+                };
+                Ok(format!("{sql}({argument})"))
+            }
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        if self.peek() == Some(')') {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(self.unexpected())
+        }
+    }
+
+    fn column(&mut self, name: String) -> String {
+        let sql = format!("CAST({} AS DOUBLE)", quote_ident(&name));
+        if !self.columns.contains(&name) {
+            self.columns.push(name);
+        }
+        sql
+    }
 }
 
 fn parse_response(text: &str) -> Result<Response, String> {
@@ -250,7 +596,7 @@ fn identifier(text: &str) -> Result<String, String> {
         Err("a term is missing".into())
     } else {
         Err(format!(
-            "`{text}` is not a column name (supported: columns, C(col), a:b, a*b, - 1, offset(col); use a query string to compute other variables)"
+            "`{text}` is not a column name (supported: columns, C(col), C(col, Treatment('level')), I(expr), log(x), exp(x), sqrt(x), ., a:b, a*b, - 1, offset(col); for a power write I(x^2))"
         ))
     }
 }
@@ -258,17 +604,20 @@ fn identifier(text: &str) -> Result<String, String> {
 /// Splits the right-hand side at top-level `+` / `-`, with the sign of each part.
 fn split_terms(rhs: &str) -> Result<Vec<(bool, String)>, String> {
     let mut parts = Vec::new();
-    let (mut depth, mut quoted, mut sign, mut current) = (0i32, false, true, String::new());
+    let (mut depth, mut quote, mut sign, mut current) = (0i32, None::<char>, true, String::new());
     for c in rhs.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            '(' if !quoted => depth += 1,
-            ')' if !quoted => depth -= 1,
-            '+' | '-' if !quoted && depth == 0 => {
+        match (c, quote) {
+            ('"' | '\'', None) => quote = Some(c),
+            (c, Some(q)) if c == q => quote = None,
+            (_, Some(_)) => {}
+            ('(', None) => depth += 1,
+            (')', None) => depth -= 1,
+            ('+' | '-', None) if depth == 0 => {
                 if !current.trim().is_empty() {
                     parts.push((sign, std::mem::take(&mut current)));
-                } else if !parts.is_empty() || c == '+' {
-                    current.clear();
+                } else if !(parts.is_empty() || c == '-' && sign) {
+                    // `x + -1` is R's `x - 1`; `x + + z` and `x - - z` are not terms.
+                    return Err(format!("a term is missing before `{c}`"));
                 }
                 sign = c == '+';
                 continue;
@@ -280,8 +629,16 @@ fn split_terms(rhs: &str) -> Result<Vec<(bool, String)>, String> {
     if depth != 0 {
         return Err("unbalanced parentheses".into());
     }
+    if quote.is_some() {
+        return Err("an unclosed quote".into());
+    }
     if !current.trim().is_empty() {
         parts.push((sign, current));
+    } else if !parts.is_empty() {
+        return Err(format!(
+            "the formula ends with `{}`: a term is missing",
+            if sign { '+' } else { '-' }
+        ));
     }
     if parts.is_empty() {
         return Err("no terms on the right of `~`".into());
@@ -291,12 +648,15 @@ fn split_terms(rhs: &str) -> Result<Vec<(bool, String)>, String> {
 
 fn split_top(text: &str, sep: char) -> Vec<String> {
     let mut parts = Vec::new();
-    let (mut depth, mut current) = (0i32, String::new());
+    let (mut depth, mut quote, mut current) = (0i32, None::<char>, String::new());
     for c in text.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            c if c == sep && depth == 0 => {
+        match (c, quote) {
+            ('"' | '\'', None) => quote = Some(c),
+            (c, Some(q)) if c == q => quote = None,
+            (_, Some(_)) => {}
+            ('(', None) => depth += 1,
+            (')', None) => depth -= 1,
+            (c, None) if c == sep && depth == 0 => {
                 parts.push(std::mem::take(&mut current));
                 continue;
             }
@@ -321,6 +681,14 @@ impl Term {
 
 /// Whether a variable is a factor: `C(x)`, or a text or boolean column.
 pub fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
+    if v.transform.is_some() {
+        return Ok(false);
+    }
+    if v.column == DOT {
+        return Err(FedError::InvalidArgument(
+            "`.` (every other column) is not supported by this function: name the columns".into(),
+        ));
+    }
     let field = schema
         .field_with_name(&v.column)
         .map_err(|_| missing_column(&v.column, schema))?;
@@ -366,15 +734,33 @@ pub fn design_columns(
         // Each variable's coding: (name part, sql) alternatives.
         let mut codings: Vec<Vec<(String, String)>> = Vec::new();
         for v in &term.variables {
+            if let Some(transform) = &v.transform {
+                for column in &transform.columns {
+                    let field = schema
+                        .field_with_name(column)
+                        .map_err(|_| missing_column(column, schema))?;
+                    if !field.data_type().is_numeric() {
+                        return Err(FedError::InvalidArgument(format!(
+                            "`{}` reads column `{column}`, which is {}: a transform needs numeric columns",
+                            v.column,
+                            field.data_type()
+                        )));
+                    }
+                }
+                codings.push(vec![(v.column.clone(), transform.sql.clone())]);
+                continue;
+            }
+            let is_factor = is_factor(v, schema)?;
             let field = schema
                 .field_with_name(&v.column)
                 .map_err(|_| missing_column(&v.column, schema))?;
-            if is_factor(v, schema)? {
+            if is_factor {
                 let values = &levels
                     .iter()
                     .find(|(c, _)| c == &v.column)
                     .ok_or_else(|| FedError::Internal(format!("no levels for `{}`", v.column)))?
                     .1;
+                let values = &with_reference_first(v, values)?;
                 // Without an intercept the first factor main effect gets every
                 // level (R's and patsy's full-rank coding); else drop the reference.
                 let full = !formula.intercept && term.variables.len() == 1 && !full_coding_used;
@@ -444,8 +830,29 @@ pub fn design_columns(
     Ok(columns)
 }
 
+/// The levels with the one `C(x, Treatment('level'))` chose first.
+fn with_reference_first(v: &Variable, values: &[ScalarValue]) -> Result<Vec<ScalarValue>> {
+    let mut values = values.to_vec();
+    if let Some(reference) = &v.reference {
+        let at = values
+            .iter()
+            .position(|l| &level_label(l) == reference)
+            .ok_or_else(|| {
+                let labels: Vec<String> = values.iter().map(level_label).collect();
+                FedError::InvalidArgument(format!(
+                    "the reference level '{reference}' of `{}` is not among its levels in the rows used: {}",
+                    v.column,
+                    labels.join(", ")
+                ))
+            })?;
+        let level = values.remove(at);
+        values.insert(0, level);
+    }
+    Ok(values)
+}
+
 /// How a level shows in a column name, as patsy shows it.
-fn level_label(level: &ScalarValue) -> String {
+pub fn level_label(level: &ScalarValue) -> String {
     match level {
         ScalarValue::Utf8(Some(s))
         | ScalarValue::LargeUtf8(Some(s))
@@ -483,10 +890,7 @@ mod tests {
     use datafusion::arrow::datatypes::Field;
 
     fn v(c: &str) -> Variable {
-        Variable {
-            column: c.into(),
-            forced_factor: false,
-        }
+        Variable::column(c.into(), false)
     }
 
     #[test]
@@ -496,6 +900,7 @@ mod tests {
         assert!(!f.intercept);
         let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
         assert_eq!(terms, ["a", "C(g)", "a:C(g)"]);
+        assert!(!Formula::parse("y ~ a + -1").unwrap().intercept);
         let f = Formula::parse("y ~ a*b + 0").unwrap();
         let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
         assert_eq!(terms, ["a", "b", "a:b"]);
@@ -533,7 +938,16 @@ mod tests {
         for (text, words) in [
             ("y x", "expected `response ~ terms`"),
             ("y ~ ", "no terms"),
-            ("y ~ log(x)", "not a column name"),
+            ("y ~ x^2", "I(x^2)"),
+            ("y ~ x +", "ends with `+`"),
+            ("y ~ x + + z", "a term is missing"),
+            ("y ~ x - - z", "a term is missing"),
+            ("y ~ x -", "ends with `-`"),
+            ("y ~ I(x +)", "cannot read `I(x +)` at `)`"),
+            ("y ~ foo(x)", "not a column name"),
+            ("y ~ I(sin(x))", "not a known function"),
+            ("y ~ C(g, Sum)", "Treatment('level')"),
+            ("y ~ .:x", "stands alone"),
             ("y ~ (a + b", "unbalanced"),
             ("y ~ 0", "no terms and no intercept"),
         ] {
@@ -572,5 +986,78 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`nope`") && err.contains("y, x, g"), "{err}");
+    }
+    #[test]
+    fn reference_levels_transforms_and_dot() {
+        let schema = Schema::new(vec![
+            Field::new("y", DataType::Float64, true),
+            Field::new("age", DataType::Int64, true),
+            Field::new("ward", DataType::Utf8, true),
+            Field::new("_client", DataType::Utf8, false),
+        ]);
+        let levels: Levels = vec![(
+            "ward".into(),
+            ["general", "icu", "surgery"]
+                .iter()
+                .map(|l| ScalarValue::Utf8(Some(l.to_string())))
+                .collect(),
+        )];
+        for text in [
+            "y ~ C(ward, Treatment('icu'))",
+            "y ~ C(ward, Treatment(\"icu\"))",
+            "y ~ C(ward, Treatment(reference='icu'))",
+        ] {
+            let f = Formula::parse(text).unwrap();
+            let names: Vec<String> = design_columns(&f, &schema, &levels)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.name)
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    "C(ward, Treatment('icu'))[T.general]",
+                    "C(ward, Treatment('icu'))[T.surgery]"
+                ],
+                "{text}"
+            );
+        }
+        let err = design_columns(
+            &Formula::parse("y ~ C(ward, Treatment('icx'))").unwrap(),
+            &schema,
+            &levels,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("'icx'") && err.contains("general, icu, surgery"),
+            "{err}"
+        );
+
+        let f = Formula::parse("y ~ I(age^2) + log(age + 1) + sqrt(age) + exp(-age / 10)").unwrap();
+        assert_eq!(f.columns(), ["y", "age"]);
+        let cols = design_columns(&f, &schema, &levels).unwrap();
+        let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["I(age^2)", "log(age + 1)", "sqrt(age)", "exp(-age / 10)"]
+        );
+        assert_eq!(
+            cols[0].sql,
+            "power(CAST(\"age\" AS DOUBLE), CAST(2 AS DOUBLE))"
+        );
+        assert_eq!(
+            cols[1].sql,
+            "ln((CAST(\"age\" AS DOUBLE) + CAST(1 AS DOUBLE)))"
+        );
+
+        let f = Formula::parse("y ~ . - age").unwrap().expand_dot(&schema);
+        let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
+        assert_eq!(terms, ["ward"]);
+        let f = Formula::parse("y ~ I(age^2) + .")
+            .unwrap()
+            .expand_dot(&schema);
+        let terms: Vec<String> = f.terms.iter().map(|t| t.to_string()).collect();
+        assert_eq!(terms, ["I(age^2)", "age", "ward"]);
     }
 }

@@ -38,6 +38,7 @@ pub mod r_format;
 pub mod repl;
 pub mod site;
 pub mod stats;
+pub mod suggest;
 pub mod wire;
 
 pub use coordinator::context::{FedContext, TableInfo};

@@ -4,16 +4,24 @@
 #[path = "suites/support.rs"]
 mod support;
 
+#[path = "suites/client_column.rs"]
+mod client_column;
 #[path = "suites/consistency.rs"]
 mod consistency;
 #[path = "suites/dataframe.rs"]
 mod dataframe;
 #[path = "suites/dp.rs"]
 mod dp;
+#[path = "suites/errors.rs"]
+mod errors;
 #[path = "suites/explain.rs"]
 mod explain;
+#[path = "suites/explain_fits.rs"]
+mod explain_fits;
 #[path = "suites/fedsgd.rs"]
 mod fedsgd;
+#[path = "suites/formulas.rs"]
+mod formulas;
 #[path = "suites/glm.rs"]
 mod glm;
 #[path = "suites/lm.rs"]
@@ -42,3 +50,5 @@ mod survival;
 mod tables;
 #[path = "suites/worker_defence.rs"]
 mod worker_defence;
+#[path = "suites/vcov.rs"]
+mod vcov;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::StringArray;
+use datafusion::arrow::array::{BooleanArray, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -18,14 +18,17 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr, Statement};
 use futures::future::try_join_all;
 
+use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
+use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
 use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
+use crate::models::fit_table::FitTable;
 use crate::notices::{Notices, Progress};
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::local::LocalClient;
@@ -165,14 +168,28 @@ impl FedContext {
             return self.empty();
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "ANALYZE", "FEDERATED"]) {
-            let (_, reports) = Box::pin(self.sql(rest))
+            // Every round the statement runs, a model fit's included, is logged.
+            let log = Arc::new(RoundLog::default());
+            let mut state = self.ctx.state();
+            state.config_mut().set_extension(Arc::clone(&log));
+            Box::pin(FedContext::from_state(state).sql(rest))
                 .await?
-                .collect_with_report()
+                .collect()
                 .await?;
+            let reports = log.take();
+            if reports.is_empty() {
+                return Err(FedError::InvalidArgument(
+                    "EXPLAIN ANALYZE FEDERATED: the statement ran no federated round (use EXPLAIN ANALYZE)".into(),
+                ));
+            }
+            self.notice(explain::analyze_summary(&reports));
             return self.batch_result(explain::analyze_batch(&reports)?);
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
             let df = self.ctx.sql(rest).await?;
+            if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
+                return self.text_result("plan", &text);
+            }
             let text = self.explain_plan(df, &query_label(rest)).await?;
             return self.text_result("plan", &text);
         }
@@ -264,11 +281,15 @@ impl FedContext {
                 )));
             }
         }
+        let csv = files::csv_options(&stmt.options)?;
         let sites: Vec<Site> = match &stmt.clients {
-            ClientList::Location(dir) => ClientFiles::discover(dir, stmt.format)?
-                .into_iter()
-                .map(Site::Local)
-                .collect(),
+            ClientList::Location(dir) => {
+                remote::check_option_keys(&stmt.options, &[])?;
+                ClientFiles::discover(dir, stmt.format)?
+                    .into_iter()
+                    .map(|c| Site::Local(Box::new(c.with_csv(csv.clone()))))
+                    .collect()
+            }
             ClientList::Named(named) => {
                 let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
                 remote::check_option_keys(&stmt.options, &names)?;
@@ -276,18 +297,17 @@ impl FedContext {
                     .iter()
                     .map(|(name, path)| {
                         let location = path.to_string_lossy();
-                        if remote::is_worker_url(&location) {
+                        if remote::is_url(&location) {
                             let url = remote::WorkerUrl::parse(&location, &stmt.name)?;
                             let options = remote::RemoteOptions::for_client(&stmt.options, name)?;
                             Ok(Site::Remote(Arc::new(RemoteClient::new(
                                 name, url, options,
                             )?)))
                         } else {
-                            Ok(Site::Local(ClientFiles::from_path(
-                                name,
-                                path,
-                                stmt.format,
-                            )?))
+                            Ok(Site::Local(Box::new(
+                                ClientFiles::from_path(name, path, stmt.format)?
+                                    .with_csv(csv.clone()),
+                            )))
                         }
                     })
                     .collect::<Result<Vec<_>>>()?
@@ -305,6 +325,20 @@ impl FedContext {
             match site {
                 Site::Local(c) => observed.extend(files::observe_schemas(c)?),
                 Site::Remote(_) => observed.extend(remote_schemas.next()),
+            }
+        }
+        // A column that reads as text because of NA tokens, at every client.
+        for field in observed
+            .first()
+            .map(|o| o.schema.fields().clone())
+            .unwrap_or_default()
+            .iter()
+        {
+            if let Some(hint) = observed
+                .iter()
+                .find_map(|o| files::na_hint(o, field.name()))
+            {
+                self.notice(format!("Note: {hint}"));
             }
         }
         let schema = if stmt.columns.is_empty() {
@@ -337,7 +371,20 @@ impl FedContext {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        if schema.field_with_name(CLIENT_COLUMN).is_ok() {
+            self.notice(format!(
+                "table `{}` has its own column `{CLIENT_COLUMN}`: it is used as it is, in place of the virtual column of client names",
+                stmt.name
+            ));
+        }
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
+    }
+
+    /// Leaves a notice for the statement's caller (shown after its result).
+    pub fn notice(&self, line: String) {
+        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+            notices.push(line);
+        }
     }
 
     /// Registers a federated table (replacing one of the same name).
@@ -391,7 +438,8 @@ impl FedContext {
     }
 
     /// One row per client of a federated table: client, format, location,
-    /// and the disclosure policy it enforces.
+    /// the disclosure policy it enforces, and whether it can be reached now
+    /// (if not, why).
     pub async fn clients_batch(&self, name: &str) -> Result<RecordBatch> {
         let provider = self.federated_table(name).await?;
         let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
@@ -401,7 +449,15 @@ impl FedContext {
             Field::new("format", DataType::Utf8, false),
             Field::new("location", DataType::Utf8, false),
             Field::new("policy", DataType::Utf8, false),
+            Field::new("reachable", DataType::Boolean, false),
+            Field::new("why_not", DataType::Utf8, true),
         ]));
+        let reachable = try_join_all(
+            clients
+                .iter()
+                .map(|c| async { Ok::<_, FedError>(c.check_reachable().await.err()) }),
+        )
+        .await?;
         Ok(RecordBatch::try_new(
             schema,
             vec![
@@ -417,6 +473,10 @@ impl FedContext {
                 Arc::new(StringArray::from_iter_values(
                     clients.iter().map(|c| c.policy()),
                 )),
+                Arc::new(BooleanArray::from_iter(
+                    reachable.iter().map(|why| Some(why.is_none())),
+                )),
+                Arc::new(StringArray::from(reachable)),
             ],
         )?)
     }
@@ -496,7 +556,7 @@ impl FedContext {
 
 /// Where one client of a table being created is.
 enum Site {
-    Local(ClientFiles),
+    Local(Box<ClientFiles>),
     Remote(Arc<RemoteClient>),
 }
 

@@ -58,10 +58,10 @@ pub fn is_create_federated(sql: &str) -> bool {
         .map(|w| w.to_ascii_uppercase())
         .collect();
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    // `CREATE FEDERATED TABEL` is ours too, so that the error blames TABEL.
     matches!(
         words.as_slice(),
-        ["CREATE", "FEDERATED", "TABLE", ..]
-            | ["CREATE", "OR", "REPLACE", "FEDERATED", "TABLE", ..]
+        ["CREATE", "FEDERATED", ..] | ["CREATE", "OR", "REPLACE", "FEDERATED", ..]
     )
 }
 
@@ -84,7 +84,7 @@ fn parse(sql: &str) -> Result<CreateFederatedTable, ParserError> {
     p.expect_keyword_is(Keyword::CREATE)?;
     let or_replace = p.parse_keywords(&[Keyword::OR, Keyword::REPLACE]);
     expect_word(&mut p, "FEDERATED")?;
-    p.expect_keyword_is(Keyword::TABLE)?;
+    expect_word(&mut p, "TABLE")?;
     let if_not_exists = p.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = p.parse_object_name(false)?.to_string();
     let (columns, _constraints) = p.parse_columns()?;
@@ -221,9 +221,13 @@ fn expect_word(p: &mut Parser, word: &str) -> Result<(), ParserError> {
         p.next_token();
         Ok(())
     } else {
+        let found = p.peek_token();
+        let hint = crate::suggest::did_you_mean(&found.token.to_string(), &[word])
+            .map(|w| format!(" (did you mean {w}?)"))
+            .unwrap_or_default();
         Err(ParserError::ParserError(format!(
-            "expected {word}, found `{}`",
-            p.peek_token().token
+            "expected {word}, found `{}` at {}{hint}",
+            found.token, found.span.start
         )))
     }
 }
@@ -293,6 +297,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("STORED AS CSV"), "{e}");
+        let e = parse_create_federated("CREATE FEDERATED TABEL t LOCATION 'x'")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected TABLE, found `TABEL`") && e.contains("did you mean TABLE?"),
+            "{e}"
+        );
+        assert!(is_create_federated("create federated tabel t location 'x'"));
         let e = parse_create_federated("CREATE FEDERATED TABLE t LOCATION 'x' garbage")
             .unwrap_err()
             .to_string();

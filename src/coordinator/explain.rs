@@ -166,7 +166,12 @@ async fn explain_round(
     write_policies(out, clients);
     if let Some(first) = clients.first() {
         writeln!(out, "-- physical, at client '{}':", first.name()).ok();
-        write!(out, "{}", first.explain(&round.encoder).await?).ok();
+        write!(
+            out,
+            "{}",
+            first.explain(&round.encoder_for(first.name())?).await?
+        )
+        .ok();
     }
 
     let schema = round.encoder.state_schema();
@@ -343,11 +348,15 @@ fn field_size(field: &Field) -> FieldSize {
     }
 }
 
-/// `EXPLAIN ANALYZE FEDERATED`: after running the query, one row per round
-/// and client with the state rows, the bytes sent to the client (plan and
+/// `EXPLAIN ANALYZE FEDERATED`: after running the statement (a query, or
+/// a model fit with all its rounds), one row per round and client: the
+/// state rows; the bytes sent to the client (the encoder's plan and
 /// parameters; NULL for an in-process client, where nothing crosses a
-/// wire), the bytes received (the state: Arrow IPC on the wire from a
-/// worker, Arrow buffers from an in-process client) and the time.
+/// wire); the bytes received (from a worker: the Flight frames of the
+/// state, as they arrived; in-process: the state's Arrow IPC size); the
+/// time; `state_bytes`, the Arrow IPC size of the state — the number a
+/// worker's log prints when it releases it ("released ... N bytes"); and
+/// what the client computed (the encoder's aggregates and grouping).
 pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("round", DataType::Int64, false),
@@ -357,12 +366,15 @@ pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
         Field::new("bytes_sent", DataType::Int64, true),
         Field::new("bytes_received", DataType::Int64, false),
         Field::new("time_ms", DataType::Float64, false),
+        Field::new("state_bytes", DataType::Int64, false),
+        Field::new("computes", DataType::Utf8, false),
     ]));
     let (mut rounds, mut tables, mut clients) = (Vec::new(), Vec::new(), Vec::new());
     let (mut rows, mut sent, mut received, mut times) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut state_bytes, mut computes) = (Vec::new(), Vec::new());
     for (i, report) in reports.iter().enumerate() {
-        for (j, (client, state_rows, _, time)) in report.clients.iter().enumerate() {
+        for (j, (client, state_rows, bytes, time)) in report.clients.iter().enumerate() {
             let traffic = report.traffic.get(j).copied().unwrap_or_default();
             rounds.push(i as i64 + 1);
             tables.push(report.table.clone());
@@ -371,6 +383,8 @@ pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
             sent.push(traffic.sent.map(|s| s as i64));
             received.push(traffic.received as i64);
             times.push(time.as_secs_f64() * 1000.0);
+            state_bytes.push(*bytes as i64);
+            computes.push(report.computes.clone());
         }
     }
     Ok(RecordBatch::try_new(
@@ -383,6 +397,36 @@ pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
             Arc::new(Int64Array::from(sent)),
             Arc::new(Int64Array::from(received)),
             Arc::new(Float64Array::from(times)),
+            Arc::new(Int64Array::from(state_bytes)),
+            Arc::new(StringArray::from(computes)),
         ],
     )?)
+}
+
+/// The line under an `EXPLAIN ANALYZE FEDERATED` table: rounds run, and
+/// the totals per client.
+pub fn analyze_summary(reports: &[rounds::RoundReport]) -> String {
+    let mut per_client: Vec<(String, usize, usize, f64)> = Vec::new();
+    for report in reports {
+        for (j, (client, _, _, time)) in report.clients.iter().enumerate() {
+            let received = report.traffic.get(j).map_or(0, |t| t.received);
+            match per_client.iter_mut().find(|(c, ..)| c == client) {
+                Some(entry) => {
+                    entry.1 += 1;
+                    entry.2 += received;
+                    entry.3 += time.as_secs_f64() * 1000.0;
+                }
+                None => per_client.push((client.clone(), 1, received, time.as_secs_f64() * 1000.0)),
+            }
+        }
+    }
+    let totals: Vec<String> = per_client
+        .iter()
+        .map(|(c, n, bytes, ms)| format!("{c}: {n} rounds, {bytes} bytes received, {ms:.1} ms"))
+        .collect();
+    format!(
+        "{} federated round(s) run; per client: {}",
+        reports.len(),
+        totals.join("; ")
+    )
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 
+use crate::coordinator::client_column;
 use crate::site::runner::ClientRunner;
 use crate::wire::federated_scan::FederatedScan;
 
@@ -35,7 +36,9 @@ impl fmt::Debug for FederatedTable {
 }
 
 impl FederatedTable {
-    /// A federated table over the given clients, all of which serve `schema`.
+    /// A federated table over the given clients, all of which serve
+    /// `schema`; plans see it with the virtual `_client` column added
+    /// (see [`crate::coordinator::client_column`]).
     pub fn new(
         name: impl Into<String>,
         schema: SchemaRef,
@@ -43,7 +46,7 @@ impl FederatedTable {
     ) -> Self {
         Self {
             name: name.into(),
-            schema,
+            schema: client_column::with_client_column(schema),
             clients,
         }
     }

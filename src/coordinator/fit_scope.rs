@@ -51,7 +51,8 @@ mod tests {
         let cut = split::lowest_cut(&plan).unwrap();
         let round = split::plan_round(&state, &cut).await.unwrap();
         let client = &round.table().clients()[0];
-        let batch = client.encode(&round.encoder).await.unwrap();
+        let encoder = round.encoder_for(client.name()).unwrap();
+        let batch = client.encode(&encoder).await.unwrap();
         let sum = datafusion::arrow::compute::cast(
             batch.batch().column(0),
             &datafusion::arrow::datatypes::DataType::Float64,

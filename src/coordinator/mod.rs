@@ -5,7 +5,8 @@
 //! - [`context`]: the catalog and SQL entry point ([`context::FedContext`]),
 //!   with [`ddl`] for `CREATE FEDERATED TABLE` and [`statements`] for
 //!   splitting scripts;
-//! - [`federated_table`]: a federated table's schema and its sites;
+//! - [`federated_table`]: a federated table's schema and its sites, with
+//!   [`client_column`] for its virtual `_client` column;
 //! - the exposure check ([`crate::wire::exposure`]), then [`split`]: the
 //!   cuts of a plan and each round's encoder and merge;
 //! - [`rounds`]: every site encodes, then [`merge`] merges and decodes;
@@ -15,6 +16,7 @@
 //! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
 //!   [`fit_scope`] (the rounds of one fit), [`demo`] (the bundled table).
 
+pub mod client_column;
 pub mod context;
 pub mod dataframe;
 pub mod ddl;

@@ -10,12 +10,13 @@
 //! the rest of the plan — the decoder — is shared-only and runs on the
 //! coordinator.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use futures::future::try_join_all;
 
@@ -24,18 +25,82 @@ use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
 use crate::notices::{RoundEvent, RoundProgress};
-use crate::site::runner::Traffic;
-use crate::wire::encoder::StateBatch;
+use crate::site::runner::{ClientRunner, Traffic};
+use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::{exposure, secure};
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
 pub struct RoundReport {
     pub table: String,
+    /// What each site computed: the encoder's aggregates and grouping.
+    pub computes: String,
     /// Per client: name, state rows, state bytes, time.
     pub clients: Vec<(String, usize, usize, Duration)>,
     /// Per client, in the same order: the bytes sent and received.
     pub traffic: Vec<Traffic>,
+}
+
+/// Every round run in a session while it carries this extension — those
+/// of the query itself and those a model fit runs inside it — for
+/// `EXPLAIN ANALYZE FEDERATED`.
+#[derive(Debug, Default)]
+pub struct RoundLog {
+    reports: Mutex<Vec<RoundReport>>,
+}
+
+impl RoundLog {
+    /// The rounds logged so far, in the order they ran.
+    pub fn take(&self) -> Vec<RoundReport> {
+        std::mem::take(&mut *self.reports.lock().expect("not poisoned"))
+    }
+
+    fn log(state: &SessionState, report: &RoundReport) {
+        if let Some(log) = state.config().get_extension::<RoundLog>() {
+            log.reports
+                .lock()
+                .expect("not poisoned")
+                .push(report.clone());
+        }
+    }
+}
+
+/// What a round's encoder computes, in a line: its aggregate calls (with
+/// their argument count) and its grouping.
+pub fn computes(encoder: &Encoder) -> String {
+    let LogicalPlan::Aggregate(agg) = encoder.plan() else {
+        return encoder.plan().display().to_string();
+    };
+    let calls: Vec<String> = agg
+        .aggr_expr
+        .iter()
+        .map(|e| {
+            let mut call = e.schema_name().to_string();
+            let _ = e.apply(|node| {
+                if let Expr::AggregateFunction(f) = node {
+                    let args = f.params.args.len();
+                    call = match args {
+                        0 => format!("{}()", f.func.name()),
+                        1 if call.len() <= 40 => call.clone(),
+                        n => format!("{}({n} args)", f.func.name()),
+                    };
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+            call
+        })
+        .collect();
+    let groups: Vec<String> = agg
+        .group_expr
+        .iter()
+        .map(|g| g.schema_name().to_string())
+        .collect();
+    if groups.is_empty() {
+        calls.join(", ")
+    } else {
+        format!("{} GROUP BY {}", calls.join(", "), groups.join(", "))
+    }
 }
 
 /// Runs an optimized plan that touches federated tables.
@@ -49,6 +114,7 @@ pub async fn execute(
     while let Some(cut) = lowest_cut(&plan) {
         let round = plan_round(state, &cut).await?;
         let (result, report) = run_round(state, &round).await?;
+        RoundLog::log(state, &report);
         reports.push(report);
         plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
     }
@@ -87,28 +153,63 @@ pub async fn execute_per_client(
         let round = plan_round(state, &cut).await?;
         let rest = substitute(plan.clone(), &cut, shared_result(&cut, &[])?)?;
         if lowest_cut(&rest).is_some() {
-            let (result, _) = run_round(state, &round).await?;
+            let (result, report) = run_round(state, &round).await?;
+            RoundLog::log(state, &report);
             plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
             continue;
         }
         let clients = round.table().clients();
         let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
         let chosen = choose(&names)?;
-        return try_join_all(chosen.into_iter().map(|i| {
+        let answers = try_join_all(chosen.into_iter().map(|i| {
             let round = &round;
             async move {
                 let client = clients.get(i).ok_or_else(|| {
                     FedError::Internal(format!("client {i} chosen of {}", clients.len()))
                 })?;
-                let client_state = client.encode(&round.encoder).await?;
+                let start = Instant::now();
+                let encoder = round.encoder_for(client.name())?;
+                let (client_state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
+                let figures = (
+                    client.name().to_string(),
+                    client_state.batch().num_rows(),
+                    client_state.size_bytes(),
+                    start.elapsed(),
+                );
                 let decode = merge_and_decode(&round.partial, &[client_state])?;
-                Ok::<_, FedError>(ClientAnswer {
+                let answer = ClientAnswer {
                     client: client.name().to_string(),
                     batches: collect(decode, state.task_ctx()).await?,
-                })
+                };
+                Ok::<_, FedError>((answer, figures, traffic))
             }
         }))
-        .await;
+        .await?;
+        RoundLog::log(
+            state,
+            &RoundReport {
+                table: round.table().name().to_string(),
+                computes: computes(&round.encoder),
+                clients: answers.iter().map(|(_, f, _)| f.clone()).collect(),
+                traffic: answers.iter().map(|(_, _, t)| *t).collect(),
+            },
+        );
+        return Ok(answers.into_iter().map(|(a, _, _)| a).collect());
+    }
+}
+
+/// One client's encode, tried once more when a client across a network
+/// fails with anything but a refusal (a worker restarted, a connection
+/// dropped): its connection is remade and the same encoder sent again.
+async fn encode_retrying(
+    client: &dyn ClientRunner,
+    encoder: &Encoder,
+) -> Result<(StateBatch, Traffic)> {
+    match client.encode_with_traffic(encoder).await {
+        Err(FedError::Client { .. }) if client.retries() => {
+            client.encode_with_traffic(encoder).await
+        }
+        other => other,
     }
 }
 
@@ -130,7 +231,12 @@ pub async fn run_round(
     });
     let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
         // Masked states: what arrives is the masked state itself.
-        collect_masked_states(table.clients(), &round.encoder)
+        let encoders = table
+            .clients()
+            .iter()
+            .map(|c| round.encoder_for(c.name()))
+            .collect::<Result<Vec<_>>>()?;
+        collect_masked_states(table.clients(), &encoders)
             .await?
             .into_iter()
             .map(|(state, time)| {
@@ -149,7 +255,8 @@ pub async fn run_round(
     } else {
         try_join_all(table.clients().iter().map(|client| async {
             let start = Instant::now();
-            let (state, traffic) = client.encode_with_traffic(&round.encoder).await?;
+            let encoder = round.encoder_for(client.name())?;
+            let (state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
             report(RoundEvent::SiteAnswered);
             Ok::<_, FedError>((state, start.elapsed(), traffic))
         }))
@@ -157,6 +264,7 @@ pub async fn run_round(
     };
     let report = RoundReport {
         table: table.name().to_string(),
+        computes: computes(&round.encoder),
         clients: table
             .clients()
             .iter()

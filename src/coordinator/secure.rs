@@ -13,14 +13,21 @@ use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::secure::{MaskRequest, SecureSession, union_groups};
 
 /// Runs a secure round's two exchanges with every client; returns each
-/// client's masked state and the time it took.
+/// client's masked state and the time it took. `encoders` holds each
+/// client's encoder, in the order of `clients`.
 pub async fn collect_masked_states(
     clients: &[Arc<dyn ClientRunner>],
-    encoder: &Encoder,
+    encoders: &[Encoder],
 ) -> Result<Vec<(StateBatch, Duration)>> {
     let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect());
     let start = Instant::now();
-    let setups = try_join_all(clients.iter().map(|c| c.secure_setup(encoder, &session))).await?;
+    let setups = try_join_all(
+        clients
+            .iter()
+            .zip(encoders)
+            .map(|(c, encoder)| c.secure_setup(encoder, &session)),
+    )
+    .await?;
     let setup_time = start.elapsed();
     let groups = union_groups(
         &setups
@@ -34,7 +41,7 @@ pub async fn collect_masked_states(
         signed: setups.iter().map(|s| s.signed).collect(),
         groups,
     };
-    let answers = join_all(clients.iter().map(|c| async {
+    let answers = join_all(clients.iter().zip(encoders).map(|(c, encoder)| async {
         let start = Instant::now();
         let state = c.encode_masked(encoder, &request).await;
         (state, start.elapsed())

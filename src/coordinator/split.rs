@@ -17,6 +17,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Distinct, EmptyRelation, Expr, LogicalPlan, Values};
 use datafusion::physical_plan::aggregates::AggregateExec;
 
+use crate::coordinator::client_column;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
 use crate::error::{FedError, Result};
@@ -33,6 +34,12 @@ pub struct Round {
 }
 
 impl Round {
+    /// The encoder as one client runs it, its `_client` bound to the
+    /// client's name (see [`crate::coordinator::client_column`]).
+    pub fn encoder_for(&self, client: &str) -> Result<Encoder> {
+        client_column::bind_client_name(&self.encoder, client)
+    }
+
     /// The federated table whose sites run this round.
     pub fn table(&self) -> &FederatedTable {
         FederatedTable::from_provider(self.provider.as_ref())

@@ -37,6 +37,39 @@ use crate::wire::protocol::{
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
 
+/// Whether the server at `host:port` answers an HTTP/2 greeting with a TLS
+/// record (an alert): it expects a TLS handshake first.
+async fn speaks_tls(host: &str, port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        // 0x15: a TLS alert record; 0x16: a handshake record.
+        Some(matches!(first[0], 0x15 | 0x16))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// The causes under a status, as `: cause: cause`.
+fn error_chain(status: &Status) -> String {
+    let mut out = String::new();
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        out.push_str(&format!(": {e}"));
+        source = e.source();
+    }
+    out
+}
+
 /// A client served by a remote worker.
 pub struct RemoteClient {
     name: String,
@@ -127,8 +160,34 @@ impl RemoteClient {
                 self.options.timeout
             ),
             Code::NotFound => format!("worker: {message}"),
-            code => format!("worker error ({code:?}): {message}"),
+            code => format!("worker error ({code:?}): {message}{}", error_chain(status)),
         })
+    }
+
+    /// A failed first call, with the likeliest cause of a transport
+    /// failure named: a scheme that does not match the worker's TLS.
+    async fn connection_error(&self, status: &Status) -> FedError {
+        let detail = format!("{}{}", status.message(), error_chain(status));
+        let transport = matches!(status.code(), Code::Unknown | Code::Unavailable)
+            && detail.contains("transport error");
+        if transport && !self.url.tls && speaks_tls(&self.url.host, self.url.port).await {
+            return self.error(format!(
+                "the worker speaks TLS: use grpcs://{}:{} (and OPTIONS ('ca_cert' 'ca.pem'))",
+                self.url.host, self.url.port
+            ));
+        }
+        let tls_mismatch = [
+            "InvalidContentType",
+            "corrupt message",
+            "wrong version number",
+        ];
+        if transport && self.url.tls && tls_mismatch.iter().any(|m| detail.contains(m)) {
+            return self.error(format!(
+                "the worker does not speak TLS: use grpc://{}:{}",
+                self.url.host, self.url.port
+            ));
+        }
+        self.status_error(status)
     }
 
     fn flight_error(&self, e: FlightError) -> FedError {
@@ -169,12 +228,10 @@ impl RemoteClient {
     pub async fn observe_schema(&self) -> Result<ObservedSchema> {
         self.timed(async {
             let request = self.request(FlightDescriptor::new_path(vec![self.url.table.clone()]))?;
-            let result = self
-                .flight()
-                .get_schema(request)
-                .await
-                .map_err(|s| self.status_error(&s))?
-                .into_inner();
+            let result = match self.flight().get_schema(request).await {
+                Ok(result) => result.into_inner(),
+                Err(status) => return Err(self.connection_error(&status).await),
+            };
             let schema = Schema::try_from(&result)
                 .map_err(|e| self.error(format!("bad schema from the worker: {e}")))?;
             let flag = |key: &str| schema.metadata().get(key).is_some_and(|v| v == "true");
@@ -186,6 +243,7 @@ impl RemoteClient {
                 file: self.url.to_string(),
                 has_rows: flag(HAS_ROWS_KEY),
                 positional: flag(POSITIONAL_KEY),
+                na_text: Vec::new(),
                 schema: Schema::new(schema.fields().clone()),
             })
         })
@@ -244,6 +302,18 @@ impl ClientRunner for RemoteClient {
             "WORKER"
         }
         .into()
+    }
+
+    fn retries(&self) -> bool {
+        true
+    }
+
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        match self.observe_schema().await {
+            Ok(_) => Ok(()),
+            Err(FedError::Client { message, .. }) => Err(message),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {

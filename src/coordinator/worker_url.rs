@@ -35,6 +35,18 @@ pub fn is_worker_url(location: &str) -> bool {
     location.starts_with("grpc://") || location.starts_with("grpcs://")
 }
 
+/// Whether a location is a URL (`scheme://...`) rather than a path: a
+/// worker URL, or one with a scheme no worker speaks (an error, not a
+/// missing file).
+pub fn is_url(location: &str) -> bool {
+    location.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    })
+}
+
 /// A worker's address: `grpc://host:port[/table]` (or `grpcs://` for TLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerUrl {
@@ -57,6 +69,10 @@ impl WorkerUrl {
             (true, rest)
         } else if let Some(rest) = url.strip_prefix("grpc://") {
             (false, rest)
+        } else if let Some((scheme, _)) = url.split_once("://") {
+            return Err(bad(&format!(
+                "the scheme `{scheme}://` is not one a worker speaks (a worker is reached with grpc://, or grpcs:// when it has TLS)"
+            )));
         } else {
             return Err(bad("unknown scheme"));
         };
@@ -174,23 +190,36 @@ impl RemoteOptions {
     }
 }
 
+pub use crate::site::files::CSV_OPTION_KEYS;
+
 /// Checks that every option key is known (`key` or `key.client` for one
-/// of `clients`).
+/// of `clients`), for every kind of client; an unknown key is refused
+/// with the valid ones and the closest of them.
 pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
-        let (base, client) = lower.split_once('.').unwrap_or((&lower, ""));
         if crate::site::policy::POLICY_KEYS.contains(&lower.as_str())
             || crate::site::dp::DpPolicy::is_key(&lower)
+            || CSV_OPTION_KEYS.contains(&lower.as_str())
         {
             continue;
         }
+        let (base, client) = lower.split_once('.').unwrap_or((&lower, ""));
         let known = OPTION_KEYS.contains(&base)
             && (client.is_empty()
                 || (base != "timeout" && clients.iter().any(|c| c.eq_ignore_ascii_case(client))));
         if !known {
+            let mut valid: Vec<&str> = OPTION_KEYS.to_vec();
+            valid.extend(CSV_OPTION_KEYS);
+            valid.extend(crate::site::policy::POLICY_KEYS);
+            valid.extend(crate::site::dp::DP_OPTION_KEYS);
+            let hint = crate::suggest::did_you_mean(&lower, &valid)
+                .or_else(|| crate::suggest::did_you_mean(base, &valid))
+                .map(|k| format!("did you mean '{k}'? "))
+                .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': the options of a federated table are token_file, ca_cert and timeout (token_file.<client> and ca_cert.<client> for one remote client), and the disclosure policy of its in-process clients: {}",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} for local files, and the disclosure policy of its in-process clients: {}",
+                CSV_OPTION_KEYS.join(", "),
                 crate::site::policy::POLICY_KEYS.join(", ")
             )));
         }
@@ -263,6 +292,11 @@ mod tests {
         assert!(check_option_keys(&opts("token_file.b"), &["a"]).is_err());
         assert!(check_option_keys(&opts("tokenfile"), &["a"]).is_err());
         assert!(check_option_keys(&opts("timeout.a"), &["a"]).is_err());
+        assert!(check_option_keys(&opts("format.null_value"), &["a"]).is_ok());
+        let e = check_option_keys(&opts("format.nul_value"), &["a"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean 'format.null_value'?"), "{e}");
     }
 
     #[test]

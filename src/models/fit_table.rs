@@ -12,9 +12,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::source_as_provider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -54,18 +56,84 @@ where
     (result, notices)
 }
 
+/// How `EXPLAIN FEDERATED` describes a fit: its rounds, what each site
+/// computes in them and the size of what it sends back.
+pub type Program =
+    Arc<dyn Fn(FedContext) -> BoxFuture<'static, crate::Result<String>> + Send + Sync>;
+
 /// A model fit as a table (see the module docs).
 pub struct FitTable {
     label: String,
     schema: SchemaRef,
     fit: Fit,
+    program: Option<Program>,
 }
 
 impl FitTable {
     /// A table of `schema` whose rows `fit` computes; `label` names it in plans.
     pub fn new(label: String, schema: SchemaRef, fit: Fit) -> Self {
-        Self { label, schema, fit }
+        Self {
+            label,
+            schema,
+            fit,
+            program: None,
+        }
     }
+
+    /// The same fit table, with the program `EXPLAIN FEDERATED` shows.
+    pub fn explained(table: Arc<dyn TableProvider>, program: Program) -> Arc<dyn TableProvider> {
+        match table.downcast_ref::<FitTable>() {
+            Some(fit) => Arc::new(FitTable {
+                label: fit.label.clone(),
+                schema: Arc::clone(&fit.schema),
+                fit: Arc::clone(&fit.fit),
+                program: Some(program),
+            }),
+            None => table,
+        }
+    }
+
+    /// `EXPLAIN FEDERATED` of the fits a plan reads (`None` if it reads
+    /// none): for each, its program, or for a function that describes none,
+    /// where to see its rounds.
+    pub async fn explain_fits(
+        ctx: &FedContext,
+        plan: &LogicalPlan,
+    ) -> crate::Result<Option<String>> {
+        let mut fits = Vec::new();
+        plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node
+                && let Ok(provider) = source_as_provider(&scan.source)
+                && let Some(fit) = provider.downcast_ref::<FitTable>()
+            {
+                fits.push((fit.label.clone(), fit.program.clone()));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if fits.is_empty() {
+            return Ok(None);
+        }
+        let mut out = String::new();
+        for (label, program) in fits {
+            match program {
+                Some(program) => out.push_str(&program(ctx.clone()).await?),
+                None => out.push_str(&format!(
+                    "== {label}: its rounds depend on what earlier rounds return ==
+                     EXPLAIN ANALYZE FEDERATED runs it and lists every round it ran: what each client computed, its state rows and bytes, and the time
+"
+                )),
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// One step of a program: a heading, then `EXPLAIN FEDERATED` of the
+/// query the step runs (planned, not run).
+pub async fn explain_step(ctx: &FedContext, heading: &str, sql: &str) -> crate::Result<String> {
+    let df = ctx.session().sql(sql).await?;
+    let text = ctx.explain_plan(df, "a model round").await?;
+    Ok(format!("#### {heading}\n{text}"))
 }
 
 impl fmt::Debug for FitTable {

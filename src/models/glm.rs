@@ -1,7 +1,8 @@
-//! `glm` and `glm_stats`: generalized linear models by federated IRLS.
+//! `glm`, `glm_stats` and `glm_vcov`: generalized linear models by federated IRLS.
 //!
 //! ```sql
 //! SELECT * FROM glm('clinic', 'event ~ age + bmi + smoker + C(region)', 'binomial');
+//! SELECT * FROM glm_vcov('clinic', 'event ~ age + bmi', 'binomial');  -- term1, term2, covariance
 //! SELECT * FROM glm_stats('star98', 'cbind(nabove, nbelow) ~ lowinc + perasian', 'binomial');
 //! SELECT * FROM glm('scotland', 'yes ~ coutax + unempf', 'gamma(log)', 'maxit=50, epsilon=1e-10');
 //! ```
@@ -13,9 +14,11 @@
 //! next coefficients. Start values and the stopping rule are R's `glm.fit`:
 //! the first round starts from `mustart`, and the fit stops when
 //! |dev − dev_old| / (|dev| + 0.1) < epsilon (1e-8), after at most maxit
-//! (25) rounds; a non-finite deviance halves the step as R does. Standard
-//! errors come from the information matrix at the final estimate (the
-//! round that evaluates it also returns its X'WX).
+//! (25) rounds; a non-finite deviance halves the step as R does. The
+//! covariance of the estimates (and so the standard errors) comes, as in
+//! R's `summary.glm` and `vcov`, from the X'WX of the last IRLS step — the
+//! one whose solution is the estimate — times the dispersion, Pearson's
+//! X² / df at the estimate.
 //!
 //! Options (fourth argument, `key=value` separated by commas): `maxit`,
 //! `epsilon`, and `weights=column` for prior weights.
@@ -38,12 +41,14 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use statrs::function::gamma::ln_gamma;
 
-use super::fit_table::{argument_error, model_table};
-use super::inference::{Reference, coefficients_batch, coefficients_schema};
+use super::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
+use super::inference::{
+    Reference, coefficients_batch, coefficients_schema, vcov_batch, vcov_schema,
+};
 use super::options::{parse_options, unknown_option};
 use super::printed_summary::{FitLines, ModelSummary, call_text};
 use super::source::{
-    ModelSource, complete_cases, learn_levels, numeric_argument, string_arguments,
+    ModelSource, complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
 };
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
@@ -60,6 +65,8 @@ const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[
 pub enum GlmOutput {
     Coefficients,
     Stats,
+    /// The covariance matrix of the estimates, one row per pair of terms.
+    Vcov,
 }
 
 /// The table functions `glm` and `glm_stats`.
@@ -124,6 +131,7 @@ impl TableFunctionImpl for GlmFunction {
         let name = match self.output {
             GlmOutput::Coefficients => "glm",
             GlmOutput::Stats => "glm_stats",
+            GlmOutput::Vcov => "glm_vcov",
         };
         let strings = string_arguments(name, USAGE, args.exprs(), 3)?;
         let spec = GlmSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
@@ -135,9 +143,15 @@ impl TableFunctionImpl for GlmFunction {
         let schema = match output {
             GlmOutput::Coefficients => coefficients_schema(),
             GlmOutput::Stats => stats_schema(),
+            GlmOutput::Vcov => vcov_schema(),
         };
+        let explained = spec.clone();
+        let program: Program = Arc::new(move |ctx| {
+            let spec = explained.clone();
+            Box::pin(async move { explain(&ctx, &spec).await })
+        });
         let call = r_call(&strings, &spec);
-        Ok(model_table(
+        let table = model_table(
             label,
             schema,
             spec,
@@ -162,10 +176,12 @@ impl TableFunctionImpl for GlmFunction {
                 let batch = match output {
                     GlmOutput::Coefficients => fit.coefficients()?,
                     GlmOutput::Stats => fit.stats()?,
+                    GlmOutput::Vcov => vcov_batch(&fit.terms, &fit.covariance)?,
                 };
                 Ok((batch, notices))
             },
-        ))
+        );
+        Ok(FitTable::explained(table, program))
     }
 }
 
@@ -226,6 +242,9 @@ pub struct GlmFit {
     pub iterations: usize,
     pub converged: bool,
     pub warnings: Vec<String>,
+    /// The covariance matrix of the estimates (R's `vcov()`): the
+    /// dispersion times the inverse information; `None` for aliased terms.
+    pub covariance: Vec<Vec<Option<f64>>>,
 }
 
 impl GlmFit {
@@ -360,13 +379,11 @@ async fn round(
     design: &Design,
     config: &IrlsConfig,
 ) -> Result<(IrlsSums, i64)> {
-    let sql = format!(
-        "SELECT count(*) AS total, irls_step('{}', {}) AS sums FROM {}",
-        config.encode(),
-        design.arguments.join(", "),
-        spec.source.from
-    );
-    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batches = ctx
+        .sql(&round_sql(spec, design, config))
+        .await?
+        .collect()
+        .await?;
     let batch = batches
         .first()
         .ok_or_else(|| FedError::Internal("an IRLS round returned nothing".into()))?;
@@ -374,6 +391,112 @@ async fn round(
     let sums = batch.column(1).as_list::<i32>().value(0);
     let sums = sums.as_primitive::<Float64Type>().values();
     Ok((IrlsSums::from_slice(sums, design.names.len()), total))
+}
+
+/// A round's failure, named by the round; the coefficients reached so far
+/// (if any) are kept in a notice, so that a long fit is not lost silently.
+pub fn stopped(
+    ctx: &FedContext,
+    e: FedError,
+    model: &str,
+    round: usize,
+    names: &[String],
+    coefficients: &[f64],
+) -> FedError {
+    if !coefficients.is_empty() {
+        let values: Vec<String> = names
+            .iter()
+            .zip(coefficients)
+            .map(|(n, b)| format!("{n} = {b:?}"))
+            .collect();
+        ctx.notice(format!(
+            "{model} stopped in round {round}; the last coefficients were: {}",
+            values.join(", ")
+        ));
+    }
+    match e {
+        FedError::Client {
+            client,
+            location,
+            message,
+        } => FedError::Client {
+            client,
+            location,
+            message: format!("{model} round {round} failed: {message}"),
+        },
+        other => other,
+    }
+}
+
+/// The query of one IRLS round.
+fn round_sql(spec: &GlmSpec, design: &Design, config: &IrlsConfig) -> String {
+    format!(
+        "SELECT count(*) AS total, irls_step('{}', {}) AS sums FROM {}",
+        config.encode(),
+        design.arguments.join(", "),
+        spec.source.from
+    )
+}
+
+/// `EXPLAIN FEDERATED` of a fit: the levels round when the formula has
+/// factors (which runs, as the design depends on it), then the IRLS round
+/// (planned only), which repeats with new coefficients.
+pub async fn explain(ctx: &FedContext, spec: &GlmSpec) -> Result<String> {
+    let schema = spec.source.schema(ctx).await?;
+    let spec = &GlmSpec {
+        formula: spec.formula.expand_dot(&schema),
+        ..spec.clone()
+    };
+    let factors = spec.formula.factors(&schema)?;
+    let mut out = format!(
+        "== Program of glm('{}', family {}({})): {}IRLS rounds, at most {} + 1 ==\n",
+        spec.source.given,
+        spec.family,
+        spec.link,
+        if factors.is_empty() {
+            ""
+        } else {
+            "one levels round, then "
+        },
+        spec.maxit
+    );
+    let mut step = 1;
+    if !factors.is_empty() {
+        out += &explain_step(
+            ctx,
+            "Step 1: the levels of the factors (one GROUP BY round; EXPLAIN runs it, the design depends on it)",
+            &levels_sql(&spec.source, &spec.formula, &factors),
+        )
+        .await?;
+        step += 1;
+    }
+    let design = design(ctx, spec).await?;
+    let config = IrlsConfig {
+        family: spec.family,
+        link: spec.link,
+        beta: None,
+        null_mu: NullMean::None,
+    };
+    out += &explain_step(
+        ctx,
+        &format!(
+            "Step {step}: IRLS round 1, from R's starting means: X'WX, X'Wz, the deviance and counts over {} design column(s)",
+            design.names.len()
+        ),
+        &round_sql(spec, &design, &config),
+    )
+    .await?;
+    out += &format!(
+        "#### Step {}: IRLS rounds 2, 3, ...: the same encoder, the current coefficients its one shared parameter (the same state size); until |dev - dev_old| / (|dev| + 0.1) < {}, at most {} rounds in all; a round whose deviance is not finite is run again with the step halved\n",
+        step + 1,
+        spec.epsilon,
+        spec.maxit + 1
+    );
+    if spec.formula.intercept && spec.formula.offset.is_some() {
+        out += "#### Then the null model (y ~ 1 + offset) for the null deviance: its own IRLS rounds with one column\n";
+    }
+    out += "== Then, on the coordinator: the estimates, and their covariance from the last round's X'WX; no further round ==\n";
+    Ok(out)
 }
 
 /// Solves the weighted least-squares step on the kept (non-aliased) columns.
@@ -410,6 +533,13 @@ fn fit_model<'a>(
     with_null: bool,
 ) -> BoxFuture<'a, Result<GlmFit>> {
     async move {
+        let expanded = GlmSpec {
+            formula: spec
+                .formula
+                .expand_dot(spec.source.schema(ctx).await?.as_ref()),
+            ..spec.clone()
+        };
+        let spec = &expanded;
         let design = design(ctx, spec).await?;
         let k = design.names.len();
         let config = |beta: Option<Vec<f64>>, null_mu: NullMean| IrlsConfig {
@@ -419,7 +549,9 @@ fn fit_model<'a>(
             null_mu,
         };
         // Round 1: from R's starting means; also the weighted mean of y.
-        let (start, total) = round(ctx, spec, &design, &config(None, NullMean::None)).await?;
+        let (start, total) = round(ctx, spec, &design, &config(None, NullMean::None))
+            .await
+            .map_err(|e| stopped(ctx, e, "glm", 1, &[], &[]))?;
         if start.invalid > 0.0 {
             let rule = spec
                 .family
@@ -454,6 +586,8 @@ fn fit_model<'a>(
         let kept: Vec<usize> = (0..k).filter(|&j| !aliased[j]).collect();
 
         let mut beta = solve(&start, &kept, k)?;
+        // The X'WX the current `beta` was solved from (R's last `fit$qr`).
+        let mut solved_from = start.xtwx.clone();
         let mut previous: Option<Vec<f64>> = None;
         let mut dev_old = start.deviance;
         let mut iterations = 0;
@@ -469,8 +603,9 @@ fn fit_model<'a>(
             } else {
                 NullMean::None
             };
-            let (mut sums, _) =
-                round(ctx, spec, &design, &config(Some(beta.clone()), round_null)).await?;
+            let (mut sums, _) = round(ctx, spec, &design, &config(Some(beta.clone()), round_null))
+                .await
+                .map_err(|e| stopped(ctx, e, "glm", iterations + 1, &design.names, &beta))?;
             // A non-finite deviance halves the step back towards the last
             // good coefficients, as R's glm.fit does.
             let mut halvings = 0;
@@ -512,6 +647,7 @@ fn fit_model<'a>(
             }
             previous = Some(beta.clone());
             beta = solve(&last, &kept, k)?;
+            solved_from = last.xtwx.clone();
         }
 
         let mut warnings = Vec::new();
@@ -541,14 +677,18 @@ fn fit_model<'a>(
         } else {
             1.0
         };
-        let inverse = inverse_spd(&select(&to_dmatrix(&last.xtwx), &kept)).ok_or_else(|| {
+        let inverse = inverse_spd(&select(&to_dmatrix(&solved_from), &kept)).ok_or_else(|| {
             FedError::InvalidArgument("the information matrix at the estimate is singular".into())
         })?;
         let mut estimate = vec![None; k];
         let mut std_error = vec![None; k];
+        let mut covariance = vec![vec![None; k]; k];
         for (i, &j) in kept.iter().enumerate() {
             estimate[j] = Some(beta[j]);
             std_error[j] = Some((dispersion * inverse[(i, i)]).sqrt());
+            for (a, &l) in kept.iter().enumerate() {
+                covariance[j][l] = Some(dispersion * inverse[(i, a)]);
+            }
         }
         let null_deviance = match null_mu {
             NullMean::None if !with_null => f64::NAN,
@@ -590,6 +730,7 @@ fn fit_model<'a>(
             iterations,
             converged,
             warnings,
+            covariance,
         })
     }
     .boxed()

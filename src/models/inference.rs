@@ -1,7 +1,8 @@
 //! Coefficient tables: estimates with standard errors, test statistics,
 //! p-values and 95% intervals, against a t distribution (estimated
 //! dispersion: `lm`, gaussian/Gamma/inverse-gaussian GLMs) or the standard
-//! normal (binomial and poisson GLMs), as R's `summary` reports them.
+//! normal (binomial and poisson GLMs), as R's `summary` reports them; and
+//! the covariance matrix of the estimates in long form (`lm_vcov`, `glm_vcov`).
 
 use std::sync::Arc;
 
@@ -88,4 +89,40 @@ pub fn coefficients_batch(
             .map(|c| Arc::new(Float64Array::from(c)) as ArrayRef),
     );
     Ok(RecordBatch::try_new(coefficients_schema(), arrays)?)
+}
+
+/// The columns of `lm_vcov` and `glm_vcov`: one row per pair of terms.
+pub fn vcov_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("term1", DataType::Utf8, false),
+        Field::new("term2", DataType::Utf8, false),
+        Field::new("covariance", DataType::Float64, true),
+    ]))
+}
+
+/// The covariance matrix in long form, row-major in the order of `terms`
+/// (NULL for aliased terms, as R's `vcov()` has NA).
+pub fn vcov_batch(terms: &[String], covariance: &[Vec<Option<f64>>]) -> Result<RecordBatch> {
+    let (mut first, mut second, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, a) in terms.iter().enumerate() {
+        for (j, b) in terms.iter().enumerate() {
+            first.push(a.as_str());
+            second.push(b.as_str());
+            values.push(
+                covariance
+                    .get(i)
+                    .and_then(|row| row.get(j))
+                    .copied()
+                    .flatten(),
+            );
+        }
+    }
+    Ok(RecordBatch::try_new(
+        vcov_schema(),
+        vec![
+            Arc::new(StringArray::from(first)) as ArrayRef,
+            Arc::new(StringArray::from(second)),
+            Arc::new(Float64Array::from(values)),
+        ],
+    )?)
 }

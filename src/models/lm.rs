@@ -1,8 +1,10 @@
-//! `lm` and `lm_stats`: linear regression from SQL, in one federated round.
+//! `lm`, `lm_stats` and `lm_vcov`: linear regression from SQL, in one
+//! federated round.
 //!
 //! ```sql
 //! SELECT * FROM lm('clinic', 'systolic ~ age + bmi + smoker');
 //! SELECT * FROM lm_stats('SELECT * FROM clinic WHERE age > 40', 'systolic ~ age + C(region)');
+//! SELECT * FROM lm_vcov('clinic', 'systolic ~ age + bmi');  -- term1, term2, covariance
 //! ```
 //!
 //! The design columns of the formula become SQL expressions; one federated
@@ -20,13 +22,15 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::fit_table::{argument_error, model_table};
+use super::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use super::inference::{self, Reference, coefficients_schema};
 use super::printed_summary::{FitLines, ModelSummary, call_text};
-use super::source::{ModelSource, complete_cases, learn_levels, string_arguments};
+use super::source::{ModelSource, complete_cases, learn_levels, levels_sql, string_arguments};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
+use crate::formula::{
+    DesignColumn, Formula, Response, design_columns, missing_column, quote_ident,
+};
 
 const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
 
@@ -37,6 +41,8 @@ pub enum LmOutput {
     Coefficients,
     /// One row of fit statistics.
     Stats,
+    /// The covariance matrix of the estimates, one row per pair of terms.
+    Vcov,
 }
 
 /// The table functions `lm` and `lm_stats`.
@@ -64,8 +70,13 @@ impl TableFunctionImpl for LmFunction {
         let source = ModelSource::parse(&strings[0]);
         let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
         let (output, schema) = (self.output, self.schema());
+        let (explained_source, explained_formula) = (source.clone(), formula.clone());
+        let program: Program = Arc::new(move |ctx| {
+            let (source, formula) = (explained_source.clone(), explained_formula.clone());
+            Box::pin(async move { explain(&ctx, &source, &formula).await })
+        });
         let call = call_text("lm", &strings[1], &[], &strings[0]);
-        Ok(model_table(
+        let table = model_table(
             label,
             schema,
             (source, formula),
@@ -85,10 +96,12 @@ impl TableFunctionImpl for LmFunction {
                 let batch = match output {
                     LmOutput::Coefficients => coefficients_batch(&fit.ols)?,
                     LmOutput::Stats => stats_batch(&fit)?,
+                    LmOutput::Vcov => inference::vcov_batch(&fit.ols.terms, &fit.ols.covariance)?,
                 };
                 Ok((batch, Vec::new()))
             },
-        ))
+        );
+        Ok(FitTable::explained(table, program))
     }
 }
 
@@ -97,6 +110,7 @@ impl LmFunction {
         match self.output {
             LmOutput::Coefficients => "lm",
             LmOutput::Stats => "lm_stats",
+            LmOutput::Vcov => "lm_vcov",
         }
     }
 
@@ -104,6 +118,7 @@ impl LmFunction {
         match self.output {
             LmOutput::Coefficients => coefficients_schema(),
             LmOutput::Stats => stats_schema(),
+            LmOutput::Vcov => inference::vcov_schema(),
         }
     }
 }
@@ -169,19 +184,8 @@ pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
             "the response `{y}` is {y_type}; lm needs a numeric response"
         )));
     }
-    let factors = formula.factors(&schema)?;
-    let levels = learn_levels(ctx, source, formula, &factors).await?;
-    let design = design_columns(formula, &schema, &levels)?;
-    let mut arguments = vec![format!("CAST({} AS DOUBLE)", quote_ident(y))];
-    arguments.extend(design.iter().map(|c| c.sql.clone()));
-    // Rows with a NULL in a used column drop out of the co-moments; the
-    // filter makes factors' NULLs drop too (their dummies are never NULL-free).
-    let sql = format!(
-        "SELECT count(*) AS total, count(*) FILTER (WHERE {}) AS complete, centered_moments({}) AS m FROM {}",
-        complete_cases(&formula.columns()),
-        arguments.join(", "),
-        source.from
-    );
+    let formula = &formula.expand_dot(&schema);
+    let (sql, design) = moments_round(ctx, source, formula, &schema, y).await?;
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
@@ -206,6 +210,72 @@ pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> R
         ols,
         rows_dropped: total - state.n as i64,
     })
+}
+
+/// The query of the co-moments round and the design columns (after the
+/// levels round, when the formula has factors).
+async fn moments_round(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+    schema: &Schema,
+    y: &str,
+) -> Result<(String, Vec<DesignColumn>)> {
+    let factors = formula.factors(schema)?;
+    let levels = learn_levels(ctx, source, formula, &factors).await?;
+    let design = design_columns(formula, schema, &levels)?;
+    let mut arguments = vec![format!("CAST({} AS DOUBLE)", quote_ident(y))];
+    arguments.extend(design.iter().map(|c| c.sql.clone()));
+    // Rows with a NULL in a used column drop out of the co-moments; the
+    // filter makes factors' NULLs drop too (their dummies are never NULL-free).
+    let sql = format!(
+        "SELECT count(*) AS total, count(*) FILTER (WHERE {}) AS complete, centered_moments({}) AS m FROM {}",
+        complete_cases(&formula.columns()),
+        arguments.join(", "),
+        source.from
+    );
+    Ok((sql, design))
+}
+
+/// `EXPLAIN FEDERATED` of a fit: the levels round when the formula has
+/// factors (which runs, as the design depends on it), then the one round
+/// of co-moments (planned only).
+pub async fn explain(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<String> {
+    let schema = source.schema(ctx).await?;
+    let formula = &formula.expand_dot(&schema);
+    let Response::Column(y) = &formula.response else {
+        return Err(FedError::InvalidArgument(
+            "lm takes one response column".into(),
+        ));
+    };
+    let factors = formula.factors(&schema)?;
+    let mut out = format!(
+        "== Program of lm('{}', '{}'): {} federated round(s) ==\n",
+        source.given,
+        formula_text(formula),
+        1 + usize::from(!factors.is_empty())
+    );
+    if !factors.is_empty() {
+        out += &explain_step(
+            ctx,
+            "Step 1: the levels of the factors (one GROUP BY round; EXPLAIN runs it, the design depends on it)",
+            &levels_sql(source, formula, &factors),
+        )
+        .await?;
+    }
+    let (sql, design) = moments_round(ctx, source, formula, &schema, y).await?;
+    out += &explain_step(
+        ctx,
+        &format!(
+            "Step {}: the co-moments of the response and the {} design column(s), one round",
+            1 + usize::from(!factors.is_empty()),
+            design.len()
+        ),
+        &sql,
+    )
+    .await?;
+    out += "== Then, on the coordinator: the normal equations solved from the merged co-moments; no further round ==\n";
+    Ok(out)
 }
 
 /// One row per term: estimate, standard error, t, p-value, 95% interval.

@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
 
-/// Registers the model table functions (`lm`, `lm_stats`, `glm`, `glm_stats`,
+/// Registers the model table functions (`lm`, `lm_stats`, `lm_vcov`, `glm`,
+/// `glm_stats`, `glm_vcov`,
 /// `fedsgd`, `fedsgd_history`) and the analyses (`pca`, `pca_loadings`,
 /// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
 /// `coxph_stats`).
@@ -37,6 +38,18 @@ pub fn register_all(ctx: &SessionContext) {
         "lm_stats",
         Arc::new(lm::LmFunction {
             output: lm::LmOutput::Stats,
+        }),
+    );
+    ctx.register_udtf(
+        "lm_vcov",
+        Arc::new(lm::LmFunction {
+            output: lm::LmOutput::Vcov,
+        }),
+    );
+    ctx.register_udtf(
+        "glm_vcov",
+        Arc::new(glm::GlmFunction {
+            output: glm::GlmOutput::Vcov,
         }),
     );
     ctx.register_udtf(

@@ -10,9 +10,10 @@ use datafusion::arrow::datatypes::{Int32Type, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Expr;
 
+use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::formula::{Formula, Levels, missing_column, quote_ident};
+use crate::formula::{Formula, Levels, level_label, missing_column, quote_ident};
 
 /// The rows a model is fitted on.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +81,22 @@ pub fn complete_cases(columns: &[String]) -> String {
         .join(" AND ")
 }
 
+/// The query of the levels round: each factor's values over the complete
+/// cases, in one federated GROUP BY (GROUPING SETS when there are several).
+pub fn levels_sql(source: &ModelSource, formula: &Formula, factors: &[String]) -> String {
+    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
+    let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
+    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
+    format!(
+        "SELECT {}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
+        quoted.join(", "),
+        flags.join(", "),
+        source.from,
+        complete_cases(&formula.columns()),
+        sets.join(", ")
+    )
+}
+
 /// The sorted levels of each factor over the complete cases, in one
 /// federated GROUP BY (GROUPING SETS when there are several factors).
 pub async fn learn_levels(
@@ -91,17 +108,7 @@ pub async fn learn_levels(
     if factors.is_empty() {
         return Ok(Vec::new());
     }
-    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
-    let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
-    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
-    let sql = format!(
-        "SELECT {}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
-        quoted.join(", "),
-        flags.join(", "),
-        source.from,
-        complete_cases(&formula.columns()),
-        sets.join(", ")
-    );
+    let sql = levels_sql(source, formula, factors);
     let batches = ctx.sql(&sql).await?.collect().await?;
     let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
     for batch in &batches {
@@ -129,7 +136,84 @@ pub async fn learn_levels(
             )));
         }
     }
+    // Advisory only: a site whose policy refuses the finer groups, or a
+    // source without `_client`, simply gets no notice.
+    if let Ok(lines) = single_site_levels(ctx, source, formula, factors).await {
+        lines.into_iter().for_each(|line| ctx.notice(line));
+    }
     Ok(levels)
+}
+
+/// The notices for factor levels that occur at one client only, when the
+/// source has several (a typo in one site's file would otherwise become a
+/// level of its own, or even the reference): one round grouped by factor
+/// and `_client`.
+async fn single_site_levels(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+    factors: &[String],
+) -> Result<Vec<String>> {
+    if source
+        .schema(ctx)
+        .await?
+        .field_with_name(CLIENT_COLUMN)
+        .is_err()
+    {
+        return Ok(Vec::new());
+    }
+    let client = quote_ident(CLIENT_COLUMN);
+    let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
+    let sets: Vec<String> = quoted.iter().map(|q| format!("({q}, {client})")).collect();
+    let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
+    let sql = format!(
+        "SELECT {}, {client}, {} FROM {} WHERE {} GROUP BY GROUPING SETS ({})",
+        quoted.join(", "),
+        flags.join(", "),
+        source.from,
+        complete_cases(&formula.columns()),
+        sets.join(", ")
+    );
+    let batches = ctx.sql(&sql).await?.collect().await?;
+    let mut clients = std::collections::BTreeSet::new();
+    // Per factor: level -> the clients that have it.
+    let mut seen: Vec<std::collections::BTreeMap<String, Vec<String>>> =
+        vec![Default::default(); factors.len()];
+    for batch in &batches {
+        let names = batch.column(factors.len());
+        for (i, levels) in seen.iter_mut().enumerate() {
+            let column = batch.column(i);
+            let grouped = datafusion::arrow::compute::cast(
+                batch.column(factors.len() + 1 + i),
+                &datafusion::arrow::datatypes::DataType::Int32,
+            )?;
+            let grouped = grouped.as_primitive::<Int32Type>();
+            for row in 0..batch.num_rows() {
+                if grouped.value(row) != 0 || column.is_null(row) {
+                    continue;
+                }
+                let name = ScalarValue::try_from_array(names, row)?.to_string();
+                let level = level_label(&ScalarValue::try_from_array(column, row)?);
+                clients.insert(name.clone());
+                levels.entry(level).or_default().push(name);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    if clients.len() < 2 {
+        return Ok(lines);
+    }
+    for (factor, levels) in factors.iter().zip(&seen) {
+        for (level, at) in levels {
+            if let [only] = at.as_slice() {
+                lines.push(format!(
+                    "Note: level '{level}' of factor `{factor}` occurs at one client only ('{only}', of {}): check its spelling there",
+                    clients.len()
+                ));
+            }
+        }
+    }
+    Ok(lines)
 }
 
 /// The string arguments of a model table function, e.g. `lm('t', 'y ~ x')`.

@@ -73,6 +73,9 @@ pub struct DpPolicy {
 /// `dp_domain.<column>` = comma-separated values.
 pub const DP_KEYS: &[&str] = &["dp_budget", "require_dp", "dp_domain.<column>"];
 
+/// The DP settings of table OPTIONS (besides `dp_domain.<column>`).
+pub const DP_OPTION_KEYS: &[&str] = &["dp_budget", "require_dp"];
+
 impl DpPolicy {
     /// Whether `key` is a DP setting.
     pub fn is_key(key: &str) -> bool {

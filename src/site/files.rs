@@ -11,7 +11,14 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::csv::ReaderBuilder;
+use datafusion::arrow::csv::reader::Format as CsvFileFormat;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::config::CsvOptions;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 
 use crate::error::{FedError, Result};
 
@@ -74,6 +81,9 @@ pub struct ClientFiles {
     pub files: Vec<PathBuf>,
     /// The path the user gave (a file or a folder), for messages.
     pub location: PathBuf,
+    /// How CSV files are read (DataFusion's CSV options; `null_value` is
+    /// also read as NULL).
+    pub csv: CsvOptions,
 }
 
 impl ClientFiles {
@@ -95,6 +105,7 @@ impl ClientFiles {
                 format,
                 files: vec![path.to_path_buf()],
                 location: path.to_path_buf(),
+                csv: CsvOptions::default(),
             });
         }
         let mut files = Vec::new();
@@ -132,6 +143,7 @@ impl ClientFiles {
             format,
             files,
             location: path.to_path_buf(),
+            csv: CsvOptions::default(),
         })
     }
 
@@ -177,6 +189,17 @@ impl ClientFiles {
         Ok(clients)
     }
 
+    /// The same client, its CSV files read with `csv`.
+    pub fn with_csv(mut self, csv: CsvOptions) -> Self {
+        self.csv = csv;
+        self
+    }
+
+    /// Whether a CSV file's first line is its header (the default).
+    pub fn has_header(&self) -> bool {
+        self.csv.has_header.unwrap_or(true)
+    }
+
     /// The files as a string for messages.
     pub fn describe(&self) -> String {
         self.location.display().to_string()
@@ -210,6 +233,19 @@ pub struct ObservedSchema {
     pub has_rows: bool,
     /// CSV reads columns by position, so their order must agree.
     pub positional: bool,
+    /// Text columns that are numbers but for one NA-like token: (column,
+    /// token). They were meant to be numeric (see [`na_hint`]).
+    pub na_text: Vec<(String, String)>,
+}
+
+/// What to say about a column that reads as text because of an NA-like
+/// token, if `seen` found one there.
+pub fn na_hint(seen: &ObservedSchema, column: &str) -> Option<String> {
+    let (_, token) = seen.na_text.iter().find(|(c, _)| c == column)?;
+    Some(format!(
+        "column `{column}` reads as text at client '{}' because of '{token}' tokens among its numbers: if they mean a missing value, add OPTIONS ('format.null_value' '{token}')",
+        seen.client
+    ))
 }
 
 /// Unifies the schemas seen at every client into the federated schema.
@@ -267,6 +303,15 @@ pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema>
             match unify_types(field.data_type(), theirs.data_type()) {
                 Some(t) => *field = field.clone().with_data_type(t),
                 None => {
+                    if let Some(hint) =
+                        na_hint(seen, field.name()).or_else(|| na_hint(origin, field.name()))
+                    {
+                        return Err(FedError::Client {
+                            client: seen.client.clone(),
+                            location: seen.file.clone(),
+                            message: hint,
+                        });
+                    }
                     return Err(FedError::Client {
                         client: seen.client.clone(),
                         location: seen.file.clone(),
@@ -337,17 +382,26 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
         message,
     };
     let handle = File::open(file).map_err(|e| err(format!("cannot open: {e}")))?;
+    let mut na_text = Vec::new();
     let (schema, has_rows, positional) = match client.format {
         FileFormat::Csv => {
-            let format = datafusion::arrow::csv::reader::Format::default().with_header(true);
+            let csv = &client.csv;
+            let format = csv_format(csv).map_err(err)?;
+            let read = |handle: File| {
+                FileCompressionType::from(csv.compression)
+                    .convert_read(handle)
+                    .map_err(|e| err(format!("cannot decompress: {e}")))
+            };
             let (schema, rows) = format
-                .infer_schema(handle, Some(CSV_INFER_ROWS))
+                .infer_schema(read(handle)?, Some(CSV_INFER_ROWS))
                 .map_err(|e| err(format!("not a readable CSV file with a header row: {e}")))?;
             if schema.fields().is_empty() {
                 return Err(err(
                     "the CSV file is empty: it needs at least a header row".into()
                 ));
             }
+            let handle = File::open(file).map_err(|e| err(format!("cannot open: {e}")))?;
+            na_text = text_because_of_na(&format, &schema, read(handle)?);
             (schema, rows > 0, true)
         }
         FileFormat::Parquet => {
@@ -366,7 +420,158 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
         schema,
         has_rows,
         positional,
+        na_text,
     })
+}
+
+/// A value a CSV reader could not parse, as arrow reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParseFailure {
+    pub column: String,
+    pub value: String,
+    pub data_type: String,
+    /// 1-based, among the data rows of the file.
+    pub data_row: usize,
+}
+
+impl ParseFailure {
+    /// Reads arrow's "Error while parsing value 'v' as type 't' for column
+    /// i at line n" (n counts data rows from 1) against the file's schema.
+    pub fn read(message: &str, schema: &Schema) -> Option<Self> {
+        let rest = message.split("Error while parsing value '").nth(1)?;
+        let (value, rest) = rest.split_once("' as type '")?;
+        let (data_type, rest) = rest.split_once("' for column ")?;
+        let (index, rest) = rest.split_once(" at line ")?;
+        let row: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        Some(Self {
+            column: schema
+                .fields()
+                .get(index.trim().parse::<usize>().ok()?)?
+                .name()
+                .clone(),
+            value: value.to_string(),
+            data_type: data_type.to_string(),
+            data_row: row.parse().ok()?,
+        })
+    }
+
+    /// The message for the data owner's own use (values and lines shown).
+    pub fn describe(&self, header: bool, several_files: bool) -> String {
+        let line = self.data_row + usize::from(header);
+        let file = if several_files {
+            " of one of its files"
+        } else {
+            ""
+        };
+        format!(
+            "column `{}`: '{}' at data row {} (file line {line}{}{file}) is not a {}; fix the value, declare the column's type (e.g. VARCHAR), or, if it marks a missing value, add OPTIONS ('format.null_value' '{}')",
+            self.column,
+            self.value,
+            self.data_row,
+            if header { ", the header counted" } else { "" },
+            self.data_type,
+            self.value
+        )
+    }
+}
+
+/// The CSV reading options a federated table passes to DataFusion, by
+/// DataFusion's names (`OPTIONS ('format.null_value' 'NA')`).
+pub const CSV_OPTION_KEYS: &[&str] = &[
+    "format.delimiter",
+    "format.null_value",
+    "format.has_header",
+    "format.quote",
+    "format.escape",
+    "format.compression",
+];
+
+/// The CSV options of a table's OPTIONS (`'format.delimiter'` ...), by
+/// DataFusion's names; other keys are left to their own checks.
+pub fn csv_options(options: &[(String, String)]) -> Result<CsvOptions> {
+    use datafusion::common::config::ConfigField;
+    let mut csv = CsvOptions::default();
+    for (key, value) in options {
+        let lower = key.to_ascii_lowercase();
+        if !CSV_OPTION_KEYS.contains(&lower.as_str()) {
+            continue;
+        }
+        if let Some(name) = lower.strip_prefix("format.") {
+            csv.set(name, value)
+                .map_err(|e| FedError::InvalidArgument(format!("option '{key}' '{value}': {e}")))?;
+        }
+    }
+    Ok(csv)
+}
+
+/// The tokens R and spreadsheets write for a missing value.
+const NA_TOKENS: &[&str] = &[
+    "NA", "N/A", "NaN", "na", "n/a", "null", "NULL", ".", "-", "?",
+];
+
+/// The arrow CSV format for `csv` (delimiter, quote, escape, header, and
+/// `null_value` as a NULL pattern).
+pub fn csv_format(csv: &CsvOptions) -> std::result::Result<CsvFileFormat, String> {
+    let mut format = CsvFileFormat::default()
+        .with_header(csv.has_header.unwrap_or(true))
+        .with_delimiter(csv.delimiter)
+        .with_quote(csv.quote);
+    if let Some(escape) = csv.escape {
+        format = format.with_escape(escape);
+    }
+    if let Some(null) = csv.null_value.as_deref().filter(|n| !n.is_empty()) {
+        let regex = regex::Regex::new(&format!("^{}$", regex::escape(null)))
+            .map_err(|e| format!("format.null_value: {e}"))?;
+        format = format.with_null_regex(regex);
+    }
+    Ok(format)
+}
+
+/// The text columns whose values, apart from one NA-like token, are all
+/// numbers: (column, token). Such a column was meant to be numeric.
+fn text_because_of_na(
+    format: &CsvFileFormat,
+    schema: &Schema,
+    read: Box<dyn std::io::Read + Send>,
+) -> Vec<(String, String)> {
+    let text = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let Ok(reader) = ReaderBuilder::new(Arc::clone(&text))
+        .with_format(format.clone())
+        .build(std::io::BufReader::new(read))
+    else {
+        return Vec::new();
+    };
+    let batches: Vec<_> = reader.take(4).filter_map(|b| b.ok()).collect();
+    let mut found = Vec::new();
+    for (i, field) in schema.fields().iter().enumerate() {
+        if !matches!(field.data_type(), DataType::Utf8 | DataType::Utf8View) {
+            continue;
+        }
+        let (mut token, mut numbers, mut other) = (None::<String>, 0usize, false);
+        for batch in &batches {
+            let values = batch.column(i).as_string::<i32>();
+            for v in values.iter().flatten() {
+                let v = v.trim();
+                if v.parse::<f64>().is_ok() {
+                    numbers += 1;
+                } else if NA_TOKENS.contains(&v) && token.as_deref().is_none_or(|t| t == v) {
+                    token = Some(v.to_string());
+                } else {
+                    other = true;
+                }
+            }
+        }
+        if let (Some(token), false, true) = (token, other, numbers > 0) {
+            found.push((field.name().clone(), token));
+        }
+    }
+    found
 }
 
 /// Checks a declared schema against the schema seen at one client.
@@ -427,6 +632,7 @@ mod tests {
             ),
             has_rows,
             positional: true,
+            na_text: Vec::new(),
         }
     }
 

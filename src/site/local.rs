@@ -11,20 +11,24 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
+use datafusion::common::Column;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::DataFusionError;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::GreedyMemoryPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionStateBuilder, TaskContext};
+use datafusion::functions::core::expr_fn::nullif;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -32,7 +36,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::dp::{self, DpSite};
-use crate::site::files::{ClientFiles, FileFormat};
+use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
 use crate::site::joins;
@@ -92,6 +96,10 @@ pub struct LocalClient {
     /// DP settings and budget ledger (DP aggregates are noised even
     /// without settings).
     dp: Arc<DpSite>,
+    /// The client's files (none for rows held in memory).
+    files: Vec<std::path::PathBuf>,
+    /// Whether its CSV files start with a header line (for file lines).
+    has_header: bool,
 }
 
 impl fmt::Debug for LocalClient {
@@ -101,7 +109,8 @@ impl fmt::Debug for LocalClient {
 }
 
 impl LocalClient {
-    /// A site over its files, read with the federated table's `schema`.
+    /// A site over its files, read with the federated table's `schema`
+    /// (and, for CSV, the client's CSV options).
     pub fn from_files(files: &ClientFiles, schema: SchemaRef) -> Result<Self> {
         let session = site_session();
         let state = session.state();
@@ -110,25 +119,66 @@ impl LocalClient {
             .iter()
             .map(|f| ListingTableUrl::parse(f.to_string_lossy()))
             .collect::<Result<Vec<_>, _>>()?;
+        // DataFusion reads `null_value` for inference only: a client that
+        // names one reads its columns as text, and a view turns the token
+        // into NULL before casting to the table's types.
+        let null_value = match files.format {
+            FileFormat::Csv => files.csv.null_value.clone().filter(|n| !n.is_empty()),
+            FileFormat::Parquet => None,
+        };
+        let file_schema = match &null_value {
+            Some(_) => Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(f.name(), DataType::Utf8, true))
+                    .collect::<Vec<_>>(),
+            )),
+            None => Arc::clone(&schema),
+        };
         let options = match files.format {
             FileFormat::Csv => ListingOptions::new(Arc::new(
                 CsvFormat::default()
-                    .with_options(state.table_options().csv.clone())
-                    .with_has_header(true),
-            )),
+                    .with_options(files.csv.clone())
+                    .with_has_header(files.has_header()),
+            ))
+            .with_file_extension(""),
             FileFormat::Parquet => ListingOptions::new(Arc::new(
                 ParquetFormat::default().with_options(state.table_options().parquet.clone()),
-            )),
-        }
-        .with_file_extension(files.format.extension());
+            ))
+            .with_file_extension(files.format.extension()),
+        };
         let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
-            .with_schema(schema);
+            .with_schema(file_schema);
+        let listing: Arc<dyn TableProvider> = Arc::new(ListingTable::try_new(config)?);
+        let rows = match &null_value {
+            Some(null) => {
+                let exprs: Vec<Expr> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let text = nullif(col(Column::from_name(f.name())), lit(null.as_str()));
+                        let value = if f.data_type() == &DataType::Utf8 {
+                            text
+                        } else {
+                            cast(text, f.data_type().clone())
+                        };
+                        value.alias(f.name())
+                    })
+                    .collect();
+                let plan = LogicalPlanBuilder::scan("rows", provider_as_source(listing), None)?
+                    .project(exprs)?
+                    .build()?;
+                Arc::new(ViewTable::new(plan, None)) as Arc<dyn TableProvider>
+            }
+            None => listing,
+        };
         Ok(Self {
             name: files.name.clone(),
             location: files.describe(),
             format: files.format.to_string(),
-            rows: Arc::new(ListingTable::try_new(config)?),
+            rows,
             session,
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
@@ -136,6 +186,8 @@ impl LocalClient {
             peers: Arc::new([]),
             memory_limit: None,
             dp: Arc::default(),
+            files: files.files.clone(),
+            has_header: files.format == FileFormat::Csv && files.has_header(),
         })
     }
 
@@ -226,6 +278,8 @@ impl LocalClient {
             peers: Arc::new([]),
             memory_limit: None,
             dp: Arc::default(),
+            files: Vec::new(),
+            has_header: false,
         })
     }
 
@@ -233,13 +287,28 @@ impl LocalClient {
     /// message keeps only the kind of error: no row text, values or paths.
     fn error(&self, e: impl fmt::Display) -> FedError {
         let message = e.to_string();
-        match &self.policy {
-            None => FedError::Client {
+        let failure = ParseFailure::read(&message, &self.rows.schema());
+        match (&self.policy, failure) {
+            (None, Some(f)) => FedError::Client {
+                client: self.name.clone(),
+                location: self.location.clone(),
+                message: f.describe(self.has_header, self.files.len() > 1),
+            },
+            (None, None) => FedError::Client {
                 client: self.name.clone(),
                 location: self.location.clone(),
                 message,
             },
-            Some(_) => FedError::Client {
+            // Under a policy: the column, the kind and the row number only.
+            (Some(_), Some(f)) => FedError::Client {
+                client: self.name.clone(),
+                location: "details withheld under its disclosure policy".into(),
+                message: format!(
+                    "a parse error in column `{}` at data row {}",
+                    f.column, f.data_row
+                ),
+            },
+            (Some(_), None) => FedError::Client {
                 client: self.name.clone(),
                 location: "details withheld under its disclosure policy".into(),
                 message: format!("{} error", error_kind(&message)),
@@ -383,6 +452,16 @@ impl ClientRunner for LocalClient {
 
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        match self.files.iter().find(|f| !f.is_file()) {
+            None => Ok(()),
+            Some(_) if self.policy.is_some() => {
+                Err("a file is missing (details withheld under its disclosure policy)".into())
+            }
+            Some(file) => Err(format!("the file {} is missing", file.display())),
+        }
     }
 
     fn format(&self) -> String {

@@ -31,6 +31,16 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
         Ok(None)
     }
+
+    /// Whether a failed exchange may be tried once more: a client across
+    /// a network, whose connection is remade on the next call.
+    fn retries(&self) -> bool {
+        false
+    }
+    /// Whether the client can be reached now, and if not, why (for `\\clients`).
+    async fn check_reachable(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// Runs the encoder over this client's rows and returns its state.
     async fn encode(&self, encoder: &Encoder) -> Result<StateBatch>;
     /// The physical plan this client would run for the encoder.

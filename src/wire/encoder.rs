@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -90,6 +90,16 @@ impl Encoder {
     pub fn in_fit(mut self, scope: Option<u64>) -> Self {
         self.fit_scope = scope;
         self
+    }
+
+    /// The same encoder with its plan rewritten by `rewrite` (and
+    /// validated again), e.g. to bind what differs between clients.
+    pub fn rewritten(
+        &self,
+        rewrite: impl FnOnce(LogicalPlan) -> Result<LogicalPlan>,
+    ) -> Result<Self> {
+        let plan = rewrite(self.plan.clone())?;
+        Ok(Self::try_new(plan, Arc::clone(&self.state_schema))?.in_fit(self.fit_scope))
     }
 
     /// The fit this encoder belongs to, if any.
@@ -185,9 +195,22 @@ impl StateBatch {
         &self.batch
     }
 
-    /// Size of the state in bytes (Arrow buffers), as sent.
+    /// Size of the state in bytes: its Arrow IPC stream (column names and
+    /// types, then the one batch), the same count on both sides of the
+    /// wire — what a worker's log says it released and what `EXPLAIN
+    /// ANALYZE FEDERATED` shows as `state_bytes` (Flight adds its framing).
     pub fn size_bytes(&self) -> usize {
-        self.batch.get_array_memory_size()
+        let bare: Vec<Field> = self
+            .batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(bare)), self.batch.columns().to_vec())
+            .ok()
+            .and_then(|b| crate::wire::protocol::batch_to_ipc(&b).ok())
+            .map_or_else(|| self.batch.get_array_memory_size(), |ipc| ipc.len())
     }
 }
 

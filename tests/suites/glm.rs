@@ -295,7 +295,14 @@ async fn prior_weights_scale_the_information() {
             value(&plain, i, "std_error").unwrap(),
             value(&weighted, i, "std_error").unwrap(),
         );
-        assert!(close(s / 2f64.sqrt(), sw, 1e-9), "{s} vs {sw}");
+        // As in R, the covariance comes from the X'WX of the last IRLS step,
+        // one step before the estimate: the two fits stop after different
+        // numbers of steps, so their X'WX agree to the convergence only.
+        assert!(
+            close(s / 2f64.sqrt(), sw, 1e-7),
+            "{s} vs {sw}: {}",
+            (s / 2f64.sqrt() - sw).abs() / sw
+        );
     }
 }
 

@@ -366,7 +366,9 @@ async fn catalog_queries_of_psql_and_drivers() {
     assert_eq!(
         names,
         [
-            "region", "age", "sex", "bmi", "systolic", "smoker", "event", "visits"
+            "region", "age", "sex", "bmi", "systolic", "smoker", "event", "visits",
+            // The virtual column of client names, usable like any other.
+            "_client"
         ]
     );
     assert_eq!(columns[1][1].as_deref(), Some("bigint"));

@@ -46,7 +46,7 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    async fn start(files: &[PathBuf], table: &str) -> Self {
+    pub(crate) async fn start(files: &[PathBuf], table: &str) -> Self {
         Self::start_with(files, table, |c| c).await
     }
 
@@ -108,7 +108,7 @@ pub(crate) async fn run(ctx: &FedContext, sql: &str) -> fedsql::Result<Vec<Recor
     ctx.sql(sql).await?.collect().await
 }
 
-async fn remote_context(workers: &Workers) -> FedContext {
+pub(crate) async fn remote_context(workers: &Workers) -> FedContext {
     let ctx = FedContext::new();
     run(&ctx, &workers.create("clinic")).await.unwrap();
     ctx
@@ -318,12 +318,15 @@ fn find(plan: &LogicalPlan, want: impl Fn(&LogicalPlan) -> bool) -> LogicalPlan 
     found.expect("node in plan")
 }
 
+/// A coordinator's plan as a client would get it (`_client` bound).
 async fn logical(ctx: &FedContext, sql: &str) -> LogicalPlan {
-    ctx.session()
+    let plan = ctx
+        .session()
         .state()
         .create_logical_plan(sql)
         .await
-        .unwrap()
+        .unwrap();
+    fedsql::coordinator::client_column::bind_plan(plan, "h0").unwrap()
 }
 
 #[tokio::test]
@@ -739,7 +742,28 @@ async fn a_tls_worker_serves_over_grpcs() {
     .await
     .unwrap_err()
     .to_string();
-    assert!(err.contains("client 'plain'"), "{err}");
+    assert!(
+        err.contains("client 'plain'") && err.contains("the worker speaks TLS: use grpcs://"),
+        "{err}"
+    );
+    // TLS to a worker without it.
+    let plain = Workers::start(&f.client_files[..1], "clinic").await;
+    let err = run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('tls' = 'grpcs://localhost:{}') OPTIONS ('token_file' '{}', 'ca_cert' '{}', 'timeout' '3s')",
+            plain.workers[0].addr().port(),
+            plain.token_file.display(),
+            ca_file.display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("client 'tls'") && err.contains("the worker does not speak TLS: use grpc://"),
+        "{err}"
+    );
     let err = run(
         &ctx,
         &format!(

@@ -139,12 +139,13 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
     // Centralized: all rows in one file, read with the federated schema.
     let all = dir.path().join("all.csv");
     std::fs::write(&all, format!("{header}\n{}\n", rows.join("\n"))).unwrap();
-    let schema = fed
-        .session()
-        .table_provider("clinic")
-        .await
-        .unwrap()
-        .schema();
+    let schema = fedsql::coordinator::client_column::data_schema(
+        &fed.session()
+            .table_provider("clinic")
+            .await
+            .unwrap()
+            .schema(),
+    );
     let central = SessionContext::new();
     central
         .register_csv(

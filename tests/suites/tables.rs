@@ -225,7 +225,7 @@ async fn conflicting_types_name_client_file_and_column_and_a_declared_schema_fix
         "{types:?}"
     );
     assert_eq!(
-        types[1..],
+        types[1..4],
         [DataType::Int8, DataType::UInt32, DataType::Float32]
     );
     assert!(!schema.field(0).is_nullable());

@@ -434,6 +434,7 @@ async fn a_fits_kept_rows_are_used_and_released_only_by_its_session() {
         .create_logical_plan("SELECT sum(x) FROM t")
         .await
         .unwrap();
+    let plan = fedsql::coordinator::client_column::bind_plan(plan, "h0").unwrap();
     let plan = plan_to_bytes(&aggregate_of(&plan), "t").await.unwrap();
     let encode = |scope: u64| {
         let ticket = TicketCommand {

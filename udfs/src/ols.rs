@@ -33,6 +33,10 @@ pub struct OlsFit {
     pub rss: f64,
     /// Total sum of squares: about the mean with an intercept, about zero without.
     pub tss: f64,
+    /// The estimated covariance matrix of the estimates, in the order of
+    /// `terms` (R's `vcov()`); `None` where a term is aliased or without
+    /// residual degrees of freedom.
+    pub covariance: Vec<Vec<Option<f64>>>,
 }
 
 impl OlsFit {
@@ -142,6 +146,38 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
             (s2 * (1.0 / n + (xbar_kept.transpose() * &inverse * &xbar_kept)[(0, 0)])).sqrt()
         }));
     }
+    // Position of each term's row in the kept inverse (`None`: aliased),
+    // the intercept first when there is one.
+    let mut slot: Vec<Option<usize>> = Vec::with_capacity(k + 1);
+    if intercept {
+        slot.push(None);
+    }
+    let mut next_kept = 0;
+    for &a in &aliased {
+        slot.push((!a).then(|| {
+            next_kept += 1;
+            next_kept - 1
+        }));
+    }
+    let xbar_kept = select_vector(&xbar, &kept);
+    // With an intercept: Var(b0) = s²(1/n + x̄'S⁻¹x̄), Cov(b0, b) = −s² S⁻¹x̄.
+    let inverse_xbar = &inverse * &xbar_kept;
+    let covariance: Vec<Vec<Option<f64>>> = (0..slot.len())
+        .map(|a| {
+            (0..slot.len())
+                .map(|b| {
+                    let s2 = sigma2?;
+                    let is_intercept = |t: usize| intercept && t == 0;
+                    match (is_intercept(a), is_intercept(b)) {
+                        (true, true) => Some(s2 * (1.0 / n + xbar_kept.dot(&inverse_xbar))),
+                        (true, false) => Some(-s2 * inverse_xbar[slot[b]?]),
+                        (false, true) => Some(-s2 * inverse_xbar[slot[a]?]),
+                        (false, false) => Some(s2 * inverse[(slot[a]?, slot[b]?)]),
+                    }
+                })
+                .collect()
+        })
+        .collect();
     let mut next = 0;
     for (j, name) in x_names.iter().enumerate() {
         terms.push(name.clone());
@@ -163,6 +199,7 @@ pub fn fit_ols(state: &CoMoments, x_names: &[String], intercept: bool) -> Result
         intercept,
         rss,
         tss: yy,
+        covariance,
     })
 }
 

@@ -38,9 +38,11 @@ use crate::coordinator::context::FedContext;
 use crate::coordinator::rounds::ClientAnswer;
 use crate::error::{FedError, Result};
 use crate::formula::{Response, design_columns};
-use crate::models::fit_table::{argument_error, model_table};
+use crate::models::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use crate::models::optimizer::ServerOptimizer;
-use crate::models::source::{complete_cases, learn_levels, numeric_argument, string_arguments};
+use crate::models::source::{
+    complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
+};
 use crate::notices::Progress;
 
 mod spec;
@@ -86,7 +88,12 @@ impl TableFunctionImpl for FedSgdFunction {
             FedSgdOutput::Coefficients => coefficients_schema(),
             FedSgdOutput::History => history_schema(),
         };
-        Ok(model_table(
+        let explained = spec.clone();
+        let program: Program = Arc::new(move |ctx| {
+            let spec = explained.clone();
+            Box::pin(async move { explain(&ctx, &spec).await })
+        });
+        let table = model_table(
             label,
             schema,
             spec,
@@ -107,7 +114,8 @@ impl TableFunctionImpl for FedSgdFunction {
                 };
                 Ok((batch, notices))
             },
-        ))
+        );
+        Ok(FitTable::explained(table, program))
     }
 }
 
@@ -227,15 +235,16 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
         Some(column) => numeric_argument(&schema, column, "offset")?,
         None => "0.0".into(),
     };
-    let factors = spec.formula.factors(&schema)?;
-    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
+    let formula = &spec.formula.expand_dot(&schema);
+    let factors = formula.factors(&schema)?;
+    let levels = learn_levels(ctx, &spec.source, formula, &factors).await?;
     let mut names = Vec::new();
     let mut columns = Vec::new();
     if spec.formula.intercept {
         names.push(INTERCEPT.to_string());
         columns.push("1.0".to_string());
     }
-    for c in design_columns(&spec.formula, &schema, &levels)? {
+    for c in design_columns(formula, &schema, &levels)? {
         names.push(c.name);
         columns.push(c.sql);
     }
@@ -249,7 +258,7 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
         offset,
         columns,
         names,
-        used: spec.formula.columns(),
+        used: formula.columns(),
     })
 }
 
@@ -273,19 +282,7 @@ async fn learn_shared(
     if !start && !spec.standardize {
         return Ok((vec![(0.0, 1.0); k], 0.0));
     }
-    let (y, offset) = (&design.response, &design.offset);
-    let mut items = vec![format!(
-        "avg({y}), avg({offset}), sum({y}), sum(exp({offset}))"
-    )];
-    for column in &design.columns {
-        items.push(format!("avg({column}), stddev_samp({column})"));
-    }
-    let sql = format!(
-        "SELECT {} FROM {} WHERE {}",
-        items.join(", "),
-        spec.source.from,
-        complete_cases(&design.used)
-    );
+    let sql = shared_sql(spec, design);
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
@@ -321,6 +318,109 @@ async fn learn_shared(
         );
     }
     Ok((scaling, intercept_start))
+}
+
+/// The query of the round before the first step: the mean response and
+/// offset, and each design column's mean and standard deviation.
+fn shared_sql(spec: &FedSgdSpec, design: &Design) -> String {
+    let (y, offset) = (&design.response, &design.offset);
+    let mut items = vec![format!(
+        "avg({y}), avg({offset}), sum({y}), sum(exp({offset}))"
+    )];
+    for column in &design.columns {
+        items.push(format!("avg({column}), stddev_samp({column})"));
+    }
+    format!(
+        "SELECT {} FROM {} WHERE {}",
+        items.join(", "),
+        spec.source.from,
+        complete_cases(&design.used)
+    )
+}
+
+/// The query of one step: each client's gradient sums (and curvature for
+/// Newton's method) at the coefficients `config` carries.
+fn step_sql(spec: &FedSgdSpec, design: &Design, columns: &[String], config: &SgdConfig) -> String {
+    let function = if spec.optimizer.needs_curvature() {
+        "sgd_newton"
+    } else {
+        "sgd_gradient"
+    };
+    format!(
+        "SELECT {function}('{}', {}, {}, {}) FROM {}",
+        config.encode(),
+        design.response,
+        design.offset,
+        columns.join(", "),
+        spec.source.from
+    )
+}
+
+/// `EXPLAIN FEDERATED` of a run: the levels round when the formula has
+/// factors (which runs, as the design depends on it), the round of shared
+/// statistics when one is needed, then the step round (planned only).
+pub async fn explain(ctx: &FedContext, spec: &FedSgdSpec) -> Result<String> {
+    let schema = spec.source.schema(ctx).await?;
+    let formula = spec.formula.expand_dot(&schema);
+    let factors = formula.factors(&schema)?;
+    let mut out = format!(
+        "== Program of fedsgd('{}', {} model, {} optimizer): at most {} step rounds ==\n",
+        spec.source.given,
+        spec.model.name(),
+        spec.optimizer.name(),
+        spec.rounds
+    );
+    let mut step = 1;
+    if !factors.is_empty() {
+        out += &explain_step(
+            ctx,
+            "Step 1: the levels of the factors (one GROUP BY round; EXPLAIN runs it, the design depends on it)",
+            &levels_sql(&spec.source, &formula, &factors),
+        )
+        .await?;
+        step += 1;
+    }
+    let design = design(ctx, spec).await?;
+    let intercept = design.names.iter().any(|n| n == INTERCEPT);
+    if (spec.start == Start::Mean && intercept) || spec.standardize {
+        out += &explain_step(
+            ctx,
+            &format!(
+                "Step {step}: shared statistics, one round: the mean response{}",
+                if spec.standardize {
+                    " and each column's mean and standard deviation (standardize=true)"
+                } else {
+                    ", for the starting intercept"
+                }
+            ),
+            &shared_sql(spec, &design),
+        )
+        .await?;
+        step += 1;
+    }
+    let config = SgdConfig {
+        model: spec.model,
+        theta: vec![0.0; design.names.len()],
+    };
+    out += &explain_step(
+        ctx,
+        &format!(
+            "Step {step}: rounds 1..{}: {} clients each send their own state (decoded one by one, then weighted by {}); the coefficients are the one shared parameter",
+            spec.rounds,
+            match spec.clients_per_round {
+                Some(n) => format!("{n} sampled"),
+                None => "all".into(),
+            },
+            match spec.weighting {
+                Weighting::NumExamples => "their number of examples",
+                Weighting::Uniform => "one each",
+            }
+        ),
+        &step_sql(spec, &design, &design.columns, &config),
+    )
+    .await?;
+    out += "== Then, on the coordinator: the server optimizer's update after each round; no further round ==\n";
+    Ok(out)
 }
 
 /// Coefficients on the fitting scale mapped back to the original columns.
@@ -444,11 +544,6 @@ pub async fn fit(
             }
         })
         .collect();
-    let function = if spec.optimizer.needs_curvature() {
-        "sgd_newton"
-    } else {
-        "sgd_gradient"
-    };
     let penalized: Vec<f64> = design
         .names
         .iter()
@@ -473,20 +568,20 @@ pub async fn fit(
             model: spec.model,
             theta: theta.clone(),
         };
-        let sql = format!(
-            "SELECT {function}('{}', {}, {}, {}) FROM {}",
-            config.encode(),
-            design.response,
-            design.offset,
-            columns.join(", "),
-            spec.source.from
-        );
+        let sql = step_sql(spec, &design, &columns, &config);
         let per_round = spec.clients_per_round;
         let answers = ctx
             .sql(&sql)
             .await?
             .collect_per_client(|names| choose_clients(names, per_round, &mut rng))
-            .await?;
+            .await
+            .map_err(|e| {
+                let last = match round {
+                    1 => Vec::new(),
+                    _ => original_scale(&theta, &scaling, &design.names),
+                };
+                crate::models::glm::stopped(ctx, e, "fedsgd", round, &design.names, &last)
+            })?;
         let answers = client_sums(&answers, k)?;
         if round == 1 {
             check_first_round(spec, &answers)?;
@@ -536,13 +631,32 @@ pub async fn fit(
         }
         iterates.push(original_scale(&theta, &scaling, &design.names));
     }
+    let mut warnings = nonfinite_warnings(&skipped);
+    warnings.extend(divergence_warning(spec, &history, converged));
     Ok(FedSgdFit {
         estimate: original_scale(&theta, &scaling, &design.names),
         terms: design.names,
         iterates,
         history,
         converged,
-        warnings: nonfinite_warnings(&skipped),
+        warnings,
+    })
+}
+
+/// A warning when the loss ends higher than it started (every client in
+/// every round, so the losses are comparable): the steps overshoot.
+fn divergence_warning(
+    spec: &FedSgdSpec,
+    history: &[RoundRecord],
+    converged: bool,
+) -> Option<String> {
+    let (first, last) = (history.first()?, history.last()?);
+    let rising = last.loss > first.loss * (1.0 + 1e-9) && last.round > first.round;
+    (!converged && spec.clients_per_round.is_none() && rising).then(|| {
+        format!(
+            "fedsgd: the loss is diverging (it rose from {:.6e} in round {} to {:.6e} in round {}): use standardize=true, or a smaller learning_rate (it is {})",
+            first.loss, first.round, last.loss, last.round, spec.learning_rate
+        )
     })
 }
 

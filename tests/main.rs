@@ -48,7 +48,7 @@ mod stats;
 mod survival;
 #[path = "suites/tables.rs"]
 mod tables;
-#[path = "suites/worker_defence.rs"]
-mod worker_defence;
 #[path = "suites/vcov.rs"]
 mod vcov;
+#[path = "suites/worker_defence.rs"]
+mod worker_defence;

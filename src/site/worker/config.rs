@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
-use crate::site::identity::{SiteIdentity, parse_peer};
 use crate::site::dp::DpPolicy;
+use crate::site::identity::{SiteIdentity, parse_peer};
 use crate::site::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 

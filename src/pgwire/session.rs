@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, METADATA_USER, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
@@ -52,6 +53,9 @@ pub struct Connection {
     ctx: FedContext,
     allow_ddl: bool,
     settings: Mutex<Settings>,
+    /// The connection's user: the analyst whose privacy budget the
+    /// in-process tables' ledgers debit.
+    user: Mutex<String>,
 }
 
 /// `SET` values of PostgreSQL settings, and the statement timeout.
@@ -73,6 +77,7 @@ impl Connection {
             ctx: FedContext::from_state(state),
             allow_ddl: server.allow_ddl,
             settings: Mutex::new(Settings::default()),
+            user: Mutex::new(crate::site::dp::SESSION_ANALYST.to_string()),
         })
     }
 
@@ -106,6 +111,25 @@ impl Connection {
             }
         };
         Ok(Prepared { action })
+    }
+
+    /// Remembers the connection's user (from its startup message).
+    fn know_user(&self, client: &impl ClientInfo) {
+        if let Some(user) = client.metadata().get(METADATA_USER) {
+            *self.user.lock().expect("not poisoned") = user.clone();
+        }
+    }
+
+    /// `work` run for the connection's user (the DP ledger's analyst).
+    fn as_user<F: Future + Send + 'static>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = F::Output> + Send + 'static
+    where
+        F::Output: Send,
+    {
+        let user = self.user.lock().expect("not poisoned").clone();
+        async move { crate::site::dp::as_analyst(&user, work).await }
     }
 
     /// Runs a prepared statement, with the statement timeout.
@@ -142,7 +166,7 @@ impl Connection {
                         .map_err(fed_error)?,
                     None => (**df).clone(),
                 };
-                let batches = run_apart(df.collect()).await?;
+                let batches = run_apart(self.as_user(df.collect())).await?;
                 Outcome::Rows {
                     schema: schema.clone(),
                     batches,
@@ -163,7 +187,8 @@ impl Connection {
             }
             Action::Command { sql, tag } => {
                 let (ctx, sql) = (self.ctx.clone(), sql.clone());
-                run_apart(async move { ctx.sql(&sql).await?.collect().await }).await?;
+                run_apart(self.as_user(async move { ctx.sql(&sql).await?.collect().await }))
+                    .await?;
                 Outcome::Tag(Response::Execution(Tag::new(tag)))
             }
             Action::Session(statement) => Outcome::Tag(self.run_session(statement)),
@@ -408,6 +433,7 @@ impl SimpleQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.know_user(client);
         self.run_simple(client, query).await
     }
 }
@@ -497,6 +523,7 @@ impl ExtendedQueryHandler for Extended {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let connection = &self.planner.connection;
+        connection.know_user(client);
         let prepared = &portal.statement.statement;
         let params = if portal.parameter_len() == 0 {
             None

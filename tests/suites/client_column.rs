@@ -50,7 +50,7 @@ async fn both(f: &crate::support::Federation, central: &SessionContext, sql: &st
 
 #[tokio::test]
 async fn client_counts_equal_each_files_rows() {
-    let f = federation(&[1, 300, 599], Format::Csv).await;
+    let f = federation(&[1, 300, 759], Format::Csv).await;
     let batches = f
         .fed
         .sql("SELECT _client, count(*) AS n FROM clinic GROUP BY _client ORDER BY _client")
@@ -85,7 +85,7 @@ async fn client_counts_equal_each_files_rows() {
 
 #[tokio::test]
 async fn client_groups_filters_and_expressions_match_each_file() {
-    let f = federation(&[120, 1, 400, 379], Format::Parquet).await;
+    let f = federation(&[120, 1, 400, 539], Format::Parquet).await;
     let central = central_by_client(&f).await;
     for sql in [
         "SELECT _client, count(*) AS n, avg(bmi) AS mean_bmi, stddev(systolic) AS sd FROM clinic GROUP BY _client ORDER BY _client",
@@ -130,7 +130,7 @@ async fn a_real_client_column_takes_precedence_and_says_so() {
 
 #[tokio::test]
 async fn workers_get_their_name_bound_by_the_coordinator() {
-    let f = federation(&[1, 300, 599], Format::Csv).await;
+    let f = federation(&[1, 300, 759], Format::Csv).await;
     let workers = crate::remote::Workers::start(&f.client_files, "clinic").await;
     let ctx = crate::remote::remote_context(&workers).await;
     let batches = ctx
@@ -151,7 +151,7 @@ async fn workers_get_their_name_bound_by_the_coordinator() {
 
 #[tokio::test]
 async fn show_clients_says_whether_each_client_is_reachable_and_why_not() {
-    let f = federation(&[450, 450], Format::Csv).await;
+    let f = federation(&[530, 530], Format::Csv).await;
     std::fs::remove_file(&f.client_files[1]).unwrap();
     let batches = f
         .fed

@@ -45,7 +45,7 @@ const COMPUTED: &str = "SELECT systolic, event, \
 
 #[tokio::test]
 async fn reference_levels_and_transforms_equal_computed_columns() {
-    let f = federation(&[1, 400, 499], Format::Csv).await;
+    let f = federation(&[1, 400, 659], Format::Csv).await;
     let names = [
         "(Intercept)",
         "C(region, Treatment('west'))[T.east]",
@@ -95,7 +95,7 @@ async fn reference_levels_and_transforms_equal_computed_columns() {
 
 #[tokio::test]
 async fn dot_is_every_other_column_but_client() {
-    let f = federation(&[300, 600], Format::Csv).await;
+    let f = federation(&[300, 760], Format::Csv).await;
     let a = run(
         &f.fed,
         "SELECT * FROM lm('SELECT systolic, age, bmi, sex, _client FROM clinic', 'systolic ~ .')",
@@ -127,7 +127,7 @@ async fn dot_is_every_other_column_but_client() {
 
 #[tokio::test]
 async fn malformed_formulas_are_errors() {
-    let f = federation(&[900], Format::Csv).await;
+    let f = federation(&[1060], Format::Csv).await;
     for (formula, words) in [
         ("systolic ~ age +", "ends with `+`"),
         ("systolic ~ age + + bmi", "a term is missing"),

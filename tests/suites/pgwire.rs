@@ -585,3 +585,55 @@ async fn without_users_only_loopback() {
     let e = result.err().expect("a server without users on 0.0.0.0");
     assert!(e.to_string().contains("loopback"), "{e}");
 }
+
+/// Through the endpoint an in-process table's privacy budget is kept per
+/// connection user: one user's spending leaves another's budget whole,
+/// and a user who reconnects finds what they spent.
+#[tokio::test]
+async fn privacy_budgets_are_kept_per_connection_user() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("a.csv"), "x\n1\n2\n3\n").unwrap();
+    std::fs::write(dir.path().join("b.csv"), "x\n4\n5\n").unwrap();
+    let ctx = FedContext::new();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}' OPTIONS ('dp_budget' '1')",
+        dir.path().display()
+    ))
+    .await
+    .unwrap();
+    let server = start(
+        ctx,
+        ServerOptions {
+            listen: "127.0.0.1:0".into(),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let user = |name: &str| config(&server, name);
+    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
+    for _ in 0..2 {
+        simple_rows(&alice, "SELECT dp_count(*, 0.4) FROM t").await;
+    }
+    let e = alice
+        .simple_query("SELECT dp_count(*, 0.4) FROM t")
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("dp_budget"), "{text}");
+    // Bob's budget is his own.
+    let (bob, _) = connect_with_notices(&user("bob")).await.unwrap();
+    simple_rows(&bob, "SELECT dp_count(*, 0.9) FROM t").await;
+    // Alice again, on a new connection, through the extended protocol.
+    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
+    let e = alice
+        .query("SELECT dp_count(*, 0.3) FROM t", &[])
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("dp_budget"), "{text}");
+    alice
+        .query("SELECT dp_count(*, 0.2) FROM t", &[])
+        .await
+        .unwrap();
+}

@@ -109,7 +109,7 @@ pub async fn learn_levels(
         return Ok(Vec::new());
     }
     let sql = levels_sql(source, formula, factors);
-    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batches = crate::stats::run_round(ctx, &sql).await?;
     let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
     for batch in &batches {
         for (i, (_, values)) in levels.iter_mut().enumerate() {

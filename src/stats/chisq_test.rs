@@ -204,7 +204,7 @@ impl CrossTable {
              GROUP BY GROUPING SETS (({qa}, {qb}), ())",
             source.from
         );
-        let batches = ctx.sql(&sql).await?.collect().await?;
+        let batches = super::run_round(ctx, &sql).await?;
         let mut cells: Vec<(ScalarValue, ScalarValue, i64)> = Vec::new();
         let mut total = 0;
         for batch in &batches {

@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::models::fit_table::{Fit, FitTable};
+use crate::models::fit_table::{Fit, FitTable, Program, explain_step};
 use crate::models::options::ModelOption;
 use crate::notices::Notices;
 
@@ -57,6 +57,12 @@ pub fn register_all(ctx: &SessionContext) {
 
 /// A table of `schema` whose one batch `compute` makes when the plan runs
 /// (not when it is planned), with the session's notices at hand.
+///
+/// `EXPLAIN FEDERATED` of it runs `compute` once with a recorder in the
+/// session (a later round's query depends on what the earlier ones
+/// returned, e.g. `hist`'s range or `anova`'s factor levels), and shows the
+/// federated plan of every round it ran: what each client computes and the
+/// state that leaves it, with its size.
 pub(crate) fn deferred_table<F>(
     label: String,
     schema: SchemaRef,
@@ -68,11 +74,55 @@ where
         + Sync
         + 'static,
 {
+    let compute = Arc::new(compute);
+    let run = Arc::clone(&compute);
     let fit: Fit = Arc::new(move |state| {
         let notices = state.config().get_extension::<Notices>();
-        compute(FedContext::from_state(state), notices)
+        run(FedContext::from_state(state), notices)
     });
-    Arc::new(FitTable::new(label, schema, fit))
+    let heading = label.clone();
+    let program: Program = Arc::new(move |ctx: FedContext| {
+        let (compute, heading) = (Arc::clone(&compute), heading.clone());
+        Box::pin(async move {
+            let recorder = Arc::new(RecordedRounds::default());
+            let mut state = ctx.session().state();
+            state.config_mut().set_extension(Arc::clone(&recorder));
+            compute(FedContext::from_state(state), None).await?;
+            let rounds = recorder.0.lock().expect("not poisoned").clone();
+            let mut out = format!(
+                "== Program of {heading}: {} federated round(s) (EXPLAIN runs them: a round may depend on what the earlier ones returned) ==\n",
+                rounds.len()
+            );
+            for (i, sql) in rounds.iter().enumerate() {
+                out += &explain_step(&ctx, &format!("Step {}: one round", i + 1), sql).await?;
+            }
+            Ok(out)
+        })
+    });
+    FitTable::explained(Arc::new(FitTable::new(label, schema, fit)), program)
+}
+
+/// The queries of the rounds a statistics function ran, when `EXPLAIN
+/// FEDERATED` asks (a session extension).
+#[derive(Debug, Default)]
+pub(crate) struct RecordedRounds(std::sync::Mutex<Vec<String>>);
+
+/// Runs the aggregate query of one round, recording it for `EXPLAIN`
+/// FEDERATED of a statistics function.
+pub async fn run_round(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
+    if let Some(recorder) = ctx
+        .session()
+        .state()
+        .config()
+        .get_extension::<RecordedRounds>()
+    {
+        recorder
+            .0
+            .lock()
+            .expect("not poisoned")
+            .push(sql.to_string());
+    }
+    ctx.sql(sql).await?.collect().await
 }
 
 /// The alternative hypothesis, as R names it.
@@ -156,7 +206,7 @@ pub fn bool_option(key: &str, value: &str) -> Result<bool> {
 
 /// The one batch a one-row aggregate query returns.
 pub(crate) async fn one_row(ctx: &FedContext, sql: &str) -> Result<RecordBatch> {
-    let batches = ctx.sql(sql).await?.collect().await?;
+    let batches = run_round(ctx, sql).await?;
     let schema = batches
         .first()
         .map(|b| b.schema())

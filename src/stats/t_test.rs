@@ -253,7 +253,7 @@ pub async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
                 quote_ident(group),
                 spec.source.from
             );
-            let batches = ctx.sql(&sql).await?.collect().await?;
+            let batches = super::run_round(ctx, &sql).await?;
             let mut groups: Vec<(ScalarValue, Moments)> = Vec::new();
             for batch in &batches {
                 for row in 0..batch.num_rows() {

@@ -746,3 +746,48 @@ async fn summary_withholds_extremes_under_a_policy() {
         }
     }
 }
+
+/// EXPLAIN FEDERATED of each statistics function shows its rounds: what
+/// each client computes and the state that leaves it, with its size.
+#[tokio::test]
+async fn explain_federated_shows_each_functions_rounds() {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    for (call, rounds) in [
+        ("t_test('clinic', 'systolic ~ smoker')", 1),
+        ("t_test('clinic', 'systolic', 'mu=120')", 1),
+        ("anova('clinic', 'systolic ~ age + C(region)')", 2),
+        ("chisq_test('clinic', 'smoker', 'event')", 1),
+        ("crosstab('clinic', 'smoker', 'event')", 1),
+        ("cor_test('clinic', 'age', 'systolic')", 1),
+        ("hist('clinic', 'bmi')", 2),
+        ("hist('clinic', 'bmi', 'bins=6, lower=18, upper=36')", 1),
+        ("summary('clinic', 'age, bmi')", 1),
+    ] {
+        let batches = ctx
+            .sql(&format!("EXPLAIN FEDERATED SELECT * FROM {call}"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(
+            text.contains(&format!("{rounds} federated round(s)")),
+            "{call}:\n{text}"
+        );
+        for step in 1..=rounds {
+            assert!(
+                text.contains(&format!("Step {step}: one round")),
+                "{call}:\n{text}"
+            );
+        }
+        assert!(text.contains("what leaves each client"), "{call}:\n{text}");
+        assert!(
+            text.contains("runs at each of the 4 clients"),
+            "{call}:\n{text}"
+        );
+    }
+}

@@ -119,20 +119,30 @@ where
     F: Fn(FedContext) -> BoxFuture<'static, Result<RecordBatch>> + Send + Sync + 'static,
 {
     let analysis = Arc::new(analysis);
+    let run = Arc::clone(&analysis);
     let fit: Fit = Arc::new(move |state: SessionState| {
-        let analysis = Arc::clone(&analysis);
+        let analysis = Arc::clone(&run);
         async move {
             let (result, _) = in_fit_scope(state, |ctx, _| analysis(ctx)).await;
             result
         }
         .boxed()
     });
-    Arc::new(FitTable::new(label, schema, fit))
+    let program = crate::stats::recording_program(label.clone(), move |ctx: FedContext| {
+        let analysis = Arc::clone(&analysis);
+        async move {
+            let state = ctx.session().state();
+            let (result, _) = in_fit_scope(state, |ctx, _| analysis(ctx)).await;
+            result
+        }
+        .boxed()
+    });
+    FitTable::explained(Arc::new(FitTable::new(label, schema, fit)), program)
 }
 
 /// Runs one federated query and returns its batches (empty batches dropped).
 pub async fn query(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
-    let batches = ctx.sql(sql).await?.collect().await?;
+    let batches = crate::stats::run_round(ctx, sql).await?;
     Ok(batches.into_iter().filter(|b| b.num_rows() > 0).collect())
 }
 

@@ -80,26 +80,80 @@ where
         let notices = state.config().get_extension::<Notices>();
         run(FedContext::from_state(state), notices)
     });
-    let heading = label.clone();
-    let program: Program = Arc::new(move |ctx: FedContext| {
-        let (compute, heading) = (Arc::clone(&compute), heading.clone());
+    let program = recording_program(label.clone(), move |ctx| compute(ctx, None));
+    FitTable::explained(Arc::new(FitTable::new(label, schema, fit)), program)
+}
+
+/// The `EXPLAIN FEDERATED` program of a function that `run` computes: it
+/// runs it once with a recorder in the session and shows the federated
+/// plan of each round it ran. Rounds that repeat one aggregate with new
+/// constants (the iterations of k-means or of a Newton fit) are shown once.
+pub fn recording_program<R>(heading: String, run: R) -> Program
+where
+    R: Fn(FedContext) -> BoxFuture<'static, Result<RecordBatch>> + Send + Sync + 'static,
+{
+    let run = Arc::new(run);
+    Arc::new(move |ctx: FedContext| {
+        let (run, heading) = (Arc::clone(&run), heading.clone());
         Box::pin(async move {
             let recorder = Arc::new(RecordedRounds::default());
             let mut state = ctx.session().state();
             state.config_mut().set_extension(Arc::clone(&recorder));
-            compute(FedContext::from_state(state), None).await?;
+            run(FedContext::from_state(state)).await?;
             let rounds = recorder.0.lock().expect("not poisoned").clone();
             let mut out = format!(
                 "== Program of {heading}: {} federated round(s) (EXPLAIN runs them: a round may depend on what the earlier ones returned) ==\n",
                 rounds.len()
             );
+            let mut shown: Vec<(String, usize)> = Vec::new();
             for (i, sql) in rounds.iter().enumerate() {
+                let shape = shape_of(sql);
+                if let Some((_, first)) = shown.iter().find(|(s, _)| *s == shape) {
+                    out += &format!(
+                        "#### Step {}: the aggregate of step {first} again, with the coordinator's new constants\n",
+                        i + 1
+                    );
+                    continue;
+                }
+                shown.push((shape, i + 1));
                 out += &explain_step(&ctx, &format!("Step {}: one round", i + 1), sql).await?;
             }
             Ok(out)
         })
-    });
-    FitTable::explained(Arc::new(FitTable::new(label, schema, fit)), program)
+    })
+}
+
+/// A query with its string and number literals blanked: two rounds of the
+/// same shape differ only in the constants the coordinator sent.
+fn shape_of(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            out.push_str("'?'");
+            while let Some(d) = chars.next() {
+                if d == '\'' {
+                    if chars.peek() == Some(&'\'') {
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+            }
+        } else if c.is_ascii_digit() || (c == '-' && chars.peek().is_some_and(char::is_ascii_digit))
+        {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_digit() || *d == '.' || *d == 'e')
+            {
+                chars.next();
+            }
+            out.push('#');
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The queries of the rounds a statistics function ran, when `EXPLAIN

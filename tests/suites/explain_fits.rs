@@ -98,9 +98,38 @@ async fn explain_federated_shows_the_rounds_of_a_fit() {
             && sgd.contains("rounds 1..5"),
         "{sgd}"
     );
-    // A table function that describes no program says where its rounds show.
-    let pca = plan_text(&f.fed, "SELECT * FROM pca('clinic', 'age, bmi, systolic')").await;
-    assert!(pca.contains("EXPLAIN ANALYZE FEDERATED runs it"), "{pca}");
+    // The multivariate and survival functions: their rounds, recorded from
+    // one run; the iterations of k-means and Cox are one aggregate each,
+    // shown once.
+    for (call, first) in [
+        ("pca('clinic', 'age, bmi, systolic')", "centered_moments("),
+        (
+            "kmeans('clinic', 'age, systolic', NULL, 'centers=40 120; 70 150')",
+            "kmeans_step(",
+        ),
+        (
+            "kaplan_meier('SELECT age AS time, event FROM clinic', 'time', 'event', 'breaks=0 40 60 90')",
+            "life_table(",
+        ),
+        (
+            "coxph('SELECT age AS time, event, bmi FROM clinic', 'Surv(time, event) ~ bmi')",
+            "cox_step(",
+        ),
+    ] {
+        let text = plan_text(&f.fed, &format!("SELECT * FROM {call}")).await;
+        assert!(
+            text.contains("federated round(s)") && text.contains("Step 1: one round"),
+            "{call}: {text}"
+        );
+        assert!(text.contains(first), "{call}: {text}");
+        assert!(text.contains("what leaves each client"), "{call}: {text}");
+        if call.starts_with("kmeans") || call.starts_with("coxph") {
+            assert!(
+                text.contains("again, with the coordinator's new constants"),
+                "{call}: {text}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

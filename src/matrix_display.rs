@@ -134,6 +134,60 @@ fn number(v: f64) -> String {
     }
 }
 
+/// A covariance matrix in long form (`term1, term2, covariance`, as
+/// `lm_vcov` and `glm_vcov` return it) pivoted into the matrix it is:
+/// one row and one column per term, in the order the terms first appear.
+/// `None` for any other result.
+pub fn vcov_matrix(
+    batches: &[datafusion::arrow::record_batch::RecordBatch],
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+) -> Option<datafusion::arrow::record_batch::RecordBatch> {
+    use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    if names != ["term1", "term2", "covariance"]
+        || schema.field(2).data_type() != &DataType::Float64
+    {
+        return None;
+    }
+    let mut cells = Vec::new();
+    let mut terms: Vec<String> = Vec::new();
+    for batch in batches {
+        let (a, b) = (
+            batch.column(0).as_string_opt::<i32>()?,
+            batch.column(1).as_string_opt::<i32>()?,
+        );
+        let c = batch.column(2).as_primitive::<Float64Type>();
+        for row in 0..batch.num_rows() {
+            let (a, b) = (a.value(row).to_string(), b.value(row).to_string());
+            for t in [&a, &b] {
+                if !terms.contains(t) {
+                    terms.push(t.clone());
+                }
+            }
+            cells.push((a, b, (!c.is_null(row)).then(|| c.value(row))));
+        }
+    }
+    let at = |t: &str| terms.iter().position(|x| x == t);
+    let n = terms.len();
+    let mut matrix = vec![vec![None; n]; n];
+    for (a, b, v) in cells {
+        matrix[at(&a)?][at(&b)?] = v;
+    }
+    let mut fields = vec![Field::new("", DataType::Utf8, false)];
+    fields.extend(terms.iter().map(|t| Field::new(t, DataType::Float64, true)));
+    let mut columns: Vec<ArrayRef> = vec![std::sync::Arc::new(StringArray::from(terms.clone()))];
+    columns.extend((0..n).map(|j| {
+        let column: Vec<Option<f64>> = matrix.iter().map(|row| row[j]).collect();
+        std::sync::Arc::new(Float64Array::from(column)) as ArrayRef
+    }));
+    datafusion::arrow::record_batch::RecordBatch::try_new(
+        std::sync::Arc::new(Schema::new(fields)),
+        columns,
+    )
+    .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

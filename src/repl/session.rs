@@ -271,7 +271,23 @@ impl Session {
             write!(out, "{}", summary.header())?;
             style.model = true;
         }
-        print::print_batches_styled(&batches, &schema, self.options.format, style, &mut out)?;
+        // A covariance matrix in long form reads as the matrix it is.
+        match crate::matrix_display::vcov_matrix(&batches, &schema) {
+            Some(matrix) if !self.machine_output() => print::print_batches_styled(
+                std::slice::from_ref(&matrix),
+                &matrix.schema(),
+                self.options.format,
+                style,
+                &mut out,
+            )?,
+            _ => print::print_batches_styled(
+                &batches,
+                &schema,
+                self.options.format,
+                style,
+                &mut out,
+            )?,
+        }
         if let Some(summary) = &around {
             writeln!(out, "{}", summary.footer())?;
         }

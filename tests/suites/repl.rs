@@ -556,3 +556,58 @@ fn completions_and_the_man_page() {
         "{page}"
     );
 }
+
+/// The REPL shows `lm_vcov` / `glm_vcov` as the matrix it is; machine
+/// formats keep the long form.
+#[tokio::test]
+async fn a_covariance_in_long_form_prints_as_a_matrix() {
+    let ctx = demo();
+    let sql = "SELECT * FROM lm_vcov('clinic', 'systolic ~ age + bmi')";
+    let (long, _) = library_result(&ctx, sql).await;
+    let (out, summary) = run(&ctx, &format!("{sql};"), &untimed()).await;
+    assert_eq!(summary.errors, 0, "{out}");
+    let header = out.lines().nth(1).unwrap();
+    for term in ["(Intercept)", "age", "bmi"] {
+        assert!(header.contains(term), "{out}");
+    }
+    // One row per term; the cell (age, bmi) is the long form's value.
+    let row = out.lines().find(|l| l.starts_with("| age ")).unwrap();
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let mut expected = None;
+    for batch in &long {
+        let (a, b, c) = (
+            batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::StringArray>()
+                .unwrap(),
+            batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::StringArray>()
+                .unwrap(),
+            batch
+                .column(2)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                .unwrap(),
+        );
+        for r in 0..batch.num_rows() {
+            if a.value(r) == "age" && b.value(r) == "bmi" {
+                expected = Some(c.value(r));
+            }
+        }
+    }
+    let shown: f64 = cells[4].parse().unwrap();
+    let expected = expected.unwrap();
+    assert!(
+        (shown - expected).abs() <= 1e-6 * expected.abs(),
+        "{shown} vs {expected}\n{out}"
+    );
+    let csv = ReplOptions {
+        format: fedsql::print::OutputFormat::Csv,
+        ..untimed()
+    };
+    let (out, _) = run(&ctx, &format!("{sql};"), &csv).await;
+    assert!(out.starts_with("term1,term2,covariance"), "{out}");
+}

@@ -283,9 +283,13 @@ impl DpSite {
                     .join(", ")
             }
         );
+        let own_name = bound_client_name(plan);
         for expr in group_columns(&agg.group_expr) {
             match expr {
                 Some(name) if self.policy.domains.contains_key(&name) => {}
+                // `_client` is public: the analyst named the clients, and
+                // here it is the constant the coordinator bound.
+                Some(name) if name == CLIENT_COLUMN && own_name.is_some() => {}
                 Some(name) => {
                     return Err(refuse(
                         format!(
@@ -339,7 +343,11 @@ impl DpSite {
                 .into_iter()
                 .collect::<Option<_>>()
                 .ok_or_else(|| FedError::Internal("DP groups checked to be columns".into()))?;
-            batch = self.complete_keys(&batch, &columns, &calls)?;
+            let mut domains = self.policy.domains.clone();
+            if let Some(own) = bound_client_name(encoder) {
+                domains.insert(CLIENT_COLUMN.to_string(), vec![own]);
+            }
+            batch = self.complete_keys(&batch, &columns, &calls, &domains)?;
             // A policy's row count (already split off) is not in `calls`.
             schema = batch.schema();
         }
@@ -385,6 +393,7 @@ impl DpSite {
         batch: &RecordBatch,
         columns: &[String],
         calls: &[DpCall],
+        domains: &BTreeMap<String, Vec<String>>,
     ) -> Result<RecordBatch> {
         let groups = columns.len();
         let mut present: HashMap<Vec<String>, u32> = HashMap::new();
@@ -403,7 +412,9 @@ impl DpSite {
         }
         let mut keys: Vec<Vec<String>> = vec![Vec::new()];
         for column in columns {
-            let values = &self.policy.domains[column];
+            let values = domains.get(column).ok_or_else(|| {
+                FedError::Internal(format!("DP groups by `{column}`, checked to be declared"))
+            })?;
             keys = keys
                 .into_iter()
                 .flat_map(|k| {
@@ -466,6 +477,49 @@ pub fn dp_only_under_policy(plan: &Arc<dyn ExecutionPlan>) -> bool {
         .is_some_and(|(_, rest)| {
             !rest.is_empty() && rest.iter().all(|e| fedsql_udfs::dp::is_dp(e.fun().name()))
         })
+}
+
+/// The virtual column of client names.
+const CLIENT_COLUMN: &str = "_client";
+
+/// This client's name, when `_client` in `plan` can only be the constant
+/// the coordinator bound: every column of that name a projection makes is
+/// that one string literal, and no table the plan reads has a real column
+/// of that name. `None` otherwise (then `_client` is data, not public).
+fn bound_client_name(plan: &LogicalPlan) -> Option<String> {
+    let mut names = Vec::new();
+    let mut data = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Projection(p) => {
+                for (expr, field) in p.expr.iter().zip(p.schema.fields()) {
+                    if field.name() != CLIENT_COLUMN {
+                        continue;
+                    }
+                    match expr.clone().unalias() {
+                        Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(v)), _) => {
+                            names.push(v)
+                        }
+                        Expr::Column(c) if c.name == CLIENT_COLUMN => {}
+                        _ => data = true,
+                    }
+                }
+            }
+            LogicalPlan::TableScan(scan) => {
+                data |= scan.source.schema().field_with_name(CLIENT_COLUMN).is_ok();
+            }
+            LogicalPlan::Values(v) => {
+                data |= v.schema.field_with_unqualified_name(CLIENT_COLUMN).is_ok();
+            }
+            _ => {}
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    names.dedup();
+    match (data, names.as_slice()) {
+        (false, [one]) => Some(one.clone()),
+        _ => None,
+    }
 }
 
 /// The grouping columns by name; `None` for an expression or grouping sets.

@@ -588,3 +588,45 @@ async fn workers_debit_50_concurrent_queries_keep_their_ledger_over_a_restart_an
         .to_string();
     assert!(err.contains("not declared public"), "{err}");
 }
+
+/// `_client` is public (the analyst named the clients): DP aggregates may
+/// group by it, and each client releases a noisy state for its own name,
+/// rows or not. A column merely named `_client` is data, and refused.
+#[tokio::test]
+async fn dp_aggregates_may_group_by_client() {
+    let ctx = dp_federation(7, &DpPolicy::default(), Some(19));
+    let (_, rows) = demo_rows();
+    let sizes = split_sizes(rows.len(), 7);
+    assert!(sizes.contains(&0), "an empty client: {sizes:?}");
+    let batches = ctx
+        .sql("SELECT _client, dp_count(*, 1.0) AS n FROM clinic GROUP BY _client ORDER BY _client")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let batch = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    assert_eq!(batch.num_rows(), 7, "every client, the empty one too");
+    let names = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::StringArray>()
+        .unwrap();
+    for (i, size) in sizes.iter().enumerate() {
+        assert_eq!(names.value(i), format!("c{i}"));
+        let noisy = int(&batch, 1, i);
+        assert!(
+            (noisy - *size as i64).abs() <= 25,
+            "c{i}: {noisy} vs {size}"
+        );
+    }
+    let err = ctx
+        .sql("SELECT _client, dp_count(*) FROM (SELECT region AS _client FROM clinic) GROUP BY _client")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not declared public"), "{err}");
+}

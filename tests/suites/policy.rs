@@ -66,6 +66,19 @@ async fn table(files: &[PathBuf], options: &str) -> FedContext {
     ctx
 }
 
+/// One worker per site with a worker's default policy, and a coordinator
+/// over them (keep the workers alive while the coordinator is used).
+async fn default_policy_workers(files: &[PathBuf]) -> (Workers, FedContext) {
+    let workers = Workers::start_with(files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = FedContext::new();
+    run(&remote, &workers.create("t")).await.unwrap();
+    (workers, remote)
+}
+
 async fn refusal(ctx: &FedContext, sql: &str) -> String {
     match run(ctx, sql).await {
         Ok(batches) => panic!("{sql}: answered {batches:?}"),
@@ -249,13 +262,7 @@ async fn workers_enforce_their_default_policy() {
     let files = write_sites(dir.path());
     let open = table(&files, "").await;
     // The worker's defaults, as `fedsql worker` without --policy has them.
-    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let remote = FedContext::new();
-    run(&remote, &workers.create("t")).await.unwrap();
+    let (workers, remote) = default_policy_workers(&files).await;
     for sql in PASSES {
         assert_same_result(
             sql,
@@ -406,13 +413,7 @@ async fn secure_sums_need_company() {
 async fn worker_errors_carry_no_data() {
     let dir = TempDir::new().unwrap();
     let files = write_sites(dir.path());
-    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let remote = FedContext::new();
-    run(&remote, &workers.create("t")).await.unwrap();
+    let (workers, remote) = default_policy_workers(&files).await;
     answer(&remote, "SELECT count(*), sum(x) FROM t").await;
     let mut text = std::fs::read_to_string(&files[0]).unwrap();
     text.push_str("999,p,secret-value-42,1\n");
@@ -445,13 +446,7 @@ async fn clients_show_their_policy() {
         shown.column_by_name("policy").unwrap(),
     );
     assert!(policies.value(0).contains("min_group_rows=7"), "{shown:?}");
-    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let remote = FedContext::new();
-    run(&remote, &workers.create("t")).await.unwrap();
+    let (_workers, remote) = default_policy_workers(&files).await;
     let shown = remote.clients_batch("t").await.unwrap();
     let policies = datafusion::arrow::array::AsArray::as_string::<i32>(
         shown.column_by_name("policy").unwrap(),
@@ -621,13 +616,7 @@ async fn aggregate_inputs_need_k_values_at_workers() {
     let dir = TempDir::new().unwrap();
     let files = write_sites(dir.path());
     let open = table(&files, "").await;
-    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let remote = FedContext::new();
-    run(&remote, &workers.create("t")).await.unwrap();
+    let (_workers, remote) = default_policy_workers(&files).await;
     check_inputs_rule(&remote, &open, ["h0", "h1"]).await;
 }
 
@@ -698,13 +687,7 @@ async fn joins_never_repeat_a_row_at_workers() {
     let dir = TempDir::new().unwrap();
     let files = write_sites(dir.path());
     let open = table(&files, "").await;
-    let workers = Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let remote = FedContext::new();
-    run(&remote, &workers.create("t")).await.unwrap();
+    let (_workers, remote) = default_policy_workers(&files).await;
     check_joins(&remote, &open, ["h0", "h1"]).await;
 }
 

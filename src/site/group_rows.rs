@@ -18,7 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
-use crate::site::guarded::{Counted, Guarded};
+use crate::site::guarded::{Counted, Guarded, Tally};
 use crate::site::policy::{adds_its_inputs, is_exempt};
 
 /// Aggregates whose one state column counts cells (see
@@ -33,18 +33,27 @@ const ROWS: &str = "__fedsql_group_rows";
 pub struct CountColumns {
     /// Columns counting an aggregate's non-NULL (non-zero) inputs.
     pub inputs: Vec<usize>,
-    /// The column of the rows each group covers (the last).
+    /// Those of `inputs` that count the rows whose input does not count
+    /// ([`Tally::Missing`]): the values that count are the group's rows
+    /// less these.
+    pub missing: Vec<usize>,
+    /// The column of the rows each group covers: the last, or the query's
+    /// own `count(*)` when it has one.
     pub rows: usize,
+    /// Whether `rows` is the query's own `count(*)`, which stays.
+    pub rows_asked: bool,
     /// State columns whose cells the policy holds to k: (the column's
     /// name, the aggregate's name, its number of arguments).
     pub cells: Vec<(String, String, usize)>,
 }
 
 impl CountColumns {
-    /// Every count column, ascending.
+    /// Every count column the site added, ascending: the ones it drops.
     pub fn all(&self) -> Vec<usize> {
         let mut all = self.inputs.clone();
-        all.push(self.rows);
+        if !self.rows_asked {
+            all.push(self.rows);
+        }
         all
     }
 }
@@ -70,6 +79,7 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
     let mut at = ExecutionPlan::schema(&partial).fields().len() - state_width;
     let mut columns = CountColumns::default();
     let mut aggregates = Vec::with_capacity(partial.aggr_expr().len() + 1);
+    let grouped = !partial.group_expr().is_true_no_grouping();
     for (expr, filter) in partial.aggr_expr().iter().zip(partial.filter_expr()) {
         let fields = expr.state_fields()?;
         let width = fields.len();
@@ -79,20 +89,37 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
                 .cells
                 .push((field.name().clone(), name, expr.expressions().len()));
         }
-        let (guarded, counts) = guard(expr, filter.is_some(), &schema)?;
-        columns.inputs.extend(at + width..at + width + counts);
+        // A grouped pass gives a groups accumulator to every aggregate that
+        // has one, and wraps the others' plain accumulators per group.
+        let tally = if grouped && expr.groups_accumulator_supported() {
+            Tally::Missing
+        } else {
+            Tally::Counting
+        };
+        if filter.is_none() && !columns.rows_asked && counts_rows(expr) {
+            columns.rows = at;
+            columns.rows_asked = true;
+        }
+        let (guarded, counts) = guard(expr, filter.is_some(), tally, &schema)?;
+        let inputs = at + width..at + width + counts;
+        if tally == Tally::Missing {
+            columns.missing.extend(inputs.clone());
+        }
+        columns.inputs.extend(inputs);
         at += width + counts;
         aggregates.push(guarded);
     }
-    columns.rows = at;
-    let one = Arc::new(Literal::new(ScalarValue::Int64(Some(1))));
-    let count = AggregateExprBuilder::new(count_udaf(), vec![one])
-        .schema(Arc::clone(&schema))
-        .alias(ROWS)
-        .build()?;
-    aggregates.push(Arc::new(count));
     let mut filters = partial.filter_expr().to_vec();
-    filters.push(None);
+    if !columns.rows_asked {
+        columns.rows = at;
+        let one = Arc::new(Literal::new(ScalarValue::Int64(Some(1))));
+        let count = AggregateExprBuilder::new(count_udaf(), vec![one])
+            .schema(Arc::clone(&schema))
+            .alias(ROWS)
+            .build()?;
+        aggregates.push(Arc::new(count));
+        filters.push(None);
+    }
     let counted = AggregateExec::try_new(
         AggregateMode::Partial,
         partial.group_expr().clone(),
@@ -104,6 +131,18 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
     Ok((counted, columns))
 }
 
+/// Whether `expr` is a `count(*)` (a plain count of a non-NULL constant):
+/// its state is the rows of each group, the count the policy needs.
+fn counts_rows(expr: &AggregateFunctionExpr) -> bool {
+    let constant = |arg: &Arc<dyn datafusion::physical_plan::PhysicalExpr>| {
+        arg.downcast_ref::<Literal>()
+            .is_some_and(|value| !value.value().is_null())
+    };
+    expr.fun().name() == "count"
+        && !expr.is_distinct()
+        && matches!(expr.expressions().as_slice(), [arg] if constant(arg))
+}
+
 /// One aggregate wrapped to count its inputs, and how many counts it adds
 /// to the state. A constant argument counts the group's rows, which the
 /// row count checks already, unless a FILTER picks some of them
@@ -111,6 +150,7 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
 fn guard(
     expr: &Arc<AggregateFunctionExpr>,
     filtered: bool,
+    tally: Tally,
     schema: &datafusion::arrow::datatypes::SchemaRef,
 ) -> Result<(Arc<AggregateFunctionExpr>, usize)> {
     let name = expr.fun().name().to_ascii_lowercase();
@@ -133,7 +173,8 @@ fn guard(
         return Ok((Arc::clone(expr), 0));
     }
     let width = inputs.len();
-    let udf = AggregateUDF::new_from_impl(Guarded::new(Arc::new(expr.fun().clone()), inputs));
+    let udf =
+        AggregateUDF::new_from_impl(Guarded::new(Arc::new(expr.fun().clone()), inputs, tally));
     let mut builder = AggregateExprBuilder::new(Arc::new(udf), args)
         .schema(Arc::clone(schema))
         .alias(expr.name())
@@ -167,8 +208,21 @@ pub fn split_off(
         let rows = count_column(batch, columns.rows)?;
         counts.rows.extend(rows.iter().map(|n| n.unwrap_or(0)));
         for &i in &columns.inputs {
-            let inputs = count_column(batch, i)?;
-            counts.inputs.extend(inputs.iter().map(|n| n.unwrap_or(0)));
+            let tallies = count_column(batch, i)?;
+            let tallies = tallies.iter().map(|n| n.unwrap_or(0));
+            if columns.missing.contains(&i) {
+                let rows = rows.iter().map(|n| n.unwrap_or(0));
+                for (rows, missing) in rows.zip(tallies) {
+                    if missing > rows {
+                        return Err(FedError::Internal(
+                            "a state with more rows missing an input than rows".into(),
+                        ));
+                    }
+                    counts.inputs.push(rows - missing);
+                }
+            } else {
+                counts.inputs.extend(tallies);
+            }
         }
         let keep: Vec<usize> = (0..batch.num_columns())
             .filter(|i| !drop.contains(i))

@@ -50,7 +50,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
             Transformed::yes(Expr::TryCast(TryCast { expr, field }))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(op, Operator::Divide | Operator::Modulo) =>
+            if matches!(op, Operator::Divide | Operator::Modulo) && !is_nonzero_literal(&right) =>
         {
             match right
                 .get_type(schema)
@@ -67,4 +67,16 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
         }
         other => Transformed::no(other),
     })
+}
+
+/// A constant divisor other than zero (and NULL) fails on no row: the
+/// rewrite would only cost a function call per batch.
+fn is_nonzero_literal(divisor: &Expr) -> bool {
+    match divisor {
+        Expr::Literal(value, _) => {
+            !value.is_null()
+                && ScalarValue::new_zero(&value.data_type()).is_ok_and(|zero| *value != zero)
+        }
+        _ => false,
+    }
 }

@@ -559,6 +559,8 @@ const INPUTS_PASS: &[&str] = &[
     "SELECT g, sum(CASE WHEN id > 3 THEN x ELSE 0 END) AS s FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
     "SELECT sum(x) FILTER (WHERE id > 1000) AS s, count(*) FILTER (WHERE id > 5) AS n FROM t",
     "SELECT * FROM lm('SELECT x, CASE WHEN id > 5 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
+    "SELECT g, sum(x) FILTER (WHERE id > 3) AS s, count(*) FILTER (WHERE id > 3) AS n, avg(CASE WHEN id > 3 THEN x END) AS m FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
+    "SELECT g, regr_slope(CASE WHEN id > 3 THEN x END, id) AS b FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
 ];
 
 const INPUTS_REFUSED: &[&str] = &[
@@ -568,6 +570,12 @@ const INPUTS_REFUSED: &[&str] = &[
     "SELECT count(CASE WHEN id = 17 THEN 1 END) AS n FROM t",
     "SELECT count(*) FILTER (WHERE id = 17) AS n FROM t",
     "SELECT g, sum(CASE WHEN id = 17 THEN x ELSE 0 END) AS s FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT g, sum(x) FILTER (WHERE id = 17) AS s FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT g, sum(CASE WHEN id = 17 THEN x ELSE -0.0 END) AS s FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT sum(CASE WHEN id = 17 THEN x ELSE -0.0 END) AS s FROM t",
+    "SELECT g, count(*) FILTER (WHERE id = 17) AS n FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT g, avg(CASE WHEN id = 17 THEN x END) AS m FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT g, regr_slope(CASE WHEN id = 17 THEN x END, id) AS b FROM t WHERE g <> 'rare' GROUP BY g",
     "SELECT * FROM lm('SELECT x, CASE WHEN id = 17 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
     "SELECT * FROM glm('SELECT y, x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END AS w FROM t', 'y ~ x', 'poisson', 'weights=w')",
     "SELECT normal_equations(x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END) AS ne FROM t",

@@ -69,7 +69,10 @@ pub struct StateCounts {
 
 /// `partial` with every aggregate counting its inputs and one more
 /// aggregate, the rows of each group, last; and where those counts are.
-pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> {
+/// The policy asks of each input count only whether it is 0 or at least
+/// `k`, so an input's count may stop at `k`.
+pub fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, CountColumns)> {
+    let enough = i64::try_from(k.max(1)).unwrap_or(i64::MAX);
     let schema = partial.input_schema();
     let mut state_width = 0;
     for expr in partial.aggr_expr() {
@@ -100,7 +103,7 @@ pub fn counted(partial: AggregateExec) -> Result<(AggregateExec, CountColumns)> 
             columns.rows = at;
             columns.rows_asked = true;
         }
-        let (guarded, counts) = guard(expr, filter.is_some(), tally, &schema)?;
+        let (guarded, counts) = guard(expr, filter.is_some(), (tally, enough), &schema)?;
         let inputs = at + width..at + width + counts;
         if tally == Tally::Missing {
             columns.missing.extend(inputs.clone());
@@ -150,7 +153,7 @@ fn counts_rows(expr: &AggregateFunctionExpr) -> bool {
 fn guard(
     expr: &Arc<AggregateFunctionExpr>,
     filtered: bool,
-    tally: Tally,
+    (tally, enough): (Tally, i64),
     schema: &datafusion::arrow::datatypes::SchemaRef,
 ) -> Result<(Arc<AggregateFunctionExpr>, usize)> {
     let name = expr.fun().name().to_ascii_lowercase();
@@ -173,8 +176,12 @@ fn guard(
         return Ok((Arc::clone(expr), 0));
     }
     let width = inputs.len();
-    let udf =
-        AggregateUDF::new_from_impl(Guarded::new(Arc::new(expr.fun().clone()), inputs, tally));
+    let udf = AggregateUDF::new_from_impl(Guarded::new(
+        Arc::new(expr.fun().clone()),
+        inputs,
+        tally,
+        enough,
+    ));
     let mut builder = AggregateExprBuilder::new(Arc::new(udf), args)
         .schema(Arc::clone(schema))
         .alias(expr.name())

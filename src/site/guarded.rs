@@ -55,14 +55,23 @@ pub struct Guarded {
     /// (argument index, what is counted), in the order of the counts.
     inputs: Vec<(usize, Counted)>,
     tally: Tally,
+    /// A count this high answers the policy's question (0, or at least k?):
+    /// an accumulator without groups stops counting an input there.
+    enough: i64,
 }
 
 impl Guarded {
-    pub fn new(inner: Arc<AggregateUDF>, inputs: Vec<(usize, Counted)>, tally: Tally) -> Self {
+    pub fn new(
+        inner: Arc<AggregateUDF>,
+        inputs: Vec<(usize, Counted)>,
+        tally: Tally,
+        enough: i64,
+    ) -> Self {
         Self {
             inner,
             inputs,
             tally,
+            enough,
         }
     }
 
@@ -74,7 +83,10 @@ impl Guarded {
 
 impl PartialEq for Guarded {
     fn eq(&self, other: &Self) -> bool {
-        self.inner == other.inner && self.inputs == other.inputs && self.tally == other.tally
+        self.inner == other.inner
+            && self.inputs == other.inputs
+            && self.tally == other.tally
+            && self.enough == other.enough
     }
 }
 
@@ -85,6 +97,7 @@ impl Hash for Guarded {
         self.inner.hash(state);
         self.inputs.hash(state);
         self.tally.hash(state);
+        self.enough.hash(state);
     }
 }
 
@@ -141,6 +154,7 @@ impl AggregateUDFImpl for Guarded {
         Ok(Box::new(GuardedAccumulator {
             inner: self.inner.accumulator(args)?,
             inputs: self.inputs.clone(),
+            enough: self.enough,
             counts: vec![0; self.inputs.len()],
         }))
     }
@@ -247,6 +261,7 @@ fn nonzero_and_valid(result: &BooleanArray) -> BooleanBuffer {
 struct GuardedAccumulator {
     inner: Box<dyn Accumulator>,
     inputs: Vec<(usize, Counted)>,
+    enough: i64,
     counts: Vec<i64>,
 }
 
@@ -254,7 +269,9 @@ impl Accumulator for GuardedAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> DFResult<()> {
         self.inner.update_batch(values)?;
         for ((i, counted), count) in self.inputs.iter().zip(&mut self.counts) {
-            *count += count_values(&values[*i], *counted)? as i64;
+            if *count < self.enough {
+                *count += count_values(&values[*i], *counted)? as i64;
+            }
         }
         Ok(())
     }

@@ -354,8 +354,8 @@ impl LocalClient {
             None => partial,
         };
         let (partial, counts) = match &self.policy {
-            Some(_) => {
-                let (partial, counts) = group_rows::counted(partial)?;
+            Some(policy) => {
+                let (partial, counts) = group_rows::counted(partial, policy.min_group_rows)?;
                 (partial, Some(counts))
             }
             None => (partial, None),

@@ -10,9 +10,12 @@
 //! on the slice's length or alignment, nor on the instruction set (no
 //! fused multiply-adds are used).
 
+// fdlibm's constants, digit for digit as it publishes them.
+#![allow(clippy::excessive_precision)]
+
 const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-01;
 const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
-const INV_LN2: f64 = 1.442_695_040_888_963_387_00e+00;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// 1.5 × 2⁵²: adding it rounds a double below 2⁵¹ to the nearest integer.
 const ROUNDER: f64 = 6_755_399_441_055_744.0;
 

@@ -17,18 +17,13 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning, collect_partitioned};
+use datafusion::physical_plan::collect;
 
 use crate::error::Result;
-use crate::site::fit_round::CHUNK_ROWS;
 use crate::site::yielding::yield_after_each_batch;
 
 /// How many fits' rows a site keeps at once.
@@ -46,62 +41,50 @@ struct Kept {
     scope: u64,
     /// What the rows are: the text of the plan below the aggregate.
     key: String,
-    /// The rows in file order, in chunks of [`CHUNK_ROWS`] (the last one
-    /// shorter).
-    chunks: Arc<[RecordBatch]>,
+    batches: Vec<RecordBatch>,
 }
 
 impl KeptRows {
-    /// The rows of `input` (the input of the fit's partial aggregate) in
-    /// chunks of [`CHUNK_ROWS`]: read (and kept) in the first round of fit
-    /// `scope`, reused in the later rounds whose input is the same (`key`).
-    /// `task_ctx` should read in batches of [`CHUNK_ROWS`] rows, so that
-    /// most chunks are the decoded batches themselves.
-    pub async fn chunks(
+    /// `partial` over the fit's kept input: read (and kept) in the first
+    /// round of fit `scope`, reused in the later rounds whose input is the
+    /// same (`key`). The kept batches are spread over `partitions`.
+    pub async fn partial_over_kept(
         &self,
-        input: &Arc<dyn ExecutionPlan>,
+        partial: AggregateExec,
         scope: u64,
         key: String,
         task_ctx: Arc<TaskContext>,
-    ) -> Result<Arc<[RecordBatch]>> {
+        partitions: usize,
+    ) -> Result<AggregateExec> {
         let cached = {
             let kept = self.kept.lock().expect("not poisoned");
             kept.iter()
                 .find(|k| k.scope == scope && k.key == key)
-                .map(|k| Arc::clone(&k.chunks))
+                .map(|k| k.batches.clone())
         };
-        if let Some(chunks) = cached {
-            return Ok(chunks);
-        }
-        let schema = input.schema();
-        let input = yield_after_each_batch(in_file_order(Arc::clone(input))?)?;
-        let partitions = collect_partitioned(input, task_ctx).await?;
-        let chunks: Arc<[RecordBatch]> = fixed_chunks(&schema, partitions)?.into();
-        let mut kept = self.kept.lock().expect("not poisoned");
-        // A fit keeps the input of its latest encoder only.
-        kept.retain(|k| k.scope != scope);
-        if kept.len() >= MAX_KEPT_FITS {
-            kept.pop_front();
-        }
-        kept.push_back(Kept {
-            scope,
-            key,
-            chunks: Arc::clone(&chunks),
-        });
-        Ok(chunks)
-    }
-
-    /// `partial` over kept `chunks`, spread over `partitions` (for the
-    /// partial aggregates that do not run chunk by chunk).
-    pub fn partial_over(
-        partial: &AggregateExec,
-        chunks: &[RecordBatch],
-        partitions: usize,
-    ) -> Result<AggregateExec> {
+        let batches = match cached {
+            Some(batches) => batches,
+            None => {
+                let input = yield_after_each_batch(Arc::clone(partial.input()))?;
+                let batches = collect(input, task_ctx).await?;
+                let mut kept = self.kept.lock().expect("not poisoned");
+                // A fit keeps the input of its latest encoder only.
+                kept.retain(|k| k.scope != scope);
+                if kept.len() >= MAX_KEPT_FITS {
+                    kept.pop_front();
+                }
+                kept.push_back(Kept {
+                    scope,
+                    key,
+                    batches: batches.clone(),
+                });
+                batches
+            }
+        };
         let mut spread = vec![Vec::new(); partitions.max(1)];
         let parts = spread.len();
-        for (i, batch) in chunks.iter().enumerate() {
-            spread[i % parts].push(batch.clone());
+        for (i, batch) in batches.into_iter().enumerate() {
+            spread[i % parts].push(batch);
         }
         let input = MemorySourceConfig::try_new_exec(&spread, partial.input().schema(), None)?;
         Ok(AggregateExec::try_new(
@@ -121,90 +104,5 @@ impl KeptRows {
         let before = kept.len();
         kept.retain(|k| k.scope != scope);
         kept.len() != before
-    }
-}
-
-/// `plan` without its round-robin repartitions, which only spread batches
-/// over threads in the order they happen to come: without them the
-/// partitions, read one after the other, give the rows in file order.
-fn in_file_order(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    Ok(plan
-        .transform_up(|node| {
-            if let Some(repartition) = node.downcast_ref::<RepartitionExec>()
-                && matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_))
-            {
-                return Ok(Transformed::yes(Arc::clone(repartition.input())));
-            }
-            Ok(Transformed::no(node))
-        })?
-        .data)
-}
-
-/// The batches of `partitions`, in order, cut into chunks of exactly
-/// [`CHUNK_ROWS`] rows (the last one shorter). A batch that is a whole
-/// chunk is kept as it is; pieces are copied together, and each batch is
-/// dropped once it is cut, so the rows are held about once.
-fn fixed_chunks(schema: &SchemaRef, partitions: Vec<Vec<RecordBatch>>) -> Result<Vec<RecordBatch>> {
-    let mut chunks = Vec::new();
-    let mut pieces: Vec<RecordBatch> = Vec::new();
-    let mut pending = 0;
-    for batch in partitions.into_iter().flatten() {
-        let mut offset = 0;
-        while offset < batch.num_rows() {
-            let take = (CHUNK_ROWS - pending).min(batch.num_rows() - offset);
-            pieces.push(batch.slice(offset, take));
-            offset += take;
-            pending += take;
-            if pending == CHUNK_ROWS {
-                chunks.push(join(schema, std::mem::take(&mut pieces))?);
-                pending = 0;
-            }
-        }
-    }
-    if pending > 0 {
-        chunks.push(join(schema, pieces)?);
-    }
-    Ok(chunks)
-}
-
-/// One batch of `pieces`: the piece itself when there is one.
-fn join(schema: &SchemaRef, mut pieces: Vec<RecordBatch>) -> Result<RecordBatch> {
-    if pieces.len() == 1 {
-        return Ok(pieces.pop().expect("one piece"));
-    }
-    Ok(concat_batches(schema, &pieces)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::arrow::array::{AsArray, Int64Array};
-    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-
-    #[test]
-    fn chunks_are_fixed_whatever_the_batches() {
-        let schema: SchemaRef =
-            Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-        let rows = 2 * CHUNK_ROWS + 5;
-        let batch = |from: usize, to: usize| {
-            let values = Int64Array::from_iter_values(from as i64..to as i64);
-            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(values)]).unwrap()
-        };
-        let one = vec![vec![batch(0, rows)]];
-        let ragged = vec![
-            vec![batch(0, 7), batch(7, CHUNK_ROWS + 3)],
-            vec![],
-            vec![batch(CHUNK_ROWS + 3, rows)],
-        ];
-        for partitions in [one, ragged] {
-            let chunks = fixed_chunks(&schema, partitions).unwrap();
-            let sizes: Vec<usize> = chunks.iter().map(|c| c.num_rows()).collect();
-            assert_eq!(sizes, [CHUNK_ROWS, CHUNK_ROWS, 5]);
-            let all: Vec<i64> = chunks
-                .iter()
-                .flat_map(|c| c.column(0).as_primitive::<Int64Type>().values().to_vec())
-                .collect();
-            assert_eq!(all, (0..rows as i64).collect::<Vec<_>>());
-        }
     }
 }

@@ -37,7 +37,6 @@ use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::dp::{self, DpSite};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
-use crate::site::fit_round;
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
 use crate::site::joins;
@@ -220,27 +219,17 @@ impl LocalClient {
     /// The task context of one request: under a memory limit, with a
     /// memory pool of its own.
     fn task_ctx(&self) -> Result<Arc<TaskContext>> {
-        self.task_ctx_reading(None)
-    }
-
-    /// A task context for one request, reading in batches of `batch_rows`
-    /// rows (`None`: the session's batch size).
-    fn task_ctx_reading(&self, batch_rows: Option<usize>) -> Result<Arc<TaskContext>> {
-        let state = self.session.state();
-        let mut task = TaskContext::from(&state);
-        if let Some(rows) = batch_rows {
-            task = task.with_session_config(state.config().clone().with_batch_size(rows));
-        }
         let Some(limit) = self.memory_limit else {
-            return Ok(Arc::new(task));
+            return Ok(self.session.task_ctx());
         };
+        let state = self.session.state();
         let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
             .with_memory_pool(Arc::new(GreedyMemoryPool::new(limit)))
             .with_disk_manager_builder(
                 DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
             )
             .build_arc()?;
-        Ok(Arc::new(task.with_runtime(runtime)))
+        Ok(Arc::new(TaskContext::from(&state).with_runtime(runtime)))
     }
 
     /// Drops the rows kept for fit `scope`; says whether there were any.
@@ -347,8 +336,23 @@ impl LocalClient {
             .create_physical_plan(&plan, &state)
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
-        // Under a policy the partial aggregate also counts what it checks,
-        // on whichever path it runs.
+        let partial = match encoder.fit_scope() {
+            Some(scope) => self
+                .kept
+                .partial_over_kept(
+                    partial,
+                    scope,
+                    encoder.input_key(),
+                    self.task_ctx()?,
+                    state.config().target_partitions(),
+                )
+                .await
+                .map_err(|e| match &e {
+                    FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
+                    _ => e,
+                })?,
+            None => partial,
+        };
         let (partial, counts) = match &self.policy {
             Some(_) => {
                 let (partial, counts) = group_rows::counted(partial)?;
@@ -356,54 +360,10 @@ impl LocalClient {
             }
             None => (partial, None),
         };
-        let Some(scope) = encoder.fit_scope() else {
-            return Ok(SitePlan {
-                plan: encoder::one_state_per_group(partial)?,
-                counts,
-                covered: 0,
-            });
-        };
-        let threads = state.config().target_partitions();
-        let chunks = self
-            .kept
-            .chunks(
-                partial.input(),
-                scope,
-                encoder.input_key(),
-                self.task_ctx_reading(Some(fit_round::CHUNK_ROWS))?,
-            )
-            .await
-            .map_err(|e| self.kept_error(e))?;
-        if !fit_round::runs_by_chunks(&partial) {
-            let partial = KeptRows::partial_over(&partial, &chunks, threads)?;
-            return Ok(SitePlan {
-                plan: encoder::one_state_per_group(partial)?,
-                counts,
-                covered: 0,
-            });
-        }
-        let states = tokio::task::spawn_blocking({
-            let partial = partial.clone();
-            let chunks = Arc::clone(&chunks);
-            move || fit_round::partial_states(&partial, &chunks, threads)
-        })
-        .await
-        .map_err(|e| FedError::Internal(format!("a fit round stopped: {e}")))?
-        .map_err(|e| self.kept_error(e))?;
         Ok(SitePlan {
-            plan: fit_round::reduce_over(&partial, states)?,
+            plan: encoder::one_state_per_group(partial)?,
             counts,
-            covered: chunks.iter().map(|c| c.num_rows() as u64).sum(),
         })
-    }
-
-    /// An error while reading or running over a fit's kept rows: a memory
-    /// refusal names the limit.
-    fn kept_error(&self, e: FedError) -> FedError {
-        match &e {
-            FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
-            _ => e,
-        }
     }
 
     /// The physical plan of an encoder whose state may leave this site as
@@ -479,9 +439,8 @@ impl LocalClient {
         let rows;
         (plan.plan, rows) =
             CountRowsExec::under_partial_aggregates(plan.plan).map_err(|e| self.error(e))?;
-        let covered = plan.covered;
         let state = self.run(encoder, plan).await?;
-        Ok((state, CountRowsExec::count(&rows) + covered))
+        Ok((state, CountRowsExec::count(&rows)))
     }
 }
 
@@ -581,9 +540,6 @@ impl ClientRunner for LocalClient {
 struct SitePlan {
     plan: Arc<dyn ExecutionPlan>,
     counts: Option<group_rows::CountColumns>,
-    /// Rows a fit round covered without a partial aggregate in `plan`
-    /// (see [`fit_round`]).
-    covered: u64,
 }
 
 /// State fields that only a site's own stages may hold (`cox_step`'s

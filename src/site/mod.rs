@@ -14,7 +14,6 @@ pub mod covered;
 pub mod dp;
 pub mod dp_budget;
 pub mod files;
-pub mod fit_round;
 pub mod group_rows;
 pub mod guarded;
 pub mod identity;

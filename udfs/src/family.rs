@@ -245,23 +245,6 @@ impl Link {
 }
 
 impl Link {
-    /// [`Link::inverse_and_derivative`] given `exp` = e^η, computed
-    /// beforehand for many rows at once (logit and log links; the others
-    /// ignore it).
-    pub fn inverse_and_derivative_given_exp(self, eta: f64, exp: f64) -> (f64, f64) {
-        match self {
-            Link::Logit if eta.abs() <= LOGIT_THRESH => {
-                let opexp = 1.0 + exp;
-                (exp / opexp, exp / (opexp * opexp))
-            }
-            Link::Log => {
-                let e = exp.max(EPS);
-                (e, e)
-            }
-            _ => self.inverse_and_derivative(eta),
-        }
-    }
-
     /// μ and dμ/dη together, sharing the exponential where the link has one.
     pub fn inverse_and_derivative(self, eta: f64) -> (f64, f64) {
         match self {

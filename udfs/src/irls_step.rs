@@ -11,24 +11,19 @@
 //! NULL in any argument are dropped; rows with a response outside the
 //! family's range are counted (the coordinator refuses the fit).
 //!
-//! Per record batch, in blocks of 256 rows that stay in cache: η by one
-//! pass per column (axpy), the exponentials of the block at once (the
-//! vectorized [`crate::fast_math`]), the working weights and responses
-//! and the deviance terms row by row, the block's logarithms at once, then
-//! X'WX by one rank-256 update (matrixmultiply's GEMM into the running
-//! sum) and X'Wz by dot products. The block size is fixed, so the sums are
-//! the same whatever the machine.
+//! Per record batch: η by one pass per column (axpy), the working weights
+//! and responses elementwise, then X'WX by one matrix product over the
+//! batch's weighted columns.
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
 use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatility};
-use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, Array2, ArrayView2, ShapeBuilder};
+use ndarray::{Array1, Array2};
 
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
-use crate::{fast_math, flat_state};
+use crate::flat_state;
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -197,9 +192,7 @@ impl IrlsSums {
         v
     }
 
-    /// Adds one batch of complete rows, in blocks of [`BLOCK`] rows: each
-    /// block's η, working weights and responses, deviance terms and its
-    /// share of X'WX and X'Wz in one pass while the block is in cache.
+    /// Adds one batch of complete rows.
     fn update(
         &mut self,
         config: &IrlsConfig,
@@ -209,74 +202,22 @@ impl IrlsSums {
         weight: &[f64],
         x: &[&[f64]],
     ) {
-        let mut scratch = Scratch::new(x.len());
-        let mut columns: Vec<&[f64]> = Vec::with_capacity(x.len());
-        for start in (0..y.len()).step_by(BLOCK) {
-            let end = (start + BLOCK).min(y.len());
-            columns.clear();
-            columns.extend(x.iter().map(|c| &c[start..end]));
-            let block = Rows {
-                y: &y[start..end],
-                trials: &trials[start..end],
-                offset: &offset[start..end],
-                weight: &weight[start..end],
-                x: &columns,
-            };
-            self.update_block(config, &block, &mut scratch);
-        }
-    }
-
-    /// Adds one block of at most [`BLOCK`] rows.
-    fn update_block(&mut self, config: &IrlsConfig, block: &Rows, scratch: &mut Scratch) {
-        let Rows {
-            y,
-            trials,
-            offset,
-            weight,
-            x,
-        } = *block;
         let rows = y.len();
         let (family, link) = (config.family, config.link);
         let k = x.len();
         // η = Xβ + offset, one pass per column.
-        let eta: Option<&[f64]> = match &config.beta {
-            Some(beta) => {
-                let eta = &mut scratch.eta[..rows];
-                eta.copy_from_slice(offset);
-                for (column, b) in x.iter().zip(beta) {
-                    for (e, v) in eta.iter_mut().zip(column.iter()) {
-                        *e += b * v;
-                    }
+        let eta: Option<Vec<f64>> = config.beta.as_ref().map(|beta| {
+            let mut eta = offset.to_vec();
+            for (column, b) in x.iter().zip(beta) {
+                for (e, v) in eta.iter_mut().zip(column.iter()) {
+                    *e += b * v;
                 }
-                Some(&*eta)
             }
-            None => None,
-        };
-        // The links' one exponential per row, over the block at once.
-        let exps = match (eta, link) {
-            (Some(eta), Link::Logit | Link::Log) => {
-                let exps = &mut scratch.exp[..rows];
-                for (e, v) in exps.iter_mut().zip(eta) {
-                    *e = fast_math::exp(*v);
-                }
-                Some(&*exps)
-            }
-            _ => None,
-        };
-        // Logarithms of the binomial 0/1 rows' probabilities, taken after
-        // the rows' pass over the block at once: argument (1 where none),
-        // and the factors for the deviance and the log-likelihood.
-        let log_args = &mut scratch.log_arg[..rows];
-        let deviance_factor = &mut scratch.log_deviance[..rows];
-        let pmf_factor = &mut scratch.log_pmf[..rows];
-        log_args.fill(1.0);
-        deviance_factor.fill(0.0);
-        pmf_factor.fill(0.0);
-        let mut any_logs = false;
-        let sqrt_ww = &mut scratch.root[..rows];
-        let wz = &mut scratch.wz[..rows];
-        sqrt_ww.fill(0.0);
-        wz.fill(0.0);
+            eta
+        });
+        let mut sqrt_ww = vec![0.0; rows];
+        let mut wz = vec![0.0; rows];
+        let mut used = vec![false; rows];
         for i in 0..rows {
             let (yi, prior) = (y[i], weight[i]);
             let w = if family == Family::Binomial {
@@ -293,10 +234,7 @@ impl IrlsSums {
             }
             let (eta_i, mu, mu_eta) = match &eta {
                 Some(eta) => {
-                    let (mu, mu_eta) = match exps {
-                        Some(exps) => link.inverse_and_derivative_given_exp(eta[i], exps[i]),
-                        None => link.inverse_and_derivative(eta[i]),
-                    };
+                    let (mu, mu_eta) = link.inverse_and_derivative(eta[i]);
                     (eta[i], mu, mu_eta)
                 }
                 None => {
@@ -314,11 +252,8 @@ impl IrlsSums {
             // poisson log link (log μ = η).
             let (deviance, log_pmf) = match family {
                 Family::Binomial if trials[i] == 1.0 && (yi == 0.0 || yi == 1.0) => {
-                    log_args[i] = if yi == 1.0 { mu } else { 1.0 - mu };
-                    deviance_factor[i] = -2.0 * w;
-                    pmf_factor[i] = prior;
-                    any_logs = true;
-                    (0.0, 0.0)
+                    let log_p = if yi == 1.0 { mu.ln() } else { (1.0 - mu).ln() };
+                    (-2.0 * w * log_p, prior * log_p)
                 }
                 Family::Binomial => (
                     family.deviance_residual(yi, mu, w),
@@ -368,92 +303,20 @@ impl IrlsSums {
             let root = (w * mu_eta * mu_eta / variance).sqrt();
             sqrt_ww[i] = root;
             wz[i] = root * z;
+            used[i] = true;
         }
-        if any_logs {
-            let logs = &mut scratch.log[..rows];
-            for (l, a) in logs.iter_mut().zip(log_args.iter()) {
-                *l = fast_math::ln_any(*a);
-            }
-            self.deviance += dot(deviance_factor, logs);
-            self.log_pmf += dot(pmf_factor, logs);
-        }
-        // The weighted columns √w·x (0 in rows left out), then X'WX by one
-        // rank-`rows` update of the running sum and X'Wz by k dot products.
+        // X'WX and X'Wz from the weighted columns: one GEMM, one GEMV.
+        let mut weighted = Array2::<f64>::zeros((k, rows));
         for (j, column) in x.iter().enumerate() {
-            let row = &mut scratch.weighted[j * BLOCK..j * BLOCK + rows];
-            for ((out, v), r) in row.iter_mut().zip(column.iter()).zip(sqrt_ww.iter()) {
-                *out = if *r != 0.0 { v * r } else { 0.0 };
+            let mut row = weighted.row_mut(j);
+            for (i, v) in column.iter().enumerate() {
+                row[i] = if used[i] { v * sqrt_ww[i] } else { 0.0 };
             }
-            self.xtwz[j] += dot(row, wz);
         }
-        let weighted = ArrayView2::from_shape((k, rows).strides((BLOCK, 1)), &scratch.weighted)
-            .expect("k rows of BLOCK values");
-        general_mat_mul(1.0, &weighted, &weighted.t(), 1.0, &mut self.xtwx);
+        let wz = Array1::from_vec(wz);
+        self.xtwx = &self.xtwx + &weighted.dot(&weighted.t());
+        self.xtwz = &self.xtwz + &weighted.dot(&wz);
     }
-}
-
-/// Rows per block of one pass: the block's weighted columns (k × BLOCK
-/// doubles) stay in the core's cache while X'WX takes them in.
-const BLOCK: usize = 256;
-
-/// One block of complete rows.
-#[derive(Clone, Copy)]
-struct Rows<'a> {
-    y: &'a [f64],
-    trials: &'a [f64],
-    offset: &'a [f64],
-    weight: &'a [f64],
-    x: &'a [&'a [f64]],
-}
-
-/// Buffers reused from block to block.
-struct Scratch {
-    eta: Vec<f64>,
-    /// e^η (logit and log links).
-    exp: Vec<f64>,
-    /// What the binomial 0/1 rows take the logarithm of, the factors of
-    /// the logarithms in the deviance and the log-likelihood, and the logs.
-    log_arg: Vec<f64>,
-    log_deviance: Vec<f64>,
-    log_pmf: Vec<f64>,
-    log: Vec<f64>,
-    root: Vec<f64>,
-    wz: Vec<f64>,
-    /// √w·x, row j at j × BLOCK.
-    weighted: Vec<f64>,
-}
-
-impl Scratch {
-    fn new(k: usize) -> Self {
-        Self {
-            eta: vec![0.0; BLOCK],
-            exp: vec![0.0; BLOCK],
-            log_arg: vec![0.0; BLOCK],
-            log_deviance: vec![0.0; BLOCK],
-            log_pmf: vec![0.0; BLOCK],
-            log: vec![0.0; BLOCK],
-            root: vec![0.0; BLOCK],
-            wz: vec![0.0; BLOCK],
-            weighted: vec![0.0; k * BLOCK],
-        }
-    }
-}
-
-/// Σ a·b with four running sums (a fixed order, so the same everywhere).
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut sums = [0.0; 4];
-    let (a4, a_rest) = a.split_at(a.len() - a.len() % 4);
-    let (b4, b_rest) = b.split_at(a4.len());
-    for (x, y) in a4.chunks_exact(4).zip(b4.chunks_exact(4)) {
-        for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
-            *sum += x * y;
-        }
-    }
-    let mut total = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-    for (x, y) in a_rest.iter().zip(b_rest) {
-        total += x * y;
-    }
-    total
 }
 
 /// The aggregate `irls_step`.

@@ -15,7 +15,6 @@ pub mod covariance_matrix;
 pub mod cox_step;
 pub mod dp;
 pub mod family;
-pub mod fast_math;
 pub mod flat_state;
 pub mod histogram;
 pub mod irls_step;

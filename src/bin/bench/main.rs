@@ -32,6 +32,9 @@
 //! With `--policy` it instead times the suite with a worker's default
 //! disclosure policy at every client against the same clients without one.
 //!
+//! With `--fits` it instead times the GLM fits beside the federated sum
+//! they compare with, and the memory a fit adds ([`fits`]).
+//!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
 //! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
@@ -39,6 +42,7 @@
 
 mod baseline;
 mod data;
+mod fits;
 mod models;
 mod pgwire;
 mod policy;
@@ -121,6 +125,11 @@ struct Args {
     /// run, and list the queries the policy refuses.
     #[arg(long)]
     policy: bool,
+    /// Instead: time the GLM fits (binomial, poisson) against the federated
+    /// sum of x1..x10 from the files, in the same runs: whole fits, one
+    /// round after the first, and the peak memory a fit adds.
+    #[arg(long)]
+    fits: bool,
 }
 
 #[tokio::main]
@@ -165,6 +174,9 @@ async fn main() -> BenchResult<()> {
     }
     if args.policy {
         return policy::run(&args, &federated, &queries).await;
+    }
+    if args.fits {
+        return fits::run(&federated, &args).await;
     }
 
     let mut timings = Vec::new();

@@ -10,8 +10,8 @@ use fedsql::notices::Progress;
 use crate::BenchResult;
 use crate::report::median;
 
-const XS: &str = "x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10";
-const SUMS_X: &str = "SELECT sum(x1), sum(x2), sum(x3), sum(x4), sum(x5), sum(x6), sum(x7), sum(x8), sum(x9), sum(x10) FROM t";
+pub(super) const XS: &str = "x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10";
+pub(super) const SUMS_X: &str = "SELECT sum(x1), sum(x2), sum(x3), sum(x4), sum(x5), sum(x6), sum(x7), sum(x8), sum(x9), sum(x10) FROM t";
 
 async fn time(ctx: &FedContext, sql: &str) -> BenchResult<Duration> {
     let started = Instant::now();

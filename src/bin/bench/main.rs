@@ -32,18 +32,25 @@
 //! With `--policy` it instead times the suite with a worker's default
 //! disclosure policy at every client against the same clients without one.
 //!
+//! With `--many-clients N` it instead times the suite over the same
+//! number of rows held by `--clients` and by N clients, in the same run;
+//! with `--round-cost`, the fixed cost of a round on 32 rows, in-process
+//! and over workers.
+//!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
 //! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
 //! the PostgreSQL endpoint.
 
 mod baseline;
+mod clients;
 mod data;
 mod models;
 mod pgwire;
 mod policy;
 mod remote;
 mod report;
+mod round_cost;
 mod suite;
 
 use std::fs;
@@ -121,6 +128,15 @@ struct Args {
     /// run, and list the queries the policy refuses.
     #[arg(long)]
     policy: bool,
+    /// Instead: time the suite over the same number of rows held by
+    /// `--clients` clients and by this many, in the same run (data in
+    /// `<dir>/clients-<n>`).
+    #[arg(long)]
+    many_clients: Option<usize>,
+    /// Instead: time the fixed cost of a round over 32 rows, in-process
+    /// and over two workers on loopback (data in `<dir>/round-cost`).
+    #[arg(long)]
+    round_cost: bool,
 }
 
 #[tokio::main]
@@ -135,6 +151,13 @@ async fn main() -> BenchResult<()> {
     let queries = parse_suite(SUITE);
     if queries.is_empty() {
         return Err("the benchmark suite has no `-- name:` queries".into());
+    }
+
+    if let Some(many) = args.many_clients {
+        return clients::run(&args, many, &queries).await;
+    }
+    if args.round_cost {
+        return round_cost::run(&args).await;
     }
 
     let plan = client_plan(&args.dir, args.rows, args.clients);

@@ -36,6 +36,9 @@ use crate::wire::{exposure, secure};
 /// thousand plans and streams at the same time.
 const CLIENTS_AT_ONCE: usize = 64;
 
+/// One site's answer in a round: its index, state, time and traffic.
+type SiteAnswer = (usize, StateBatch, Duration, Traffic);
+
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
 pub struct RoundReport {
@@ -264,7 +267,7 @@ pub async fn run_round(
         }
     } else {
         let report = &report;
-        let pending: Vec<BoxFuture<'_, Result<(usize, StateBatch, Duration, Traffic)>>> = clients
+        let pending: Vec<BoxFuture<'_, Result<SiteAnswer>>> = clients
             .iter()
             .enumerate()
             .map(|(i, client)| {

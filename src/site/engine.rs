@@ -358,7 +358,7 @@ mod tests {
             limit: 100,
             used: AtomicUsize::new(0),
         });
-        let mut r = MemoryConsumer::new("r").register(&child);
+        let r = MemoryConsumer::new("r").register(&child);
         r.try_grow(60).unwrap();
         assert_eq!(parent.reserved(), 60);
         let e = r.try_grow(60).unwrap_err();

@@ -18,9 +18,11 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
+use futures::future::BoxFuture;
 use futures::future::try_join_all;
+use futures::{FutureExt, StreamExt};
 
-use crate::coordinator::merge::merge_and_decode;
+use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
@@ -28,6 +30,14 @@ use crate::notices::{RoundEvent, RoundProgress};
 use crate::site::runner::{ClientRunner, Traffic};
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::{exposure, secure};
+
+/// How many clients of a round run at once: enough to keep every core
+/// and a network busy, few enough that a thousand clients do not hold a
+/// thousand plans and streams at the same time.
+const CLIENTS_AT_ONCE: usize = 64;
+
+/// One site's answer in a round: its index, state, time and traffic.
+type SiteAnswer = (usize, StateBatch, Duration, Traffic);
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -213,7 +223,8 @@ async fn encode_retrying(
     }
 }
 
-/// Runs one round: the encoder at every client at once, then merge + decode.
+/// Runs one round: the encoder at every client, [`CLIENTS_AT_ONCE`] at a
+/// time, each state merged as it arrives, then the decode.
 pub async fn run_round(
     state: &SessionState,
     round: &Round,
@@ -229,66 +240,86 @@ pub async fn run_round(
     report(RoundEvent::Started {
         sites: table.clients().len(),
     });
-    let states: Vec<(StateBatch, Duration, Traffic)> = if secure::check_round(&round.partial)? {
+    let clients = table.clients();
+    // Masked states and DP states are merged at the end, all at once (the
+    // noise notices read every state); the others as they arrive.
+    let masked = secure::check_round(&round.partial)?;
+    let dp = crate::wire::dp::has_dp(&round.partial);
+    let mut merge = StreamingMerge::new(&round.partial, clients.len(), state.task_ctx());
+    let mut kept: Vec<StateBatch> = Vec::new();
+    let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
+    if masked {
         // Masked states: what arrives is the masked state itself.
-        let encoders = table
-            .clients()
+        let encoders = clients
             .iter()
             .map(|c| round.encoder_for(c.name()))
             .collect::<Result<Vec<_>>>()?;
-        collect_masked_states(table.clients(), &encoders)
-            .await?
-            .into_iter()
-            .map(|(state, time)| {
-                report(RoundEvent::SiteAnswered);
-                let received = state.size_bytes();
-                (
-                    state,
-                    time,
-                    Traffic {
-                        sent: None,
-                        received,
-                    },
-                )
-            })
-            .collect()
-    } else {
-        try_join_all(table.clients().iter().map(|client| async {
-            let start = Instant::now();
-            let encoder = round.encoder_for(client.name())?;
-            let (state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
+        let states = collect_masked_states(clients, &encoders).await?;
+        for (i, (masked_state, time)) in states.into_iter().enumerate() {
             report(RoundEvent::SiteAnswered);
-            Ok::<_, FedError>((state, start.elapsed(), traffic))
-        }))
-        .await?
-    };
+            let received = masked_state.size_bytes();
+            let traffic = Traffic {
+                sent: None,
+                received,
+            };
+            figures[i] = Some((masked_state.batch().num_rows(), received, time, traffic));
+            kept.push(masked_state);
+        }
+    } else {
+        let report = &report;
+        let pending: Vec<BoxFuture<'_, Result<SiteAnswer>>> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, client)| {
+                async move {
+                    let start = Instant::now();
+                    let encoder = round.encoder_for(client.name())?;
+                    let (client_state, traffic) =
+                        encode_retrying(client.as_ref(), &encoder).await?;
+                    report(RoundEvent::SiteAnswered);
+                    Ok((i, client_state, start.elapsed(), traffic))
+                }
+                .boxed()
+            })
+            .collect();
+        let mut answers = futures::stream::iter(pending).buffer_unordered(CLIENTS_AT_ONCE);
+        let mut dp_states = Vec::new();
+        while let Some(answer) = answers.next().await {
+            let (i, client_state, time, traffic) = answer?;
+            let rows = client_state.batch().num_rows();
+            figures[i] = Some((rows, client_state.size_bytes(), time, traffic));
+            if dp {
+                dp_states.push((i, client_state));
+            } else {
+                merge.add(i, &client_state).await?;
+            }
+        }
+        // In the order of the sites, as the merge of the others.
+        dp_states.sort_by_key(|(i, _)| *i);
+        kept.extend(dp_states.into_iter().map(|(_, s)| s));
+    }
     let report = RoundReport {
         table: table.name().to_string(),
         computes: computes(&round.encoder),
-        clients: table
-            .clients()
+        clients: clients
             .iter()
-            .zip(&states)
-            .map(|(c, (s, t, _))| {
-                (
-                    c.name().to_string(),
-                    s.batch().num_rows(),
-                    s.size_bytes(),
-                    *t,
-                )
+            .zip(&figures)
+            .filter_map(|(c, f)| {
+                f.map(|(rows, bytes, time, _)| (c.name().to_string(), rows, bytes, time))
             })
             .collect(),
-        traffic: states.iter().map(|(_, _, traffic)| *traffic).collect(),
+        traffic: figures.iter().flatten().map(|(_, _, _, t)| *t).collect(),
     };
-    let states: Vec<StateBatch> = states.into_iter().map(|(s, _, _)| s).collect();
     // The noise of each DP result, stated (the sites added it).
-    if crate::wire::dp::has_dp(&round.partial)
-        && let Some(notices) = state.config().get_extension::<crate::notices::Notices>()
-    {
-        for line in crate::coordinator::dp::noise_notices(&round.partial, &states)? {
+    if dp && let Some(notices) = state.config().get_extension::<crate::notices::Notices>() {
+        for line in crate::coordinator::dp::noise_notices(&round.partial, &kept)? {
             notices.push(line);
         }
     }
-    let decode: Arc<dyn ExecutionPlan> = merge_and_decode(&round.partial, &states)?;
+    let decode: Arc<dyn ExecutionPlan> = if masked || dp {
+        merge_and_decode(&round.partial, &kept)?
+    } else {
+        merge.finish()?
+    };
     Ok((collect(decode, state.task_ctx()).await?, report))
 }

@@ -1,8 +1,8 @@
 //! The embedded site: a data owner's rows in local files or in memory.
 //!
 //! [`LocalClient`] runs encoders over local CSV or Parquet files (or
-//! in-memory batches, for the bundled demo) in its own DataFusion session,
-//! configured so that the partial aggregate really runs over the rows (no
+//! in-memory batches, for the bundled demo) in the DataFusion session all
+//! sites of the process share (see [`crate::site::engine`]), configured so that the partial aggregate really runs over the rows (no
 //! statistics shortcut, no skipping of partial aggregation that would ship
 //! raw rows as "state"). A worker serves its tables through the same type.
 
@@ -23,9 +23,6 @@ use datafusion::datasource::listing::{
 };
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::DataFusionError;
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::GreedyMemoryPool;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::functions::core::expr_fn::nullif;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
@@ -36,6 +33,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
 use crate::site::dp::{self, DpSite};
+use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
@@ -82,7 +80,14 @@ pub struct LocalClient {
     location: String,
     format: String,
     rows: Arc<dyn TableProvider>,
-    session: SessionContext,
+    /// The session, memory pool and encoder templates all sites share.
+    engine: Arc<SiteEngine>,
+    /// What a template of this site's plans is shared by: its format,
+    /// CSV options, schema and policy (`None`: this site plans alone).
+    layout: Option<Arc<str>>,
+    /// Its one file, bound into templates (`None` for rows in memory or
+    /// several files).
+    file: Option<SiteFile>,
     /// The decoded input of the current fit's encoder.
     kept: KeptRows,
     /// Key pairs and states of secure rounds between their two steps.
@@ -112,8 +117,8 @@ impl LocalClient {
     /// A site over its files, read with the federated table's `schema`
     /// (and, for CSV, the client's CSV options).
     pub fn from_files(files: &ClientFiles, schema: SchemaRef) -> Result<Self> {
-        let session = site_session();
-        let state = session.state();
+        let engine = engine::shared();
+        let state = engine.state();
         let urls = files
             .files
             .iter()
@@ -174,12 +179,25 @@ impl LocalClient {
             }
             None => listing,
         };
+        let file = match files.files.as_slice() {
+            [one] => Some(SiteFile::new(one)?),
+            _ => None,
+        };
+        let layout = format!(
+            "{:?}|{:?}|{:?}|{}",
+            files.format,
+            files.csv,
+            schema,
+            files.has_header()
+        );
         Ok(Self {
             name: files.name.clone(),
             location: files.describe(),
             format: files.format.to_string(),
             rows,
-            session,
+            engine,
+            layout: Some(layout.into()),
+            file,
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
@@ -193,6 +211,9 @@ impl LocalClient {
 
     /// The same site under a disclosure policy (or none).
     pub fn with_policy(mut self, policy: Option<DisclosurePolicy>) -> Self {
+        if let Some(layout) = &self.layout {
+            self.layout = Some(format!("{layout}|{policy:?}").into());
+        }
         self.policy = policy;
         self
     }
@@ -217,19 +238,9 @@ impl LocalClient {
     }
 
     /// The task context of one request: under a memory limit, with a
-    /// memory pool of its own.
+    /// memory pool of its own (a child of the shared one).
     fn task_ctx(&self) -> Result<Arc<TaskContext>> {
-        let Some(limit) = self.memory_limit else {
-            return Ok(self.session.task_ctx());
-        };
-        let state = self.session.state();
-        let runtime = RuntimeEnvBuilder::from_runtime_env(state.runtime_env())
-            .with_memory_pool(Arc::new(GreedyMemoryPool::new(limit)))
-            .with_disk_manager_builder(
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-            )
-            .build_arc()?;
-        Ok(Arc::new(TaskContext::from(&state).with_runtime(runtime)))
+        self.engine.task_ctx(self.memory_limit)
     }
 
     /// Drops the rows kept for fit `scope`; says whether there were any.
@@ -271,7 +282,9 @@ impl LocalClient {
             location: location.to_string(),
             format: "MEMORY".into(),
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
-            session: site_session(),
+            engine: engine::shared(),
+            layout: None,
+            file: None,
             kept: KeptRows::default(),
             secrets: ClientSecrets::default(),
             policy: None,
@@ -318,22 +331,61 @@ impl LocalClient {
 
     /// The site's physical plan for an encoder: the partial aggregate over
     /// its own rows (or the fit's kept rows), one state row per group;
-    /// under a policy, with the counts the policy checks.
+    /// under a policy, with the counts the policy checks. A plan of one
+    /// file is instantiated from its layout's template when there is one.
     async fn physical_plan(&self, encoder: &Encoder) -> Result<SitePlan> {
         if let Some(policy) = &self.policy {
             policy.check_encoder(&self.name, encoder.plan())?;
-            joins::check_no_amplification(&self.name, encoder.plan(), &self.session).await?;
+            let session = SessionContext::new_with_state(self.engine.state().clone());
+            joins::check_no_amplification(&self.name, encoder.plan(), &session).await?;
         }
         self.dp.check_encoder(&self.name, encoder.plan())?;
+        let key = match (&self.layout, &self.file) {
+            (Some(layout), Some(_))
+                if encoder.fit_scope().is_none() && engine::reads_one_table(encoder.plan()) =>
+            {
+                Some(TemplateKey {
+                    layout: Arc::clone(layout),
+                    encoder: encoder.plan().clone(),
+                })
+            }
+            _ => None,
+        };
+        if let (Some(key), Some(file)) = (&key, &self.file) {
+            let template = match self.engine.template(key) {
+                Some(template) => template,
+                None => {
+                    let planned = self.plan_anew(encoder).await?;
+                    let Some(template) =
+                        Template::of(Arc::clone(&planned.plan), planned.counts.clone())
+                    else {
+                        // Not bindable (several partitions, ranges): this
+                        // site's own plan, planned again next time.
+                        return Ok(planned);
+                    };
+                    let template = Arc::new(template);
+                    self.engine
+                        .keep_template(key.clone(), Arc::clone(&template));
+                    template
+                }
+            };
+            let (plan, counts) = template.instantiate(file).map_err(|e| self.error(e))?;
+            return Ok(SitePlan { plan, counts });
+        }
+        self.plan_anew(encoder).await
+    }
+
+    /// Plans an encoder for this site from its logical plan.
+    async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
         let mut plan = encoder.bind(Arc::clone(&self.rows))?;
         if self.policy.is_some() {
             plan = never_fail_on_data(plan)?;
         }
-        let state = self.session.state();
+        let state = self.engine.state();
         // The encoder is already optimized and validated: plan it as it is.
         let physical = state
             .query_planner()
-            .create_physical_plan(&plan, &state)
+            .create_physical_plan(&plan, state)
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
         let partial = match encoder.fit_scope() {

@@ -13,6 +13,7 @@
 pub mod covered;
 pub mod dp;
 pub mod dp_budget;
+pub mod engine;
 pub mod files;
 pub mod group_rows;
 pub mod guarded;

@@ -14,7 +14,7 @@
 //! reduces its partitions with `PartialReduce` to one state row per group;
 //! the coordinator merges every client's states with a `Final` aggregate.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -178,7 +178,10 @@ impl Encoder {
                     "a client's state batch does not fit the state schema: {e}"
                 ))
             })?;
-        Ok(StateBatch { batch })
+        Ok(StateBatch {
+            batch,
+            size: OnceLock::new(),
+        })
     }
 }
 
@@ -187,6 +190,8 @@ impl Encoder {
 #[derive(Debug, Clone)]
 pub struct StateBatch {
     batch: RecordBatch,
+    /// Its size, once measured (an IPC encoding: worth doing once).
+    size: OnceLock<usize>,
 }
 
 impl StateBatch {
@@ -200,6 +205,10 @@ impl StateBatch {
     /// wire — what a worker's log says it released and what `EXPLAIN
     /// ANALYZE FEDERATED` shows as `state_bytes` (Flight adds its framing).
     pub fn size_bytes(&self) -> usize {
+        *self.size.get_or_init(|| self.measure())
+    }
+
+    fn measure(&self) -> usize {
         let bare: Vec<Field> = self
             .batch
             .schema()

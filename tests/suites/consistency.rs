@@ -135,3 +135,18 @@ async fn bundled_demo_matches_the_same_files_on_disk() {
         crate::support::assert_same_result(sql, &a, &b, sql.contains("ORDER BY"), 1e-9);
     }
 }
+
+/// A hundred and fifty clients: states are merged in chunks of 64 sites as
+/// they arrive (two chunks, then the rest), and plans are instantiated from
+/// one template; the answers stay the centralized ones.
+#[tokio::test]
+async fn a_hundred_and_fifty_parquet_clients_merge_in_chunks() {
+    let n = demo_rows().1.len();
+    let f = federation(&split_sizes(n, 150), Format::Parquet).await;
+    for sql in SHARED_SETUP {
+        run_both(&f, sql).await;
+    }
+    for sql in QUERIES.iter().chain(SHARED_QUERIES) {
+        assert_consistent(&f, sql).await;
+    }
+}

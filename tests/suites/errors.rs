@@ -337,3 +337,28 @@ async fn a_lost_client_is_retried_once_then_the_round_is_named_and_the_coefficie
         "{notices}"
     );
 }
+
+/// Sites cache their plans and files' footers, keyed by each file's size
+/// and modification time, checked every round: a file that changes between
+/// queries is read afresh, in-process as at a worker.
+#[tokio::test]
+async fn a_file_that_changes_between_queries_is_read_afresh() {
+    let dir = folder(&[("a.csv", "x,y\n1,2\n3,4\n"), ("b.csv", "x,y\n7,8\n")]);
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}'",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let sum = "SELECT sum(x) FROM t";
+    assert_eq!(float(&run(&ctx, sum).await.unwrap(), 0), 11.0);
+    std::fs::write(dir.path().join("b.csv"), "x,y\n7,8\n10,1\n").unwrap();
+    assert_eq!(float(&run(&ctx, sum).await.unwrap(), 0), 21.0);
+    std::fs::write(dir.path().join("b.csv"), "x,y\n7,8\n10,1\nabc,2\n").unwrap();
+    let e = run(&ctx, sum).await.unwrap_err().to_string();
+    assert!(e.contains("'b'") && e.contains("`x`"), "{e}");
+}

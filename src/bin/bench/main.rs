@@ -34,6 +34,10 @@
 //!
 //! With `--fits` it instead times the GLM fits beside the federated sum
 //! they compare with, and the memory a fit adds ([`fits`]).
+//! With `--many-clients N` it instead times the suite over the same
+//! number of rows held by `--clients` and by N clients, in the same run;
+//! with `--round-cost`, the fixed cost of a round on 32 rows, in-process
+//! and over workers.
 //!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
@@ -41,6 +45,7 @@
 //! the PostgreSQL endpoint.
 
 mod baseline;
+mod clients;
 mod data;
 mod fits;
 mod models;
@@ -48,6 +53,7 @@ mod pgwire;
 mod policy;
 mod remote;
 mod report;
+mod round_cost;
 mod suite;
 
 use std::fs;
@@ -130,6 +136,15 @@ struct Args {
     /// round after the first, and the peak memory a fit adds.
     #[arg(long)]
     fits: bool,
+    /// Instead: time the suite over the same number of rows held by
+    /// `--clients` clients and by this many, in the same run (data in
+    /// `<dir>/clients-<n>`).
+    #[arg(long)]
+    many_clients: Option<usize>,
+    /// Instead: time the fixed cost of a round over 32 rows, in-process
+    /// and over two workers on loopback (data in `<dir>/round-cost`).
+    #[arg(long)]
+    round_cost: bool,
 }
 
 #[tokio::main]
@@ -144,6 +159,13 @@ async fn main() -> BenchResult<()> {
     let queries = parse_suite(SUITE);
     if queries.is_empty() {
         return Err("the benchmark suite has no `-- name:` queries".into());
+    }
+
+    if let Some(many) = args.many_clients {
+        return clients::run(&args, many, &queries).await;
+    }
+    if args.round_cost {
+        return round_cost::run(&args).await;
     }
 
     let plan = client_plan(&args.dir, args.rows, args.clients);

@@ -24,6 +24,7 @@
 //! tables and binds received plans to them, [`service`] answers the Flight
 //! calls, and [`log`] writes what it released and refused.
 
+pub mod checked_plans;
 pub mod config;
 pub mod log;
 pub mod service;

@@ -15,8 +15,8 @@ use arrow_flight::{
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use datafusion::prelude::SessionContext;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
@@ -27,6 +27,7 @@ use crate::site::dp::as_analyst;
 use crate::site::local::{LocalClient, site_session};
 use crate::site::policy::error_kind;
 use crate::site::runner::ClientRunner;
+use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
@@ -53,8 +54,11 @@ pub struct WorkerService {
     tables: Arc<BTreeMap<String, Arc<ServedTable>>>,
     /// Every accepted token by analyst name (DP budgets are per analyst).
     tokens: Tokens,
-    /// Decodes plans (knows fedsql's functions) and plans encoders.
-    session: SessionContext,
+    /// Decodes plans (knows fedsql's functions) and plans encoders: a
+    /// snapshot of the worker's session, and its task context, made once.
+    state: SessionState,
+    task_ctx: Arc<TaskContext>,
+    splits: CheckedPlans,
     log: WorkerLog,
     limits: RequestLimits,
 }
@@ -78,7 +82,9 @@ impl WorkerService {
                     .collect(),
             ),
             tokens: Tokens::new(token, &[]),
-            session,
+            task_ctx: session.task_ctx(),
+            state: session.state(),
+            splits: CheckedPlans::default(),
             log,
             limits,
         }
@@ -167,20 +173,24 @@ impl WorkerService {
         let binder: Arc<dyn TableBinder> = Arc::new(Binder {
             tables: Arc::clone(&self.tables),
         });
-        let plan = codec::plan_from_bytes(&request.plan, &self.session.task_ctx(), binder)
-            .map_err(|e| match e.find_root() {
+        let plan = codec::plan_from_bytes(&request.plan, &self.task_ctx, binder).map_err(|e| {
+            match e.find_root() {
                 DataFusionError::External(inner) if inner.downcast_ref::<FedError>().is_some() => {
                     Status::permission_denied(inner.to_string())
                 }
                 _ => Status::invalid_argument(format!("not a plan this worker can read: {e}")),
-            })?;
+            }
+        })?;
         check_scans(&plan, self.limits.max_shared_rows)
             .map_err(|e| Status::permission_denied(e.to_string()))?;
-        let state = self.session.state();
-        let (encoder, _) = Encoder::split(&state, &plan).await.map_err(|e| match e {
-            FedError::Refused { .. } => Status::permission_denied(e.to_string()),
-            other => Status::invalid_argument(format!("refused: {other}")),
-        })?;
+        let encoder = self
+            .splits
+            .split(&self.state, &plan)
+            .await
+            .map_err(|e| match e {
+                FedError::Refused { .. } => Status::permission_denied(e.to_string()),
+                other => Status::invalid_argument(format!("refused: {other}")),
+            })?;
         let encoder = encoder.in_fit(request.fit_scope);
         let table = self
             .tables

@@ -1,0 +1,123 @@
+//! The fixed cost of a round: a tiny aggregate over 32 rows held by two
+//! clients, in-process and over two `fedsql worker`s on loopback, and the
+//! rounds of a FedSGD fit over the same rows.
+
+use std::time::{Duration, Instant};
+
+use fedsql::FedContext;
+use fedsql::site::worker::{self, WorkerConfig};
+
+use crate::data::{client_plan, prepare_data};
+use crate::report::{median, minimum};
+use crate::{Args, BenchResult};
+
+/// Rows of the small data set, over two clients.
+const ROWS: u64 = 32;
+/// Rounds per timed run (the time of a run over this count is one figure).
+const ROUNDS: usize = 200;
+/// Queries whose time is one round each.
+const TINY: &str = "SELECT sum(x1), count(*) FROM t";
+const FEDSGD: &str = "SELECT * FROM fedsgd_history('t', 'y_logistic ~ x1 + x2', 'logistic', 'optimizer=adam, rounds=200')";
+
+const TOKEN: &str = "fedsql-bench-token";
+
+/// Seconds per round of `ROUNDS` tiny queries.
+async fn tiny_rounds(ctx: &FedContext) -> BenchResult<Duration> {
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        ctx.sql(TINY).await?.collect().await?;
+    }
+    Ok(started.elapsed() / ROUNDS as u32)
+}
+
+/// Seconds per round of a FedSGD fit (its history has a row per round).
+async fn fedsgd_rounds(ctx: &FedContext) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let history = ctx.sql(FEDSGD).await?.collect().await?;
+    ctx.take_notices();
+    let rounds: usize = history.iter().map(|b| b.num_rows()).sum();
+    Ok(started.elapsed() / rounds.max(1) as u32)
+}
+
+pub async fn run(args: &Args) -> BenchResult<()> {
+    let dir = args.dir.join("round-cost");
+    let plan = client_plan(&dir, ROWS, 2);
+    prepare_data(&dir, &plan, args.regenerate)?;
+    let local = FedContext::new();
+    local
+        .sql(&format!(
+            "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{}'",
+            dir.display()
+        ))
+        .await?;
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN)?;
+    let mut workers = Vec::new();
+    for client in &plan {
+        let mut config = WorkerConfig::new(
+            "127.0.0.1:0".parse()?,
+            vec![("t".to_string(), client.path.clone())],
+            TOKEN,
+        );
+        config.policy = None;
+        config.log = Some(std::sync::Arc::new(|_: &str| {}));
+        workers.push(worker::start(config).await?);
+    }
+    let clients: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("'c{i}' = 'grpc://{}'", w.addr()))
+        .collect();
+    let remote = FedContext::new();
+    remote
+        .sql(&format!(
+            "CREATE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}')",
+            clients.join(", "),
+            token_file.display()
+        ))
+        .await?;
+    println!(
+        "fedsql-bench --round-cost: the fixed cost of a round over {ROWS} rows at 2 Parquet clients; \
+         one figure = a run of {ROUNDS} rounds / {ROUNDS}; median and minimum of {} runs after one warm-up run.",
+        args.runs
+    );
+    println!();
+    println!(
+        "| round | in-process median (ms) | in-process min (ms) | workers median (ms) | workers min (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let ms = |d: f64| d * 1000.0;
+    for (name, fedsgd) in [
+        (
+            "`SELECT sum(x1), count(*)` (parse, plan, encode, merge, decode)",
+            false,
+        ),
+        ("`fedsgd` logistic, adam (one of 200 rounds)", true),
+    ] {
+        let (mut l, mut r) = (Vec::new(), Vec::new());
+        for run in 0..=args.runs {
+            let (a, b) = if fedsgd {
+                (fedsgd_rounds(&local).await?, fedsgd_rounds(&remote).await?)
+            } else {
+                (tiny_rounds(&local).await?, tiny_rounds(&remote).await?)
+            };
+            if run > 0 {
+                l.push(a);
+                r.push(b);
+            }
+        }
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            ms(median(&l)),
+            ms(minimum(&l)),
+            ms(median(&r)),
+            ms(minimum(&r))
+        );
+    }
+    println!();
+    println!("Targets: <= 0.3 ms in-process, <= 1 ms over loopback workers.");
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    Ok(())
+}

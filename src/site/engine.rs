@@ -1,0 +1,371 @@
+//! The engine the sites of one process share: one DataFusion session (one
+//! runtime, one memory pool, one cache of file listings and Parquet
+//! footers) and the physical plans of the encoders they have run.
+//!
+//! A thousand in-process clients must cost little more than eight, so the
+//! work of a round at a site must not grow with the plan. A site plans an
+//! encoder physically once, as a *template* for its layout (format, CSV
+//! options, schema, policy); every site of that layout, in this round and
+//! the next, instantiates the template for its own data: its file, stated
+//! afresh each round (size and modification time, so a file that changed is
+//! read anew and its cached footer dropped), bound into the template's scan.
+//! The template is the site's own plan of the validated encoder the
+//! coordinator sent; nothing of it crosses the wire.
+//!
+//! Memory: every site draws on the one shared pool; a request under a
+//! memory limit draws on a child pool of its own, which refuses past its
+//! limit whatever the shared pool has left.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DataFusionError, Statistics};
+use datafusion::datasource::listing::{ListingTableUrl, PartitionedFile};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::object_store::ObjectMeta;
+use datafusion::object_store::path::Path as StorePath;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::error::Result;
+use crate::site::group_rows::CountColumns;
+
+/// How many encoder templates the engine keeps (the oldest go first).
+const MAX_TEMPLATES: usize = 64;
+
+/// The engine shared by every site of this process.
+pub fn shared() -> Arc<SiteEngine> {
+    static ENGINE: OnceLock<Arc<SiteEngine>> = OnceLock::new();
+    Arc::clone(ENGINE.get_or_init(|| Arc::new(SiteEngine::new())))
+}
+
+/// One session, one memory pool and the encoder templates of all sites.
+pub struct SiteEngine {
+    state: SessionState,
+    /// The task context of a request without a memory limit (built once:
+    /// building one copies every function registry).
+    task_ctx: Arc<TaskContext>,
+    templates: Mutex<Templates>,
+}
+
+impl fmt::Debug for SiteEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SiteEngine")
+    }
+}
+
+impl SiteEngine {
+    fn new() -> Self {
+        let session = crate::site::local::site_session();
+        let state = session.state();
+        let task_ctx = Arc::new(TaskContext::from(&state));
+        Self {
+            state,
+            task_ctx,
+            templates: Mutex::default(),
+        }
+    }
+
+    /// The session state sites plan with.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// The task context of one request: under a memory limit, with a
+    /// child pool of its own under the shared one (nothing spilled).
+    pub fn task_ctx(&self, limit: Option<usize>) -> Result<Arc<TaskContext>> {
+        let Some(limit) = limit else {
+            return Ok(Arc::clone(&self.task_ctx));
+        };
+        let shared = self.state.runtime_env();
+        let pool = ChildPool {
+            parent: Arc::clone(&shared.memory_pool),
+            limit,
+            used: AtomicUsize::new(0),
+        };
+        let runtime = RuntimeEnvBuilder::from_runtime_env(shared)
+            .with_memory_pool(Arc::new(pool))
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .build_arc()?;
+        Ok(Arc::new(
+            TaskContext::from(&self.state).with_runtime(runtime),
+        ))
+    }
+
+    /// The template planned for this layout and encoder, if any.
+    pub fn template(&self, key: &TemplateKey) -> Option<Arc<Template>> {
+        let templates = self.templates.lock().expect("not poisoned");
+        templates.by_key.get(key).cloned()
+    }
+
+    /// Keeps a template for the sites of its layout.
+    pub fn keep_template(&self, key: TemplateKey, template: Arc<Template>) {
+        let mut templates = self.templates.lock().expect("not poisoned");
+        if templates.by_key.insert(key.clone(), template).is_none() {
+            templates.order.push_back(key);
+        }
+        while templates.order.len() > MAX_TEMPLATES {
+            if let Some(old) = templates.order.pop_front() {
+                templates.by_key.remove(&old);
+            }
+        }
+    }
+}
+
+/// What a template is planned for: the layout of a site's rows and the
+/// encoder as the site received it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TemplateKey {
+    pub layout: Arc<str>,
+    pub encoder: LogicalPlan,
+}
+
+#[derive(Default)]
+struct Templates {
+    by_key: HashMap<TemplateKey, Arc<Template>>,
+    order: VecDeque<TemplateKey>,
+}
+
+/// A site's physical plan of an encoder with one file scan, ready to be
+/// bound to another site's file of the same layout.
+#[derive(Debug)]
+pub struct Template {
+    plan: Arc<dyn ExecutionPlan>,
+    counts: Option<CountColumns>,
+}
+
+impl Template {
+    /// `plan` as a template, when it reads exactly one file through one
+    /// file scan in one piece (in one partition, no byte ranges, no
+    /// declared ordering): otherwise each site plans for itself. Shared
+    /// rows in memory (a subquery's result) are part of the key, and stay.
+    pub fn of(plan: Arc<dyn ExecutionPlan>, counts: Option<CountColumns>) -> Option<Self> {
+        let mut scans = 0;
+        let mut simple = true;
+        let _ = plan.apply(|node| {
+            // A join (or union) may share state with its scans (a dynamic
+            // filter): such plans are planned site by site.
+            simple &= node.children().len() <= 1;
+            if let Some(config) = file_scan(node) {
+                scans += 1;
+                let files: Vec<&PartitionedFile> =
+                    config.file_groups.iter().flat_map(|g| g.iter()).collect();
+                simple &= config.file_groups.len() == 1
+                    && files.len() == 1
+                    && files[0].range.is_none()
+                    && files[0].partition_values.is_empty()
+                    && config.output_ordering.is_empty()
+                    && config.table_partition_cols().is_empty();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        // A dynamic filter is shared between an operator and its scan:
+        // bound anew per site it would not be, so such plans are not
+        // templates.
+        let text = datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(true)
+            .to_string();
+        simple &= !text.contains("DynamicFilter");
+        (scans == 1 && simple).then_some(Self { plan, counts })
+    }
+
+    /// The template bound to one site's file: its scan reads `file` as it
+    /// is now (a fresh `stat`), and every operator above is a new one.
+    pub fn instantiate(
+        &self,
+        file: &SiteFile,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Option<CountColumns>)> {
+        let meta = file.stat()?;
+        let plan = Arc::clone(&self.plan)
+            .transform_up(|node| {
+                let Some(config) = file_scan(&node) else {
+                    return Ok(Transformed::no(node));
+                };
+                let Some(template_file) = config.file_groups.first().and_then(|g| g.iter().next())
+                else {
+                    return Ok(Transformed::no(node));
+                };
+                let mut bound = template_file.clone();
+                bound.object_meta = meta.clone();
+                bound.statistics = None;
+                bound.metadata_size_hint = None;
+                let schema = config.file_schema().clone();
+                let config = FileScanConfigBuilder::from(config.clone())
+                    .with_file_groups(vec![FileGroup::new(vec![bound])])
+                    .with_statistics(Statistics::new_unknown(&schema))
+                    .build();
+                let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+                Ok(Transformed::yes(scan))
+            })?
+            .data;
+        Ok((plan, self.counts.clone()))
+    }
+}
+
+/// Whether a plan reads no table but its federated one: a shared table's
+/// scan does not show its rows in the plan, so a cache keyed by the plan
+/// could not tell two of them apart.
+pub fn reads_one_table(plan: &LogicalPlan) -> bool {
+    let mut scans = 0;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(_) = node {
+            scans += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    scans == 1
+}
+
+/// The file scan of a plan node, if it is one.
+fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    node.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
+}
+
+/// A site's one file: where it is, and how its scans name it.
+#[derive(Debug, Clone)]
+pub struct SiteFile {
+    path: PathBuf,
+    location: StorePath,
+}
+
+impl SiteFile {
+    /// The file at `path`, named as a listing of it names it.
+    pub fn new(path: &Path) -> Result<Self> {
+        let url = ListingTableUrl::parse(path.to_string_lossy())?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            location: url.prefix().clone(),
+        })
+    }
+
+    /// The file's metadata as it is now: its size and modification time
+    /// key every cache of its listing and footer.
+    fn stat(&self) -> Result<ObjectMeta> {
+        let unreadable = |e: std::io::Error| {
+            DataFusionError::External(format!("cannot read {}: {e}", self.path.display()).into())
+        };
+        let meta = std::fs::metadata(&self.path).map_err(unreadable)?;
+        Ok(ObjectMeta {
+            location: self.location.clone(),
+            last_modified: meta.modified().map_err(unreadable)?.into(),
+            size: meta.len(),
+            e_tag: None,
+            version: None,
+        })
+    }
+}
+
+/// A memory pool of one request under the shared pool: it counts what the
+/// request holds and refuses past its own limit.
+#[derive(Debug)]
+struct ChildPool {
+    parent: Arc<dyn MemoryPool>,
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl MemoryPool for ChildPool {
+    fn name(&self) -> &str {
+        "site-request"
+    }
+
+    fn register(&self, consumer: &datafusion::execution::memory_pool::MemoryConsumer) {
+        self.parent.register(consumer);
+    }
+
+    fn unregister(&self, consumer: &datafusion::execution::memory_pool::MemoryConsumer) {
+        self.parent.unregister(consumer);
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.used.fetch_add(additional, Ordering::Relaxed);
+        self.parent.grow(reservation, additional);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.used.fetch_sub(shrink, Ordering::Relaxed);
+        self.parent.shrink(reservation, shrink);
+    }
+
+    fn try_grow(
+        &self,
+        reservation: &MemoryReservation,
+        additional: usize,
+    ) -> datafusion::error::Result<()> {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                let new = used + additional;
+                (new <= self.limit).then_some(new)
+            })
+            .map_err(|used| {
+                DataFusionError::ResourcesExhausted(format!(
+                    "Failed to allocate additional {additional} bytes for {} with {} bytes already allocated for this reservation - {} bytes remain available for the request",
+                    reservation.consumer().name(),
+                    reservation.size(),
+                    self.limit.saturating_sub(used)
+                ))
+            })?;
+        if let Err(e) = self.parent.try_grow(reservation, additional) {
+            self.used.fetch_sub(additional, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.limit)
+    }
+}
+
+impl fmt::Display for ChildPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "site-request(used: {}, limit: {})",
+            self.used.load(Ordering::Relaxed),
+            self.limit
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::memory_pool::{MemoryConsumer, UnboundedMemoryPool};
+
+    #[test]
+    fn a_child_pool_refuses_past_its_limit_and_counts_in_the_parent() {
+        let parent: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let child: Arc<dyn MemoryPool> = Arc::new(ChildPool {
+            parent: Arc::clone(&parent),
+            limit: 100,
+            used: AtomicUsize::new(0),
+        });
+        let r = MemoryConsumer::new("r").register(&child);
+        r.try_grow(60).unwrap();
+        assert_eq!(parent.reserved(), 60);
+        let e = r.try_grow(60).unwrap_err();
+        assert!(matches!(e, DataFusionError::ResourcesExhausted(_)), "{e}");
+        assert_eq!(child.reserved(), 60);
+        r.shrink(60);
+        assert_eq!(parent.reserved(), 0);
+        assert_eq!(child.reserved(), 0);
+    }
+}

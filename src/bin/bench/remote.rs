@@ -2,7 +2,7 @@
 //! clients in-process.
 
 use fedsql::FedContext;
-use fedsql::site::worker::{self, WorkerConfig};
+use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 
 use crate::baseline::{compare_results, run_federated};
 use crate::data::ClientFile;
@@ -19,34 +19,7 @@ pub async fn run(
     queries: &[SuiteQuery],
 ) -> BenchResult<()> {
     let dir = tempfile_dir()?;
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, TOKEN)?;
-    let mut workers = Vec::new();
-    for client in plan {
-        let mut config = WorkerConfig::new(
-            "127.0.0.1:0".parse()?,
-            vec![("t".to_string(), client.path.clone())],
-            TOKEN,
-        );
-        // Compared with in-process clients, which have no policy.
-        config.policy = None;
-        // The log is the operator's; keep the benchmark's output clean.
-        config.log = Some(std::sync::Arc::new(|_: &str| {}));
-        workers.push(worker::start(config).await?);
-    }
-    let clients: Vec<String> = workers
-        .iter()
-        .enumerate()
-        .map(|(i, w)| format!("'c{i}' = 'grpc://{}'", w.addr()))
-        .collect();
-    let remote = FedContext::new();
-    remote
-        .sql(&format!(
-            "CREATE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}')",
-            clients.join(", "),
-            token_file.display()
-        ))
-        .await?;
+    let (workers, remote) = loopback_workers(plan, &dir).await?;
 
     println!(
         "fedsql-bench --remote: {} rows over {} Parquet clients, each served by a `fedsql worker` \
@@ -125,6 +98,43 @@ pub async fn run(
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// One `fedsql worker` per client on loopback (in this process, no
+/// policy, as the in-process clients it is compared with, and a silent
+/// log), and a context whose table `t` is served by them; the token file
+/// goes in `dir`.
+pub(crate) async fn loopback_workers(
+    plan: &[ClientFile],
+    dir: &std::path::Path,
+) -> BenchResult<(Vec<RunningWorker>, FedContext)> {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN)?;
+    let mut workers = Vec::new();
+    for client in plan {
+        let mut config = WorkerConfig::new(
+            "127.0.0.1:0".parse()?,
+            vec![("t".to_string(), client.path.clone())],
+            TOKEN,
+        );
+        config.policy = None;
+        config.log = Some(std::sync::Arc::new(|_: &str| {}));
+        workers.push(worker::start(config).await?);
+    }
+    let clients: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("'c{i}' = 'grpc://{}'", w.addr()))
+        .collect();
+    let remote = FedContext::new();
+    remote
+        .sql(&format!(
+            "CREATE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}')",
+            clients.join(", "),
+            token_file.display()
+        ))
+        .await?;
+    Ok((workers, remote))
 }
 
 fn tempfile_dir() -> BenchResult<std::path::PathBuf> {

@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use fedsql::FedContext;
-use fedsql::site::worker::{self, WorkerConfig};
 
 use crate::data::{client_plan, prepare_data};
+use crate::remote::loopback_workers;
 use crate::report::{median, minimum};
 use crate::{Args, BenchResult};
 
@@ -18,8 +18,6 @@ const ROUNDS: usize = 200;
 /// Queries whose time is one round each.
 const TINY: &str = "SELECT sum(x1), count(*) FROM t";
 const FEDSGD: &str = "SELECT * FROM fedsgd_history('t', 'y_logistic ~ x1 + x2', 'logistic', 'optimizer=adam, rounds=200')";
-
-const TOKEN: &str = "fedsql-bench-token";
 
 /// Seconds per round of `ROUNDS` tiny queries.
 async fn tiny_rounds(ctx: &FedContext) -> BenchResult<Duration> {
@@ -50,32 +48,7 @@ pub async fn run(args: &Args) -> BenchResult<()> {
             dir.display()
         ))
         .await?;
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, TOKEN)?;
-    let mut workers = Vec::new();
-    for client in &plan {
-        let mut config = WorkerConfig::new(
-            "127.0.0.1:0".parse()?,
-            vec![("t".to_string(), client.path.clone())],
-            TOKEN,
-        );
-        config.policy = None;
-        config.log = Some(std::sync::Arc::new(|_: &str| {}));
-        workers.push(worker::start(config).await?);
-    }
-    let clients: Vec<String> = workers
-        .iter()
-        .enumerate()
-        .map(|(i, w)| format!("'c{i}' = 'grpc://{}'", w.addr()))
-        .collect();
-    let remote = FedContext::new();
-    remote
-        .sql(&format!(
-            "CREATE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}')",
-            clients.join(", "),
-            token_file.display()
-        ))
-        .await?;
+    let (workers, remote) = loopback_workers(&plan, &dir).await?;
     println!(
         "fedsql-bench --round-cost: the fixed cost of a round over {ROWS} rows at 2 Parquet clients; \
          one figure = a run of {ROUNDS} rounds / {ROUNDS}; median and minimum of {} runs after one warm-up run.",

@@ -20,6 +20,21 @@ fn folder(files: &[(&str, &str)]) -> TempDir {
     dir
 }
 
+/// A context whose table `t (x BIGINT, y BIGINT)` is the CSV files of `dir`.
+async fn xy_table(dir: &TempDir) -> FedContext {
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}'",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    ctx
+}
+
 fn float(batches: &[RecordBatch], column: usize) -> f64 {
     let c = datafusion::arrow::compute::cast(
         batches[0].column(column),
@@ -32,16 +47,7 @@ fn float(batches: &[RecordBatch], column: usize) -> f64 {
 #[tokio::test]
 async fn a_bad_value_names_client_column_data_row_and_file_line() {
     let dir = folder(&[("a.csv", "x,y\n1,2\n3,4\nabc,5\n"), ("b.csv", "x,y\n7,8\n")]);
-    let ctx = FedContext::new();
-    run(
-        &ctx,
-        &format!(
-            "CREATE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}'",
-            dir.path().display()
-        ),
-    )
-    .await
-    .unwrap();
+    let ctx = xy_table(&dir).await;
     let e = run(&ctx, "SELECT sum(x) FROM t")
         .await
         .unwrap_err()
@@ -340,20 +346,12 @@ async fn a_lost_client_is_retried_once_then_the_round_is_named_and_the_coefficie
 
 /// Sites cache their plans and files' footers, keyed by each file's size
 /// and modification time, checked every round: a file that changes between
-/// queries is read afresh, in-process as at a worker.
+/// queries is read afresh (in-process here; a worker serves through the
+/// same site code).
 #[tokio::test]
 async fn a_file_that_changes_between_queries_is_read_afresh() {
     let dir = folder(&[("a.csv", "x,y\n1,2\n3,4\n"), ("b.csv", "x,y\n7,8\n")]);
-    let ctx = FedContext::new();
-    run(
-        &ctx,
-        &format!(
-            "CREATE FEDERATED TABLE t (x BIGINT, y BIGINT) LOCATION '{}'",
-            dir.path().display()
-        ),
-    )
-    .await
-    .unwrap();
+    let ctx = xy_table(&dir).await;
     let sum = "SELECT sum(x) FROM t";
     assert_eq!(float(&run(&ctx, sum).await.unwrap(), 0), 11.0);
     std::fs::write(dir.path().join("b.csv"), "x,y\n7,8\n10,1\n").unwrap();

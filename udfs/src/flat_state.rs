@@ -25,6 +25,12 @@ pub fn state_field(aggregate: &str, len: usize) -> FieldRef {
 /// Argument types of a step aggregate `name(config, ..., x1, ..., xk)`: the
 /// config string, then floats; `usage` names the arguments for the error
 /// when there are no regressors after the `leading` ones.
+///
+/// The config is taken as a one-value dictionary ([`config_type`]): an
+/// aggregate's arguments are evaluated into arrays batch by batch, and a
+/// plain string literal would be copied into every row (a round's
+/// coefficients, hundreds of bytes, times every row of every batch), while
+/// a dictionary repeats only a small key.
 pub fn coerce_step_arguments(
     name: &str,
     usage: &str,
@@ -34,9 +40,15 @@ pub fn coerce_step_arguments(
     if arg_types.len() <= leading {
         return datafusion::common::plan_err!("{name}({usage}) needs at least one x");
     }
-    let mut types = vec![DataType::Utf8];
+    let mut types = vec![config_type()];
     types.extend(crate::comoments::coerce_to_float(name, &arg_types[1..])?);
     Ok(types)
+}
+
+/// The type a config argument is coerced to: a string dictionary, which the
+/// planner folds into a dictionary literal.
+pub fn config_type() -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
 }
 
 /// The result type: the merged sums as a list.
@@ -83,13 +95,17 @@ pub fn merge_into(aggregate: &str, into: &mut [f64], states: &ArrayRef) -> Resul
 
 /// The constant string of a config argument (the shared input of a round).
 pub fn config_literal(aggregate: &str, expr: &Arc<dyn PhysicalExpr>) -> Result<String> {
-    expr.downcast_ref::<Literal>()
-        .and_then(|l| match l.value() {
+    fn text(value: &ScalarValue) -> Option<String> {
+        match value {
             ScalarValue::Utf8(Some(s))
             | ScalarValue::Utf8View(Some(s))
             | ScalarValue::LargeUtf8(Some(s)) => Some(s.clone()),
+            ScalarValue::Dictionary(_, value) => text(value),
             _ => None,
-        })
+        }
+    }
+    expr.downcast_ref::<Literal>()
+        .and_then(|l| text(l.value()))
         .ok_or_else(|| {
             datafusion::error::DataFusionError::Plan(format!(
                 "{aggregate}: the config must be a constant string"

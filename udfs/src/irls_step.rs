@@ -12,8 +12,8 @@
 //! family's range are counted (the coordinator refuses the fit).
 //!
 //! Per record batch: η by one pass per column (axpy), the working weights
-//! and responses elementwise, then X'WX by one matrix product over the
-//! batch's weighted columns.
+//! and responses elementwise, then X'WX and X'Wz by one blocked pass of
+//! the symmetric kernel ([`crate::gram`]).
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
@@ -24,6 +24,7 @@ use ndarray::{Array1, Array2};
 
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
 use crate::flat_state;
+use crate::gram::{BLOCK, add_upper_gram, linear_predictor, mirror_upper};
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -192,7 +193,9 @@ impl IrlsSums {
         v
     }
 
-    /// Adds one batch of complete rows.
+    /// Adds one batch of complete rows, in blocks of [`BLOCK`] rows that
+    /// stay in the L1 cache: per block η, the working weights and
+    /// responses, then the block's part of X'WX and X'Wz.
     fn update(
         &mut self,
         config: &IrlsConfig,
@@ -203,22 +206,63 @@ impl IrlsSums {
         x: &[&[f64]],
     ) {
         let rows = y.len();
-        let (family, link) = (config.family, config.link);
-        let k = x.len();
-        // η = Xβ + offset, one pass per column.
-        let eta: Option<Vec<f64>> = config.beta.as_ref().map(|beta| {
-            let mut eta = offset.to_vec();
-            for (column, b) in x.iter().zip(beta) {
-                for (e, v) in eta.iter_mut().zip(column.iter()) {
-                    *e += b * v;
+        let mut eta = [0.0; BLOCK];
+        // The working weights and weighted working responses; 0 where a
+        // row does not enter X'WX.
+        let mut working = [0.0; BLOCK];
+        let mut wz = [0.0; BLOCK];
+        let mut block: Vec<&[f64]> = Vec::with_capacity(x.len());
+        let mut start = 0;
+        while start < rows {
+            let end = (start + BLOCK).min(rows);
+            let n = end - start;
+            block.clear();
+            block.extend(x.iter().map(|column| &column[start..end]));
+            let eta = match &config.beta {
+                Some(beta) => {
+                    linear_predictor(&mut eta[..n], &offset[start..end], &block, beta);
+                    Some(&eta[..n])
                 }
-            }
-            eta
-        });
-        let mut sqrt_ww = vec![0.0; rows];
-        let mut wz = vec![0.0; rows];
-        let mut used = vec![false; rows];
-        for i in 0..rows {
+                None => None,
+            };
+            working[..n].fill(0.0);
+            wz[..n].fill(0.0);
+            self.add_rows(
+                config,
+                Rows {
+                    y: &y[start..end],
+                    trials: &trials[start..end],
+                    offset: &offset[start..end],
+                    weight: &weight[start..end],
+                    eta,
+                },
+                &mut working[..n],
+                &mut wz[..n],
+            );
+            add_upper_gram(
+                self.xtwx.as_slice_mut().expect("standard layout"),
+                self.xtwz.as_slice_mut().expect("contiguous"),
+                &block,
+                &working[..n],
+                Some(&wz[..n]),
+            );
+            start = end;
+        }
+        mirror_upper(self.xtwx.as_slice_mut().expect("standard layout"), x.len());
+    }
+
+    /// The row-wise part of one block: the sums, and each row's working
+    /// weight and weighted working response.
+    fn add_rows(&mut self, config: &IrlsConfig, rows: Rows, working: &mut [f64], wz: &mut [f64]) {
+        let Rows {
+            y,
+            trials,
+            offset,
+            weight,
+            eta,
+        } = rows;
+        let (family, link) = (config.family, config.link);
+        for i in 0..y.len() {
             let (yi, prior) = (y[i], weight[i]);
             let w = if family == Family::Binomial {
                 prior * trials[i]
@@ -300,23 +344,20 @@ impl IrlsSums {
                 continue;
             }
             let z = (eta_i - offset[i]) + (yi - mu) / mu_eta;
-            let root = (w * mu_eta * mu_eta / variance).sqrt();
-            sqrt_ww[i] = root;
-            wz[i] = root * z;
-            used[i] = true;
+            working[i] = w * mu_eta * mu_eta / variance;
+            wz[i] = working[i] * z;
         }
-        // X'WX and X'Wz from the weighted columns: one GEMM, one GEMV.
-        let mut weighted = Array2::<f64>::zeros((k, rows));
-        for (j, column) in x.iter().enumerate() {
-            let mut row = weighted.row_mut(j);
-            for (i, v) in column.iter().enumerate() {
-                row[i] = if used[i] { v * sqrt_ww[i] } else { 0.0 };
-            }
-        }
-        let wz = Array1::from_vec(wz);
-        self.xtwx = &self.xtwx + &weighted.dot(&weighted.t());
-        self.xtwz = &self.xtwz + &weighted.dot(&wz);
     }
+}
+
+/// One block's rows: the response, trials, offset and prior weight, and
+/// η when there are coefficients.
+struct Rows<'a> {
+    y: &'a [f64],
+    trials: &'a [f64],
+    offset: &'a [f64],
+    weight: &'a [f64],
+    eta: Option<&'a [f64]>,
 }
 
 /// The aggregate `irls_step`.

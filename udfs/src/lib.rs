@@ -16,6 +16,7 @@ pub mod cox_step;
 pub mod dp;
 pub mod family;
 pub mod flat_state;
+pub mod gram;
 pub mod histogram;
 pub mod irls_step;
 pub mod kmeans_step;

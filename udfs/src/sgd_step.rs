@@ -19,7 +19,7 @@
 //!
 //! Per record batch: η by one axpy per column, the residuals ∂ℓ/∂η
 //! elementwise, the gradient by one dot product per column, and the
-//! curvature by one matrix product over the batch's weighted columns.
+//! curvature by one blocked pass of the symmetric kernel ([`crate::gram`]).
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
@@ -31,6 +31,7 @@ use datafusion::logical_expr::{
 use ndarray::{Array1, Array2, ArrayView1};
 
 use crate::flat_state;
+use crate::gram::add_weighted_gram;
 
 /// Leading arguments before the regressors: config, y, offset.
 const LEADING: usize = 3;
@@ -207,7 +208,7 @@ impl SgdSums {
             eta.scaled_add(t, &ArrayView1::from(*column));
         }
         let mut residual = Array1::<f64>::zeros(rows);
-        let mut weight = self.curvature.as_ref().map(|_| Array1::<f64>::zeros(rows));
+        let mut weight = self.curvature.as_ref().map(|_| vec![0.0; rows]);
         for i in 0..rows {
             if model.check_response(y[i]).is_some() {
                 self.invalid += 1.0;
@@ -218,20 +219,15 @@ impl SgdSums {
             self.loss += loss;
             residual[i] = d1;
             if let Some(w) = weight.as_mut() {
-                w[i] = d2.sqrt();
+                w[i] = d2;
             }
         }
         for (g, column) in self.gradient.iter_mut().zip(x) {
             *g += ArrayView1::from(*column).dot(&residual);
         }
-        if let (Some(curvature), Some(root)) = (self.curvature.as_mut(), weight) {
-            let k = x.len();
-            let mut weighted = Array2::<f64>::zeros((k, rows));
-            for (j, column) in x.iter().enumerate() {
-                let mut row = weighted.row_mut(j);
-                row.assign(&(&ArrayView1::from(*column) * &root));
-            }
-            *curvature += &weighted.dot(&weighted.t());
+        if let (Some(curvature), Some(weight)) = (self.curvature.as_mut(), weight) {
+            let gram = curvature.as_slice_mut().expect("standard layout");
+            add_weighted_gram(gram, &mut [], x, &weight, None);
         }
     }
 }

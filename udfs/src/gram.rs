@@ -58,17 +58,17 @@ pub fn add_upper_gram(
             let mut j = i;
             while j + 4 <= k {
                 let column = |t: usize| &x[j + t][start..end];
-                let sums = dots(scaled, [column(0), column(1), column(2), column(3)]);
+                let sums = dots4(scaled, [column(0), column(1), column(2), column(3)]);
                 for (t, sum) in sums.into_iter().enumerate() {
                     gram[i * k + j + t] += sum;
                 }
                 j += 4;
             }
             for j in j..k {
-                gram[i * k + j] += dots(scaled, [&x[j][start..end]])[0];
+                gram[i * k + j] += dot(scaled, &x[j][start..end]);
             }
             if let Some(wz) = wz {
-                rhs[i] += dots(xi, [&wz[start..end]])[0];
+                rhs[i] += dot(xi, &wz[start..end]);
             }
         }
         start = end;
@@ -96,65 +96,56 @@ pub fn linear_predictor(eta: &mut [f64], offset: &[f64], x: &[&[f64]], beta: &[f
     }
 }
 
-/// The dot products of `s` with N columns of the same length (N at most
-/// 4), with four independent partial sums per column so that each column's
-/// sums are one vector register: one load of `s` serves all N.
+/// The dot products of `s` with four columns of the same length, with
+/// four independent partial sums per column (one vector register each):
+/// one load of `s` serves all four.
 #[inline(always)]
-fn dots<const N: usize>(s: &[f64], columns: [&[f64]; N]) -> [f64; N] {
-    let n = s.len();
-    let whole = n / 4 * 4;
-    let mut out = [0.0; N];
-    match N {
-        4 => {
-            let (c0, c1, c2, c3) = (
-                &columns[0][..whole],
-                &columns[1][..whole],
-                &columns[2][..whole],
-                &columns[3][..whole],
-            );
-            let (mut a0, mut a1, mut a2, mut a3) =
-                ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4], [0.0f64; 4]);
-            for ((((s4, x0), x1), x2), x3) in s[..whole]
-                .chunks_exact(4)
-                .zip(c0.chunks_exact(4))
-                .zip(c1.chunks_exact(4))
-                .zip(c2.chunks_exact(4))
-                .zip(c3.chunks_exact(4))
-            {
-                for l in 0..4 {
-                    a0[l] += s4[l] * x0[l];
-                    a1[l] += s4[l] * x1[l];
-                    a2[l] += s4[l] * x2[l];
-                    a3[l] += s4[l] * x3[l];
-                }
-            }
-            for (o, lanes) in out.iter_mut().zip([a0, a1, a2, a3]) {
-                *o = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
-            }
-        }
-        _ => {
-            for (o, column) in out.iter_mut().zip(&columns) {
-                let mut lanes = [0.0f64; 4];
-                for (s4, x4) in s[..whole]
-                    .chunks_exact(4)
-                    .zip(column[..whole].chunks_exact(4))
-                {
-                    for l in 0..4 {
-                        lanes[l] += s4[l] * x4[l];
-                    }
-                }
-                *o = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
-            }
+fn dots4(s: &[f64], columns: [&[f64]; 4]) -> [f64; 4] {
+    let whole = s.len() / 4 * 4;
+    let [c0, c1, c2, c3] = columns.map(|c| &c[..whole]);
+    let mut lanes = [[0.0f64; 4]; 4];
+    for ((((s4, x0), x1), x2), x3) in s[..whole]
+        .chunks_exact(4)
+        .zip(c0.chunks_exact(4))
+        .zip(c1.chunks_exact(4))
+        .zip(c2.chunks_exact(4))
+        .zip(c3.chunks_exact(4))
+    {
+        for l in 0..4 {
+            lanes[0][l] += s4[l] * x0[l];
+            lanes[1][l] += s4[l] * x1[l];
+            lanes[2][l] += s4[l] * x2[l];
+            lanes[3][l] += s4[l] * x3[l];
         }
     }
-    for (o, column) in out.iter_mut().zip(&columns) {
-        *o += s[whole..]
-            .iter()
-            .zip(&column[whole..n])
-            .map(|(a, b)| a * b)
-            .sum::<f64>();
+    let mut out = [0.0; 4];
+    for ((o, lane), column) in out.iter_mut().zip(lanes).zip(columns) {
+        *o = (lane[0] + lane[2]) + (lane[1] + lane[3]) + tail(s, column, whole);
     }
     out
+}
+
+/// Σ s_i x_i with four independent partial sums (vectorizable).
+#[inline(always)]
+fn dot(s: &[f64], x: &[f64]) -> f64 {
+    let whole = s.len() / 4 * 4;
+    let mut lane = [0.0f64; 4];
+    for (s4, x4) in s[..whole].chunks_exact(4).zip(x[..whole].chunks_exact(4)) {
+        for l in 0..4 {
+            lane[l] += s4[l] * x4[l];
+        }
+    }
+    (lane[0] + lane[2]) + (lane[1] + lane[3]) + tail(s, x, whole)
+}
+
+/// Σ s_i x_i over the rows from `whole` on (fewer than four).
+#[inline(always)]
+fn tail(s: &[f64], x: &[f64], whole: usize) -> f64 {
+    s[whole..]
+        .iter()
+        .zip(&x[whole..s.len()])
+        .map(|(a, b)| a * b)
+        .sum()
 }
 
 #[cfg(test)]
@@ -222,10 +213,14 @@ mod tests {
             let a = values(n, 3);
             let b = values(n, 4);
             let c = values(n, 5);
+            let d = values(n, 6);
+            let e = values(n, 8);
             let expected = |y: &[f64]| a.iter().zip(y).map(|(x, y)| x * y).sum::<f64>();
-            let [ab, ac] = dots(&a, [&b, &c]);
-            assert!((ab - expected(&b)).abs() < 1e-14, "{n}");
-            assert!((ac - expected(&c)).abs() < 1e-14, "{n}");
+            let four = dots4(&a, [&b, &c, &d, &e]);
+            for (got, y) in four.into_iter().zip([&b, &c, &d, &e]) {
+                assert!((got - expected(y)).abs() < 1e-14, "{n}");
+            }
+            assert!((dot(&a, &b) - expected(&b)).abs() < 1e-14, "{n}");
         }
     }
 }

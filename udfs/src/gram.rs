@@ -84,6 +84,28 @@ pub fn mirror_upper(gram: &mut [f64], k: usize) {
     }
 }
 
+/// The block's columns with zeros in the rows of weight zero, when one of
+/// those rows holds an infinite or NaN value (0 × ∞ is NaN, so such a row
+/// would otherwise add NaN to X'WX though it does not enter it); `None`,
+/// and no copy, in the usual case.
+pub fn masked_where_unweighted(x: &[&[f64]], w: &[f64]) -> Option<Vec<Vec<f64>>> {
+    let unweighted_non_finite = w
+        .iter()
+        .enumerate()
+        .any(|(r, &w)| w == 0.0 && x.iter().any(|column| !column[r].is_finite()));
+    unweighted_non_finite.then(|| {
+        x.iter()
+            .map(|column| {
+                column
+                    .iter()
+                    .zip(w)
+                    .map(|(&v, &w)| if w == 0.0 { 0.0 } else { v })
+                    .collect()
+            })
+            .collect()
+    })
+}
+
 /// η = offset + Σ_j β_j x_j over a block of rows, one pass per column (in
 /// column order, so η is the same whatever the block size).
 #[multiversion(targets("x86_64+avx2", "aarch64+neon"))]
@@ -189,6 +211,21 @@ mod tests {
         let before = gram.clone();
         add_weighted_gram(&mut gram, &mut rhs, &x, &[], None);
         assert_eq!(gram, before);
+    }
+
+    #[test]
+    fn rows_of_weight_zero_add_nothing_even_when_not_finite() {
+        let a = [1.0, f64::NAN, 2.0, f64::INFINITY];
+        let b = [3.0, 4.0, -1.0, 5.0];
+        let w = [1.0, 0.0, 2.0, 0.0];
+        let x: [&[f64]; 2] = [&a, &b];
+        assert!(masked_where_unweighted(&x, &[1.0, 1.0, 1.0, 1.0]).is_none());
+        let masked = masked_where_unweighted(&x, &w).unwrap();
+        let masked: Vec<&[f64]> = masked.iter().map(|c| c.as_slice()).collect();
+        let (mut gram, mut rhs) = (vec![0.0; 4], vec![0.0; 2]);
+        add_weighted_gram(&mut gram, &mut rhs, &masked, &w, None);
+        // Rows 0 and 2 only: 1·(1, 3)(1, 3)ᵀ + 2·(2, −1)(2, −1)ᵀ.
+        assert_eq!(gram, [9.0, -1.0, -1.0, 11.0]);
     }
 
     #[test]

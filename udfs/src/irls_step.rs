@@ -24,7 +24,7 @@ use ndarray::{Array1, Array2};
 
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
 use crate::flat_state;
-use crate::gram::{BLOCK, add_upper_gram, linear_predictor, mirror_upper};
+use crate::gram::{BLOCK, add_upper_gram, linear_predictor, masked_where_unweighted, mirror_upper};
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -239,10 +239,14 @@ impl IrlsSums {
                 &mut working[..n],
                 &mut wz[..n],
             );
+            let masked = masked_where_unweighted(&block, &working[..n]);
+            let masked: Option<Vec<&[f64]>> = masked
+                .as_ref()
+                .map(|m| m.iter().map(|c| c.as_slice()).collect());
             add_upper_gram(
                 self.xtwx.as_slice_mut().expect("standard layout"),
                 self.xtwz.as_slice_mut().expect("contiguous"),
-                &block,
+                masked.as_deref().unwrap_or(&block),
                 &working[..n],
                 Some(&wz[..n]),
             );

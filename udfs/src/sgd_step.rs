@@ -31,7 +31,7 @@ use datafusion::logical_expr::{
 use ndarray::{Array1, Array2, ArrayView1};
 
 use crate::flat_state;
-use crate::gram::add_weighted_gram;
+use crate::gram::{add_weighted_gram, linear_predictor};
 
 /// Leading arguments before the regressors: config, y, offset.
 const LEADING: usize = 3;
@@ -203,10 +203,8 @@ impl SgdSums {
         let rows = y.len();
         let model = config.model;
         // η = Xθ + offset, one axpy per column.
-        let mut eta = Array1::from_vec(offset.to_vec());
-        for (column, &t) in x.iter().zip(&config.theta) {
-            eta.scaled_add(t, &ArrayView1::from(*column));
-        }
+        let mut eta = vec![0.0; rows];
+        linear_predictor(&mut eta, offset, x, &config.theta);
         let mut residual = Array1::<f64>::zeros(rows);
         let mut weight = self.curvature.as_ref().map(|_| vec![0.0; rows]);
         for i in 0..rows {

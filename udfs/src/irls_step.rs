@@ -13,7 +13,8 @@
 //!
 //! Per record batch: η by one pass per column (axpy), the working weights
 //! and responses elementwise, then X'WX and X'Wz by one blocked pass of
-//! the symmetric kernel ([`crate::gram`]).
+//! the symmetric kernel ([`crate::gram`]). Logistic and poisson rounds
+//! compute the row-wise part four rows at a time ([`crate::irls_canonical`]).
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};
@@ -25,6 +26,7 @@ use ndarray::{Array1, Array2};
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
 use crate::flat_state;
 use crate::gram::{BLOCK, add_upper_gram, linear_predictor, masked_where_unweighted, mirror_upper};
+use crate::irls_canonical::{Canonical, CanonicalRows, LANES, RowSums};
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
 const LEADING: usize = 5;
@@ -256,8 +258,88 @@ impl IrlsSums {
     }
 
     /// The row-wise part of one block: the sums, and each row's working
-    /// weight and weighted working response.
+    /// weight and weighted working response. Logistic and poisson rounds
+    /// take the vectorized pass ([`crate::irls_canonical`]) for the rows
+    /// it admits, four at a time; the rest go row by row.
     fn add_rows(&mut self, config: &IrlsConfig, rows: Rows, working: &mut [f64], wz: &mut [f64]) {
+        let whole = rows.y.len() / LANES * LANES;
+        if let (Some(eta), Some(kind)) = (rows.eta, Canonical::of(config.family, config.link))
+            && whole > 0
+            && kind.admits(
+                &rows.y[..whole],
+                &rows.trials[..whole],
+                &rows.weight[..whole],
+                &eta[..whole],
+            )
+        {
+            let sums = kind.add_rows(
+                CanonicalRows {
+                    y: &rows.y[..whole],
+                    offset: &rows.offset[..whole],
+                    weight: &rows.weight[..whole],
+                    eta: &eta[..whole],
+                },
+                &mut working[..whole],
+                &mut wz[..whole],
+            );
+            self.add_canonical(sums);
+            // Every admitted row has weight = prior weight (one trial).
+            self.add_null_deviance(
+                config,
+                &rows.y[..whole],
+                &rows.weight[..whole],
+                &rows.offset[..whole],
+            );
+            let rest = Rows {
+                y: &rows.y[whole..],
+                trials: &rows.trials[whole..],
+                offset: &rows.offset[whole..],
+                weight: &rows.weight[whole..],
+                eta: Some(&eta[whole..]),
+            };
+            self.add_general_rows(config, rest, &mut working[whole..], &mut wz[whole..]);
+        } else {
+            self.add_general_rows(config, rows, working, wz);
+        }
+    }
+
+    /// Adds the sums of the vectorized pass.
+    fn add_canonical(&mut self, sums: RowSums) {
+        self.n += sums.n;
+        self.sum_w += sums.sum_w;
+        self.sum_wy += sums.sum_wy;
+        self.deviance += sums.deviance;
+        self.log_pmf += sums.log_pmf;
+        self.pearson += sums.pearson;
+        self.boundary += sums.boundary;
+    }
+
+    /// The null deviance of rows the vectorized pass took (weight w each).
+    fn add_null_deviance(&mut self, config: &IrlsConfig, y: &[f64], w: &[f64], offset: &[f64]) {
+        let (family, link) = (config.family, config.link);
+        match config.null_mu {
+            NullMean::None => {}
+            NullMean::Value(m) => {
+                for (&yi, &wi) in y.iter().zip(w) {
+                    self.null_deviance += family.deviance_residual(yi, m, wi);
+                }
+            }
+            NullMean::Offset => {
+                for ((&yi, &wi), &o) in y.iter().zip(w).zip(offset) {
+                    self.null_deviance += family.deviance_residual(yi, link.inverse(o), wi);
+                }
+            }
+        }
+    }
+
+    /// The row-wise part, one row at a time, for every family and link.
+    fn add_general_rows(
+        &mut self,
+        config: &IrlsConfig,
+        rows: Rows,
+        working: &mut [f64],
+        wz: &mut [f64],
+    ) {
         let Rows {
             y,
             trials,

@@ -18,6 +18,7 @@ pub mod family;
 pub mod flat_state;
 pub mod gram;
 pub mod histogram;
+pub mod irls_canonical;
 pub mod irls_step;
 pub mod kmeans_step;
 pub mod labeled;

@@ -25,10 +25,12 @@
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::DFSchema;
 use datafusion::dataframe::DataFrame;
+use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 
 use crate::coordinator::context::FedContext;
 use crate::coordinator::rounds::{self, RoundReport};
+use crate::coordinator::split::Round;
 use crate::error::Result;
 use crate::wire::exposure;
 
@@ -123,8 +125,47 @@ impl FedDataFrame {
         rounds::execute_per_client(&state, optimized, choose).await
     }
 
+    /// Plans an aggregate query to be run once per client, round after
+    /// round, rebinding its config between rounds ([`PreparedRound`]).
+    pub async fn prepare_per_client(self) -> Result<PreparedRound> {
+        exposure::check(self.df.logical_plan(), &self.label)?;
+        let (state, plan) = self.df.into_parts();
+        let optimized = state.optimize(&plan)?;
+        let round = rounds::prepare_per_client(&state, optimized).await?;
+        Ok(PreparedRound { state, round })
+    }
+
     /// The EXPLAIN FEDERATED text of this query.
     pub async fn explain_federated(self) -> Result<String> {
         self.ctx.explain_plan(self.df, &self.label).await
+    }
+}
+
+/// A per-client round planned once (see [`FedDataFrame::prepare_per_client`]):
+/// a program's later rounds, which differ only in their step config,
+/// reuse its plans instead of parsing and planning the SQL again.
+pub struct PreparedRound {
+    state: SessionState,
+    round: Round,
+}
+
+impl PreparedRound {
+    /// Runs the round at the clients `choose` picks, each client's state
+    /// decoded on its own (see [`rounds::execute_per_client`]).
+    pub async fn run(
+        &self,
+        choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
+    ) -> Result<Vec<rounds::ClientAnswer>> {
+        rounds::run_per_client(&self.state, &self.round, choose).await
+    }
+
+    /// The same round with the config text `old` of its step aggregate
+    /// replaced by `new`; `None` when it cannot be rebound (plan the SQL
+    /// anew then).
+    pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Self>> {
+        Ok(self.round.rebound(old, new)?.map(|round| Self {
+            state: self.state.clone(),
+            round,
+        }))
     }
 }

@@ -154,6 +154,14 @@ pub async fn execute_per_client(
     plan: LogicalPlan,
     choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
 ) -> Result<Vec<ClientAnswer>> {
+    let round = prepare_per_client(state, plan).await?;
+    run_per_client(state, &round, choose).await
+}
+
+/// The planned last cut of a per-client query (see [`execute_per_client`]),
+/// after running the cuts below it: a program that runs many such rounds
+/// plans it once and rebinds its config ([`Round::rebound`]).
+pub async fn prepare_per_client(state: &SessionState, plan: LogicalPlan) -> Result<Round> {
     exposure::check(&plan, "the query")?;
     let mut plan = plan;
     loop {
@@ -162,50 +170,56 @@ pub async fn execute_per_client(
         })?;
         let round = plan_round(state, &cut).await?;
         let rest = substitute(plan.clone(), &cut, shared_result(&cut, &[])?)?;
-        if lowest_cut(&rest).is_some() {
-            let (result, report) = run_round(state, &round).await?;
-            RoundLog::log(state, &report);
-            plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
-            continue;
+        if lowest_cut(&rest).is_none() {
+            return Ok(round);
         }
-        let clients = round.table().clients();
-        let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
-        let chosen = choose(&names)?;
-        let answers = try_join_all(chosen.into_iter().map(|i| {
-            let round = &round;
-            async move {
-                let client = clients.get(i).ok_or_else(|| {
-                    FedError::Internal(format!("client {i} chosen of {}", clients.len()))
-                })?;
-                let start = Instant::now();
-                let encoder = round.encoder_for(client.name())?;
-                let (client_state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
-                let figures = (
-                    client.name().to_string(),
-                    client_state.batch().num_rows(),
-                    client_state.size_bytes(),
-                    start.elapsed(),
-                );
-                let decode = merge_and_decode(&round.partial, &[client_state])?;
-                let answer = ClientAnswer {
-                    client: client.name().to_string(),
-                    batches: collect(decode, state.task_ctx()).await?,
-                };
-                Ok::<_, FedError>((answer, figures, traffic))
-            }
-        }))
-        .await?;
-        RoundLog::log(
-            state,
-            &RoundReport {
-                table: round.table().name().to_string(),
-                computes: computes(&round.encoder),
-                clients: answers.iter().map(|(_, f, _)| f.clone()).collect(),
-                traffic: answers.iter().map(|(_, _, t)| *t).collect(),
-            },
-        );
-        return Ok(answers.into_iter().map(|(a, _, _)| a).collect());
+        let (result, report) = run_round(state, &round).await?;
+        RoundLog::log(state, &report);
+        plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
     }
+}
+
+/// Runs a planned round at the clients `choose` picks, each client's state
+/// decoded on its own.
+pub async fn run_per_client(
+    state: &SessionState,
+    round: &Round,
+    choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
+) -> Result<Vec<ClientAnswer>> {
+    let clients = round.table().clients();
+    let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
+    let chosen = choose(&names)?;
+    let answers = try_join_all(chosen.into_iter().map(|i| async move {
+        let client = clients
+            .get(i)
+            .ok_or_else(|| FedError::Internal(format!("client {i} chosen of {}", clients.len())))?;
+        let start = Instant::now();
+        let encoder = round.encoder_for(client.name())?;
+        let (client_state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
+        let figures = (
+            client.name().to_string(),
+            client_state.batch().num_rows(),
+            client_state.size_bytes(),
+            start.elapsed(),
+        );
+        let decode = merge_and_decode(&round.partial, &[client_state])?;
+        let answer = ClientAnswer {
+            client: client.name().to_string(),
+            batches: collect(decode, state.task_ctx()).await?,
+        };
+        Ok::<_, FedError>((answer, figures, traffic))
+    }))
+    .await?;
+    RoundLog::log(
+        state,
+        &RoundReport {
+            table: round.table().name().to_string(),
+            computes: computes(&round.encoder),
+            clients: answers.iter().map(|(_, f, _)| f.clone()).collect(),
+            traffic: answers.iter().map(|(_, _, t)| *t).collect(),
+        },
+    );
+    Ok(answers.into_iter().map(|(a, _, _)| a).collect())
 }
 
 /// One client's encode, tried once more when a client across a network

@@ -22,7 +22,7 @@ use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
 use crate::error::{FedError, Result};
 use crate::wire::encoder::Encoder;
-use crate::wire::exposure;
+use crate::wire::{exposure, rebind};
 
 /// One planned round: the encoder, the coordinator's partial aggregate
 /// (whose final half merges and decodes the states) and the table whose
@@ -38,6 +38,28 @@ impl Round {
     /// client's name (see [`crate::coordinator::client_column`]).
     pub fn encoder_for(&self, client: &str) -> Result<Encoder> {
         client_column::bind_client_name(&self.encoder, client)
+    }
+
+    /// The same round with the text of its string literal arguments that
+    /// read `old` replaced by `new`: the next round of a fit, whose step
+    /// config differs, without planning it again (see
+    /// [`crate::wire::rebind`]). `None` when no argument reads `old` or the
+    /// planned aggregate cannot be rebound; then plan the round anew.
+    pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Round>> {
+        let Some(plan) = rebind::replace_text_argument(self.encoder.plan(), old, new) else {
+            return Ok(None);
+        };
+        let Some(changes) = rebind::argument_changes(self.encoder.plan(), &plan) else {
+            return Ok(None);
+        };
+        let Some(partial) = rebind::rebind(&self.partial, &changes)? else {
+            return Ok(None);
+        };
+        Ok(Some(Round {
+            encoder: self.encoder.rewritten(|_| Ok(plan))?,
+            partial,
+            provider: Arc::clone(&self.provider),
+        }))
     }
 
     /// The federated table whose sites run this round.
@@ -147,4 +169,87 @@ pub fn substitute(
             }
         })?
         .data)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::FedContext;
+    use crate::coordinator::fit_scope::FitScope;
+
+    const STEP: &str =
+        "SELECT irls_step('family=poisson;beta=0.5,0.1', y, 1.0, 0.0, 1.0, 1.0, x) FROM t";
+
+    async fn round(ctx: &FedContext, scope: &Arc<FitScope>, sql: &str) -> Round {
+        let mut state = ctx.session().state();
+        state.config_mut().set_extension(Arc::clone(scope));
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        plan_round(&state, &lowest_cut(&plan).unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Each client's state for a round, in client order.
+    async fn states(round: &Round) -> Vec<RecordBatch> {
+        let mut states = Vec::new();
+        for client in round.table().clients() {
+            let encoder = round.encoder_for(client.name()).unwrap();
+            states.push(client.encode(&encoder).await.unwrap().batch().clone());
+        }
+        states
+    }
+
+    #[tokio::test]
+    async fn a_rebound_round_is_the_round_planned_from_its_sql() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+        std::fs::write(&a, "x,y\n0.5,1\n1.5,0\n2.0,3\n-1.0,2\n").unwrap();
+        std::fs::write(&b, "x,y\n0.25,4\n").unwrap();
+        let ctx = FedContext::new();
+        ctx.sql(&format!(
+            "CREATE FEDERATED TABLE t (x DOUBLE, y DOUBLE) CLIENTS ('a' = '{}', 'b' = '{}')",
+            a.display(),
+            b.display()
+        ))
+        .await
+        .unwrap();
+        let scope = FitScope::new();
+        let first = round(&ctx, &scope, STEP).await;
+        // The first round keeps the rows (and its plan) at each client.
+        states(&first).await;
+        let (old, new) = (
+            "family=poisson;beta=0.5,0.1",
+            "family=poisson;beta=-0.25,0.75",
+        );
+        let rebound = first.rebound(old, new).unwrap().expect("a config rebinds");
+        let planned = round(&ctx, &scope, &STEP.replace(old, new)).await;
+        // The calls of the new config's SQL, under the first round's names.
+        let (LogicalPlan::Aggregate(r), LogicalPlan::Aggregate(p)) =
+            (rebound.encoder.plan(), planned.encoder.plan())
+        else {
+            unreachable!("encoders are aggregates")
+        };
+        let calls =
+            |exprs: &[Expr]| -> Vec<Expr> { exprs.iter().map(|e| e.clone().unalias()).collect() };
+        assert_eq!(calls(&r.aggr_expr), calls(&p.aggr_expr));
+        assert_eq!(
+            rebound.encoder.plan().schema(),
+            first.encoder.plan().schema()
+        );
+        // The clients rebind their plans too: the same states as a fit
+        // that plans the new config from the files.
+        let fresh = round(&ctx, &FitScope::new(), &STEP.replace(old, new)).await;
+        let columns = |states: Vec<RecordBatch>| -> Vec<_> {
+            states.iter().map(|s| s.columns().to_vec()).collect()
+        };
+        assert_eq!(
+            columns(states(&rebound).await),
+            columns(states(&fresh).await)
+        );
+        assert_ne!(columns(states(&first).await), columns(states(&fresh).await));
+        assert!(first.rebound("family=gamma", new).unwrap().is_none());
+    }
 }

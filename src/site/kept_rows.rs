@@ -20,11 +20,13 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::collect;
 
 use crate::error::Result;
 use crate::site::yielding::yield_after_each_batch;
+use crate::wire::rebind;
 
 /// How many fits' rows a site keeps at once.
 pub const MAX_KEPT_FITS: usize = 4;
@@ -42,6 +44,10 @@ struct Kept {
     /// What the rows are: the text of the plan below the aggregate.
     key: String,
     batches: Vec<RecordBatch>,
+    /// The encoder of the round that planned `partial`, and its partial
+    /// aggregate over the kept rows: later rounds that differ only in
+    /// their config rebind it instead of planning (see `wire::rebind`).
+    planned: Option<(LogicalPlan, AggregateExec)>,
 }
 
 impl KeptRows {
@@ -51,6 +57,7 @@ impl KeptRows {
     pub async fn partial_over_kept(
         &self,
         partial: AggregateExec,
+        encoder: &LogicalPlan,
         scope: u64,
         key: String,
         task_ctx: Arc<TaskContext>,
@@ -75,8 +82,9 @@ impl KeptRows {
                 }
                 kept.push_back(Kept {
                     scope,
-                    key,
+                    key: key.clone(),
                     batches: batches.clone(),
+                    planned: None,
                 });
                 batches
             }
@@ -87,14 +95,44 @@ impl KeptRows {
             spread[i % parts].push(batch);
         }
         let input = MemorySourceConfig::try_new_exec(&spread, partial.input().schema(), None)?;
-        Ok(AggregateExec::try_new(
+        let over_kept = AggregateExec::try_new(
             AggregateMode::Partial,
             partial.group_expr().clone(),
             partial.aggr_expr().to_vec(),
             partial.filter_expr().to_vec(),
             input,
             partial.input_schema(),
-        )?)
+        )?;
+        let mut kept = self.kept.lock().expect("not poisoned");
+        if let Some(entry) = kept.iter_mut().find(|k| k.scope == scope && k.key == key) {
+            entry.planned = Some((encoder.clone(), over_kept.clone()));
+        }
+        Ok(over_kept)
+    }
+
+    /// The partial aggregate of a later round of fit `scope` over the same
+    /// kept rows (`key`), when its encoder differs from the last planned
+    /// one only in the literal arguments of its aggregates: that plan with
+    /// the new literals bound, and no planning. `None` otherwise.
+    pub fn rebound(
+        &self,
+        scope: u64,
+        key: &str,
+        encoder: &LogicalPlan,
+    ) -> Result<Option<AggregateExec>> {
+        let planned = {
+            let kept = self.kept.lock().expect("not poisoned");
+            kept.iter()
+                .find(|k| k.scope == scope && k.key == key)
+                .and_then(|k| k.planned.clone())
+        };
+        let Some((planned_for, partial)) = planned else {
+            return Ok(None);
+        };
+        let Some(changes) = rebind::argument_changes(&planned_for, encoder) else {
+            return Ok(None);
+        };
+        rebind::rebind(&partial, &changes)
     }
 
     /// Drops the rows kept for fit `scope`; says whether there were any

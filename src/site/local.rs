@@ -27,6 +27,7 @@ use datafusion::execution::{SessionStateBuilder, TaskContext};
 use datafusion::functions::core::expr_fn::nullif;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -375,35 +376,19 @@ impl LocalClient {
         self.plan_anew(encoder).await
     }
 
-    /// Plans an encoder for this site from its logical plan.
+    /// Plans an encoder for this site from its logical plan; a later round
+    /// of a fit whose encoder differs only in its config rebinds the plan
+    /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
-        let mut plan = encoder.bind(Arc::clone(&self.rows))?;
-        if self.policy.is_some() {
-            plan = never_fail_on_data(plan)?;
-        }
-        let state = self.engine.state();
-        // The encoder is already optimized and validated: plan it as it is.
-        let physical = state
-            .query_planner()
-            .create_physical_plan(&plan, state)
-            .await?;
-        let partial = encoder::partial_aggregate(&physical)?;
-        let partial = match encoder.fit_scope() {
+        let rebound = match encoder.fit_scope() {
             Some(scope) => self
                 .kept
-                .partial_over_kept(
-                    partial,
-                    scope,
-                    encoder.input_key(),
-                    self.task_ctx()?,
-                    state.config().target_partitions(),
-                )
-                .await
-                .map_err(|e| match &e {
-                    FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
-                    _ => e,
-                })?,
-            None => partial,
+                .rebound(scope, &encoder.input_key(), encoder.plan())?,
+            None => None,
+        };
+        let partial = match rebound {
+            Some(partial) => partial,
+            None => self.plan_partial(encoder).await?,
         };
         let (partial, counts) = match &self.policy {
             Some(policy) => {
@@ -415,6 +400,40 @@ impl LocalClient {
         Ok(SitePlan {
             plan: encoder::one_state_per_group(partial)?,
             counts,
+        })
+    }
+
+    /// The partial aggregate of an encoder over this site's rows (over the
+    /// fit's kept rows for an encoder of a fit), planned from its logical plan.
+    async fn plan_partial(&self, encoder: &Encoder) -> Result<AggregateExec> {
+        let mut plan = encoder.bind(Arc::clone(&self.rows))?;
+        if self.policy.is_some() {
+            plan = never_fail_on_data(plan)?;
+        }
+        let state = self.engine.state();
+        // The encoder is already optimized and validated: plan it as it is.
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, state)
+            .await?;
+        let partial = encoder::partial_aggregate(&physical)?;
+        Ok(match encoder.fit_scope() {
+            Some(scope) => self
+                .kept
+                .partial_over_kept(
+                    partial,
+                    encoder.plan(),
+                    scope,
+                    encoder.input_key(),
+                    self.task_ctx()?,
+                    state.config().target_partitions(),
+                )
+                .await
+                .map_err(|e| match &e {
+                    FedError::DataFusion(d) => self.memory_refusal(d).unwrap_or(e),
+                    _ => e,
+                })?,
+            None => partial,
         })
     }
 

@@ -8,6 +8,8 @@
 //! - [`federated_scan`]: the federated table as a plan sees it, a name and
 //!   a schema;
 //! - [`secure`]: the messages and the state layout of secure aggregation;
+//! - [`rebind`]: a planned round with new constants (the later rounds of
+//!   a fit);
 //! - [`protocol`] and [`codec`]: the Flight protocol between a coordinator
 //!   and a worker, and plans as bytes.
 //!
@@ -19,4 +21,5 @@ pub mod encoder;
 pub mod exposure;
 pub mod federated_scan;
 pub mod protocol;
+pub mod rebind;
 pub mod secure;

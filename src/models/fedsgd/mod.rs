@@ -35,6 +35,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::coordinator::context::FedContext;
+use crate::coordinator::dataframe::PreparedRound;
 use crate::coordinator::rounds::ClientAnswer;
 use crate::error::{FedError, Result};
 use crate::formula::{Response, design_columns};
@@ -563,25 +564,40 @@ pub async fn fit(
     let mut iterates = Vec::new();
     let mut skipped = Vec::new();
     let mut converged = false;
+    // The step round is planned once; later rounds rebind its config.
+    let mut planned: Option<(PreparedRound, String)> = None;
     for round in 1..=spec.rounds {
         let config = SgdConfig {
             model: spec.model,
             theta: theta.clone(),
         };
-        let sql = step_sql(spec, &design, &columns, &config);
+        let text = config.encode();
         let per_round = spec.clients_per_round;
-        let answers = ctx
-            .sql(&sql)
-            .await?
-            .collect_per_client(|names| choose_clients(names, per_round, &mut rng))
+        // A failure names the round and the last coefficients.
+        let stopped = |e| {
+            let last = match round {
+                1 => Vec::new(),
+                _ => original_scale(&theta, &scaling, &design.names),
+            };
+            crate::models::glm::stopped(ctx, e, "fedsgd", round, &design.names, &last)
+        };
+        let rebound = match &planned {
+            Some((prepared, old)) => prepared.rebound(old, &text)?,
+            None => None,
+        };
+        let prepared = match rebound {
+            Some(prepared) => prepared,
+            None => {
+                let sql = step_sql(spec, &design, &columns, &config);
+                let query = ctx.sql(&sql).await?;
+                query.prepare_per_client().await.map_err(stopped)?
+            }
+        };
+        let answers = prepared
+            .run(|names| choose_clients(names, per_round, &mut rng))
             .await
-            .map_err(|e| {
-                let last = match round {
-                    1 => Vec::new(),
-                    _ => original_scale(&theta, &scaling, &design.names),
-                };
-                crate::models::glm::stopped(ctx, e, "fedsgd", round, &design.names, &last)
-            })?;
+            .map_err(stopped)?;
+        planned = Some((prepared, text));
         let answers = client_sums(&answers, k)?;
         if round == 1 {
             check_first_round(spec, &answers)?;

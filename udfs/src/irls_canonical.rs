@@ -12,6 +12,8 @@
 //! with it to a few units in the last place; the order of the additions
 //! depends only on the rows, never on threads.
 
+use std::borrow::Cow;
+
 use wide::f64x4;
 
 use crate::family::{Family, Link, ln_factorial, ln_whole};
@@ -45,12 +47,13 @@ pub struct RowSums {
 }
 
 /// One block's rows for the vectorized pass; all slices have the same
-/// length, a multiple of [`LANES`].
+/// length, a multiple of [`LANES`]. Without η (the first round) each row
+/// starts from R's `mustart`, as in the general loop.
 pub struct CanonicalRows<'a> {
     pub y: &'a [f64],
     pub offset: &'a [f64],
     pub weight: &'a [f64],
-    pub eta: &'a [f64],
+    pub eta: Option<&'a [f64]>,
 }
 
 impl Canonical {
@@ -64,8 +67,10 @@ impl Canonical {
     }
 
     /// Whether every row takes this pass (see the module's comment).
-    pub fn admits(self, y: &[f64], trials: &[f64], weight: &[f64], eta: &[f64]) -> bool {
-        let rows = y.iter().zip(trials).zip(weight).zip(eta);
+    pub fn admits(self, y: &[f64], trials: &[f64], weight: &[f64], eta: Option<&[f64]>) -> bool {
+        // A start from `mustart` keeps η finite and inside the clamps.
+        let eta = eta.map_or(Cow::Owned(vec![0.0; y.len()]), Cow::Borrowed);
+        let rows = y.iter().zip(trials).zip(weight).zip(eta.iter());
         // `&` rather than `&&`: no branch per row, so the check vectorizes.
         match self {
             Self::Logistic => rows.fold(true, |all, (((&y, &t), &w), &e)| {
@@ -102,12 +107,27 @@ impl Canonical {
         let (mut n, mut sum_w, mut sum_wy) = (zero, zero, zero);
         let (mut deviance, mut log_pmf, mut pearson, mut boundary) = (zero, zero, zero, zero);
         for r in (0..y.len()).step_by(LANES) {
-            let (yv, w, e_eta) = (load(y, r), load(weight, r), load(eta, r));
+            let (yv, w) = (load(y, r), load(weight, r));
+            // η, and μ when it is R's `mustart` rather than g⁻¹(η).
+            let (e_eta, start) = match eta {
+                Some(eta) => (load(eta, r), None),
+                None => {
+                    let mu = match self {
+                        Self::Logistic => (w * yv + f64x4::from(0.5)) / (w + one),
+                        Self::PoissonLog => yv + f64x4::from(0.1),
+                    };
+                    let eta = match self {
+                        Self::Logistic => (mu / (one - mu)).ln(),
+                        Self::PoissonLog => mu.ln(),
+                    };
+                    (eta, Some(mu))
+                }
+            };
             let e = e_eta.exp();
             let (mu, mu_eta, variance, at_boundary) = match self {
                 Self::Logistic => {
                     let opexp = one + e;
-                    let mu = e / opexp;
+                    let mu = start.unwrap_or(e / opexp);
                     // log μ or log(1 − μ), as R's binomial deviance has them.
                     let log_p = yv.simd_eq(one).select(mu, one - mu).ln();
                     deviance += f64x4::from(-2.0) * w * log_p;
@@ -118,7 +138,8 @@ impl Canonical {
                 }
                 Self::PoissonLog => {
                     let eps = f64x4::from(f64::EPSILON);
-                    let mu = e.max(eps);
+                    let mu_eta = e.max(eps);
+                    let mu = start.unwrap_or(mu_eta);
                     // log μ = η unless μ is clamped at eps.
                     let log_mu = mu
                         .simd_gt(eps)
@@ -130,7 +151,7 @@ impl Canonical {
                     deviance += f64x4::from(2.0) * w * (y_log_y - yv * log_mu - (yv - mu));
                     log_pmf += w * (yv * log_mu - mu - ln_y_factorial);
                     let at_boundary = mu.simd_lt(f64x4::from(10.0 * f64::EPSILON));
-                    (mu, mu, mu, at_boundary)
+                    (mu, mu_eta, mu, at_boundary)
                 }
             };
             n += one;
@@ -173,8 +194,18 @@ mod tests {
         let mut sums = RowSums::default();
         let (mut working, mut wz) = (Vec::new(), Vec::new());
         for i in 0..rows.y.len() {
-            let (y, w, eta) = (rows.y[i], rows.weight[i], rows.eta[i]);
-            let (mu, mu_eta) = link.inverse_and_derivative(eta);
+            let (y, w) = (rows.y[i], rows.weight[i]);
+            let (eta, mu, mu_eta) = match rows.eta {
+                Some(eta) => {
+                    let (mu, mu_eta) = link.inverse_and_derivative(eta[i]);
+                    (eta[i], mu, mu_eta)
+                }
+                None => {
+                    let mu = family.start_mu(y, w);
+                    let eta = link.link(mu);
+                    (eta, mu, link.mu_eta(eta))
+                }
+            };
             let variance = family.variance(mu);
             let log_lik = match kind {
                 Canonical::Logistic => ln_binomial_log_p(y, mu),
@@ -201,7 +232,7 @@ mod tests {
         (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-300)
     }
 
-    fn check(kind: Canonical, y: &[f64], eta: &[f64]) {
+    fn check(kind: Canonical, y: &[f64], eta: Option<&[f64]>) {
         let rows = y.len();
         let weight: Vec<f64> = (0..rows).map(|i| 0.5 + (i % 3) as f64).collect();
         let offset: Vec<f64> = (0..rows).map(|i| 0.01 * i as f64).collect();
@@ -248,14 +279,16 @@ mod tests {
     fn logistic_rows_agree_with_the_general_formulas() {
         let eta: Vec<f64> = (0..64).map(|i| -30.0 + 60.0 * i as f64 / 63.0).collect();
         let y: Vec<f64> = (0..64).map(|i| ((i * 7) % 3 == 0) as u8 as f64).collect();
-        check(Canonical::Logistic, &y, &eta);
+        check(Canonical::Logistic, &y, Some(&eta));
+        check(Canonical::Logistic, &y, None);
     }
 
     #[test]
     fn poisson_rows_agree_with_the_general_formulas() {
         let eta: Vec<f64> = (0..64).map(|i| -20.0 + 0.5 * i as f64).collect();
         let y: Vec<f64> = (0..64).map(|i| ((i * 5) % 11) as f64).collect();
-        check(Canonical::PoissonLog, &y, &eta);
+        check(Canonical::PoissonLog, &y, Some(&eta));
+        check(Canonical::PoissonLog, &y, None);
     }
 
     #[test]
@@ -263,16 +296,21 @@ mod tests {
         let ok = [0.0, 1.0, 1.0, 0.0];
         let one = [1.0; 4];
         let eta = [0.1, -0.2, 0.3, 0.0];
-        assert!(Canonical::Logistic.admits(&ok, &one, &one, &eta));
+        assert!(Canonical::Logistic.admits(&ok, &one, &one, Some(&eta)));
         // A proportion, two trials, a zero weight, a clamped or NaN η.
-        assert!(!Canonical::Logistic.admits(&[0.5, 1.0, 1.0, 0.0], &one, &one, &eta));
-        assert!(!Canonical::Logistic.admits(&ok, &[2.0, 1.0, 1.0, 1.0], &one, &eta));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &[0.0, 1.0, 1.0, 1.0], &eta));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &one, &[31.0, 0.0, 0.0, 0.0]));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &one, &[f64::NAN, 0.0, 0.0, 0.0]));
+        assert!(!Canonical::Logistic.admits(&[0.5, 1.0, 1.0, 0.0], &one, &one, Some(&eta)));
+        assert!(!Canonical::Logistic.admits(&ok, &[2.0, 1.0, 1.0, 1.0], &one, Some(&eta)));
+        assert!(!Canonical::Logistic.admits(&ok, &one, &[0.0, 1.0, 1.0, 1.0], Some(&eta)));
+        assert!(!Canonical::Logistic.admits(&ok, &one, &one, Some(&[31.0, 0.0, 0.0, 0.0])));
+        assert!(!Canonical::Logistic.admits(&ok, &one, &one, Some(&[f64::NAN, 0.0, 0.0, 0.0])));
         // A negative or infinite count, an overflowing η.
-        assert!(!Canonical::PoissonLog.admits(&[-1.0, 1.0, 1.0, 0.0], &one, &one, &eta));
-        assert!(!Canonical::PoissonLog.admits(&[f64::INFINITY, 1.0, 1.0, 0.0], &one, &one, &eta));
-        assert!(!Canonical::PoissonLog.admits(&ok, &one, &one, &[800.0, 0.0, 0.0, 0.0]));
+        assert!(!Canonical::PoissonLog.admits(&[-1.0, 1.0, 1.0, 0.0], &one, &one, Some(&eta)));
+        assert!(!Canonical::PoissonLog.admits(
+            &[f64::INFINITY, 1.0, 1.0, 0.0],
+            &one,
+            &one,
+            Some(&eta)
+        ));
+        assert!(!Canonical::PoissonLog.admits(&ok, &one, &one, Some(&[800.0, 0.0, 0.0, 0.0])));
     }
 }

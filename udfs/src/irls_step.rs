@@ -263,13 +263,13 @@ impl IrlsSums {
     /// it admits, four at a time; the rest go row by row.
     fn add_rows(&mut self, config: &IrlsConfig, rows: Rows, working: &mut [f64], wz: &mut [f64]) {
         let whole = rows.y.len() / LANES * LANES;
-        if let (Some(eta), Some(kind)) = (rows.eta, Canonical::of(config.family, config.link))
+        if let Some(kind) = Canonical::of(config.family, config.link)
             && whole > 0
             && kind.admits(
                 &rows.y[..whole],
                 &rows.trials[..whole],
                 &rows.weight[..whole],
-                &eta[..whole],
+                rows.eta.map(|eta| &eta[..whole]),
             )
         {
             let sums = kind.add_rows(
@@ -277,7 +277,7 @@ impl IrlsSums {
                     y: &rows.y[..whole],
                     offset: &rows.offset[..whole],
                     weight: &rows.weight[..whole],
-                    eta: &eta[..whole],
+                    eta: rows.eta.map(|eta| &eta[..whole]),
                 },
                 &mut working[..whole],
                 &mut wz[..whole],
@@ -295,7 +295,7 @@ impl IrlsSums {
                 trials: &rows.trials[whole..],
                 offset: &rows.offset[whole..],
                 weight: &rows.weight[whole..],
-                eta: Some(&eta[whole..]),
+                eta: rows.eta.map(|eta| &eta[whole..]),
             };
             self.add_general_rows(config, rest, &mut working[whole..], &mut wz[whole..]);
         } else {

@@ -41,6 +41,10 @@ mod tests {
 
     /// The state a client returns for `SELECT sum(x) FROM t`, in `scope`.
     async fn client_sum(ctx: &FedContext, scope: &Arc<FitScope>) -> f64 {
+        try_client_sum(ctx, scope).await.unwrap()
+    }
+
+    async fn try_client_sum(ctx: &FedContext, scope: &Arc<FitScope>) -> crate::Result<f64> {
         let mut state = ctx.session().state();
         state.config_mut().set_extension(Arc::clone(scope));
         let plan = state
@@ -52,13 +56,36 @@ mod tests {
         let round = split::plan_round(&state, &cut).await.unwrap();
         let client = &round.table().clients()[0];
         let encoder = round.encoder_for(client.name()).unwrap();
-        let batch = client.encode(&encoder).await.unwrap();
+        let batch = client.encode(&encoder).await?;
         let sum = datafusion::arrow::compute::cast(
             batch.batch().column(0),
             &datafusion::arrow::datatypes::DataType::Float64,
         )
         .unwrap();
-        sum.as_primitive::<Float64Type>().value(0)
+        Ok(sum.as_primitive::<Float64Type>().value(0))
+    }
+
+    #[tokio::test]
+    async fn a_first_round_that_fails_keeps_nothing() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("a.csv");
+        // Several batches of good rows before the bad one.
+        let good = "1\n".repeat(20_000);
+        std::fs::write(&file, format!("x\n{good}oops\n")).unwrap();
+        let ctx = FedContext::new();
+        ctx.sql(&format!(
+            "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = '{}')",
+            file.display()
+        ))
+        .await
+        .unwrap();
+        let scope = FitScope::new();
+        assert!(try_client_sum(&ctx, &scope).await.is_err());
+        // The next round of the same fit reads the (now good) file whole.
+        std::fs::write(&file, format!("x\n{good}2\n")).unwrap();
+        assert_eq!(client_sum(&ctx, &scope).await, 20_002.0);
+        std::fs::write(&file, "x\n5\n").unwrap();
+        assert_eq!(client_sum(&ctx, &scope).await, 20_002.0);
     }
 
     #[tokio::test]

@@ -135,6 +135,21 @@ impl FedDataFrame {
         Ok(PreparedRound { state, round })
     }
 
+    /// Plans a query of one round to be run many times, rebinding its
+    /// config between runs; `None` when it has more than one round (or
+    /// none), and then it is run as usual.
+    pub async fn prepare(self) -> Result<Option<PreparedQuery>> {
+        if !exposure::touches_federated(self.df.logical_plan()) {
+            return Ok(None);
+        }
+        exposure::check(self.df.logical_plan(), &self.label)?;
+        let (state, plan) = self.df.into_parts();
+        let optimized = state.optimize(&plan)?;
+        Ok(rounds::PreparedQuery::plan(&state, optimized)
+            .await?
+            .map(|query| PreparedQuery { state, query }))
+    }
+
     /// The EXPLAIN FEDERATED text of this query.
     pub async fn explain_federated(self) -> Result<String> {
         self.ctx.explain_plan(self.df, &self.label).await
@@ -166,6 +181,28 @@ impl PreparedRound {
         Ok(self.round.rebound(old, new)?.map(|round| Self {
             state: self.state.clone(),
             round,
+        }))
+    }
+}
+
+/// A query of one round planned once (see [`FedDataFrame::prepare`]).
+pub struct PreparedQuery {
+    state: SessionState,
+    query: rounds::PreparedQuery,
+}
+
+impl PreparedQuery {
+    /// Runs the query.
+    pub async fn collect(&self) -> Result<Vec<RecordBatch>> {
+        self.query.run(&self.state).await
+    }
+
+    /// The same query with the config text `old` of its step aggregate
+    /// replaced by `new`; `None` when it cannot be rebound.
+    pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Self>> {
+        Ok(self.query.rebound(old, new)?.map(|query| Self {
+            state: self.state.clone(),
+            query,
         }))
     }
 }

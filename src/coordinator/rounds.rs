@@ -135,6 +135,58 @@ pub async fn execute(
     Ok((collect(physical, state.task_ctx()).await?, reports))
 }
 
+/// A query of one round planned once, for a program that runs it many
+/// times with a new config (the IRLS rounds of `glm`): the optimized plan,
+/// its one cut and the cut's planned round.
+pub struct PreparedQuery {
+    plan: LogicalPlan,
+    cut: LogicalPlan,
+    round: Round,
+}
+
+impl PreparedQuery {
+    /// Plans `plan` (optimized) when it has exactly one cut; `None` when
+    /// it has none or several (run it with [`execute`] then).
+    pub async fn plan(state: &SessionState, plan: LogicalPlan) -> Result<Option<Self>> {
+        exposure::check(&plan, "the query")?;
+        let Some(cut) = lowest_cut(&plan) else {
+            return Ok(None);
+        };
+        let rest = substitute(plan.clone(), &cut, shared_result(&cut, &[])?)?;
+        if lowest_cut(&rest).is_some() {
+            return Ok(None);
+        }
+        let round = plan_round(state, &cut).await?;
+        Ok(Some(Self { plan, cut, round }))
+    }
+
+    /// Runs the round, then the rest of the plan on its result.
+    pub async fn run(&self, state: &SessionState) -> Result<Vec<RecordBatch>> {
+        let (result, report) = run_round(state, &self.round).await?;
+        RoundLog::log(state, &report);
+        let plan = substitute(
+            self.plan.clone(),
+            &self.cut,
+            shared_result(&self.cut, &result)?,
+        )?;
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, state)
+            .await?;
+        Ok(collect(physical, state.task_ctx()).await?)
+    }
+
+    /// The same query with the config text `old` replaced by `new` (see
+    /// [`Round::rebound`]); `None` when it cannot be rebound.
+    pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Self>> {
+        Ok(self.round.rebound(old, new)?.map(|round| Self {
+            plan: self.plan.clone(),
+            cut: self.cut.clone(),
+            round,
+        }))
+    }
+}
+
 /// One client's own answer to the last cut of a query (see [`execute_per_client`]).
 #[derive(Debug, Clone)]
 pub struct ClientAnswer {

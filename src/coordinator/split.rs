@@ -202,9 +202,8 @@ mod tests {
         states
     }
 
-    #[tokio::test]
-    async fn a_rebound_round_is_the_round_planned_from_its_sql() {
-        let dir = tempfile::TempDir::new().unwrap();
+    /// Two clients (four rows and one) holding `t(x, y)`.
+    async fn two_clients(dir: &tempfile::TempDir) -> FedContext {
         let (a, b) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
         std::fs::write(&a, "x,y\n0.5,1\n1.5,0\n2.0,3\n-1.0,2\n").unwrap();
         std::fs::write(&b, "x,y\n0.25,4\n").unwrap();
@@ -216,6 +215,43 @@ mod tests {
         ))
         .await
         .unwrap();
+        ctx
+    }
+
+    #[tokio::test]
+    async fn a_rebound_query_answers_as_its_sql_does() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let ctx = two_clients(&dir).await;
+        let sql = STEP.replace("SELECT ", "SELECT count(*) AS total, ");
+        let (old, new) = (
+            "family=poisson;beta=0.5,0.1",
+            "family=poisson;beta=-0.25,0.75",
+        );
+        let prepared = ctx.sql(&sql).await.unwrap().prepare().await.unwrap();
+        let prepared = prepared.expect("a query of one round");
+        let first = prepared.collect().await.unwrap();
+        assert_eq!(first, ctx.sql(&sql).await.unwrap().collect().await.unwrap());
+        let rebound = prepared
+            .rebound(old, new)
+            .unwrap()
+            .expect("a config rebinds");
+        let expected = ctx
+            .sql(&sql.replace(old, new))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let got = rebound.collect().await.unwrap();
+        // The same values (the rebound query keeps the first one's names).
+        assert_eq!(got[0].columns(), expected[0].columns());
+        assert_ne!(got[0].columns(), first[0].columns());
+    }
+
+    #[tokio::test]
+    async fn a_rebound_round_is_the_round_planned_from_its_sql() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let ctx = two_clients(&dir).await;
         let scope = FitScope::new();
         let first = round(&ctx, &scope, STEP).await;
         // The first round keeps the rows (and its plan) at each client.

@@ -18,6 +18,17 @@ const ROUNDS: usize = 200;
 /// Queries whose time is one round each.
 const TINY: &str = "SELECT sum(x1), count(*) FROM t";
 const FEDSGD: &str = "SELECT * FROM fedsgd_history('t', 'y_logistic ~ x1 + x2', 'logistic', 'optimizer=adam, rounds=200')";
+const GLM: &str = "SELECT * FROM glm_stats('t', 'y_logistic ~ x1 + x2', 'binomial')";
+/// GLM fits per timed run (each has a handful of IRLS rounds).
+const GLM_FITS: usize = 40;
+
+/// What a row of the table times.
+#[derive(Clone, Copy)]
+enum Work {
+    Tiny,
+    FedSgd,
+    Glm,
+}
 
 /// Seconds per round of `ROUNDS` tiny queries.
 async fn tiny_rounds(ctx: &FedContext) -> BenchResult<Duration> {
@@ -35,6 +46,16 @@ async fn fedsgd_rounds(ctx: &FedContext) -> BenchResult<Duration> {
     ctx.take_notices();
     let rounds: usize = history.iter().map(|b| b.num_rows()).sum();
     Ok(started.elapsed() / rounds.max(1) as u32)
+}
+
+/// Seconds per IRLS round of a GLM fit (the median time between two
+/// rounds' progress reports, over `GLM_FITS` fits).
+async fn glm_rounds(ctx: &FedContext) -> BenchResult<Duration> {
+    let mut rounds = Vec::new();
+    for _ in 0..GLM_FITS {
+        rounds.extend(crate::models::iterative_fit(ctx, GLM).await?.2);
+    }
+    Ok(Duration::from_secs_f64(median(&rounds)))
 }
 
 pub async fn run(args: &Args) -> BenchResult<()> {
@@ -60,19 +81,20 @@ pub async fn run(args: &Args) -> BenchResult<()> {
     );
     println!("|---|---:|---:|---:|---:|");
     let ms = |d: f64| d * 1000.0;
-    for (name, fedsgd) in [
+    for (name, work) in [
         (
             "`SELECT sum(x1), count(*)` (parse, plan, encode, merge, decode)",
-            false,
+            Work::Tiny,
         ),
-        ("`fedsgd` logistic, adam (one of 200 rounds)", true),
+        ("`fedsgd` logistic, adam (one of 200 rounds)", Work::FedSgd),
+        ("`glm` binomial (an IRLS round after the first)", Work::Glm),
     ] {
         let (mut l, mut r) = (Vec::new(), Vec::new());
         for run in 0..=args.runs {
-            let (a, b) = if fedsgd {
-                (fedsgd_rounds(&local).await?, fedsgd_rounds(&remote).await?)
-            } else {
-                (tiny_rounds(&local).await?, tiny_rounds(&remote).await?)
+            let (a, b) = match work {
+                Work::Tiny => (tiny_rounds(&local).await?, tiny_rounds(&remote).await?),
+                Work::FedSgd => (fedsgd_rounds(&local).await?, fedsgd_rounds(&remote).await?),
+                Work::Glm => (glm_rounds(&local).await?, glm_rounds(&remote).await?),
             };
             if run > 0 {
                 l.push(a);

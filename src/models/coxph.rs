@@ -40,9 +40,10 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
-use super::analysis::{analysis_table, notify, option_value, parse_options, plan_error, query};
+use super::analysis::{analysis_table, notify, option_value, parse_options, plan_error};
 use super::inference::{Reference, coefficients_batch};
 use super::source::{ModelSource, learn_levels, numeric_argument, string_arguments};
+use super::step_rounds::StepRounds;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, design_columns, missing_column, quote_ident};
@@ -394,20 +395,23 @@ async fn design(ctx: &FedContext, spec: &CoxSpec) -> Result<Design> {
     Ok(Design { arguments, names })
 }
 
-/// One round: the merged sums, and the source's total row count.
+/// One round (the first planned from its SQL, the later ones rebinding
+/// its coefficients): the merged sums, and the source's total row count.
 async fn round(
-    ctx: &FedContext,
+    rounds: &mut StepRounds<'_>,
     spec: &CoxSpec,
     design: &Design,
     config: &CoxConfig,
 ) -> Result<(CoxSums, i64)> {
-    let sql = format!(
-        "SELECT count(*) AS total, cox_step('{}', {}) AS sums FROM {}",
-        config.encode(),
-        design.arguments.join(", "),
-        spec.source.from
-    );
-    let batches = query(ctx, &sql).await?;
+    let text = config.encode();
+    let sql = || {
+        format!(
+            "SELECT count(*) AS total, cox_step('{text}', {}) AS sums FROM {}",
+            design.arguments.join(", "),
+            spec.source.from
+        )
+    };
+    let batches = rounds.run(&text, sql).await?;
     let batch = batches
         .first()
         .ok_or_else(|| FedError::Internal("a coxph round returned nothing".into()))?;
@@ -443,7 +447,8 @@ pub async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
         concordance,
     };
     let mut beta = vec![0.0; k];
-    let (start, total) = round(ctx, spec, &design, &config(&beta, false)).await?;
+    let mut rounds = StepRounds::new(ctx);
+    let (start, total) = round(&mut rounds, spec, &design, &config(&beta, false)).await?;
     if start.invalid > 0.0 {
         return Err(FedError::InvalidArgument(format!(
             "coxph: {} rows have a negative time in `{}` or an event `{}` other than 0 or 1",
@@ -487,7 +492,7 @@ pub async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
     let mut last;
     loop {
         iterations += 1;
-        let (sums, _) = round(ctx, spec, &design, &config(&newbeta, false)).await?;
+        let (sums, _) = round(&mut rounds, spec, &design, &config(&newbeta, false)).await?;
         last = sums;
         if !halving && (1.0 - best_loglik / last.loglik).abs() <= spec.tolerance {
             converged = true;
@@ -528,7 +533,7 @@ pub async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
         std_error[j] = Some(variance[(i, i)].sqrt());
     }
     // The concordance of the final linear predictor, within strata.
-    let (pairs, _) = round(ctx, spec, &design, &config(&beta, true)).await?;
+    let (pairs, _) = round(&mut rounds, spec, &design, &config(&beta, true)).await?;
     let comparable = pairs.concordant + pairs.discordant + pairs.tied_x;
     let concordance = (pairs.concordant + pairs.tied_x / 2.0) / comparable;
     Ok(CoxFit {

@@ -51,9 +51,9 @@ use super::source::{
     ModelSource, complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
 };
 use crate::coordinator::context::FedContext;
-use crate::coordinator::dataframe::PreparedQuery;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
+use crate::models::step_rounds::StepRounds;
 use crate::notices::Progress;
 
 /// The options `glm` takes.
@@ -373,53 +373,24 @@ async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
     Ok(Design { arguments, names })
 }
 
-/// The IRLS rounds of one fit. The first is planned from its SQL; the
-/// later ones rebind its config (the coefficients), at the coordinator and
-/// at the sites, instead of planning again (see [`crate::wire::rebind`]).
-struct IrlsRounds<'a> {
-    ctx: &'a FedContext,
-    spec: &'a GlmSpec,
-    design: &'a Design,
-    /// The last round's planned query and its config text.
-    planned: Option<(PreparedQuery, String)>,
-}
-
-impl<'a> IrlsRounds<'a> {
-    fn new(ctx: &'a FedContext, spec: &'a GlmSpec, design: &'a Design) -> Self {
-        Self {
-            ctx,
-            spec,
-            design,
-            planned: None,
-        }
-    }
-
-    /// One IRLS round: the sums, and the total row count of the source.
-    async fn run(&mut self, config: &IrlsConfig) -> Result<(IrlsSums, i64)> {
-        let text = config.encode();
-        let rebound = match &self.planned {
-            Some((query, old)) => query.rebound(old, &text)?,
-            None => None,
-        };
-        let sql = || round_sql(self.spec, self.design, config);
-        let query = match rebound {
-            Some(query) => Some(query),
-            None => self.ctx.sql(&sql()).await?.prepare().await?,
-        };
-        let batches = match &query {
-            Some(query) => query.collect().await?,
-            // A source of several rounds is planned every time.
-            None => self.ctx.sql(&sql()).await?.collect().await?,
-        };
-        self.planned = query.map(|query| (query, text));
-        let batch = batches
-            .first()
-            .ok_or_else(|| FedError::Internal("an IRLS round returned nothing".into()))?;
-        let total = batch.column(0).as_primitive::<Int64Type>().value(0);
-        let sums = batch.column(1).as_list::<i32>().value(0);
-        let sums = sums.as_primitive::<Float64Type>().values();
-        Ok((IrlsSums::from_slice(sums, self.design.names.len()), total))
-    }
+/// One IRLS round (the first planned from its SQL, the later ones
+/// rebinding its config): the sums, and the total row count of the source.
+async fn round(
+    rounds: &mut StepRounds<'_>,
+    spec: &GlmSpec,
+    design: &Design,
+    config: &IrlsConfig,
+) -> Result<(IrlsSums, i64)> {
+    let batches = rounds
+        .run(&config.encode(), || round_sql(spec, design, config))
+        .await?;
+    let batch = batches
+        .first()
+        .ok_or_else(|| FedError::Internal("an IRLS round returned nothing".into()))?;
+    let total = batch.column(0).as_primitive::<Int64Type>().value(0);
+    let sums = batch.column(1).as_list::<i32>().value(0);
+    let sums = sums.as_primitive::<Float64Type>().values();
+    Ok((IrlsSums::from_slice(sums, design.names.len()), total))
 }
 
 /// A round's failure, named by the round; the coefficients reached so far
@@ -577,10 +548,9 @@ fn fit_model<'a>(
             beta,
             null_mu,
         };
-        let mut rounds = IrlsRounds::new(ctx, spec, &design);
+        let mut rounds = StepRounds::new(ctx);
         // Round 1: from R's starting means; also the weighted mean of y.
-        let (start, total) = rounds
-            .run(&config(None, NullMean::None))
+        let (start, total) = round(&mut rounds, spec, &design, &config(None, NullMean::None))
             .await
             .map_err(|e| stopped(ctx, e, "glm", 1, &[], &[]))?;
         if start.invalid > 0.0 {
@@ -634,10 +604,14 @@ fn fit_model<'a>(
             } else {
                 NullMean::None
             };
-            let (mut sums, _) = rounds
-                .run(&config(Some(beta.clone()), round_null))
-                .await
-                .map_err(|e| stopped(ctx, e, "glm", iterations + 1, &design.names, &beta))?;
+            let (mut sums, _) = round(
+                &mut rounds,
+                spec,
+                &design,
+                &config(Some(beta.clone()), round_null),
+            )
+            .await
+            .map_err(|e| stopped(ctx, e, "glm", iterations + 1, &design.names, &beta))?;
             // A non-finite deviance halves the step back towards the last
             // good coefficients, as R's glm.fit does.
             let mut halvings = 0;
@@ -654,7 +628,8 @@ fn fit_model<'a>(
                     ));
                 }
                 beta = beta.iter().zip(prev).map(|(b, p)| (b + p) / 2.0).collect();
-                sums = rounds.run(&config(Some(beta.clone()), round_null)).await?.0;
+                let halved = config(Some(beta.clone()), round_null);
+                sums = round(&mut rounds, spec, &design, &halved).await?.0;
             }
             if iterations == 1 {
                 null_deviance_sum = sums.null_deviance;

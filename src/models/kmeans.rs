@@ -50,6 +50,7 @@ use super::analysis::{
     plan_error, query,
 };
 use super::source::ModelSource;
+use super::step_rounds::StepRounds;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 
@@ -344,20 +345,23 @@ impl KmeansFit {
     }
 }
 
-/// One Lloyd round: the merged sums.
+/// One Lloyd round (the first planned from its SQL, the later ones
+/// rebinding its centers): the merged sums.
 async fn round(
-    ctx: &FedContext,
+    rounds: &mut StepRounds<'_>,
     spec: &KmeansSpec,
     arguments: &[String],
     config: &KmeansConfig,
 ) -> Result<KmeansSums> {
-    let sql = format!(
-        "SELECT kmeans_step('{}', {}) AS sums FROM {}",
-        config.encode(),
-        arguments.join(", "),
-        spec.source.from
-    );
-    let batches = query(ctx, &sql).await?;
+    let text = config.encode();
+    let sql = || {
+        format!(
+            "SELECT kmeans_step('{text}', {}) AS sums FROM {}",
+            arguments.join(", "),
+            spec.source.from
+        )
+    };
+    let batches = rounds.run(&text, sql).await?;
     let batch = batches
         .first()
         .ok_or_else(|| FedError::Internal("a kmeans round returned nothing".into()))?;
@@ -377,13 +381,14 @@ async fn lloyd(
 ) -> Result<(Vec<Vec<f64>>, KmeansSums, usize, bool)> {
     let mut centers = start;
     let mut previous: Option<Vec<Vec<f64>>> = None;
+    let mut rounds = StepRounds::new(ctx);
     for iteration in 1..=spec.iter_max {
         let config = KmeansConfig {
             centers: centers.clone(),
             previous: previous.clone(),
             measure: None,
         };
-        let sums = round(ctx, spec, arguments, &config).await?;
+        let sums = round(&mut rounds, spec, arguments, &config).await?;
         if previous.is_some() && sums.changed == 0.0 {
             return Ok((centers, sums, iteration, true));
         }
@@ -407,7 +412,7 @@ async fn lloyd(
                 previous: None,
                 measure: Some(moved.clone()),
             };
-            let measured = round(ctx, spec, arguments, &config).await?;
+            let measured = round(&mut rounds, spec, arguments, &config).await?;
             return Ok((moved, measured, iteration, false));
         }
         previous = Some(std::mem::replace(&mut centers, moved));

@@ -16,6 +16,7 @@ pub mod options;
 pub mod pca;
 pub mod printed_summary;
 pub mod source;
+pub mod step_rounds;
 pub mod survival;
 
 use std::sync::Arc;

@@ -161,6 +161,15 @@ fn shape_of(sql: &str) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct RecordedRounds(std::sync::Mutex<Vec<String>>);
 
+/// Whether this context records its rounds' SQL (an EXPLAIN of a program).
+pub(crate) fn records_rounds(ctx: &FedContext) -> bool {
+    ctx.session()
+        .state()
+        .config()
+        .get_extension::<RecordedRounds>()
+        .is_some()
+}
+
 /// Runs the aggregate query of one round, recording it for `EXPLAIN`
 /// FEDERATED of a statistics function.
 pub async fn run_round(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {

@@ -163,8 +163,11 @@ pub(crate) struct RecordedRounds(std::sync::Mutex<Vec<String>>);
 
 /// Whether this context records its rounds' SQL (an EXPLAIN of a program).
 pub(crate) fn records_rounds(ctx: &FedContext) -> bool {
+    // Read in place: a copy of the session state per round costs more
+    // than a rebound round.
     ctx.session()
-        .state()
+        .state_ref()
+        .read()
         .config()
         .get_extension::<RecordedRounds>()
         .is_some()

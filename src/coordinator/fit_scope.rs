@@ -65,13 +65,8 @@ mod tests {
         Ok(sum.as_primitive::<Float64Type>().value(0))
     }
 
-    #[tokio::test]
-    async fn a_first_round_that_fails_keeps_nothing() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let file = dir.path().join("a.csv");
-        // Several batches of good rows before the bad one.
-        let good = "1\n".repeat(20_000);
-        std::fs::write(&file, format!("x\n{good}oops\n")).unwrap();
+    /// A federated table `t(x)` held by one client, in `file`.
+    async fn one_client(file: &std::path::Path) -> FedContext {
         let ctx = FedContext::new();
         ctx.sql(&format!(
             "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = '{}')",
@@ -79,6 +74,17 @@ mod tests {
         ))
         .await
         .unwrap();
+        ctx
+    }
+
+    #[tokio::test]
+    async fn a_first_round_that_fails_keeps_nothing() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("a.csv");
+        // Several batches of good rows before the bad one.
+        let good = "1\n".repeat(20_000);
+        std::fs::write(&file, format!("x\n{good}oops\n")).unwrap();
+        let ctx = one_client(&file).await;
         let scope = FitScope::new();
         assert!(try_client_sum(&ctx, &scope).await.is_err());
         // The next round of the same fit reads the (now good) file whole.
@@ -93,13 +99,7 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let file = dir.path().join("a.csv");
         std::fs::write(&file, "x\n1.5\n2.5\n").unwrap();
-        let ctx = FedContext::new();
-        ctx.sql(&format!(
-            "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = '{}')",
-            file.display()
-        ))
-        .await
-        .unwrap();
+        let ctx = one_client(&file).await;
         let scope = FitScope::new();
         assert_eq!(client_sum(&ctx, &scope).await, 4.0);
         // Within the fit the client answers from the rows it decoded.

@@ -128,11 +128,17 @@ pub async fn execute(
         reports.push(report);
         plan = substitute(plan, &cut, shared_result(&cut, &result)?)?;
     }
+    Ok((run_shared(state, &plan).await?, reports))
+}
+
+/// Runs what is left of a plan once every cut is replaced by its result:
+/// the decoder, shared-only, on the coordinator.
+async fn run_shared(state: &SessionState, plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
     let physical = state
         .query_planner()
-        .create_physical_plan(&plan, state)
+        .create_physical_plan(plan, state)
         .await?;
-    Ok((collect(physical, state.task_ctx()).await?, reports))
+    Ok(collect(physical, state.task_ctx()).await?)
 }
 
 /// A query of one round planned once, for a program that runs it many
@@ -169,11 +175,7 @@ impl PreparedQuery {
             &self.cut,
             shared_result(&self.cut, &result)?,
         )?;
-        let physical = state
-            .query_planner()
-            .create_physical_plan(&plan, state)
-            .await?;
-        Ok(collect(physical, state.task_ctx()).await?)
+        run_shared(state, &plan).await
     }
 
     /// The same query with the config text `old` replaced by `new` (see

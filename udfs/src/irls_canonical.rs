@@ -12,8 +12,6 @@
 //! with it to a few units in the last place; the order of the additions
 //! depends only on the rows, never on threads.
 
-use std::borrow::Cow;
-
 use wide::f64x4;
 
 use crate::family::{Family, Link, ln_factorial, ln_whole};
@@ -68,25 +66,24 @@ impl Canonical {
 
     /// Whether every row takes this pass (see the module's comment).
     pub fn admits(self, y: &[f64], trials: &[f64], weight: &[f64], eta: Option<&[f64]>) -> bool {
+        let threshold = match self {
+            Self::Logistic => LOGIT_THRESH,
+            Self::PoissonLog => LOG_THRESH,
+        };
         // A start from `mustart` keeps η finite and inside the clamps.
-        let eta = eta.map_or(Cow::Owned(vec![0.0; y.len()]), Cow::Borrowed);
-        let rows = y.iter().zip(trials).zip(weight).zip(eta.iter());
-        // `&` rather than `&&`: no branch per row, so the check vectorizes.
-        match self {
-            Self::Logistic => rows.fold(true, |all, (((&y, &t), &w), &e)| {
-                all & (t == 1.0)
-                    & ((y == 0.0) | (y == 1.0))
-                    & (w > 0.0)
-                    & (w < f64::INFINITY)
-                    & (e.abs() <= LOGIT_THRESH)
+        // `&` rather than `&&`: no branch per row, so the checks vectorize.
+        let eta_inside =
+            eta.is_none_or(|eta| eta.iter().fold(true, |all, e| all & (e.abs() <= threshold)));
+        let rows = y.iter().zip(trials).zip(weight);
+        let rows_inside = match self {
+            Self::Logistic => rows.fold(true, |all, ((&y, &t), &w)| {
+                all & (t == 1.0) & ((y == 0.0) | (y == 1.0)) & (w > 0.0) & (w < f64::INFINITY)
             }),
-            Self::PoissonLog => rows.fold(true, |all, (((&y, _), &w), &e)| {
-                all & (0.0..f64::INFINITY).contains(&y)
-                    & (w > 0.0)
-                    & (w < f64::INFINITY)
-                    & (e.abs() <= LOG_THRESH)
+            Self::PoissonLog => rows.fold(true, |all, ((&y, _), &w)| {
+                all & (0.0..f64::INFINITY).contains(&y) & (w > 0.0) & (w < f64::INFINITY)
             }),
-        }
+        };
+        eta_inside && rows_inside
     }
 
     /// The row-wise part over admitted rows: their sums, and each row's

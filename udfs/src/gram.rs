@@ -6,11 +6,13 @@
 //! (k columns × [`BLOCK`] rows), computing only the upper triangle of the
 //! symmetric result (k(k+1)/2 dot products instead of a general k × k
 //! matrix product) and mirroring it once per batch. The dot products run
-//! four columns at a time with independent partial sums, so that the
-//! compiler vectorizes them and one load serves four products.
+//! for two rows of the triangle and four columns at a time (eight sums in
+//! registers, from six loads per four rows), each with four independent
+//! partial sums in one vector ([`crate::lanes`]: AVX2 where the processor
+//! has it, the same bits either way).
 //! The order of the additions depends only on the rows, never on threads.
 
-use multiversion::multiversion;
+use crate::lanes::{self, LANES, Lanes, Vec4, WithLanes};
 
 /// Rows per cache block.
 pub const BLOCK: usize = 256;
@@ -31,9 +33,52 @@ pub fn add_weighted_gram(
 
 /// [`add_weighted_gram`] on the upper triangle only (j ≥ i); callers that
 /// add many blocks mirror once at the end ([`mirror_upper`]). The dot
-/// products run with AVX2 where the processor has it (chosen at run time).
-#[multiversion(targets("x86_64+avx2", "aarch64+neon"))]
+/// products run with AVX2 where the processor has it (chosen at run time,
+/// [`lanes::dispatch`]); the sums are the same bits either way.
 pub fn add_upper_gram(
+    gram: &mut [f64],
+    rhs: &mut [f64],
+    x: &[&[f64]],
+    w: &[f64],
+    wz: Option<&[f64]>,
+) {
+    lanes::dispatch(UpperGram {
+        gram,
+        rhs,
+        x,
+        w,
+        wz,
+    })
+}
+
+/// The arguments of [`add_upper_gram`], run over the lanes chosen.
+struct UpperGram<'a> {
+    gram: &'a mut [f64],
+    rhs: &'a mut [f64],
+    x: &'a [&'a [f64]],
+    w: &'a [f64],
+    wz: Option<&'a [f64]>,
+}
+
+impl WithLanes for UpperGram<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<L: Lanes>(self, lanes: L) {
+        let UpperGram {
+            gram,
+            rhs,
+            x,
+            w,
+            wz,
+        } = self;
+        upper_gram(lanes, gram, rhs, x, w, wz);
+    }
+}
+
+#[inline(always)]
+fn upper_gram<L: Lanes>(
+    lanes: L,
     gram: &mut [f64],
     rhs: &mut [f64],
     x: &[&[f64]],
@@ -43,35 +88,90 @@ pub fn add_upper_gram(
     let k = x.len();
     debug_assert_eq!(gram.len(), k * k);
     let rows = w.len();
-    let mut scaled = [0.0; BLOCK];
+    let mut scaled = [[0.0; BLOCK]; 2];
     let mut start = 0;
     while start < rows {
         let end = (start + BLOCK).min(rows);
         let weights = &w[start..end];
-        let scaled = &mut scaled[..end - start];
-        for i in 0..k {
-            let xi = &x[i][start..end];
-            for ((s, a), b) in scaled.iter_mut().zip(xi).zip(weights) {
-                *s = a * b;
-            }
-            // Four columns at a time share each load of the scaled one.
-            let mut j = i;
-            while j + 4 <= k {
-                let column = |t: usize| &x[j + t][start..end];
-                let sums = dots4(scaled, [column(0), column(1), column(2), column(3)]);
-                for (t, sum) in sums.into_iter().enumerate() {
-                    gram[i * k + j + t] += sum;
+        let column = |j: usize| &x[j][start..end];
+        // Two rows of the triangle at a time (i and i + 1), so that each
+        // load of a column serves two dot products.
+        let mut i = 0;
+        while i < k {
+            let pair = (i + 1 < k) as usize + 1;
+            for (p, s) in scaled.iter_mut().enumerate().take(pair) {
+                for ((s, a), b) in s.iter_mut().zip(column(i + p)).zip(weights) {
+                    *s = a * b;
                 }
-                j += 4;
             }
-            for j in j..k {
-                gram[i * k + j] += dot(scaled, &x[j][start..end]);
+            let (s0, s1) = (&scaled[0][..end - start], &scaled[1][..end - start]);
+            let mut add = |p: usize, j: usize, sum: f64| {
+                // (i + 1, i) is below the diagonal: mirrored later.
+                if j >= i + p {
+                    gram[(i + p) * k + j] += sum;
+                }
+            };
+            let mut j = i;
+            while j < k {
+                let width = (k - j).min(4);
+                if pair == 2 {
+                    tile_sums(
+                        lanes,
+                        [s0, s1],
+                        &x[j..j + width],
+                        start..end,
+                        |p, c, sum| add(p, j + c, sum),
+                    );
+                } else {
+                    tile_sums(lanes, [s0], &x[j..j + width], start..end, |p, c, sum| {
+                        add(p, j + c, sum)
+                    });
+                }
+                j += width;
             }
-            if let Some(wz) = wz {
-                rhs[i] += dot(xi, &wz[start..end]);
+            i += pair;
+        }
+        // X'Wz: the weighted working responses against every column.
+        if let Some(wz) = wz {
+            let wz = &wz[start..end];
+            let mut j = 0;
+            while j < k {
+                let width = (k - j).min(4);
+                tile_sums(lanes, [wz], &x[j..j + width], start..end, |_, c, sum| {
+                    rhs[j + c] += sum
+                });
+                j += width;
             }
         }
         start = end;
+    }
+}
+
+/// The dot products of the `R` columns `s` with up to four columns of
+/// `x` (over `rows` of them), passed to `add` as (row of s, column, sum).
+#[inline(always)]
+fn tile_sums<L: Lanes, const R: usize>(
+    lanes: L,
+    s: [&[f64]; R],
+    x: &[&[f64]],
+    rows: std::ops::Range<usize>,
+    mut add: impl FnMut(usize, usize, f64),
+) {
+    let column = |c: usize| &x[c][rows.clone()];
+    // One copy of the tile per width, so that its sums stay in registers.
+    macro_rules! run {
+        ($($c:expr),+) => {
+            for (p, row) in tile(lanes, s, [$(column($c)),+]).iter().enumerate() {
+                row.iter().enumerate().for_each(|(c, &v)| add(p, c, v));
+            }
+        };
+    }
+    match x.len() {
+        4 => run!(0, 1, 2, 3),
+        3 => run!(0, 1, 2),
+        2 => run!(0, 1),
+        1 => run!(0),
+        _ => unreachable!("tiles are one to four columns wide"),
     }
 }
 
@@ -106,58 +206,88 @@ pub fn masked_where_unweighted(x: &[&[f64]], w: &[f64]) -> Option<Vec<Vec<f64>>>
     })
 }
 
-/// η = offset + Σ_j β_j x_j over a block of rows, one pass per column (in
-/// column order, so η is the same whatever the block size).
-#[multiversion(targets("x86_64+avx2", "aarch64+neon"))]
+/// η = offset + Σ_j β_j x_j over a block of rows, adding the columns in
+/// their order (so η is the same whatever the block size), four rows at a
+/// time with η kept in a register across the columns.
 pub fn linear_predictor(eta: &mut [f64], offset: &[f64], x: &[&[f64]], beta: &[f64]) {
-    eta.copy_from_slice(offset);
-    for (column, b) in x.iter().zip(beta) {
-        for (e, v) in eta.iter_mut().zip(column.iter()) {
-            *e += b * v;
+    lanes::dispatch(LinearPredictor {
+        eta,
+        offset,
+        x,
+        beta,
+    })
+}
+
+/// The arguments of [`linear_predictor`], run over the lanes chosen.
+struct LinearPredictor<'a> {
+    eta: &'a mut [f64],
+    offset: &'a [f64],
+    x: &'a [&'a [f64]],
+    beta: &'a [f64],
+}
+
+impl WithLanes for LinearPredictor<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<L: Lanes>(self, lanes: L) {
+        let LinearPredictor {
+            eta,
+            offset,
+            x,
+            beta,
+        } = self;
+        let whole = eta.len() / LANES * LANES;
+        for r in (0..whole).step_by(LANES) {
+            let mut e = Vec4::load(lanes, offset, r);
+            for (column, &b) in x.iter().zip(beta) {
+                e += Vec4::splat(lanes, b) * Vec4::load(lanes, column, r);
+            }
+            e.store(eta, r);
+        }
+        for r in whole..eta.len() {
+            let mut e = offset[r];
+            for (column, b) in x.iter().zip(beta) {
+                e += b * column[r];
+            }
+            eta[r] = e;
         }
     }
 }
 
-/// The dot products of `s` with four columns of the same length, with
-/// four independent partial sums per column (one vector register each):
-/// one load of `s` serves all four.
+/// The dot products of the `R` columns `s` with the `C` columns `x`, all
+/// of the same length: R × C sums held in vector registers (R × C ≤ 8),
+/// each with four independent partial sums (row r goes to lane r mod 4),
+/// so one load of a column serves R products. Each sum is added in the
+/// same order whatever R, C and the vector unit.
 #[inline(always)]
-fn dots4(s: &[f64], columns: [&[f64]; 4]) -> [f64; 4] {
-    let whole = s.len() / 4 * 4;
-    let [c0, c1, c2, c3] = columns.map(|c| &c[..whole]);
-    let mut lanes = [[0.0f64; 4]; 4];
-    for ((((s4, x0), x1), x2), x3) in s[..whole]
-        .chunks_exact(4)
-        .zip(c0.chunks_exact(4))
-        .zip(c1.chunks_exact(4))
-        .zip(c2.chunks_exact(4))
-        .zip(c3.chunks_exact(4))
-    {
-        for l in 0..4 {
-            lanes[0][l] += s4[l] * x0[l];
-            lanes[1][l] += s4[l] * x1[l];
-            lanes[2][l] += s4[l] * x2[l];
-            lanes[3][l] += s4[l] * x3[l];
+fn tile<L: Lanes, const R: usize, const C: usize>(
+    lanes: L,
+    s: [&[f64]; R],
+    x: [&[f64]; C],
+) -> [[f64; C]; R] {
+    let rows = s.first().map_or(0, |s| s.len());
+    let whole = rows / 4 * 4;
+    let (s_whole, x_whole) = (s.map(|c| &c[..whole]), x.map(|c| &c[..whole]));
+    let mut sums = [[Vec4::splat(lanes, 0.0); C]; R];
+    let mut r = 0;
+    while r < whole {
+        let xs = x_whole.map(|c| Vec4::load(lanes, c, r));
+        for (p, sp) in s_whole.iter().enumerate() {
+            let sp = Vec4::load(lanes, sp, r);
+            for (c, xc) in xs.iter().enumerate() {
+                sums[p][c] += sp * *xc;
+            }
         }
+        r += 4;
     }
-    let mut out = [0.0; 4];
-    for ((o, lane), column) in out.iter_mut().zip(lanes).zip(columns) {
-        *o = (lane[0] + lane[2]) + (lane[1] + lane[3]) + tail(s, column, whole);
+    let mut out = [[0.0; C]; R];
+    for p in 0..R {
+        for c in 0..C {
+            out[p][c] = sums[p][c].sum() + tail(s[p], x[c], whole);
+        }
     }
     out
-}
-
-/// Σ s_i x_i with four independent partial sums (vectorizable).
-#[inline(always)]
-fn dot(s: &[f64], x: &[f64]) -> f64 {
-    let whole = s.len() / 4 * 4;
-    let mut lane = [0.0f64; 4];
-    for (s4, x4) in s[..whole].chunks_exact(4).zip(x[..whole].chunks_exact(4)) {
-        for l in 0..4 {
-            lane[l] += s4[l] * x4[l];
-        }
-    }
-    (lane[0] + lane[2]) + (lane[1] + lane[3]) + tail(s, x, whole)
 }
 
 /// Σ s_i x_i over the rows from `whole` on (fewer than four).
@@ -173,6 +303,7 @@ fn tail(s: &[f64], x: &[f64], whole: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lanes::Portable;
 
     /// Deterministic values in [-1, 1) (a linear congruential sequence).
     fn values(n: usize, seed: u64) -> Vec<f64> {
@@ -211,6 +342,31 @@ mod tests {
         let before = gram.clone();
         add_weighted_gram(&mut gram, &mut rhs, &x, &[], None);
         assert_eq!(gram, before);
+    }
+
+    #[test]
+    fn vector_units_give_the_same_bits() {
+        // An odd number of columns (a lone last row of the triangle) and
+        // a partial block; the run-time choice against plain arrays.
+        let (k, rows) = (11, 2 * BLOCK + 13);
+        let columns: Vec<Vec<f64>> = (0..k).map(|j| values(rows, j as u64 + 21)).collect();
+        let w: Vec<f64> = values(rows, 5).iter().map(|v| v.abs()).collect();
+        let wz = values(rows, 6);
+        let x: Vec<&[f64]> = columns.iter().map(|c| c.as_slice()).collect();
+        let (mut chosen, mut chosen_rhs) = (vec![0.0; k * k], vec![0.0; k]);
+        add_upper_gram(&mut chosen, &mut chosen_rhs, &x, &w, Some(&wz));
+        let (mut portable, mut portable_rhs) = (vec![0.0; k * k], vec![0.0; k]);
+        upper_gram(
+            Portable,
+            &mut portable,
+            &mut portable_rhs,
+            &x,
+            &w,
+            Some(&wz),
+        );
+        assert_eq!(chosen, portable);
+        assert_eq!(chosen_rhs, portable_rhs);
+        assert!(chosen[k - 1..].iter().any(|&v| v != 0.0));
     }
 
     #[test]
@@ -253,11 +409,21 @@ mod tests {
             let d = values(n, 6);
             let e = values(n, 8);
             let expected = |y: &[f64]| a.iter().zip(y).map(|(x, y)| x * y).sum::<f64>();
-            let four = dots4(&a, [&b, &c, &d, &e]);
-            for (got, y) in four.into_iter().zip([&b, &c, &d, &e]) {
+            let four = tile(Portable, [&a], [&b, &c, &d, &e]);
+            for (got, y) in four[0].into_iter().zip([&b, &c, &d, &e]) {
                 assert!((got - expected(y)).abs() < 1e-14, "{n}");
             }
-            assert!((dot(&a, &b) - expected(&b)).abs() < 1e-14, "{n}");
+            // Every shape of tile: each sum bit for bit as one alone.
+            let alone = |s: &[f64], y: &[f64]| tile(Portable, [s], [y])[0][0];
+            let two = tile(Portable, [&a, &e], [&b, &c, &d, &a]);
+            let three = tile(Portable, [&a, &e], [&b, &c, &d]);
+            for (t, y) in [&b, &c, &d, &a].into_iter().enumerate() {
+                assert_eq!(two[0][t], alone(&a, y), "{n}");
+                assert_eq!(two[1][t], alone(&e, y), "{n}");
+                if t < 3 {
+                    assert_eq!(three[1][t], alone(&e, y), "{n}");
+                }
+            }
         }
     }
 }

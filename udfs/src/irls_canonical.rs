@@ -1,7 +1,7 @@
 //! The row-wise part of an IRLS round for the two fits most analyses run,
 //! logistic regression on 0/1 responses (binomial, logit link) and poisson
 //! regression (log link), four rows at a time with vectorized `exp` and
-//! `log` ([`wide`]) instead of a libm call and a branch per row.
+//! `log` ([`crate::lanes`]) instead of a libm call and a branch per row.
 //!
 //! A block of rows takes this path only when every row is one the path
 //! handles as the general code would: a positive finite weight, a
@@ -12,12 +12,9 @@
 //! with it to a few units in the last place; the order of the additions
 //! depends only on the rows, never on threads.
 
-use wide::f64x4;
-
 use crate::family::{Family, Link, ln_factorial, ln_whole};
-
-/// Rows per vector.
-pub const LANES: usize = 4;
+pub use crate::lanes::LANES;
+use crate::lanes::{self, Lanes, Vec4, WithLanes};
 /// R's logit threshold: beyond it μ is clamped (the general path).
 const LOGIT_THRESH: f64 = 30.0;
 /// Beyond this |η| the log link's exp over- or underflows towards its clamp.
@@ -89,91 +86,130 @@ impl Canonical {
     /// The row-wise part over admitted rows: their sums, and each row's
     /// working weight and weighted working response.
     pub fn add_rows(self, rows: CanonicalRows, working: &mut [f64], wz: &mut [f64]) -> RowSums {
-        let CanonicalRows {
-            y,
-            offset,
-            weight,
-            eta,
-        } = rows;
-        debug_assert_eq!(y.len() % LANES, 0);
-        let load = |s: &[f64], r: usize| {
-            f64x4::from(<[f64; LANES]>::try_from(&s[r..r + LANES]).expect("four rows"))
+        add_rows(self, rows, working, wz)
+    }
+}
+
+/// [`Canonical::add_rows`] over the lanes [`lanes::dispatch`] picks (the
+/// same operations either way).
+fn add_rows(kind: Canonical, rows: CanonicalRows, working: &mut [f64], wz: &mut [f64]) -> RowSums {
+    lanes::dispatch(AddRows {
+        kind,
+        rows,
+        working,
+        wz,
+    })
+}
+
+/// The arguments of [`add_rows`].
+struct AddRows<'a> {
+    kind: Canonical,
+    rows: CanonicalRows<'a>,
+    working: &'a mut [f64],
+    wz: &'a mut [f64],
+}
+
+impl WithLanes for AddRows<'_> {
+    type Output = RowSums;
+
+    #[inline(always)]
+    fn run<L: Lanes>(self, lanes: L) -> RowSums {
+        let AddRows {
+            kind,
+            rows,
+            working,
+            wz,
+        } = self;
+        add_rows_with(lanes, kind, rows, working, wz)
+    }
+}
+
+#[inline(always)]
+fn add_rows_with<L: Lanes>(
+    lanes: L,
+    kind: Canonical,
+    rows: CanonicalRows,
+    working: &mut [f64],
+    wz: &mut [f64],
+) -> RowSums {
+    let CanonicalRows {
+        y,
+        offset,
+        weight,
+        eta,
+    } = rows;
+    debug_assert_eq!(y.len() % LANES, 0);
+    let c = |v: f64| Vec4::splat(lanes, v);
+    let load = |values: &[f64], r: usize| Vec4::load(lanes, values, r);
+    let (zero, one) = (c(0.0), c(1.0));
+    let (mut n, mut sum_w, mut sum_wy) = (zero, zero, zero);
+    let (mut deviance, mut log_pmf, mut pearson, mut boundary) = (zero, zero, zero, zero);
+    for r in (0..y.len()).step_by(LANES) {
+        let (yv, w) = (load(y, r), load(weight, r));
+        // η, and μ when it is R's `mustart` rather than g⁻¹(η).
+        let (e_eta, start) = match eta {
+            Some(eta) => (load(eta, r), None),
+            None => {
+                let mu = match kind {
+                    Canonical::Logistic => (w * yv + c(0.5)) / (w + one),
+                    Canonical::PoissonLog => yv + c(0.1),
+                };
+                let eta = match kind {
+                    Canonical::Logistic => (mu / (one - mu)).ln(),
+                    Canonical::PoissonLog => mu.ln(),
+                };
+                (eta, Some(mu))
+            }
         };
-        let zero = f64x4::ZERO;
-        let one = f64x4::ONE;
-        let (mut n, mut sum_w, mut sum_wy) = (zero, zero, zero);
-        let (mut deviance, mut log_pmf, mut pearson, mut boundary) = (zero, zero, zero, zero);
-        for r in (0..y.len()).step_by(LANES) {
-            let (yv, w) = (load(y, r), load(weight, r));
-            // η, and μ when it is R's `mustart` rather than g⁻¹(η).
-            let (e_eta, start) = match eta {
-                Some(eta) => (load(eta, r), None),
-                None => {
-                    let mu = match self {
-                        Self::Logistic => (w * yv + f64x4::from(0.5)) / (w + one),
-                        Self::PoissonLog => yv + f64x4::from(0.1),
-                    };
-                    let eta = match self {
-                        Self::Logistic => (mu / (one - mu)).ln(),
-                        Self::PoissonLog => mu.ln(),
-                    };
-                    (eta, Some(mu))
-                }
-            };
-            let e = e_eta.exp();
-            let (mu, mu_eta, variance, at_boundary) = match self {
-                Self::Logistic => {
-                    let opexp = one + e;
-                    let mu = start.unwrap_or(e / opexp);
-                    // log μ or log(1 − μ), as R's binomial deviance has them.
-                    let log_p = yv.simd_eq(one).select(mu, one - mu).ln();
-                    deviance += f64x4::from(-2.0) * w * log_p;
-                    log_pmf += w * log_p;
-                    let edge = f64x4::from(10.0 * f64::EPSILON);
-                    let at_boundary = mu.simd_lt(edge) | mu.simd_gt(one - edge);
-                    (mu, e / (opexp * opexp), mu * (one - mu), at_boundary)
-                }
-                Self::PoissonLog => {
-                    let eps = f64x4::from(f64::EPSILON);
-                    let mu_eta = e.max(eps);
-                    let mu = start.unwrap_or(mu_eta);
-                    // log μ = η unless μ is clamped at eps.
-                    let log_mu = mu
-                        .simd_gt(eps)
-                        .select(e_eta, f64x4::from(f64::EPSILON.ln()));
-                    let ys = yv.to_array();
-                    let y_log_y =
-                        f64x4::from(ys.map(|y| if y > 0.0 { y * ln_whole(y) } else { 0.0 }));
-                    let ln_y_factorial = f64x4::from(ys.map(ln_factorial));
-                    deviance += f64x4::from(2.0) * w * (y_log_y - yv * log_mu - (yv - mu));
-                    log_pmf += w * (yv * log_mu - mu - ln_y_factorial);
-                    let at_boundary = mu.simd_lt(f64x4::from(10.0 * f64::EPSILON));
-                    (mu, mu_eta, mu, at_boundary)
-                }
-            };
-            n += one;
-            sum_w += w;
-            sum_wy += w * yv;
-            let residual = yv - mu;
-            pearson += w * residual * residual / variance;
-            boundary += at_boundary.select(one, zero);
-            let z = (e_eta - load(offset, r)) + residual / mu_eta;
-            let weighted = w * mu_eta * mu_eta / variance;
-            // A row whose weight cannot be formed does not enter X'WX.
-            let usable = mu_eta.simd_gt(zero) & variance.simd_gt(zero) & variance.is_finite();
-            let weighted = usable.select(weighted, zero);
-            working[r..r + LANES].copy_from_slice(&weighted.to_array());
-            wz[r..r + LANES].copy_from_slice(&(weighted * z).to_array());
-        }
-        RowSums {
-            n: n.reduce_add(),
-            sum_w: sum_w.reduce_add(),
-            sum_wy: sum_wy.reduce_add(),
-            deviance: deviance.reduce_add(),
-            log_pmf: log_pmf.reduce_add(),
-            pearson: pearson.reduce_add(),
-            boundary: boundary.reduce_add(),
-        }
+        let e = e_eta.exp();
+        let (mu, mu_eta, variance, at_boundary) = match kind {
+            Canonical::Logistic => {
+                let opexp = one + e;
+                let mu = start.unwrap_or(e / opexp);
+                // log μ or log(1 − μ), as R's binomial deviance has them.
+                let log_p = yv.eq(one).select(mu, one - mu).ln();
+                deviance += c(-2.0) * w * log_p;
+                log_pmf += w * log_p;
+                let edge = c(10.0 * f64::EPSILON);
+                let at_boundary = mu.lt(edge) | mu.gt(one - edge);
+                (mu, e / (opexp * opexp), mu * (one - mu), at_boundary)
+            }
+            Canonical::PoissonLog => {
+                let eps = c(f64::EPSILON);
+                let mu_eta = e.max(eps);
+                let mu = start.unwrap_or(mu_eta);
+                // log μ = η unless μ is clamped at eps.
+                let log_mu = mu.gt(eps).select(e_eta, c(f64::EPSILON.ln()));
+                let y_log_y = yv.map(|y| if y > 0.0 { y * ln_whole(y) } else { 0.0 });
+                let ln_y_factorial = yv.map(ln_factorial);
+                deviance += c(2.0) * w * (y_log_y - yv * log_mu - (yv - mu));
+                log_pmf += w * (yv * log_mu - mu - ln_y_factorial);
+                let at_boundary = mu.lt(c(10.0 * f64::EPSILON));
+                (mu, mu_eta, mu, at_boundary)
+            }
+        };
+        n += one;
+        sum_w += w;
+        sum_wy += w * yv;
+        let residual = yv - mu;
+        pearson += w * residual * residual / variance;
+        boundary += at_boundary.select(one, zero);
+        let z = (e_eta - load(offset, r)) + residual / mu_eta;
+        let weighted = w * mu_eta * mu_eta / variance;
+        // A row whose weight cannot be formed does not enter X'WX.
+        let usable = mu_eta.gt(zero) & variance.gt(zero) & variance.is_finite();
+        let weighted = usable.select(weighted, zero);
+        weighted.store(working, r);
+        (weighted * z).store(wz, r);
+    }
+    RowSums {
+        n: n.sum(),
+        sum_w: sum_w.sum(),
+        sum_wy: sum_wy.sum(),
+        deviance: deviance.sum(),
+        log_pmf: log_pmf.sum(),
+        pearson: pearson.sum(),
+        boundary: boundary.sum(),
     }
 }
 

@@ -22,6 +22,7 @@ pub mod irls_canonical;
 pub mod irls_step;
 pub mod kmeans_step;
 pub mod labeled;
+pub mod lanes;
 pub mod life_table;
 pub mod linalg;
 pub mod normal_equations;

@@ -84,24 +84,19 @@ impl Canonical {
     }
 
     /// The row-wise part over admitted rows: their sums, and each row's
-    /// working weight and weighted working response.
+    /// working weight and weighted working response; over the lanes
+    /// [`lanes::dispatch`] picks (the same operations either way).
     pub fn add_rows(self, rows: CanonicalRows, working: &mut [f64], wz: &mut [f64]) -> RowSums {
-        add_rows(self, rows, working, wz)
+        lanes::dispatch(AddRows {
+            kind: self,
+            rows,
+            working,
+            wz,
+        })
     }
 }
 
-/// [`Canonical::add_rows`] over the lanes [`lanes::dispatch`] picks (the
-/// same operations either way).
-fn add_rows(kind: Canonical, rows: CanonicalRows, working: &mut [f64], wz: &mut [f64]) -> RowSums {
-    lanes::dispatch(AddRows {
-        kind,
-        rows,
-        working,
-        wz,
-    })
-}
-
-/// The arguments of [`add_rows`].
+/// The arguments of [`Canonical::add_rows`].
 struct AddRows<'a> {
     kind: Canonical,
     rows: CanonicalRows<'a>,

@@ -340,30 +340,43 @@ pub fn ln_poisson_pmf(y: f64, mu: f64) -> f64 {
 /// Whole numbers below this have their log-factorial tabulated.
 const FACTORIAL_TABLE: usize = 1024;
 
+/// log(x) and log(x!) of the whole numbers below [`FACTORIAL_TABLE`].
+pub struct WholeLogs {
+    ln: Vec<f64>,
+    ln_factorial: Vec<f64>,
+}
+
+/// The tables of [`WholeLogs`], made once.
+pub fn whole_logs() -> &'static WholeLogs {
+    static TABLES: std::sync::OnceLock<WholeLogs> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| WholeLogs {
+        ln: (0..FACTORIAL_TABLE).map(|k| (k as f64).ln()).collect(),
+        ln_factorial: (0..FACTORIAL_TABLE)
+            .map(|k| ln_gamma(k as f64 + 1.0))
+            .collect(),
+    })
+}
+
+impl WholeLogs {
+    /// (log x, log x!), from the tables for small whole numbers (counts).
+    #[inline]
+    pub fn of(&self, x: f64) -> (f64, f64) {
+        if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
+            (self.ln[x as usize], self.ln_factorial[x as usize])
+        } else {
+            (x.ln(), ln_gamma(x + 1.0))
+        }
+    }
+}
+
 /// log(x), from a table for small whole numbers (counts).
 pub fn ln_whole(x: f64) -> f64 {
-    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
-    if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
-        let table = TABLE.get_or_init(|| (0..FACTORIAL_TABLE).map(|k| (k as f64).ln()).collect());
-        table[x as usize]
-    } else {
-        x.ln()
-    }
+    whole_logs().of(x).0
 }
 
 /// log(x!) = lgamma(x + 1), from a table for small whole numbers.
 pub fn ln_factorial(x: f64) -> f64 {
-    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
-    if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
-        let table = TABLE.get_or_init(|| {
-            (0..FACTORIAL_TABLE)
-                .map(|k| ln_gamma(k as f64 + 1.0))
-                .collect()
-        });
-        table[x as usize]
-    } else {
-        ln_gamma(x + 1.0)
-    }
+    whole_logs().of(x).1
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! with it to a few units in the last place; the order of the additions
 //! depends only on the rows, never on threads.
 
-use crate::family::{Family, Link, ln_factorial, ln_whole};
+use crate::family::{Family, Link, whole_logs};
 pub use crate::lanes::LANES;
 use crate::lanes::{self, Lanes, Vec4, WithLanes};
 /// R's logit threshold: beyond it μ is clamped (the general path).
@@ -137,6 +137,7 @@ fn add_rows_with<L: Lanes>(
     let c = |v: f64| Vec4::splat(lanes, v);
     let load = |values: &[f64], r: usize| Vec4::load(lanes, values, r);
     let (zero, one) = (c(0.0), c(1.0));
+    let logs = whole_logs();
     let (mut n, mut sum_w, mut sum_wy) = (zero, zero, zero);
     let (mut deviance, mut log_pmf, mut pearson, mut boundary) = (zero, zero, zero, zero);
     for r in (0..y.len()).step_by(LANES) {
@@ -175,8 +176,18 @@ fn add_rows_with<L: Lanes>(
                 let mu = start.unwrap_or(mu_eta);
                 // log μ = η unless μ is clamped at eps.
                 let log_mu = mu.gt(eps).select(e_eta, c(f64::EPSILON.ln()));
-                let y_log_y = yv.map(|y| if y > 0.0 { y * ln_whole(y) } else { 0.0 });
-                let ln_y_factorial = yv.map(ln_factorial);
+                // y log y and log y! (one table check per row).
+                let ys = yv.to_array();
+                let of = [
+                    logs.of(ys[0]),
+                    logs.of(ys[1]),
+                    logs.of(ys[2]),
+                    logs.of(ys[3]),
+                ];
+                let y_log_y: [f64; LANES] =
+                    std::array::from_fn(|l| if ys[l] > 0.0 { ys[l] * of[l].0 } else { 0.0 });
+                let y_log_y = Vec4::chunk(lanes, &y_log_y);
+                let ln_y_factorial = Vec4::chunk(lanes, &[of[0].1, of[1].1, of[2].1, of[3].1]);
                 deviance += c(2.0) * w * (y_log_y - yv * log_mu - (yv - mu));
                 log_pmf += w * (yv * log_mu - mu - ln_y_factorial);
                 let at_boundary = mu.lt(c(10.0 * f64::EPSILON));
@@ -211,6 +222,7 @@ fn add_rows_with<L: Lanes>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::family::ln_factorial;
 
     /// The general formulas, row by row, as `irls_step`'s scalar loop has
     /// them (R's `binomial()` and `poisson()` families).

@@ -20,10 +20,12 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListArray, Float64Array, UInt64Array,
 };
 use datafusion::arrow::buffer::NullBuffer;
-use datafusion::arrow::compute::filter;
+use datafusion::arrow::compute::{filter, sum};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, UInt64Type};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::utils::format_state_name;
+
+use crate::gram::add_centered_gram;
 use ndarray::{Array1, Array2, ArrayView2, Axis};
 
 /// Centered co-moments of p variables.
@@ -62,15 +64,23 @@ impl CoMoments {
         if m == 0 {
             return Ok(());
         }
-        // Column-major m × p matrix of the batch (one copy of the values).
-        let mut data = Vec::with_capacity(m * self.p());
-        for column in &columns {
-            data.extend_from_slice(column.as_primitive::<Float64Type>().values());
-        }
-        let z = Array2::from_shape_vec((self.p(), m), data)
-            .expect("p columns of m values")
-            .reversed_axes();
-        self.merge(&Self::of_rows(z.view()));
+        // Two passes: the means, then the centered co-moments block by
+        // block (no copy of the batch).
+        let slices: Vec<&[f64]> = columns
+            .iter()
+            .map(|c| c.as_primitive::<Float64Type>().values().as_ref())
+            .collect();
+        let mean: Vec<f64> = columns
+            .iter()
+            .map(|c| sum(c.as_primitive::<Float64Type>()).unwrap_or(0.0) / m as f64)
+            .collect();
+        let mut m2 = vec![0.0; self.p() * self.p()];
+        add_centered_gram(&mut m2, &slices, &mean);
+        self.merge(&Self {
+            n: m as u64,
+            mean: Array1::from(mean),
+            m2: Array2::from_shape_vec((self.p(), self.p()), m2).expect("p × p values"),
+        });
         Ok(())
     }
 

@@ -105,29 +105,10 @@ fn upper_gram<L: Lanes>(
                 }
             }
             let (s0, s1) = (&scaled[0][..end - start], &scaled[1][..end - start]);
-            let mut add = |p: usize, j: usize, sum: f64| {
-                // (i + 1, i) is below the diagonal: mirrored later.
-                if j >= i + p {
-                    gram[(i + p) * k + j] += sum;
-                }
-            };
-            let mut j = i;
-            while j < k {
-                let width = (k - j).min(4);
-                if pair == 2 {
-                    tile_sums(
-                        lanes,
-                        [s0, s1],
-                        &x[j..j + width],
-                        start..end,
-                        |p, c, sum| add(p, j + c, sum),
-                    );
-                } else {
-                    tile_sums(lanes, [s0], &x[j..j + width], start..end, |p, c, sum| {
-                        add(p, j + c, sum)
-                    });
-                }
-                j += width;
+            if pair == 2 {
+                add_triangle_rows(lanes, gram, i, [s0, s1], x, start..end);
+            } else {
+                add_triangle_rows(lanes, gram, i, [s0], x, start..end);
             }
             i += pair;
         }
@@ -144,6 +125,81 @@ fn upper_gram<L: Lanes>(
             }
         }
         start = end;
+    }
+}
+
+/// Adds to rows i..i + R of the upper triangle of `gram` (k × k, k =
+/// `x.len()`) the dot products of `s` (row i + p's left-hand column) with
+/// the columns x_j, j ≥ i, over `rows`, four columns at a time.
+#[inline(always)]
+fn add_triangle_rows<L: Lanes, const R: usize>(
+    lanes: L,
+    gram: &mut [f64],
+    i: usize,
+    s: [&[f64]; R],
+    x: &[&[f64]],
+    rows: std::ops::Range<usize>,
+) {
+    let k = x.len();
+    let mut j = i;
+    while j < k {
+        let width = (k - j).min(4);
+        tile_sums(lanes, s, &x[j..j + width], rows.clone(), |p, c, sum| {
+            // (i + 1, i) is below the diagonal: mirrored later.
+            if j + c >= i + p {
+                gram[(i + p) * k + j + c] += sum;
+            }
+        });
+        j += width;
+    }
+}
+
+/// Adds Σ_r (x_r − mean)(x_r − mean)ᵀ to `gram` (k × k, row-major, kept
+/// symmetric): the centered co-moments of a batch given its column means,
+/// one block of rows at a time, centered into a buffer that stays in the
+/// L1 cache (no copy of the batch), on the lanes [`lanes::dispatch`] picks.
+pub fn add_centered_gram(gram: &mut [f64], x: &[&[f64]], mean: &[f64]) {
+    lanes::dispatch(CenteredGram { gram, x, mean });
+    mirror_upper(gram, x.len());
+}
+
+/// The arguments of [`add_centered_gram`].
+struct CenteredGram<'a> {
+    gram: &'a mut [f64],
+    x: &'a [&'a [f64]],
+    mean: &'a [f64],
+}
+
+impl WithLanes for CenteredGram<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run<L: Lanes>(self, lanes: L) {
+        let CenteredGram { gram, x, mean } = self;
+        let k = x.len();
+        debug_assert_eq!(gram.len(), k * k);
+        let rows = x.first().map_or(0, |c| c.len());
+        let mut centered = vec![[0.0; BLOCK]; k];
+        let mut start = 0;
+        while start < rows {
+            let end = (start + BLOCK).min(rows);
+            let n = end - start;
+            for ((c, column), m) in centered.iter_mut().zip(x).zip(mean) {
+                for (c, v) in c[..n].iter_mut().zip(&column[start..end]) {
+                    *c = v - m;
+                }
+            }
+            let block: Vec<&[f64]> = centered.iter().map(|c| &c[..n]).collect();
+            let mut i = 0;
+            while i + 1 < k {
+                add_triangle_rows(lanes, gram, i, [block[i], block[i + 1]], &block, 0..n);
+                i += 2;
+            }
+            if i < k {
+                add_triangle_rows(lanes, gram, i, [block[i]], &block, 0..n);
+            }
+            start = end;
+        }
     }
 }
 
@@ -367,6 +423,32 @@ mod tests {
         assert_eq!(chosen, portable);
         assert_eq!(chosen_rhs, portable_rhs);
         assert!(chosen[k - 1..].iter().any(|&v| v != 0.0));
+    }
+
+    #[test]
+    fn centered_gram_equals_the_row_by_row_sums() {
+        let (k, rows) = (7, 2 * BLOCK + 5);
+        let columns: Vec<Vec<f64>> = (0..k).map(|j| values(rows, j as u64 + 31)).collect();
+        let x: Vec<&[f64]> = columns.iter().map(|c| c.as_slice()).collect();
+        let mean: Vec<f64> = x
+            .iter()
+            .map(|c| c.iter().sum::<f64>() / rows as f64)
+            .collect();
+        let mut gram = vec![0.5; k * k];
+        add_centered_gram(&mut gram, &x, &mean);
+        for i in 0..k {
+            for j in 0..k {
+                let expected: f64 = 0.5
+                    + (0..rows)
+                        .map(|r| (x[i][r] - mean[i]) * (x[j][r] - mean[j]))
+                        .sum::<f64>();
+                assert!(
+                    (gram[i * k + j] - expected).abs() < 1e-12 * rows as f64,
+                    "{i} {j}"
+                );
+                assert_eq!(gram[i * k + j], gram[j * k + i]);
+            }
+        }
     }
 
     #[test]

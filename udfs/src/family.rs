@@ -358,25 +358,30 @@ pub fn whole_logs() -> &'static WholeLogs {
 }
 
 impl WholeLogs {
+    /// The table row of `x`, if it is a whole number below the tables' end.
+    #[inline]
+    fn row(x: f64) -> Option<usize> {
+        (x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0).then_some(x as usize)
+    }
+
     /// (log x, log x!), from the tables for small whole numbers (counts).
     #[inline]
     pub fn of(&self, x: f64) -> (f64, f64) {
-        if x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0 {
-            (self.ln[x as usize], self.ln_factorial[x as usize])
-        } else {
-            (x.ln(), ln_gamma(x + 1.0))
+        match Self::row(x) {
+            Some(k) => (self.ln[k], self.ln_factorial[k]),
+            None => (x.ln(), ln_gamma(x + 1.0)),
         }
     }
 }
 
 /// log(x), from a table for small whole numbers (counts).
 pub fn ln_whole(x: f64) -> f64 {
-    whole_logs().of(x).0
+    WholeLogs::row(x).map_or_else(|| x.ln(), |k| whole_logs().ln[k])
 }
 
 /// log(x!) = lgamma(x + 1), from a table for small whole numbers.
 pub fn ln_factorial(x: f64) -> f64 {
-    whole_logs().of(x).1
+    WholeLogs::row(x).map_or_else(|| ln_gamma(x + 1.0), |k| whole_logs().ln_factorial[k])
 }
 
 #[cfg(test)]

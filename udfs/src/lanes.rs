@@ -321,16 +321,6 @@ impl<L: Lanes> Vec4<L> {
         out[row..row + LANES].copy_from_slice(&self.to_array());
     }
 
-    /// `f` on each lane (one lane at a time).
-    #[inline(always)]
-    pub fn map(self, f: impl Fn(f64) -> f64) -> Self {
-        let a = self.to_array();
-        Self {
-            lanes: self.lanes,
-            v: self.lanes.of_array([f(a[0]), f(a[1]), f(a[2]), f(a[3])]),
-        }
-    }
-
     /// The sum of the lanes, in the order (l0 + l2) + (l1 + l3).
     #[inline(always)]
     pub fn sum(self) -> f64 {

@@ -74,6 +74,43 @@ pub fn bind_client_name(encoder: &Encoder, client: &str) -> Result<Encoder> {
     encoder.rewritten(|plan| bind_plan(plan, client))
 }
 
+/// The encoder as every client runs it, when no scan of it shows
+/// `_client` (nor filters on it): the binding then names no client, so one
+/// binding serves the whole round. `None` when a scan shows the column.
+pub fn bind_for_any_client(encoder: &Encoder) -> Result<Option<Encoder>> {
+    if shows_virtual_column(encoder.plan()) {
+        return Ok(None);
+    }
+    bind_client_name(encoder, "").map(Some)
+}
+
+/// Whether a federated scan of the plan outputs the virtual column or
+/// has a filter on it.
+fn shows_virtual_column(plan: &LogicalPlan) -> bool {
+    let mut shown = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Some(position) = scan
+                .source
+                .schema()
+                .fields()
+                .iter()
+                .position(|f| is_virtual(f))
+        {
+            shown |= scan
+                .projection
+                .as_ref()
+                .is_none_or(|p| p.contains(&position))
+                || scan
+                    .filters
+                    .iter()
+                    .any(|f| f.column_refs().iter().any(|c| c.name == CLIENT_COLUMN));
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    shown
+}
+
 /// A plan with every federated scan bound as in [`bind_client_name`]
 /// (for a plan that is not yet an encoder).
 pub fn bind_plan(plan: LogicalPlan, client: &str) -> Result<LogicalPlan> {

@@ -6,7 +6,7 @@
 //! [`lowest_cut`] finds the next one to run, [`plan_round`] splits it, and
 //! once it has run, [`substitute`] puts its (shared) result in its place.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
@@ -31,13 +31,25 @@ pub struct Round {
     pub encoder: Encoder,
     pub partial: AggregateExec,
     provider: Arc<dyn TableProvider>,
+    /// The encoder bound once for every client, when its binding names no
+    /// client (see [`client_column::bind_for_any_client`]).
+    for_any_client: OnceLock<Option<Encoder>>,
 }
 
 impl Round {
     /// The encoder as one client runs it, its `_client` bound to the
     /// client's name (see [`crate::coordinator::client_column`]).
     pub fn encoder_for(&self, client: &str) -> Result<Encoder> {
-        client_column::bind_client_name(&self.encoder, client)
+        let shared = self.for_any_client.get_or_init(|| {
+            // A failed binding is left to the per-client one to report.
+            client_column::bind_for_any_client(&self.encoder)
+                .ok()
+                .flatten()
+        });
+        match shared {
+            Some(encoder) => Ok(encoder.clone()),
+            None => client_column::bind_client_name(&self.encoder, client),
+        }
     }
 
     /// The same round with the text of its string literal arguments that
@@ -59,6 +71,7 @@ impl Round {
             encoder: self.encoder.rewritten(|_| Ok(plan))?,
             partial,
             provider: Arc::clone(&self.provider),
+            for_any_client: OnceLock::new(),
         }))
     }
 
@@ -111,6 +124,7 @@ pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round
         encoder: encoder.in_fit(scope),
         partial,
         provider,
+        for_any_client: OnceLock::new(),
     })
 }
 

@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,6 +39,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
 use crate::site::group_rows::CountColumns;
+use crate::wire::encoder::Encoder;
 
 /// How many encoder templates the engine keeps (the oldest go first).
 const MAX_TEMPLATES: usize = 64;
@@ -124,11 +126,43 @@ impl SiteEngine {
 }
 
 /// What a template is planned for: the layout of a site's rows and the
-/// encoder as the site received it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// encoder as the site received it. Hashed by the encoder's fingerprint
+/// (computed once per round, not once per site); equal only when the
+/// plans are equal.
+#[derive(Debug, Clone)]
 pub struct TemplateKey {
-    pub layout: Arc<str>,
-    pub encoder: LogicalPlan,
+    layout: Arc<str>,
+    encoder: Arc<LogicalPlan>,
+    fingerprint: u64,
+}
+
+impl TemplateKey {
+    /// The key of `encoder` at a site of `layout`.
+    pub fn new(layout: Arc<str>, encoder: &Encoder) -> Self {
+        Self {
+            layout,
+            encoder: Arc::clone(encoder.shared_plan()),
+            fingerprint: encoder.fingerprint(),
+        }
+    }
+}
+
+impl PartialEq for TemplateKey {
+    fn eq(&self, other: &Self) -> bool {
+        // `Arc`'s equality compares the pointers first.
+        self.fingerprint == other.fingerprint
+            && self.layout == other.layout
+            && self.encoder == other.encoder
+    }
+}
+
+impl Eq for TemplateKey {}
+
+impl Hash for TemplateKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.layout.hash(state);
+        self.fingerprint.hash(state);
+    }
 }
 
 #[derive(Default)]

@@ -345,10 +345,7 @@ impl LocalClient {
             (Some(layout), Some(_))
                 if encoder.fit_scope().is_none() && engine::reads_one_table(encoder.plan()) =>
             {
-                Some(TemplateKey {
-                    layout: Arc::clone(layout),
-                    encoder: encoder.plan().clone(),
-                })
+                Some(TemplateKey::new(Arc::clone(layout), encoder))
             }
             _ => None,
         };

@@ -36,10 +36,17 @@ use crate::wire::secure;
 /// federated table, and the state schema its clients must return.
 #[derive(Debug, Clone)]
 pub struct Encoder {
-    plan: LogicalPlan,
+    /// Shared by the encoder's copies (one per client of a round).
+    plan: Arc<LogicalPlan>,
+    /// The hash of `plan`, computed once for all copies (sites key their
+    /// plan templates by it).
+    fingerprint: Arc<OnceLock<u64>>,
     /// The federated table the plan reads, as the plan names it.
     table: FederatedScan,
     state_schema: SchemaRef,
+    /// The IPC bytes of the state schema (see [`StateBatch::size_bytes`]),
+    /// measured once for the encoder and its copies.
+    schema_bytes: Arc<OnceLock<usize>>,
     /// The fit this encoder belongs to, if any: clients may cache its input.
     fit_scope: Option<u64>,
 }
@@ -61,9 +68,11 @@ impl Encoder {
             .ok_or_else(|| FedError::Internal("a federated scan of another kind".into()))?
             .detached();
         Ok(Self {
-            plan: detach(plan)?,
+            plan: Arc::new(detach(plan)?),
+            fingerprint: Arc::default(),
             table,
             state_schema,
+            schema_bytes: Arc::default(),
             fit_scope: None,
         })
     }
@@ -98,7 +107,7 @@ impl Encoder {
         &self,
         rewrite: impl FnOnce(LogicalPlan) -> Result<LogicalPlan>,
     ) -> Result<Self> {
-        let plan = rewrite(self.plan.clone())?;
+        let plan = rewrite(self.plan.as_ref().clone())?;
         Ok(Self::try_new(plan, Arc::clone(&self.state_schema))?.in_fit(self.fit_scope))
     }
 
@@ -110,7 +119,7 @@ impl Encoder {
     /// What identifies the encoder's input (the rows it aggregates) within
     /// one fit: the text of the plan below the aggregate.
     pub fn input_key(&self) -> String {
-        match &self.plan {
+        match self.plan.as_ref() {
             LogicalPlan::Aggregate(agg) => agg.input.display_indent().to_string(),
             other => other.display_indent().to_string(),
         }
@@ -119,6 +128,23 @@ impl Encoder {
     /// The encoder's logical plan (an aggregate at the root).
     pub fn plan(&self) -> &LogicalPlan {
         &self.plan
+    }
+
+    /// The plan, shared with the encoder's other copies.
+    pub fn shared_plan(&self) -> &Arc<LogicalPlan> {
+        &self.plan
+    }
+
+    /// A hash of the plan, computed once for the encoder and its copies.
+    pub fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| {
+            use std::hash::{BuildHasher, RandomState};
+            // One process's hashes are only compared within the process.
+            static STATE: OnceLock<RandomState> = OnceLock::new();
+            STATE
+                .get_or_init(RandomState::new)
+                .hash_one(self.plan.as_ref())
+        })
     }
 
     /// The name of the federated table whose sites run this encoder.
@@ -142,6 +168,7 @@ impl Encoder {
         let source = provider_as_source(client_rows);
         let bound = self
             .plan
+            .as_ref()
             .clone()
             .transform_up_with_subqueries(|node| match node {
                 LogicalPlan::TableScan(mut scan) if exposure::federated_scan(&scan).is_some() => {
@@ -180,6 +207,7 @@ impl Encoder {
             })?;
         Ok(StateBatch {
             batch,
+            schema_bytes: Arc::clone(&self.schema_bytes),
             size: OnceLock::new(),
         })
     }
@@ -190,6 +218,8 @@ impl Encoder {
 #[derive(Debug, Clone)]
 pub struct StateBatch {
     batch: RecordBatch,
+    /// The IPC bytes of the state schema, shared by the round's states.
+    schema_bytes: Arc<OnceLock<usize>>,
     /// Its size, once measured (an IPC encoding: worth doing once).
     size: OnceLock<usize>,
 }
@@ -204,11 +234,20 @@ impl StateBatch {
     /// types, then the one batch), the same count on both sides of the
     /// wire — what a worker's log says it released and what `EXPLAIN
     /// ANALYZE FEDERATED` shows as `state_bytes` (Flight adds its framing).
+    /// The schema's part is measured once per encoder, not once per client.
     pub fn size_bytes(&self) -> usize {
-        *self.size.get_or_init(|| self.measure())
+        *self.size.get_or_init(|| {
+            let schema = *self.schema_bytes.get_or_init(|| self.stream_bytes(false));
+            match batch_message_bytes(&self.batch) {
+                Some(batch) => schema + batch,
+                None => self.stream_bytes(true),
+            }
+        })
     }
 
-    fn measure(&self) -> usize {
+    /// The IPC stream of the state with bare column names and types (no
+    /// field metadata): with its batch, or the schema and end marker only.
+    fn stream_bytes(&self, with_batch: bool) -> usize {
         let bare: Vec<Field> = self
             .batch
             .schema()
@@ -216,11 +255,40 @@ impl StateBatch {
             .iter()
             .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
             .collect();
-        RecordBatch::try_new(Arc::new(Schema::new(bare)), self.batch.columns().to_vec())
-            .ok()
-            .and_then(|b| crate::wire::protocol::batch_to_ipc(&b).ok())
-            .map_or_else(|| self.batch.get_array_memory_size(), |ipc| ipc.len())
+        let schema = Schema::new(bare);
+        let batches = match with_batch {
+            true => RecordBatch::try_new(Arc::new(schema.clone()), self.batch.columns().to_vec())
+                .ok()
+                .into_iter()
+                .collect(),
+            false => Vec::new(),
+        };
+        crate::wire::protocol::batches_to_ipc(&schema, &batches)
+            .map_or_else(|_| self.batch.get_array_memory_size(), |ipc| ipc.len())
     }
+}
+
+/// The bytes one batch adds to an IPC stream (its message and body, as a
+/// stream writer frames them); `None` when it carries dictionaries, whose
+/// messages depend on the stream.
+fn batch_message_bytes(batch: &RecordBatch) -> Option<usize> {
+    use datafusion::arrow::ipc::writer::{
+        DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions, write_message,
+    };
+    let options = IpcWriteOptions::default();
+    let (dictionaries, message) = IpcDataGenerator::default()
+        .encode(
+            batch,
+            &mut DictionaryTracker::new(false),
+            &options,
+            &mut IpcWriteContext::default(),
+        )
+        .ok()?;
+    if !dictionaries.is_empty() {
+        return None;
+    }
+    let (header, body) = write_message(std::io::sink(), message, &options).ok()?;
+    Some(header + body)
 }
 
 /// The partial aggregate of a physical aggregate plan: the part whose output
@@ -324,4 +392,85 @@ fn detach(plan: LogicalPlan) -> Result<LogicalPlan> {
             other => Ok(Transformed::no(other)),
         })?
         .data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{
+        ArrayRef, DictionaryArray, Float64Array, Int64Array, ListArray, StringArray, StructArray,
+    };
+    use datafusion::arrow::datatypes::{DataType, Int32Type};
+
+    fn state(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    /// What `size_bytes` must equal: the whole stream, encoded at once.
+    fn whole_stream(batch: &RecordBatch) -> usize {
+        StateBatch {
+            batch: batch.clone(),
+            schema_bytes: Arc::default(),
+            size: OnceLock::new(),
+        }
+        .stream_bytes(true)
+    }
+
+    #[test]
+    fn a_states_size_is_its_whole_ipc_stream_with_the_schema_measured_once() {
+        let floats: ArrayRef = Arc::new(Float64Array::from(vec![Some(1.5), None, Some(-2.0)]));
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![7, 8, 9]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["a", "bcd", ""]));
+        let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<
+            datafusion::arrow::datatypes::Float64Type,
+            _,
+            _,
+        >(vec![
+            Some(vec![Some(1.0), Some(2.0)]),
+            None,
+            Some(vec![]),
+        ]));
+        let structs: ArrayRef = Arc::new(StructArray::from(vec![(
+            Arc::new(Field::new("n", DataType::Int64, false)),
+            Arc::clone(&ints),
+        )]));
+        let shared = Arc::<OnceLock<usize>>::default();
+        let batches = [
+            state(vec![("f", Arc::clone(&floats)), ("i", Arc::clone(&ints))]),
+            state(vec![("t", text), ("l", lists), ("s", structs)]),
+            state(vec![("f", floats.slice(1, 2)), ("i", ints.slice(1, 2))]),
+            state(vec![("f", floats.slice(0, 0)), ("i", ints.slice(0, 0))]),
+        ];
+        for batch in &batches {
+            let measured = StateBatch {
+                batch: batch.clone(),
+                schema_bytes: Arc::default(),
+                size: OnceLock::new(),
+            };
+            assert_eq!(measured.size_bytes(), whole_stream(batch), "{batch:?}");
+        }
+        // States of one encoder share the schema's measure.
+        for batch in [&batches[0], &batches[2], &batches[3]] {
+            let measured = StateBatch {
+                batch: batch.clone(),
+                schema_bytes: Arc::clone(&shared),
+                size: OnceLock::new(),
+            };
+            assert_eq!(measured.size_bytes(), whole_stream(batch));
+        }
+        assert!(shared.get().is_some());
+    }
+
+    #[test]
+    fn a_state_with_a_dictionary_is_measured_whole() {
+        let keys: DictionaryArray<Int32Type> = vec!["x", "y", "x"].into_iter().collect();
+        let batch = state(vec![("d", Arc::new(keys) as ArrayRef)]);
+        assert_eq!(batch_message_bytes(&batch), None);
+        let measured = StateBatch {
+            batch: batch.clone(),
+            schema_bytes: Arc::default(),
+            size: OnceLock::new(),
+        };
+        assert_eq!(measured.size_bytes(), whole_stream(&batch));
+    }
 }

@@ -145,6 +145,10 @@ struct Args {
     /// and over two workers on loopback (data in `<dir>/round-cost`).
     #[arg(long)]
     round_cost: bool,
+    /// Time only the suite queries whose name contains this text (e.g.
+    /// `q09`), for profiling one query.
+    #[arg(long)]
+    query: Option<String>,
 }
 
 #[tokio::main]
@@ -156,9 +160,15 @@ async fn main() -> BenchResult<()> {
     if args.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
-    let queries = parse_suite(SUITE);
+    let mut queries = parse_suite(SUITE);
     if queries.is_empty() {
         return Err("the benchmark suite has no `-- name:` queries".into());
+    }
+    if let Some(wanted) = &args.query {
+        queries.retain(|q| q.name.contains(wanted.as_str()));
+        if queries.is_empty() {
+            return Err(format!("no suite query's name contains `{wanted}`").into());
+        }
     }
 
     if let Some(many) = args.many_clients {

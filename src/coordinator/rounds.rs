@@ -31,10 +31,25 @@ use crate::site::runner::{ClientRunner, Traffic};
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::{exposure, secure};
 
-/// How many clients of a round run at once: enough to keep every core
-/// and a network busy, few enough that a thousand clients do not hold a
+/// How many clients across a network a round runs at once: enough to keep
+/// a network busy, few enough that a thousand clients do not hold a
 /// thousand plans and streams at the same time.
 const CLIENTS_AT_ONCE: usize = 64;
+
+/// How many in-process clients a round runs at once, per core: their work
+/// is the machine's own, and more at once only adds memory and switching
+/// (1,000 clients: 1.62 s at 64 at once, 1.54 s at two per core).
+const LOCAL_CLIENTS_PER_CORE: usize = 2;
+
+/// How many of these clients a round runs at once.
+fn clients_at_once(clients: &[Arc<dyn ClientRunner>]) -> usize {
+    if clients.iter().all(|c| c.in_process()) {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        LOCAL_CLIENTS_PER_CORE * cores
+    } else {
+        CLIENTS_AT_ONCE
+    }
+}
 
 /// One site's answer in a round: its index, state, time and traffic.
 type SiteAnswer = (usize, StateBatch, Duration, Traffic);
@@ -291,7 +306,7 @@ async fn encode_retrying(
     }
 }
 
-/// Runs one round: the encoder at every client, [`CLIENTS_AT_ONCE`] at a
+/// Runs one round: the encoder at every client, [`clients_at_once`] at a
 /// time, each state merged as it arrives, then the decode.
 pub async fn run_round(
     state: &SessionState,
@@ -350,7 +365,7 @@ pub async fn run_round(
                 .boxed()
             })
             .collect();
-        let mut answers = futures::stream::iter(pending).buffer_unordered(CLIENTS_AT_ONCE);
+        let mut answers = futures::stream::iter(pending).buffer_unordered(clients_at_once(clients));
         let mut dp_states = Vec::new();
         while let Some(answer) = answers.next().await {
             let (i, client_state, time, traffic) = answer?;

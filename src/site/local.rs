@@ -522,6 +522,10 @@ impl ClientRunner for LocalClient {
         self.location.clone()
     }
 
+    fn in_process(&self) -> bool {
+        true
+    }
+
     async fn check_reachable(&self) -> std::result::Result<(), String> {
         match self.files.iter().find(|f| !f.is_file()) {
             None => Ok(()),

@@ -32,6 +32,12 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// Whether the client runs in this process (its rounds use this
+    /// machine's cores, not a network's latency).
+    fn in_process(&self) -> bool {
+        false
+    }
+
     /// Whether a failed exchange may be tried once more: a client across
     /// a network, whose connection is remade on the next call.
     fn retries(&self) -> bool {

@@ -35,6 +35,20 @@ pub(super) async fn iterative_fit(
     ctx: &FedContext,
     sql: &str,
 ) -> BenchResult<(f64, usize, Vec<Duration>)> {
+    let timeline = fit_timeline(ctx, sql).await?;
+    let rounds = timeline.reports.windows(2).map(|w| w[1] - w[0]).collect();
+    Ok((timeline.total, timeline.reports.len(), rounds))
+}
+
+/// When an iterative fit's progress reports came (one per round, from the
+/// statement's start) and when it ended.
+pub(super) struct FitTimeline {
+    pub total: f64,
+    pub reports: Vec<Duration>,
+}
+
+/// Runs one iterative fit (`sql`), noting when each round reported.
+pub(super) async fn fit_timeline(ctx: &FedContext, sql: &str) -> BenchResult<FitTimeline> {
     let reports: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let sink = Arc::clone(&reports);
     ctx.set_progress(Progress::new(move |_| {
@@ -44,9 +58,13 @@ pub(super) async fn iterative_fit(
     ctx.sql(sql).await?.collect().await?;
     let total = started.elapsed().as_secs_f64();
     ctx.take_notices();
-    let reports = reports.lock().unwrap().clone();
-    let rounds = reports.windows(2).map(|w| w[1] - w[0]).collect();
-    Ok((total, reports.len(), rounds))
+    let reports = reports
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|at| *at - started)
+        .collect();
+    Ok(FitTimeline { total, reports })
 }
 
 /// One GLM fit of `y` on x1..x10 (see [`iterative_fit`]).

@@ -2,6 +2,11 @@
 
 use std::process::ExitCode;
 
+/// mimalloc, as datafusion-cli uses: many small states and Arrow buffers
+/// allocated and freed across threads.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match fedsql::cli::main_with_args(std::env::args_os()).await {

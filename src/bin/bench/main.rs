@@ -88,6 +88,11 @@ const FLOAT_TOLERANCE: f64 = 1e-9;
 /// Seed of client 0's generator; client i uses `SEED + i`.
 const SEED: u64 = 0xFED5_0000;
 
+/// The allocator of the `fedsql` binary (and of datafusion-cli), for
+/// both the federated and the centralized runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Times the aggregate suite on federated vs centralized DataFusion.

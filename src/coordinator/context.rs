@@ -23,6 +23,7 @@ use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
+use crate::coordinator::fit_scope::FitScope;
 use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
@@ -155,6 +156,17 @@ impl FedContext {
     /// The underlying DataFusion context (shared tables, functions, settings).
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// This context for a fit's one-off query (the levels of its factors,
+    /// its shared statistics): the same session, but sites keep no rows
+    /// for it, as no later round of the fit reads the same input.
+    pub fn one_off(&self) -> FedContext {
+        let mut state = self.ctx.state();
+        if state.config().get_extension::<FitScope>().is_some() {
+            state.config_mut().set_extension(FitScope::one_off());
+        }
+        FedContext::from_state(state)
     }
 
     /// Plans one SQL statement. DDL (`CREATE FEDERATED TABLE`, `CREATE

@@ -22,9 +22,21 @@ impl FitScope {
         })
     }
 
+    /// The scope of a fit's one-off queries (the levels of its factors, its
+    /// shared statistics): no later round reads the same input, so sites
+    /// keep nothing for them (an id no fit has).
+    pub fn one_off() -> Arc<Self> {
+        Arc::new(Self { id: 0 })
+    }
+
     /// Its identifier.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Whether sites may keep the input of its rounds (not a one-off).
+    pub fn keeps_rows(&self) -> bool {
+        self.id != 0
     }
 }
 
@@ -110,5 +122,26 @@ mod tests {
         assert_eq!(client_sum(&ctx, &scope).await, 10.0);
         std::fs::write(&file, "x\n7.0\n").unwrap();
         assert_eq!(client_sum(&ctx, &FitScope::new()).await, 7.0);
+    }
+    #[tokio::test]
+    async fn a_fits_one_off_queries_keep_nothing() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = dir.path().join("a.csv");
+        std::fs::write(&file, "x\n4.0\n").unwrap();
+        let ctx = one_client(&file).await;
+        let scope = FitScope::new();
+        let mut state = ctx.session().state();
+        state.config_mut().set_extension(Arc::clone(&scope));
+        let one_off = FedContext::from_state(state).one_off();
+        let sum = |ctx: FedContext| async move {
+            let batches = ctx.sql("SELECT sum(x) FROM t").await?.collect().await?;
+            Ok::<_, crate::FedError>(batches[0].column(0).as_primitive::<Float64Type>().value(0))
+        };
+        assert_eq!(sum(one_off.clone()).await.unwrap(), 4.0);
+        // Neither the one-off query nor the fit's first round finds rows kept.
+        std::fs::write(&file, "x\n10.0\n").unwrap();
+        assert_eq!(sum(one_off.clone()).await.unwrap(), 10.0);
+        std::fs::write(&file, "x\n7.0\n").unwrap();
+        assert_eq!(client_sum(&ctx, &scope).await, 7.0);
     }
 }

@@ -119,7 +119,11 @@ pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
 pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round> {
     let provider = federated_provider(cut)?;
     let (encoder, partial) = Encoder::split(state, cut).await?;
-    let scope = state.config().get_extension::<FitScope>().map(|s| s.id());
+    let scope = state
+        .config()
+        .get_extension::<FitScope>()
+        .filter(|s| s.keeps_rows())
+        .map(|s| s.id());
     Ok(Round {
         encoder: encoder.in_fit(scope),
         partial,

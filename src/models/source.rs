@@ -109,7 +109,7 @@ pub async fn learn_levels(
         return Ok(Vec::new());
     }
     let sql = levels_sql(source, formula, factors);
-    let batches = crate::stats::run_round(ctx, &sql).await?;
+    let batches = crate::stats::run_round(&ctx.one_off(), &sql).await?;
     let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
     for batch in &batches {
         for (i, (_, values)) in levels.iter_mut().enumerate() {
@@ -174,7 +174,7 @@ async fn single_site_levels(
         complete_cases(&formula.columns()),
         sets.join(", ")
     );
-    let batches = ctx.sql(&sql).await?.collect().await?;
+    let batches = ctx.one_off().sql(&sql).await?.collect().await?;
     let mut clients = std::collections::BTreeSet::new();
     // Per factor: level -> the clients that have it.
     let mut seen: Vec<std::collections::BTreeMap<String, Vec<String>>> =

@@ -1,8 +1,10 @@
-//! `--fits`: the GLM fits (binomial, poisson) beside the federated
-//! `sum(x1..x10)` from the same files, in the same run: whole fits, one
-//! IRLS round after the first, and the peak memory a fit adds.
+//! `--fits`: the GLM fits (binomial, poisson) and a FedSGD run (logistic,
+//! adam, 8 rounds) beside the federated `sum(x1..x10)` from the same
+//! files, in the same run: whole fits, one round after the first, the
+//! time to the first round's report and after the last, and the peak
+//! memory a fit adds.
 //!
-//! Each run times the sum, then each fit, so the three drift together;
+//! Each run times the sum, then each fit, so they drift together;
 //! the report gives medians and minima over the runs and the ratios of
 //! the medians. Peak memory is the process's high-water mark during a fit
 //! (reset before it through `/proc/self/clear_refs`) less its resident
@@ -16,10 +18,19 @@ use fedsql::FedContext;
 use crate::report::{median, minimum};
 use crate::{Args, BenchResult};
 
-/// The fits timed: family and response.
-const FITS: [(&str, &str); 2] = [("binomial", "y_logistic"), ("poisson", "y_poisson")];
+/// The fits timed: what the report calls them, and their SQL's model
+/// (a `glm` family, or `fedsgd` and its model) and response.
+const FITS: [(&str, &str, &str); 3] = [
+    ("`glm` binomial", "binomial", "y_logistic"),
+    ("`glm` poisson", "poisson", "y_poisson"),
+    (
+        "`fedsgd` logistic (adam, 8 rounds)",
+        "fedsgd logistic",
+        "y_logistic",
+    ),
+];
 
-/// The figures of one family over the runs.
+/// The figures of one fit over the runs.
 #[derive(Default)]
 struct FitTimes {
     whole: Vec<Duration>,
@@ -51,16 +62,20 @@ fn status_bytes(field: &str) -> u64 {
 
 pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
     let sum_sql = super::models::SUMS_X;
-    let fit_sql = |family: &str, y: &str| {
-        format!(
-            "SELECT * FROM glm_stats('t', '{y} ~ {}', '{family}')",
+    let fit_sql = |model: &str, y: &str| match model.strip_prefix("fedsgd ") {
+        Some(sgd) => format!(
+            "SELECT * FROM fedsgd_history('t', '{y} ~ {}', '{sgd}', 'optimizer=adam, rounds=8')",
             super::models::XS
-        )
+        ),
+        None => format!(
+            "SELECT * FROM glm_stats('t', '{y} ~ {}', '{model}')",
+            super::models::XS
+        ),
     };
     eprintln!("fits: warm-up");
     ctx.sql(sum_sql).await?.collect().await?;
-    for (family, y) in FITS {
-        super::models::iterative_fit(ctx, &fit_sql(family, y)).await?;
+    for (_, model, y) in FITS {
+        super::models::iterative_fit(ctx, &fit_sql(model, y)).await?;
     }
     let mut sums = Vec::new();
     let mut fits: Vec<FitTimes> = FITS.iter().map(|_| FitTimes::default()).collect();
@@ -69,11 +84,11 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
         let started = Instant::now();
         ctx.sql(sum_sql).await?.collect().await?;
         sums.push(started.elapsed());
-        for ((family, y), times) in FITS.iter().zip(&mut fits) {
+        for ((_, model, y), times) in FITS.iter().zip(&mut fits) {
             let before = status_bytes("VmRSS");
             // Reset the high-water mark (VmHWM) to the current size.
             let _ = std::fs::write("/proc/self/clear_refs", "5");
-            let timeline = super::models::fit_timeline(ctx, &fit_sql(family, y)).await?;
+            let timeline = super::models::fit_timeline(ctx, &fit_sql(model, y)).await?;
             times
                 .peak_growth
                 .push(status_bytes("VmHWM").saturating_sub(before));
@@ -101,26 +116,26 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
     println!(
         "| federated `sum(x1..x10)` from the files | {sum_median:.3} s | {sum_min:.3} s | 1.00 |"
     );
-    for ((family, _), times) in FITS.iter().zip(&fits) {
+    for ((name, _, _), times) in FITS.iter().zip(&fits) {
         let (whole, whole_min) = (median(&times.whole), minimum(&times.whole));
         let (round, round_min) = (median(&times.rounds), minimum(&times.rounds));
         println!(
-            "| `glm` {family}, whole fit ({} rounds) | {whole:.3} s | {whole_min:.3} s | {:.2} |",
+            "| {name}, whole fit ({} rounds) | {whole:.3} s | {whole_min:.3} s | {:.2} |",
             times.iterations,
             whole / sum_median
         );
         println!(
-            "| `glm` {family}, one round after the first | {round:.3} s | {round_min:.3} s | {:.2} |",
+            "| {name}, one round after the first | {round:.3} s | {round_min:.3} s | {:.2} |",
             round / sum_median
         );
         let (first, first_min) = (median(&times.first), minimum(&times.first));
         println!(
-            "| `glm` {family}: start to the first round's report (read, keep, round 1) | {first:.3} s | {first_min:.3} s | {:.2} |",
+            "| {name}: start to the first round's report | {first:.3} s | {first_min:.3} s | {:.2} |",
             first / sum_median
         );
         let (tail, tail_min) = (median(&times.tail), minimum(&times.tail));
         println!(
-            "| `glm` {family}: last round's report to the end (summary) | {tail:.3} s | {tail_min:.3} s | {:.2} |",
+            "| {name}: last round's report to the end | {tail:.3} s | {tail_min:.3} s | {:.2} |",
             tail / sum_median
         );
     }
@@ -129,12 +144,12 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
         "| fit | peak memory added (median) | decoded model columns (rows × 11 doubles) | ratio |"
     );
     println!("|---|---:|---:|---:|");
-    for ((family, _), times) in FITS.iter().zip(&fits) {
+    for ((name, _, _), times) in FITS.iter().zip(&fits) {
         let mut peaks = times.peak_growth.clone();
         peaks.sort_unstable();
         let peak = peaks.get(peaks.len() / 2).copied().unwrap_or(0) as f64;
         println!(
-            "| `glm` {family} | {:.0} MB | {:.0} MB | {:.2} |",
+            "| {name} | {:.0} MB | {:.0} MB | {:.2} |",
             peak / 1e6,
             decoded / 1e6,
             peak / decoded

@@ -317,6 +317,9 @@ async fn learn_shared_by(
     } else {
         0.0
     };
+    if !spec.standardize {
+        return Ok((vec![(0.0, 1.0); k], intercept_start));
+    }
     let moments = match moments {
         true => {
             let result = batch.column(4).as_struct();
@@ -339,15 +342,13 @@ async fn learn_shared_by(
             Some((means, sds)) => (means.get(i).copied().unwrap_or(f64::NAN), sds[i]),
             None => (value(4 + 2 * i)?, value(5 + 2 * i)?),
         };
-        scaling.push(
-            if !spec.standardize || name == INTERCEPT || !(sd > 0.0 && sd.is_finite()) {
-                (0.0, 1.0)
-            } else if intercept {
-                (mean, sd)
-            } else {
-                (0.0, sd)
-            },
-        );
+        scaling.push(if name == INTERCEPT || !(sd > 0.0 && sd.is_finite()) {
+            (0.0, 1.0)
+        } else if intercept {
+            (mean, sd)
+        } else {
+            (0.0, sd)
+        });
     }
     Ok((scaling, intercept_start))
 }
@@ -364,15 +365,17 @@ fn by_moments(design: &Design) -> bool {
 }
 
 /// The query of the round before the first step: the mean response and
-/// offset, and each design column's mean and standard deviation.
+/// offset, and (to standardize) each design column's mean and standard
+/// deviation.
 fn shared_sql(spec: &FedSgdSpec, design: &Design, moments: bool) -> String {
     let (y, offset) = (&design.response, &design.offset);
     let mut items = vec![format!(
         "avg({y}), avg({offset}), sum({y}), sum(exp({offset}))"
     )];
-    if moments {
+    // Without standardizing, only the starting intercept is needed.
+    if spec.standardize && moments {
         items.push(format!("centered_moments({})", design.columns.join(", ")));
-    } else {
+    } else if spec.standardize {
         for column in &design.columns {
             items.push(format!("avg({column}), stddev_samp({column})"));
         }

@@ -360,19 +360,7 @@ fn tail(s: &[f64], x: &[f64], whole: usize) -> f64 {
 mod tests {
     use super::*;
     use crate::lanes::Portable;
-
-    /// Deterministic values in [-1, 1) (a linear congruential sequence).
-    fn values(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-            })
-            .collect()
-    }
+    use crate::testing::values;
 
     #[test]
     fn equals_the_row_by_row_sums() {

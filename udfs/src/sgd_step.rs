@@ -516,16 +516,11 @@ mod tests {
         }
     }
 
-    /// Deterministic values in [0, 1) (a linear congruential sequence).
+    /// Deterministic values in [0, 1).
     fn uniform(n: usize, seed: u64) -> Vec<f64> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 11) as f64 / (1u64 << 53) as f64
-            })
+        crate::testing::values(n, seed)
+            .iter()
+            .map(|v| (v + 1.0) / 2.0)
             .collect()
     }
 

@@ -9,6 +9,19 @@ use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+/// Deterministic values in [-1, 1) (a linear congruential sequence).
+pub fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}
+
 /// Rows of the test table: a, b, c with a few NULLs and unequal scales.
 fn columns(rows: usize) -> Vec<(Option<f64>, Option<f64>, Option<f64>)> {
     (0..rows)

@@ -88,8 +88,9 @@ async fn learn_shared_by(
     let mut scaling = Vec::new();
     for (i, name) in design.names.iter().enumerate() {
         let (mean, sd) = match &moments {
-            // No rows: no mean; one row: no standard deviation.
-            Some((means, sds)) => (means.get(i).copied().unwrap_or(f64::NAN), sds[i]),
+            // Under two rows the deviation is not positive and finite
+            // (0 / -1, 0 / 0): the column stays as it is, as below.
+            Some((means, sds)) => (means[i], sds[i]),
             None => (value(4 + 2 * i)?, value(5 + 2 * i)?),
         };
         scaling.push(if name == INTERCEPT || !(sd > 0.0 && sd.is_finite()) {

@@ -21,12 +21,29 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::collect;
+use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
 use crate::site::yielding::yield_after_each_batch;
 use crate::wire::rebind;
+
+/// The aggregates whose literal arguments a round over kept rows shares
+/// between batches: fedsql's step aggregates, which read a literal only
+/// through [`constant_argument::literal_value`], and `count`, which reads
+/// none.
+const SHARES_CONSTANTS: [&str; 7] = [
+    "irls_step",
+    "sgd_gradient",
+    "sgd_newton",
+    "cox_step",
+    "kmeans_step",
+    "life_table",
+    "count",
+];
 
 /// How many fits' rows a site keeps at once.
 pub const MAX_KEPT_FITS: usize = 4;
@@ -98,7 +115,7 @@ impl KeptRows {
         let over_kept = AggregateExec::try_new(
             AggregateMode::Partial,
             partial.group_expr().clone(),
-            partial.aggr_expr().to_vec(),
+            shared_constants(partial.aggr_expr()),
             partial.filter_expr().to_vec(),
             input,
             partial.input_schema(),
@@ -142,5 +159,150 @@ impl KeptRows {
         let before = kept.len();
         kept.retain(|k| k.scope != scope);
         kept.len() != before
+    }
+}
+
+/// The aggregates of a round over kept rows, with the literal arguments
+/// of the [`SHARES_CONSTANTS`] aggregates wrapped in a [`ConstantArgument`]:
+/// a round then fills one array per literal and batch length rather than
+/// one per batch, and a later round rebinds the wrapped plan as it is
+/// (`rebind::rebind` keeps a changed literal wrapped).
+fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<AggregateFunctionExpr>> {
+    aggregates
+        .iter()
+        .map(|aggregate| {
+            if !SHARES_CONSTANTS.contains(&aggregate.fun().name())
+                || !aggregate.order_bys().is_empty()
+                || aggregate.is_distinct()
+            {
+                return Arc::clone(aggregate);
+            }
+            let args = aggregate
+                .expressions()
+                .into_iter()
+                .map(|arg| match arg.downcast_ref::<Literal>() {
+                    Some(literal) => Arc::new(ConstantArgument::new(literal.clone())) as _,
+                    None => arg,
+                })
+                .collect();
+            aggregate
+                .with_new_expressions(args, Vec::new())
+                .map_or_else(|| Arc::clone(aggregate), Arc::new)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Float64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::physical_plan::ExecutionPlan;
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+    use crate::wire::encoder::partial_aggregate;
+
+    const OLD: &str = "family=binomial;beta=0.5,-0.1";
+    const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
+
+    /// A table `t(x, y)` of 20,000 rows in batches of 8192 and fewer, and
+    /// fedsql's aggregates.
+    fn context() -> SessionContext {
+        let ctx = SessionContext::new();
+        fedsql_udfs::register_all(&ctx);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Float64, false),
+            Field::new("y", DataType::Float64, false),
+        ]));
+        let batches = [8192, 8192, 3616].map(|rows| {
+            let column =
+                |f: fn(u32) -> f64| Arc::new(Float64Array::from_iter_values((0..rows).map(f)));
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    column(|i| f64::from((i * 37) % 101) / 50.0 - 1.0),
+                    column(|i| f64::from((i * 13) % 7 < 3)),
+                ],
+            )
+            .unwrap()
+        });
+        let table =
+            datafusion::datasource::MemTable::try_new(schema, vec![batches.to_vec()]).unwrap();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        ctx
+    }
+
+    /// The optimized plan's aggregate node.
+    async fn aggregate(ctx: &SessionContext, sql: &str) -> LogicalPlan {
+        let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+        let mut found = None;
+        plan.apply(|node| {
+            if matches!(node, LogicalPlan::Aggregate(_)) {
+                found = Some(node.clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        found.expect("an aggregate")
+    }
+
+    /// The partial aggregate DataFusion plans for an aggregate node.
+    async fn partial(ctx: &SessionContext, plan: &LogicalPlan) -> AggregateExec {
+        let physical = ctx.state().create_physical_plan(plan).await.unwrap();
+        partial_aggregate(&physical).unwrap()
+    }
+
+    async fn run(ctx: &SessionContext, exec: &AggregateExec) -> Vec<RecordBatch> {
+        let exec: Arc<dyn ExecutionPlan> = Arc::new(exec.clone());
+        collect(exec, ctx.task_ctx()).await.unwrap()
+    }
+
+    fn shared(exec: &AggregateExec) -> AggregateExec {
+        AggregateExec::try_new(
+            *exec.mode(),
+            exec.group_expr().clone(),
+            shared_constants(exec.aggr_expr()),
+            exec.filter_expr().to_vec(),
+            Arc::clone(exec.input()),
+            exec.input_schema(),
+        )
+        .unwrap()
+    }
+
+    fn wrapped_arguments(exec: &AggregateExec) -> usize {
+        exec.aggr_expr()
+            .iter()
+            .flat_map(|a| a.expressions())
+            .filter(|e| e.downcast_ref::<ConstantArgument>().is_some())
+            .count()
+    }
+
+    #[tokio::test]
+    async fn shared_constants_give_the_same_state_and_stay_shared_when_rebound() {
+        let ctx = context();
+        let old_plan = aggregate(&ctx, STEP).await;
+        let plain = partial(&ctx, &old_plan).await;
+        let over_kept = shared(&plain);
+        // The config, trials, offset, weight and intercept, and count's 1.
+        assert_eq!(wrapped_arguments(&over_kept), 6);
+        assert_eq!(run(&ctx, &over_kept).await, run(&ctx, &plain).await);
+
+        let new_plan =
+            rebind::replace_text_argument(&old_plan, OLD, "family=binomial;beta=-0.25,0.75")
+                .unwrap();
+        let fresh = partial(&ctx, &new_plan).await;
+        let changes = rebind::argument_changes(&old_plan, &new_plan).expect("only the config");
+        let rebound = rebind::rebind(&over_kept, &changes)
+            .unwrap()
+            .expect("a shared literal rebinds");
+        assert_eq!(wrapped_arguments(&rebound), 6);
+        let (rebound_state, fresh_state) = (run(&ctx, &rebound).await, run(&ctx, &fresh).await);
+        assert_eq!(rebound_state[0].columns(), fresh_state[0].columns());
+        assert_ne!(
+            rebound_state[0].columns(),
+            run(&ctx, &plain).await[0].columns()
+        );
     }
 }

@@ -21,6 +21,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion::physical_plan::aggregates::AggregateExec;
+use fedsql_udfs::constant_argument::{ConstantArgument, literal_value};
 
 use crate::error::Result;
 
@@ -112,8 +113,8 @@ fn text_mut(value: &mut ScalarValue) -> Option<&mut String> {
 }
 
 /// The physical aggregate planned for the old plan, with the changed
-/// arguments rebound; `None` when an argument is not a plain literal there
-/// (then the caller plans anew).
+/// arguments rebound; `None` when an argument is not a literal there, plain
+/// or shared between batches (then the caller plans anew).
 pub fn rebind(exec: &AggregateExec, changes: &[ArgumentChange]) -> Result<Option<AggregateExec>> {
     let mut aggregates = exec.aggr_expr().to_vec();
     for change in changes {
@@ -124,13 +125,19 @@ pub fn rebind(exec: &AggregateExec, changes: &[ArgumentChange]) -> Result<Option
         let Some(arg) = args.get_mut(change.argument) else {
             return Ok(None);
         };
-        let Some(literal) = arg.downcast_ref::<Literal>() else {
+        let Some(old) = literal_value(arg) else {
             return Ok(None);
         };
-        if literal.value().data_type() != change.value.data_type() {
+        if old.data_type() != change.value.data_type() {
             return Ok(None);
         }
-        *arg = Arc::new(Literal::new(change.value.clone())) as Arc<dyn PhysicalExpr>;
+        // A literal the site shares between batches stays shared.
+        let literal = Literal::new(change.value.clone());
+        *arg = if arg.downcast_ref::<ConstantArgument>().is_some() {
+            Arc::new(ConstantArgument::new(literal)) as Arc<dyn PhysicalExpr>
+        } else {
+            Arc::new(literal)
+        };
         let order_by = aggregate
             .order_bys()
             .iter()

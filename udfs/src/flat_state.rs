@@ -10,7 +10,6 @@ use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Literal;
 
 /// The one state field: `len` floats.
 pub fn state_field(aggregate: &str, len: usize) -> FieldRef {
@@ -104,8 +103,8 @@ pub fn config_literal(aggregate: &str, expr: &Arc<dyn PhysicalExpr>) -> Result<S
             _ => None,
         }
     }
-    expr.downcast_ref::<Literal>()
-        .and_then(|l| text(l.value()))
+    crate::constant_argument::literal_value(expr)
+        .and_then(text)
         .ok_or_else(|| {
             datafusion::error::DataFusionError::Plan(format!(
                 "{aggregate}: the config must be a constant string"

@@ -10,6 +10,7 @@
 
 pub mod centered_moments;
 pub mod comoments;
+pub mod constant_argument;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod cox_step;

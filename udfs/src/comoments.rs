@@ -220,7 +220,11 @@ impl CoMoments {
 pub(crate) fn complete_rows(columns: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
     let columns = columns
         .iter()
-        .map(|c| datafusion::arrow::compute::cast(c, &DataType::Float64))
+        .map(|c| match c.data_type() {
+            // Already doubles: shared as they are (a cast would rebuild the array).
+            DataType::Float64 => Ok(Arc::clone(c)),
+            _ => datafusion::arrow::compute::cast(c, &DataType::Float64),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let nulls = columns.iter().fold(None::<NullBuffer>, |acc, c| {
         NullBuffer::union(acc.as_ref(), c.logical_nulls().as_ref())

@@ -160,6 +160,8 @@ fn add_rows_with<L: Lanes>(
         let e = e_eta.exp();
         let (mu, mu_eta, variance, at_boundary) = match kind {
             Canonical::Logistic => {
+                // μ exactly as R's e/(1+e): log(1 − μ) near μ = 1 depends
+                // on its last bit.
                 let opexp = one + e;
                 let mu = start.unwrap_or(e / opexp);
                 // log μ or log(1 − μ), as R's binomial deviance has them.
@@ -198,10 +200,12 @@ fn add_rows_with<L: Lanes>(
         sum_w += w;
         sum_wy += w * yv;
         let residual = yv - mu;
-        pearson += w * residual * residual / variance;
+        // Pearson's term and the working weight share one division by V(μ).
+        let over_variance = one / variance;
+        pearson += w * residual * residual * over_variance;
         boundary += at_boundary.select(one, zero);
         let z = (e_eta - load(offset, r)) + residual / mu_eta;
-        let weighted = w * mu_eta * mu_eta / variance;
+        let weighted = w * mu_eta * mu_eta * over_variance;
         // A row whose weight cannot be formed does not enter X'WX.
         let usable = mu_eta.gt(zero) & variance.gt(zero) & variance.is_finite();
         let weighted = usable.select(weighted, zero);

@@ -196,12 +196,11 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
 mod tests {
     use datafusion::arrow::array::Float64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::physical_plan::ExecutionPlan;
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::wire::encoder::partial_aggregate;
+    use crate::wire::rebind::tests::{aggregate, partial};
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
@@ -231,27 +230,6 @@ mod tests {
             datafusion::datasource::MemTable::try_new(schema, vec![batches.to_vec()]).unwrap();
         ctx.register_table("t", Arc::new(table)).unwrap();
         ctx
-    }
-
-    /// The optimized plan's aggregate node.
-    async fn aggregate(ctx: &SessionContext, sql: &str) -> LogicalPlan {
-        let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
-        let mut found = None;
-        plan.apply(|node| {
-            if matches!(node, LogicalPlan::Aggregate(_)) {
-                found = Some(node.clone());
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .unwrap();
-        found.expect("an aggregate")
-    }
-
-    /// The partial aggregate DataFusion plans for an aggregate node.
-    async fn partial(ctx: &SessionContext, plan: &LogicalPlan) -> AggregateExec {
-        let physical = ctx.state().create_physical_plan(plan).await.unwrap();
-        partial_aggregate(&physical).unwrap()
     }
 
     async fn run(ctx: &SessionContext, exec: &AggregateExec) -> Vec<RecordBatch> {

@@ -188,7 +188,7 @@ fn call_mut(e: &mut Expr) -> Option<&mut AggregateFunction> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::array::{Float64Array, RecordBatch};
@@ -224,7 +224,7 @@ mod tests {
     }
 
     /// The optimized plan's aggregate node.
-    async fn aggregate(ctx: &SessionContext, sql: &str) -> LogicalPlan {
+    pub(crate) async fn aggregate(ctx: &SessionContext, sql: &str) -> LogicalPlan {
         let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
         let mut found = None;
         plan.apply(|node| {
@@ -239,7 +239,7 @@ mod tests {
     }
 
     /// The partial aggregate DataFusion plans for an aggregate node.
-    async fn partial(ctx: &SessionContext, plan: &LogicalPlan) -> AggregateExec {
+    pub(crate) async fn partial(ctx: &SessionContext, plan: &LogicalPlan) -> AggregateExec {
         let physical = ctx.state().create_physical_plan(plan).await.unwrap();
         partial_aggregate(&physical).unwrap()
     }

@@ -196,11 +196,10 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
 mod tests {
     use datafusion::arrow::array::Float64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::physical_plan::ExecutionPlan;
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::wire::rebind::tests::{aggregate, partial};
+    use crate::wire::rebind::tests::{aggregate, partial, run};
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
@@ -232,11 +231,6 @@ mod tests {
         ctx
     }
 
-    async fn run(ctx: &SessionContext, exec: &AggregateExec) -> Vec<RecordBatch> {
-        let exec: Arc<dyn ExecutionPlan> = Arc::new(exec.clone());
-        collect(exec, ctx.task_ctx()).await.unwrap()
-    }
-
     fn shared(exec: &AggregateExec) -> AggregateExec {
         AggregateExec::try_new(
             *exec.mode(),
@@ -265,7 +259,10 @@ mod tests {
         let over_kept = shared(&plain);
         // The config, trials, offset, weight and intercept, and count's 1.
         assert_eq!(wrapped_arguments(&over_kept), 6);
-        assert_eq!(run(&ctx, &over_kept).await, run(&ctx, &plain).await);
+        assert_eq!(
+            run(&ctx, over_kept.clone()).await,
+            run(&ctx, plain.clone()).await
+        );
 
         let new_plan =
             rebind::replace_text_argument(&old_plan, OLD, "family=binomial;beta=-0.25,0.75")
@@ -276,11 +273,14 @@ mod tests {
             .unwrap()
             .expect("a shared literal rebinds");
         assert_eq!(wrapped_arguments(&rebound), 6);
-        let (rebound_state, fresh_state) = (run(&ctx, &rebound).await, run(&ctx, &fresh).await);
+        let (rebound_state, fresh_state) = (
+            run(&ctx, rebound.clone()).await,
+            run(&ctx, fresh.clone()).await,
+        );
         assert_eq!(rebound_state[0].columns(), fresh_state[0].columns());
         assert_ne!(
             rebound_state[0].columns(),
-            run(&ctx, &plain).await[0].columns()
+            run(&ctx, plain.clone()).await[0].columns()
         );
     }
 }

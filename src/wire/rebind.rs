@@ -244,7 +244,8 @@ pub(crate) mod tests {
         partial_aggregate(&physical).unwrap()
     }
 
-    async fn run(ctx: &SessionContext, exec: AggregateExec) -> Vec<RecordBatch> {
+    /// The state batches an aggregate computes.
+    pub(crate) async fn run(ctx: &SessionContext, exec: AggregateExec) -> Vec<RecordBatch> {
         let exec: Arc<dyn ExecutionPlan> = Arc::new(exec);
         collect(exec, ctx.task_ctx()).await.unwrap()
     }

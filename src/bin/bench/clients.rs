@@ -7,7 +7,7 @@ use std::time::Duration;
 use fedsql::FedContext;
 
 use crate::baseline::run_federated;
-use crate::data::{client_plan, prepare_data};
+use crate::data::{client_plan, federated_table_sql, prepare_data};
 use crate::report::{median, minimum};
 use crate::suite::SuiteQuery;
 use crate::{Args, BenchResult};
@@ -22,11 +22,7 @@ async fn federation(
     let plan = client_plan(dir, rows, clients);
     prepare_data(dir, &plan, regenerate)?;
     let ctx = FedContext::new();
-    ctx.sql(&format!(
-        "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{}'",
-        dir.display()
-    ))
-    .await?;
+    ctx.sql(&federated_table_sql(&plan, "")).await?;
     Ok(ctx)
 }
 

@@ -29,6 +29,24 @@ pub(crate) struct ClientFile {
     pub(crate) rows: u64,
 }
 
+/// `CREATE FEDERATED TABLE t` over exactly the files of `plan`, one client
+/// per file named after it, with `options` (`""` for none). Not `LOCATION`
+/// of the folder: that would also make each of its subfolders a client
+/// (`--round-cost` and `--many-clients` keep their data in subfolders).
+pub(crate) fn federated_table_sql(plan: &[ClientFile], options: &str) -> String {
+    let clients: Vec<String> = plan
+        .iter()
+        .map(|c| {
+            let name = c.path.file_stem().unwrap_or_default().to_string_lossy();
+            format!("'{name}' = '{}'", c.path.display())
+        })
+        .collect();
+    format!(
+        "CREATE FEDERATED TABLE t CLIENTS ({}){options}",
+        clients.join(", ")
+    )
+}
+
 /// The clients' files and row counts: fixed shares for 8 clients, linearly
 /// declining shares otherwise; the rounding remainder goes to the first.
 pub(crate) fn client_plan(dir: &Path, total: u64, clients: usize) -> Vec<ClientFile> {

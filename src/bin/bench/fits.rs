@@ -6,11 +6,18 @@
 //!
 //! Each run times the sum, then each fit, so they drift together;
 //! the report gives medians and minima over the runs and the ratios of
-//! the medians. Peak memory is the process's high-water mark during a fit
-//! (reset before it through `/proc/self/clear_refs`) less its resident
-//! size before, against the decoded model columns (rows × (1 + 10)
-//! doubles: the response and x1..x10 a client keeps for the fit).
+//! the medians. Peak memory is measured twice, against the decoded model
+//! columns (rows × (1 + 10) doubles: the response and x1..x10 a client
+//! keeps for the fit):
+//! - in this process, after the warm-up: the high-water mark during a
+//!   fit (reset before it through `/proc/self/clear_refs`) less the
+//!   resident size before. The allocator keeps pages freed by earlier
+//!   fits and hands them out again, so this is a lower bound;
+//! - in a fresh process per fit ([`one_fit_memory`], this binary run
+//!   again with `--fit-memory`), where every page the fit touches is
+//!   new: the fit's true peak.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fedsql::FedContext;
@@ -60,9 +67,9 @@ fn status_bytes(field: &str) -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
-    let sum_sql = super::models::SUMS_X;
-    let fit_sql = |model: &str, y: &str| match model.strip_prefix("fedsgd ") {
+/// The SQL of a fit of [`FITS`].
+fn fit_sql(model: &str, y: &str) -> String {
+    match model.strip_prefix("fedsgd ") {
         Some(sgd) => format!(
             "SELECT * FROM fedsgd_history('t', '{y} ~ {}', '{sgd}', 'optimizer=adam, rounds=8')",
             super::models::XS
@@ -71,7 +78,52 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
             "SELECT * FROM glm_stats('t', '{y} ~ {}', '{model}')",
             super::models::XS
         ),
-    };
+    }
+}
+
+/// What [`one_fit_memory`] prints before the peak's bytes.
+const PEAK_LINE: &str = "fit peak memory added (bytes):";
+
+/// `--fit-memory I`: runs fit `I` of [`FITS`] once in this (fresh)
+/// process and prints the high-water mark of its resident memory less
+/// the resident size just before the fit, as a line [`PEAK_LINE`] N.
+pub async fn one_fit_memory(ctx: &FedContext, index: usize) -> BenchResult<()> {
+    let (_, model, y) = FITS
+        .get(index)
+        .ok_or_else(|| format!("--fit-memory takes 0..{}", FITS.len() - 1))?;
+    let before = status_bytes("VmRSS");
+    ctx.sql(&fit_sql(model, y)).await?.collect().await?;
+    let peak = status_bytes("VmHWM");
+    println!("{PEAK_LINE} {}", peak.saturating_sub(before));
+    Ok(())
+}
+
+/// The peak memory fit `index` adds in a fresh process: this binary
+/// run again with `--fit-memory index` over the same data.
+fn fresh_process_peak(args: &Args, index: usize) -> BenchResult<u64> {
+    let output = Command::new(std::env::current_exe()?)
+        .arg("--dir")
+        .arg(&args.dir)
+        .args(["--rows", &args.rows.to_string()])
+        .args(["--clients", &args.clients.to_string()])
+        .args(["--fit-memory", &index.to_string()])
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "fedsql-bench --fit-memory {index} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
+        .into());
+    }
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(PEAK_LINE)?.trim().parse().ok())
+        .ok_or_else(|| format!("fedsql-bench --fit-memory {index} printed no peak").into())
+}
+
+pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
+    let sum_sql = super::models::SUMS_X;
     eprintln!("fits: warm-up");
     ctx.sql(sum_sql).await?.collect().await?;
     for (_, model, y) in FITS {
@@ -101,6 +153,16 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
                 times.tail.push(total.saturating_sub(*last));
             }
             times.iterations = reports.len();
+        }
+    }
+    let mut fresh: Vec<Vec<u64>> = FITS.iter().map(|_| Vec::new()).collect();
+    for run in 0..args.runs {
+        for (index, peaks) in fresh.iter_mut().enumerate() {
+            eprintln!(
+                "fits: peak memory in a fresh process, fit {index}, run {}",
+                run + 1
+            );
+            peaks.push(fresh_process_peak(args, index)?);
         }
     }
     let decoded = args.rows as f64 * 11.0 * 8.0;
@@ -141,19 +203,32 @@ pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
     }
     println!();
     println!(
-        "| fit | peak memory added (median) | decoded model columns (rows × 11 doubles) | ratio |"
+        "| fit | decoded model columns (rows × 11 doubles) | peak added, fresh process (median, max) | ratio (median, max) | peak added after a warm-up fit (median) | ratio |"
     );
-    println!("|---|---:|---:|---:|");
-    for ((name, _, _), times) in FITS.iter().zip(&fits) {
-        let mut peaks = times.peak_growth.clone();
-        peaks.sort_unstable();
-        let peak = peaks.get(peaks.len() / 2).copied().unwrap_or(0) as f64;
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (((name, _, _), times), fresh) in FITS.iter().zip(&fits).zip(&fresh) {
+        let warm = median_bytes(&times.peak_growth);
+        let (cold, cold_max) = (
+            median_bytes(fresh),
+            fresh.iter().copied().max().unwrap_or(0) as f64,
+        );
         println!(
-            "| {name} | {:.0} MB | {:.0} MB | {:.2} |",
-            peak / 1e6,
+            "| {name} | {:.0} MB | {:.0} MB, {:.0} MB | {:.2}, {:.2} | {:.0} MB | {:.2} |",
             decoded / 1e6,
-            peak / decoded
+            cold / 1e6,
+            cold_max / 1e6,
+            cold / decoded,
+            cold_max / decoded,
+            warm / 1e6,
+            warm / decoded
         );
     }
     Ok(())
+}
+
+/// The median of byte counts (the upper one of an even count).
+fn median_bytes(values: &[u64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0) as f64
 }

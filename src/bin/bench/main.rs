@@ -7,11 +7,11 @@
 //! suite (`queries/bench/aggregate_suite.sql`, compiled in) two ways over
 //! the same files:
 //!
-//! * **federated**: a [`FedContext`] with `CREATE FEDERATED TABLE t STORED AS
-//!   PARQUET LOCATION '<dir>'`, so each file is one client that runs its
-//!   encoder and sends back aggregate states;
+//! * **federated**: a [`FedContext`] with `CREATE FEDERATED TABLE t CLIENTS
+//!   (...)` naming the generated files, so each file is one client that runs
+//!   its encoder and sends back aggregate states;
 //! * **centralized**: a plain DataFusion [`SessionContext`] with
-//!   `target_partitions = 2` reading all files as one table `t`, the setup
+//!   `target_partitions = 2` reading the same files as one table `t`, the setup
 //!   of the suite's reference figures.
 //!
 //! After one warm-up run of each (whose results are compared, so the figures
@@ -64,7 +64,7 @@ use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use fedsql::FedContext;
 
 use baseline::{Timing, compare_results, run_centralized, run_federated};
-use data::{client_plan, prepare_data};
+use data::{client_plan, federated_table_sql, prepare_data};
 use report::{median, print_report};
 use suite::{SuiteQuery, parse_suite};
 
@@ -141,6 +141,10 @@ struct Args {
     /// round after the first, and the peak memory a fit adds.
     #[arg(long)]
     fits: bool,
+    /// Run fit I of `--fits` once and print the peak memory it added
+    /// (what `--fits` runs in a fresh process to measure a fit's peak).
+    #[arg(long, hide = true, value_name = "I")]
+    fit_memory: Option<usize>,
     /// Instead: time the suite over the same number of rows held by
     /// `--clients` clients and by this many, in the same run (data in
     /// `<dir>/clients-<n>`).
@@ -190,18 +194,18 @@ async fn main() -> BenchResult<()> {
         .map(|c| fs::metadata(&c.path).map(|m| m.len()).unwrap_or(0))
         .sum();
 
-    let dir = args.dir.to_string_lossy().into_owned();
     let federated = FedContext::new();
-    federated
-        .sql(&format!(
-            "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{dir}'"
-        ))
-        .await?;
+    federated.sql(&federated_table_sql(&plan, "")).await?;
     let centralized =
         SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
-    centralized
-        .register_parquet("t", &dir, ParquetReadOptions::default())
+    let files: Vec<String> = plan
+        .iter()
+        .map(|c| c.path.to_string_lossy().into_owned())
+        .collect();
+    let all_rows = centralized
+        .read_parquet(files, ParquetReadOptions::default())
         .await?;
+    centralized.register_table("t", all_rows.into_view())?;
 
     if args.remote {
         return remote::run(&args, &plan, &federated, &queries).await;
@@ -210,7 +214,10 @@ async fn main() -> BenchResult<()> {
         return pgwire::run(&args, &federated, &queries).await;
     }
     if args.policy {
-        return policy::run(&args, &federated, &queries).await;
+        return policy::run(&args, &plan, &federated, &queries).await;
+    }
+    if let Some(index) = args.fit_memory {
+        return fits::one_fit_memory(&federated, index).await;
     }
     if args.fits {
         return fits::run(&federated, &args).await;
@@ -373,6 +380,43 @@ mod tests {
         assert!(column("y_poisson").iter().all(|v| *v >= 0.0));
         let rate = column("y_logistic").iter().sum::<f64>() / 5000.0;
         assert!((0.2..0.8).contains(&rate), "logistic rate {rate}");
+    }
+
+    #[tokio::test]
+    async fn the_federated_table_holds_the_plans_files_and_not_a_subfolders() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = client_plan(dir.path(), 30, 2);
+        prepare_data(dir.path(), &plan, false).unwrap();
+        // Another mode's data in a subfolder, as `--round-cost` writes it.
+        let sub = dir.path().join("round-cost");
+        let other = client_plan(&sub, 7, 1);
+        prepare_data(&sub, &other, false).unwrap();
+
+        let ctx = FedContext::new();
+        ctx.sql(&federated_table_sql(&plan, "")).await.unwrap();
+        let counted = ctx
+            .sql("SELECT count(*) AS n FROM t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let n = array_value_to_string(counted[0].column(0), 0).unwrap();
+        assert_eq!(n, plan.iter().map(|c| c.rows).sum::<u64>().to_string());
+        let clients = ctx
+            .sql("SHOW CLIENTS t")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let names: Vec<String> = clients
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows()).map(move |i| array_value_to_string(b.column(0), i).unwrap())
+            })
+            .collect();
+        assert_eq!(names, ["client_01", "client_02"]);
     }
 
     #[test]

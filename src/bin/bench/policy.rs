@@ -13,17 +13,22 @@ use std::time::{Duration, Instant};
 use fedsql::FedContext;
 
 use crate::baseline::{compare_results, run_federated};
+use crate::data::{ClientFile, federated_table_sql};
 use crate::report::median;
 use crate::suite::SuiteQuery;
 use crate::{Args, BenchResult};
 
-pub async fn run(args: &Args, open: &FedContext, queries: &[SuiteQuery]) -> BenchResult<()> {
-    let dir = args.dir.to_string_lossy().into_owned();
+pub async fn run(
+    args: &Args,
+    plan: &[ClientFile],
+    open: &FedContext,
+    queries: &[SuiteQuery],
+) -> BenchResult<()> {
     let guarded = FedContext::new();
     guarded
-        .sql(&format!(
-            "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{dir}' \
-             OPTIONS ('min_group_rows' '5', 'max_parameter_ratio' '0.33', 'extremes' 'allow')"
+        .sql(&federated_table_sql(
+            plan,
+            " OPTIONS ('min_group_rows' '5', 'max_parameter_ratio' '0.33', 'extremes' 'allow')",
         ))
         .await?;
     let mut rows = Vec::new();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use fedsql::FedContext;
 
-use crate::data::{client_plan, prepare_data};
+use crate::data::{client_plan, federated_table_sql, prepare_data};
 use crate::remote::loopback_workers;
 use crate::report::{median, minimum};
 use crate::{Args, BenchResult};
@@ -63,12 +63,7 @@ pub async fn run(args: &Args) -> BenchResult<()> {
     let plan = client_plan(&dir, ROWS, 2);
     prepare_data(&dir, &plan, args.regenerate)?;
     let local = FedContext::new();
-    local
-        .sql(&format!(
-            "CREATE FEDERATED TABLE t STORED AS PARQUET LOCATION '{}'",
-            dir.display()
-        ))
-        .await?;
+    local.sql(&federated_table_sql(&plan, "")).await?;
     let (workers, remote) = loopback_workers(&plan, &dir).await?;
     println!(
         "fedsql-bench --round-cost: the fixed cost of a round over {ROWS} rows at 2 Parquet clients; \

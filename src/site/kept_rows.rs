@@ -70,7 +70,8 @@ struct Kept {
 impl KeptRows {
     /// `partial` over the fit's kept input: read (and kept) in the first
     /// round of fit `scope`, reused in the later rounds whose input is the
-    /// same (`key`). The kept batches are spread over `partitions`.
+    /// same (`key`). The kept batches are spread over `partitions` (fewer
+    /// when there are fewer batches).
     pub async fn partial_over_kept(
         &self,
         partial: AggregateExec,
@@ -106,7 +107,9 @@ impl KeptRows {
                 batches
             }
         };
-        let mut spread = vec![Vec::new(); partitions.max(1)];
+        // No more partitions than batches: an empty partition still costs
+        // a round a task and a state to merge, which matter on small data.
+        let mut spread = vec![Vec::new(); partitions.min(batches.len()).max(1)];
         let parts = spread.len();
         for (i, batch) in batches.into_iter().enumerate() {
             spread[i % parts].push(batch);
@@ -194,7 +197,8 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::Float64Array;
+    use datafusion::arrow::array::{AsArray, Float64Array};
+    use datafusion::arrow::datatypes::Int64Type;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::prelude::SessionContext;
 
@@ -282,5 +286,43 @@ mod tests {
             rebound_state[0].columns(),
             run(&ctx, plain.clone()).await[0].columns()
         );
+    }
+
+    #[tokio::test]
+    async fn kept_rows_are_spread_over_no_more_partitions_than_batches() {
+        let ctx = context();
+        let plan = aggregate(&ctx, STEP).await;
+        let plain = partial(&ctx, &plan).await;
+        let kept = KeptRows::default();
+        // The table's three batches over 2, 3 and 8 partitions asked for.
+        for (asked, spread) in [(2, 2), (3, 3), (8, 3)] {
+            let over_kept = kept
+                .partial_over_kept(
+                    plain.clone(),
+                    &plan,
+                    asked as u64,
+                    "t".into(),
+                    ctx.task_ctx(),
+                    asked,
+                )
+                .await
+                .unwrap();
+            let partitions = over_kept
+                .input()
+                .properties()
+                .partitioning
+                .partition_count();
+            assert_eq!(partitions, spread, "{asked} partitions asked for");
+            // Every kept row is counted once, whatever the spread.
+            let counted: i64 = run(&ctx, over_kept)
+                .await
+                .iter()
+                .map(|b| {
+                    let count = b.column(b.num_columns() - 1);
+                    datafusion::arrow::compute::sum(count.as_primitive::<Int64Type>()).unwrap_or(0)
+                })
+                .sum();
+            assert_eq!(counted, 20_000);
+        }
     }
 }

@@ -51,8 +51,8 @@ fn clients_at_once(clients: &[Arc<dyn ClientRunner>]) -> usize {
 }
 
 /// The cores this process may use, asked once: the standard library reads
-/// the cgroup's CPU quota from three files on every call, which cost a
-/// small round about a tenth of its time.
+/// the cgroup's CPU quota from three files on every call, a fixed cost
+/// that a small round paid each time.
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

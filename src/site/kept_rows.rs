@@ -198,8 +198,7 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::{AsArray, Float64Array};
-    use datafusion::arrow::datatypes::Int64Type;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use datafusion::prelude::SessionContext;
 
     use super::*;

@@ -7,6 +7,17 @@
 //! in memory, so that rounds after the first do not read and decode its
 //! files again. What a site keeps never leaves it.
 //!
+//! The first round reads the rows and keeps them, then aggregates the
+//! kept rows as every later round does. They are kept in the order of the
+//! site's files, whichever of the partitions that read them ends first,
+//! and every round spreads them over [`KEPT_PARTITIONS`] partitions, a
+//! number that does not depend on the machine's cores, whose states the
+//! site merges in partition order ([`crate::site::in_order`]). So a fit
+//! adds the same rows in the same order in every round, run and machine,
+//! and its sums have the same bits (for a source without a filter; a
+//! filter's output batches can be cut differently as the reading is
+//! spread over more or fewer cores).
+//!
 //! The rows of a fit belong to the session that started it: they are used
 //! and released only by requests that carry its scope id (a random 64-bit
 //! number the coordinator draws per fit, so one session cannot name
@@ -18,13 +29,15 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::collect;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, collect_partitioned};
 use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
@@ -70,8 +83,7 @@ struct Kept {
 impl KeptRows {
     /// `partial` over the fit's kept input: read (and kept) in the first
     /// round of fit `scope`, reused in the later rounds whose input is the
-    /// same (`key`). The kept batches are spread over `partitions` (fewer
-    /// when there are fewer batches).
+    /// same (`key`).
     pub async fn partial_over_kept(
         &self,
         partial: AggregateExec,
@@ -79,7 +91,6 @@ impl KeptRows {
         scope: u64,
         key: String,
         task_ctx: Arc<TaskContext>,
-        partitions: usize,
     ) -> Result<AggregateExec> {
         let cached = {
             let kept = self.kept.lock().expect("not poisoned");
@@ -90,8 +101,7 @@ impl KeptRows {
         let batches = match cached {
             Some(batches) => batches,
             None => {
-                let input = yield_after_each_batch(Arc::clone(partial.input()))?;
-                let batches = collect(input, task_ctx).await?;
+                let batches = read_in_order(partial.input(), task_ctx).await?;
                 let mut kept = self.kept.lock().expect("not poisoned");
                 // A fit keeps the input of its latest encoder only.
                 kept.retain(|k| k.scope != scope);
@@ -107,22 +117,7 @@ impl KeptRows {
                 batches
             }
         };
-        // No more partitions than batches: an empty partition still costs
-        // a round a task and a state to merge, which matter on small data.
-        let mut spread = vec![Vec::new(); partitions.min(batches.len()).max(1)];
-        let parts = spread.len();
-        for (i, batch) in batches.into_iter().enumerate() {
-            spread[i % parts].push(batch);
-        }
-        let input = MemorySourceConfig::try_new_exec(&spread, partial.input().schema(), None)?;
-        let over_kept = AggregateExec::try_new(
-            AggregateMode::Partial,
-            partial.group_expr().clone(),
-            shared_constants(partial.aggr_expr()),
-            partial.filter_expr().to_vec(),
-            input,
-            partial.input_schema(),
-        )?;
+        let over_kept = over_batches(&partial, batches)?;
         let mut kept = self.kept.lock().expect("not poisoned");
         if let Some(entry) = kept.iter_mut().find(|k| k.scope == scope && k.key == key) {
             entry.planned = Some((encoder.clone(), over_kept.clone()));
@@ -165,6 +160,63 @@ impl KeptRows {
     }
 }
 
+/// The rows below a round's aggregate, read with the partitions of the
+/// site's scan at once and put together in partition order: for a site's
+/// files, the order of their rows, however many cores read them. Round-
+/// robin repartitions (which DataFusion adds to spread a small scan over
+/// the cores, and which deal batches out in turn) are taken out first:
+/// they would put the rows in an order that depends on the core count.
+async fn read_in_order(
+    input: &Arc<dyn ExecutionPlan>,
+    task_ctx: Arc<TaskContext>,
+) -> Result<Vec<RecordBatch>> {
+    let input = Arc::clone(input)
+        .transform_up(|node| {
+            let round_robin = node
+                .downcast_ref::<RepartitionExec>()
+                .filter(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)));
+            Ok(match round_robin {
+                Some(repartition) => Transformed::yes(Arc::clone(repartition.input())),
+                None => Transformed::no(node),
+            })
+        })?
+        .data;
+    let input = yield_after_each_batch(input)?;
+    Ok(collect_partitioned(input, task_ctx)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// How many partitions a round spreads a fit's kept rows over (fewer when
+/// there are fewer batches): fixed, not the machine's core count, so that
+/// the rows each partition adds, and the order of their sums, are the same
+/// on every machine. More than the cores of most machines, so that a round
+/// still keeps them all busy; an empty partition would still cost a round
+/// a task and a state to merge, which matter on small data.
+pub const KEPT_PARTITIONS: usize = 16;
+
+/// `partial` over kept `batches`, dealt out in turn over
+/// [`KEPT_PARTITIONS`] partitions, its literal arguments shared between
+/// batches.
+fn over_batches(partial: &AggregateExec, batches: Vec<RecordBatch>) -> Result<AggregateExec> {
+    let mut spread = vec![Vec::new(); KEPT_PARTITIONS.min(batches.len()).max(1)];
+    let parts = spread.len();
+    for (i, batch) in batches.into_iter().enumerate() {
+        spread[i % parts].push(batch);
+    }
+    let input = MemorySourceConfig::try_new_exec(&spread, partial.input().schema(), None)?;
+    Ok(AggregateExec::try_new(
+        AggregateMode::Partial,
+        partial.group_expr().clone(),
+        shared_constants(partial.aggr_expr()),
+        partial.filter_expr().to_vec(),
+        input,
+        partial.input_schema(),
+    )?)
+}
+
 /// The aggregates of a round over kept rows, with the literal arguments
 /// of the [`SHARES_CONSTANTS`] aggregates wrapped in a [`ConstantArgument`]:
 /// a round then fills one array per literal and batch length rather than
@@ -199,39 +251,62 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
 mod tests {
     use datafusion::arrow::array::{AsArray, Float64Array};
     use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use datafusion::prelude::SessionContext;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
+    use crate::site::in_order;
     use crate::wire::rebind::tests::{aggregate, partial, run};
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
 
-    /// A table `t(x, y)` of 20,000 rows in batches of 8192 and fewer, and
-    /// fedsql's aggregates.
-    fn context() -> SessionContext {
-        let ctx = SessionContext::new();
-        fedsql_udfs::register_all(&ctx);
+    /// Table `t(x, y)`: batches of the given lengths, rows numbered on
+    /// across them.
+    fn table_batches(lengths: &[u32]) -> Vec<RecordBatch> {
         let schema = Arc::new(Schema::new(vec![
             Field::new("x", DataType::Float64, false),
             Field::new("y", DataType::Float64, false),
         ]));
-        let batches = [8192, 8192, 3616].map(|rows| {
-            let column =
-                |f: fn(u32) -> f64| Arc::new(Float64Array::from_iter_values((0..rows).map(f)));
-            RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    column(|i| f64::from((i * 37) % 101) / 50.0 - 1.0),
-                    column(|i| f64::from((i * 13) % 7 < 3)),
-                ],
-            )
-            .unwrap()
-        });
-        let table =
-            datafusion::datasource::MemTable::try_new(schema, vec![batches.to_vec()]).unwrap();
+        let mut first = 0;
+        lengths
+            .iter()
+            .map(|&rows| {
+                let column = |f: &dyn Fn(u32) -> f64| {
+                    Arc::new(Float64Array::from_iter_values((first..first + rows).map(f)))
+                };
+                let batch = RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![
+                        column(&|i| f64::from((i * 37) % 101) / 50.0 - 1.0),
+                        column(&|i| f64::from((i * 13) % 7 < 3)),
+                    ],
+                )
+                .unwrap();
+                first += rows;
+                batch
+            })
+            .collect()
+    }
+
+    /// 20,000 rows in batches of 8192 and fewer.
+    const LENGTHS: [u32; 3] = [8192, 8192, 3616];
+
+    /// A context of `target_partitions` with table `t` in `partitions`
+    /// (each a run of [`table_batches`]), and fedsql's aggregates.
+    fn context_of(target_partitions: usize, partitions: Vec<Vec<RecordBatch>>) -> SessionContext {
+        let config = SessionConfig::new().with_target_partitions(target_partitions);
+        let ctx = SessionContext::new_with_config(config);
+        fedsql_udfs::register_all(&ctx);
+        let schema = partitions[0][0].schema();
+        let table = datafusion::datasource::MemTable::try_new(schema, partitions).unwrap();
         ctx.register_table("t", Arc::new(table)).unwrap();
         ctx
+    }
+
+    /// A context with table `t` of [`LENGTHS`] in one partition.
+    fn context() -> SessionContext {
+        context_of(2, vec![table_batches(&LENGTHS)])
     }
 
     fn shared(exec: &AggregateExec) -> AggregateExec {
@@ -244,6 +319,17 @@ mod tests {
             exec.input_schema(),
         )
         .unwrap()
+    }
+
+    /// The rows a round's states counted (`count(*)`, the last column).
+    fn counted(states: Vec<RecordBatch>) -> i64 {
+        states
+            .iter()
+            .map(|b| {
+                let count = b.column(b.num_columns() - 1);
+                datafusion::arrow::compute::sum(count.as_primitive::<Int64Type>()).unwrap_or(0)
+            })
+            .sum()
     }
 
     fn wrapped_arguments(exec: &AggregateExec) -> usize {
@@ -289,21 +375,15 @@ mod tests {
 
     #[tokio::test]
     async fn kept_rows_are_spread_over_no_more_partitions_than_batches() {
-        let ctx = context();
-        let plan = aggregate(&ctx, STEP).await;
-        let plain = partial(&ctx, &plan).await;
-        let kept = KeptRows::default();
-        // The table's three batches over 2, 3 and 8 partitions asked for.
-        for (asked, spread) in [(2, 2), (3, 3), (8, 3)] {
+        // 3 batches over 3 partitions; 40 over the fixed 16.
+        let many = [500; 40];
+        for (lengths, spread) in [(&LENGTHS[..], 3), (&many[..], KEPT_PARTITIONS)] {
+            let ctx = context_of(2, vec![table_batches(lengths)]);
+            let plan = aggregate(&ctx, STEP).await;
+            let plain = partial(&ctx, &plan).await;
+            let kept = KeptRows::default();
             let over_kept = kept
-                .partial_over_kept(
-                    plain.clone(),
-                    &plan,
-                    asked as u64,
-                    "t".into(),
-                    ctx.task_ctx(),
-                    asked,
-                )
+                .partial_over_kept(plain, &plan, 1, "t".into(), ctx.task_ctx())
                 .await
                 .unwrap();
             let partitions = over_kept
@@ -311,17 +391,75 @@ mod tests {
                 .properties()
                 .partitioning
                 .partition_count();
-            assert_eq!(partitions, spread, "{asked} partitions asked for");
+            assert_eq!(partitions, spread, "{} batches", lengths.len());
             // Every kept row is counted once, whatever the spread.
-            let counted: i64 = run(&ctx, over_kept)
+            let rows: u32 = lengths.iter().sum();
+            assert_eq!(counted(run(&ctx, over_kept).await), i64::from(rows));
+        }
+    }
+
+    /// The state a site returns for a round of a fit, and for the round
+    /// after it (over the rows kept by the first).
+    async fn fit_states(ctx: &SessionContext) -> [Vec<RecordBatch>; 2] {
+        let plan = aggregate(ctx, STEP).await;
+        let kept = KeptRows::default();
+        let mut states = Vec::new();
+        for _ in 0..2 {
+            let plain = partial(ctx, &plan).await;
+            let over_kept = kept
+                .partial_over_kept(plain, &plan, 9, "t".into(), ctx.task_ctx())
                 .await
-                .iter()
-                .map(|b| {
-                    let count = b.column(b.num_columns() - 1);
-                    datafusion::arrow::compute::sum(count.as_primitive::<Int64Type>()).unwrap_or(0)
-                })
-                .sum();
-            assert_eq!(counted, 20_000);
+                .unwrap();
+            let state = in_order::one_state_per_group(over_kept).unwrap();
+            states.push(collect(state, ctx.task_ctx()).await.unwrap());
+        }
+        states.try_into().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fit_has_the_same_bits_however_many_cores_read_its_file() {
+        // A Parquet file of 37 row groups of uneven lengths, read as 1 to
+        // 7 byte ranges at once (as a site's scan spreads a file over its
+        // cores), three times each.
+        let lengths: Vec<u32> = (0..37).map(|i| 300 + (i * 7919) % 1200).collect();
+        let batches = table_batches(&lengths);
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("t.parquet");
+        let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&path).unwrap(),
+            batches[0].schema(),
+            None,
+        )
+        .unwrap();
+        for batch in &batches {
+            writer.write(batch).unwrap();
+            writer.flush().unwrap();
+        }
+        writer.close().unwrap();
+        let mut expected = None;
+        for cores in [1, 2, 3, 7] {
+            let config = crate::site::local::site_session()
+                .copied_config()
+                .with_target_partitions(cores)
+                .with_repartition_file_min_size(0);
+            let ctx = SessionContext::new_with_config(config);
+            fedsql_udfs::register_all(&ctx);
+            ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
+                .await
+                .unwrap();
+            let plan = aggregate(&ctx, STEP).await;
+            let scan = partial(&ctx, &plan).await;
+            assert_eq!(
+                scan.properties().partitioning.partition_count(),
+                cores,
+                "the file is read as {cores} byte ranges"
+            );
+            for _ in 0..3 {
+                let states = fit_states(&ctx).await;
+                assert_eq!(states[0], states[1], "{cores} cores");
+                let expected = expected.get_or_insert_with(|| states.clone());
+                assert_eq!(&states, expected, "{cores} cores");
+            }
         }
     }
 }

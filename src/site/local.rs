@@ -38,6 +38,7 @@ use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
+use crate::site::in_order;
 use crate::site::joins;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
@@ -66,6 +67,14 @@ pub fn site_session() -> SessionContext {
         .set_str(
             "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
             "1.0",
+        )
+        // Each partition reads its own byte ranges of the files, never a
+        // sibling's taken at run time: which partition adds which rows
+        // then depends on the files alone, and a state merged in partition
+        // order has the same bits every run (see `site::in_order`).
+        .set_bool(
+            "datafusion.execution.enable_file_stream_work_stealing",
+            false,
         );
     let state = SessionStateBuilder::new()
         .with_config(config)
@@ -395,7 +404,7 @@ impl LocalClient {
             None => (partial, None),
         };
         Ok(SitePlan {
-            plan: encoder::one_state_per_group(partial)?,
+            plan: in_order::one_state_per_group(partial)?,
             counts,
         })
     }
@@ -423,7 +432,6 @@ impl LocalClient {
                     scope,
                     encoder.input_key(),
                     self.task_ctx()?,
-                    state.config().target_partitions(),
                 )
                 .await
                 .map_err(|e| match &e {

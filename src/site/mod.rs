@@ -18,6 +18,7 @@ pub mod files;
 pub mod group_rows;
 pub mod guarded;
 pub mod identity;
+pub mod in_order;
 pub mod joins;
 pub mod kept_rows;
 pub mod local;

@@ -25,7 +25,6 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 
 use crate::error::{FedError, Result};
 use crate::wire::exposure::{self, Locality};
@@ -330,30 +329,6 @@ fn find_aggregate(
         Ok(TreeNodeRecursion::Continue)
     });
     found
-}
-
-/// The client side: the partial aggregate, its partitions reduced to one
-/// state row per group (`PartialReduce`: states in, states out).
-pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPlan>> {
-    let group_by = partial.group_expr().as_final();
-    let aggr = partial.aggr_expr().to_vec();
-    let filters = partial.filter_expr().to_vec();
-    let input_schema = partial.input_schema();
-    let partial: Arc<dyn ExecutionPlan> = Arc::new(partial);
-    let merged: Arc<dyn ExecutionPlan> =
-        if partial.properties().output_partitioning().partition_count() > 1 {
-            Arc::new(CoalescePartitionsExec::new(partial))
-        } else {
-            partial
-        };
-    Ok(Arc::new(AggregateExec::try_new(
-        AggregateMode::PartialReduce,
-        group_by,
-        aggr,
-        filters,
-        merged,
-        input_schema,
-    )?))
 }
 
 /// An encoder's plan ends in an aggregate and only reads: checked before

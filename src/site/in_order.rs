@@ -31,19 +31,32 @@ use crate::error::Result;
 
 /// The site side of an encoder: the partial aggregate, its partitions
 /// reduced to one state row per group (`PartialReduce`: states in, states
-/// out), merged in partition order.
+/// out), merged in partition order. A partial aggregate without groups
+/// over one partition already gives one state row, and is returned as it
+/// is, unless its state has a field of rows for the site's reduce stage
+/// (`cox_step`'s `[site_rows]`, which only that stage empties). A grouped
+/// one may give a group several rows, when it emits early under memory
+/// pressure, so it is always reduced.
 pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPlan>> {
+    let partitions = partial.properties().output_partitioning().partition_count();
+    let for_the_reduce = partial
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| f.name().ends_with("[site_rows]"));
+    if partitions == 1 && partial.group_expr().is_empty() && !for_the_reduce {
+        return Ok(Arc::new(partial));
+    }
     let group_by = partial.group_expr().as_final();
     let aggr = partial.aggr_expr().to_vec();
     let filters = partial.filter_expr().to_vec();
     let input_schema = partial.input_schema();
     let partial: Arc<dyn ExecutionPlan> = Arc::new(partial);
-    let merged: Arc<dyn ExecutionPlan> =
-        if partial.properties().output_partitioning().partition_count() > 1 {
-            Arc::new(InPartitionOrderExec::new(partial))
-        } else {
-            partial
-        };
+    let merged: Arc<dyn ExecutionPlan> = if partitions > 1 {
+        Arc::new(InPartitionOrderExec::new(partial))
+    } else {
+        partial
+    };
     Ok(Arc::new(AggregateExec::try_new(
         AggregateMode::PartialReduce,
         group_by,
@@ -187,5 +200,57 @@ mod tests {
                 .collect();
             assert_eq!(seen, values);
         }
+    }
+
+    #[tokio::test]
+    async fn one_partition_without_groups_needs_no_reduce() {
+        use crate::wire::rebind::tests::{aggregate, partial};
+        let ctx = SessionContext::new_with_config(
+            datafusion::prelude::SessionConfig::new().with_target_partitions(1),
+        );
+        let values = [1e16, 1.0, -1e16, 1.0, 3.0, 0.5];
+        let table = datafusion::datasource::MemTable::try_new(
+            partitions(&values).schema(),
+            vec![collect(partitions(&values), ctx.task_ctx()).await.unwrap()],
+        )
+        .unwrap();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        let mode = |plan: &Arc<dyn ExecutionPlan>| {
+            *plan
+                .downcast_ref::<AggregateExec>()
+                .expect("an aggregate")
+                .mode()
+        };
+        let sum = partial(
+            &ctx,
+            &aggregate(&ctx, "SELECT sum(v), count(*) FROM t").await,
+        )
+        .await;
+        let grouped = partial(
+            &ctx,
+            &aggregate(&ctx, "SELECT v > 0 AS g, sum(v) FROM t GROUP BY v > 0").await,
+        )
+        .await;
+        let alone = one_state_per_group(sum.clone()).unwrap();
+        assert_eq!(mode(&alone), AggregateMode::Partial);
+        assert_eq!(
+            mode(&one_state_per_group(grouped).unwrap()),
+            AggregateMode::PartialReduce
+        );
+        // The same one state row as reduced.
+        let reduced: Arc<dyn ExecutionPlan> = Arc::new(
+            AggregateExec::try_new(
+                AggregateMode::PartialReduce,
+                sum.group_expr().as_final(),
+                sum.aggr_expr().to_vec(),
+                sum.filter_expr().to_vec(),
+                Arc::new(sum.clone()),
+                sum.input_schema(),
+            )
+            .unwrap(),
+        );
+        let states = collect(alone, ctx.task_ctx()).await.unwrap();
+        assert_eq!(states.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+        assert_eq!(states, collect(reduced, ctx.task_ctx()).await.unwrap());
     }
 }

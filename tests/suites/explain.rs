@@ -22,10 +22,12 @@ async fn shows_encoder_state_size_merge_and_decoder() {
     let ctx = FedContext::new();
     fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     let text = explain(&ctx, "SELECT corr(age, bmi) FROM clinic").await;
+    // A demo client reads one small file in one partition: its partial
+    // aggregate gives the one state row itself, with no reduce above it.
+    assert!(!text.contains("mode=PartialReduce"), "{text}");
     for part in [
         "Round 1, encoder: runs at each of the 4 clients of `clinic`",
         "mode=Partial",
-        "mode=PartialReduce",
         "what leaves each client",
         // corr's state: count (UInt64) and five Float64 moments.
         "size: 48 bytes per group per client",

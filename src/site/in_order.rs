@@ -69,8 +69,8 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
 
 /// Its input's partitions as one, run at once and handed on in partition
 /// order: all of partition 0's batches, then partition 1's, and so on.
-/// Each partition's output is held until those before it are handed on,
-/// so this is for inputs of few rows (partial aggregate states).
+/// Every partition's output is held until the last one has finished, so
+/// this is for inputs of few rows (partial aggregate states).
 #[derive(Debug)]
 pub struct InPartitionOrderExec {
     input: Arc<dyn ExecutionPlan>,

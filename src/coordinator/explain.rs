@@ -22,6 +22,7 @@ use datafusion::logical_expr::{
     EmptyRelation, Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore,
 };
 use datafusion::physical_plan::{ExecutionPlan, displayable};
+use fedsql_udfs::cox_step;
 
 use crate::coordinator::rounds;
 use crate::coordinator::split::{self, Round};
@@ -328,7 +329,7 @@ fn field_size(field: &Field) -> FieldSize {
         }
         // cox_step: a partial stage hands its rows to the site's own reduce,
         // whose state (what leaves the site) has this list empty.
-        DataType::List(_) if field.name().contains("site_rows") => FieldSize::Variable(
+        DataType::List(_) if cox_step::is_site_rows(field.name()) => FieldSize::Variable(
             "empty when it leaves the site: rows stay in the site's partial stage".into(),
         ),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {

@@ -25,6 +25,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
+use fedsql_udfs::cox_step;
 use futures::TryStreamExt;
 
 use crate::error::Result;
@@ -43,7 +44,7 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
         .schema()
         .fields()
         .iter()
-        .any(|f| f.name().ends_with("[site_rows]"));
+        .any(|f| cox_step::is_site_rows(f.name()));
     if partitions == 1 && partial.group_expr().is_empty() && !for_the_reduce {
         return Ok(Arc::new(partial));
     }

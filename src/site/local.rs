@@ -30,6 +30,7 @@ use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
+use fedsql_udfs::cox_step;
 
 use crate::error::{FedError, Result};
 use crate::site::covered::CountRowsExec;
@@ -629,7 +630,7 @@ struct SitePlan {
 fn check_site_only_fields(batches: &[RecordBatch]) -> Result<()> {
     for batch in batches {
         for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-            if !field.name().ends_with("[site_rows]") {
+            if !cox_step::is_site_rows(field.name()) {
                 continue;
             }
             let leaking = column

@@ -66,6 +66,19 @@ const ROW_LEADING: usize = 4;
 /// Scalar sums before the gradient in the state.
 pub const SCALARS: usize = 9;
 
+/// The state field in which a partial stage hands its rows to the site's
+/// own reduce stage (named `<aggregate>[site_rows]`): only that stage
+/// empties it, and a site refuses to send it otherwise.
+pub const SITE_ROWS: &str = "site_rows";
+
+/// Whether a state field is a [`SITE_ROWS`] field.
+pub fn is_site_rows(field_name: &str) -> bool {
+    field_name
+        .strip_suffix(']')
+        .and_then(|rest| rest.strip_suffix(SITE_ROWS))
+        .is_some_and(|rest| rest.ends_with('['))
+}
+
 /// How tied event times are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ties {
@@ -390,7 +403,7 @@ impl AggregateUDFImpl for CoxStep {
         Ok(vec![
             flat_state::state_field(args.name, SCALARS + k + k * k),
             Arc::new(Field::new(
-                format_state_name(args.name, "site_rows"),
+                format_state_name(args.name, SITE_ROWS),
                 DataType::List(item),
                 true,
             )),
@@ -590,5 +603,14 @@ mod tests {
             ))
             .await;
         }
+    }
+
+    #[test]
+    fn site_rows_fields_are_named_by_their_state_suffix() {
+        let named = format_state_name("cox_step(x)", SITE_ROWS);
+        assert!(is_site_rows(&named));
+        assert!(!is_site_rows("cox_step(x)[sums]"));
+        assert!(!is_site_rows("my_site_rows"));
+        assert!(!is_site_rows("cox_step(x)[not_site_rows]"));
     }
 }

@@ -187,10 +187,27 @@ mod tests {
         MemorySourceConfig::try_new_exec(&batches, schema, None).unwrap()
     }
 
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn partitions_are_handed_on_in_their_order() {
-        let values = [1e16, 1.0, -1e16, 1.0, 3.0, 0.5];
-        let merged = Arc::new(InPartitionOrderExec::new(partitions(&values)));
+        // Partition 0 has 200 batches and ends last; the others have one.
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Float64, false)]));
+        let batch = |v: f64| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(Float64Array::from(vec![v]))],
+            )
+            .unwrap()
+        };
+        let mut parts: Vec<Vec<RecordBatch>> =
+            vec![(0..200).map(|i| batch(f64::from(i))).collect()];
+        parts.extend([1e16, -1e16, 0.5].map(|v| vec![batch(v)]));
+        let expected: Vec<f64> = parts
+            .iter()
+            .flatten()
+            .map(|b| b.column(0).as_primitive::<Float64Type>().value(0))
+            .collect();
+        let input = MemorySourceConfig::try_new_exec(&parts, schema, None).unwrap();
+        let merged = Arc::new(InPartitionOrderExec::new(input));
         for _ in 0..5 {
             let batches = collect(merged.clone(), SessionContext::new().task_ctx())
                 .await
@@ -199,7 +216,7 @@ mod tests {
                 .iter()
                 .flat_map(|b| b.column(0).as_primitive::<Float64Type>().values().to_vec())
                 .collect();
-            assert_eq!(seen, values);
+            assert_eq!(seen, expected);
         }
     }
 

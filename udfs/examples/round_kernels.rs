@@ -1,7 +1,8 @@
 //! Times the three kernels of an IRLS round at a site, one thread, in
-//! nanoseconds per row: η ([`linear_predictor`]), the logistic rows
-//! ([`Canonical::add_rows`]) and X'WX with X'Wz ([`add_upper_gram`]), over
-//! 11 columns in blocks of [`BLOCK`] rows, as `irls_step` runs them.
+//! nanoseconds per row: η ([`linear_predictor`]), the logistic rows with
+//! the check that admits them ([`Canonical::add_rows`]) and X'WX with
+//! X'Wz ([`GramLanes`]), over 11 columns in blocks of [`BLOCK`] rows, as
+//! `irls_step` runs them.
 //!
 //! `cargo run --release -p fedsql-udfs --example round_kernels [ROWS]`:
 //! ROWS = 8192 keeps the columns in the cache; the default, 1.25M rows
@@ -10,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use fedsql_udfs::gram::{BLOCK, add_upper_gram, linear_predictor};
+use fedsql_udfs::gram::{BLOCK, GramLanes, linear_predictor};
 use fedsql_udfs::irls_canonical::{Canonical, CanonicalRows};
 
 const COLUMNS: usize = 11;
@@ -41,7 +42,7 @@ fn main() {
     let mut best = [Duration::MAX; 3];
     for _ in 0..5 {
         let mut spent = [Duration::ZERO; 3];
-        let (mut gram, mut rhs) = (vec![0.0; COLUMNS * COLUMNS], vec![0.0; COLUMNS]);
+        let mut gram = GramLanes::new(COLUMNS);
         let (mut eta, mut working, mut wz) = ([0.0; BLOCK], [0.0; BLOCK], [0.0; BLOCK]);
         let mut deviance = 0.0;
         for _ in 0..passes {
@@ -56,6 +57,7 @@ fn main() {
                 let sums = Canonical::Logistic.add_rows(
                     CanonicalRows {
                         y: &y[start..start + whole],
+                        trials: &weight[start..start + whole],
                         offset: &offset[start..start + whole],
                         weight: &weight[start..start + whole],
                         eta: Some(&eta[..whole]),
@@ -63,15 +65,17 @@ fn main() {
                     &mut working[..whole],
                     &mut wz[..whole],
                 );
-                deviance += sums.deviance;
+                deviance += sums.expect("every row admitted").deviance;
                 let t2 = Instant::now();
-                add_upper_gram(&mut gram, &mut rhs, &block, &working[..n], Some(&wz[..n]));
+                gram.add(&block, &working[..n], Some(&wz[..n]));
                 spent[0] += t1 - t0;
                 spent[1] += t2 - t1;
                 spent[2] += t2.elapsed();
             }
         }
-        std::hint::black_box((deviance, &gram, &rhs));
+        let (mut xtwx, mut xtwz) = (vec![0.0; COLUMNS * COLUMNS], vec![0.0; COLUMNS]);
+        gram.add_upper_to(&mut xtwx, &mut xtwz);
+        std::hint::black_box((deviance, &xtwx, &xtwz));
         for (best, spent) in best.iter_mut().zip(spent) {
             *best = (*best).min(spent);
         }

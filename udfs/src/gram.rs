@@ -2,20 +2,24 @@
 //! model round at a site: X'WX (and X'Wz beside it) for IRLS, the
 //! curvature block of `sgd_newton`.
 //!
-//! One pass over blocks of rows small enough to stay in the L1 cache
-//! (k columns × [`BLOCK`] rows), computing only the upper triangle of the
-//! symmetric result (k(k+1)/2 dot products instead of a general k × k
-//! matrix product) and mirroring it once per batch. The dot products run
-//! for two rows of the triangle and four columns at a time (eight sums in
-//! registers, from six loads per four rows), each with four independent
-//! partial sums in one vector ([`crate::lanes`]: AVX2 where the processor
-//! has it, the same bits either way).
+//! Callers pass blocks of rows small enough to stay in the L2 cache (k
+//! columns × [`BLOCK`] rows). Only the upper triangle of the symmetric
+//! result is computed (k(k+1)/2 dot products instead of a general k × k
+//! matrix product) and mirrored once per batch. The dot products run for
+//! two rows of the triangle and four columns at a time (eight sums in
+//! registers, from seven loads per four rows, the weights applied in
+//! registers), each with four independent partial sums in one vector
+//! ([`crate::lanes`]: AVX2 where the processor has it, the same bits
+//! either way), which stay apart until the batch's end ([`GramLanes`]).
 //! The order of the additions depends only on the rows, never on threads.
 
 use crate::lanes::{self, LANES, Lanes, Vec4, WithLanes};
 
-/// Rows per cache block.
-pub const BLOCK: usize = 256;
+/// Rows per cache block: long enough that the dot products' loops run
+/// hundreds of times per call, short enough that a block of a dozen
+/// columns, read once from memory for η, is still in the L2 cache for
+/// X'WX (2048 rows ran a round's kernels 12% faster than 256).
+pub const BLOCK: usize = 2048;
 
 /// Adds Σ_r w_r x_r x_rᵀ to `gram` (k × k, row-major, kept symmetric)
 /// and, when `wz` is given, Σ_r wz_r x_r to `rhs`. `x` holds k columns of
@@ -42,19 +46,68 @@ pub fn add_upper_gram(
     w: &[f64],
     wz: Option<&[f64]>,
 ) {
-    lanes::dispatch(UpperGram {
-        gram,
-        rhs,
-        x,
-        w,
-        wz,
-    })
+    let mut sums = GramLanes::new(x.len());
+    sums.add(x, w, wz);
+    sums.add_upper_to(gram, rhs);
 }
 
-/// The arguments of [`add_upper_gram`], run over the lanes chosen.
+/// Four partial sums of one entry: row r of a block adds to lane r mod 4.
+type LaneSums = [f64; LANES];
+
+/// X'WX (upper triangle) and X'Wz over any number of blocks of rows, each
+/// entry kept as four partial sums ([`LaneSums`]) until
+/// [`GramLanes::add_upper_to`] adds them out: one vector addition per
+/// entry and block instead of a sum across lanes.
+pub struct GramLanes {
+    k: usize,
+    gram: Vec<LaneSums>,
+    rhs: Vec<LaneSums>,
+}
+
+impl GramLanes {
+    /// Zero sums for k columns.
+    pub fn new(k: usize) -> Self {
+        Self {
+            k,
+            gram: vec![[0.0; LANES]; k * k],
+            rhs: vec![[0.0; LANES]; k],
+        }
+    }
+
+    /// Adds Σ_r w_r x_r x_rᵀ (upper triangle) and, when `wz` is given,
+    /// Σ_r wz_r x_r, with AVX2 where the processor has it
+    /// ([`lanes::dispatch`]; the same bits either way). Callers pass
+    /// blocks of at most [`BLOCK`] rows, for the cache.
+    pub fn add(&mut self, x: &[&[f64]], w: &[f64], wz: Option<&[f64]>) {
+        debug_assert_eq!(x.len(), self.k);
+        lanes::dispatch(UpperGram {
+            sums: self,
+            x,
+            w,
+            wz,
+        })
+    }
+
+    /// Adds each entry's four partial sums, (l0 + l2) + (l1 + l3), to the
+    /// upper triangle (j ≥ i) of `gram` (k × k, row-major) and to `rhs`.
+    pub fn add_upper_to(&self, gram: &mut [f64], rhs: &mut [f64]) {
+        let k = self.k;
+        debug_assert_eq!(gram.len(), k * k);
+        let total = |l: &LaneSums| (l[0] + l[2]) + (l[1] + l[3]);
+        for i in 0..k {
+            for j in i..k {
+                gram[i * k + j] += total(&self.gram[i * k + j]);
+            }
+        }
+        for (r, l) in rhs.iter_mut().zip(&self.rhs) {
+            *r += total(l);
+        }
+    }
+}
+
+/// The arguments of [`GramLanes::add`], run over the lanes chosen.
 struct UpperGram<'a> {
-    gram: &'a mut [f64],
-    rhs: &'a mut [f64],
+    sums: &'a mut GramLanes,
     x: &'a [&'a [f64]],
     w: &'a [f64],
     wz: Option<&'a [f64]>,
@@ -65,77 +118,66 @@ impl WithLanes for UpperGram<'_> {
 
     #[inline(always)]
     fn run<L: Lanes>(self, lanes: L) {
-        let UpperGram {
-            gram,
-            rhs,
-            x,
-            w,
-            wz,
-        } = self;
-        upper_gram(lanes, gram, rhs, x, w, wz);
+        let UpperGram { sums, x, w, wz } = self;
+        upper_gram(lanes, sums, x, w, wz);
     }
 }
 
 #[inline(always)]
 fn upper_gram<L: Lanes>(
     lanes: L,
-    gram: &mut [f64],
-    rhs: &mut [f64],
+    sums: &mut GramLanes,
     x: &[&[f64]],
     w: &[f64],
     wz: Option<&[f64]>,
 ) {
     let k = x.len();
-    debug_assert_eq!(gram.len(), k * k);
-    let rows = w.len();
-    let mut scaled = [[0.0; BLOCK]; 2];
-    let mut start = 0;
-    while start < rows {
-        let end = (start + BLOCK).min(rows);
-        let weights = &w[start..end];
-        let column = |j: usize| &x[j][start..end];
-        // Two rows of the triangle at a time (i and i + 1), so that each
-        // load of a column serves two dot products.
-        let mut i = 0;
-        while i < k {
-            let pair = (i + 1 < k) as usize + 1;
-            for (p, s) in scaled.iter_mut().enumerate().take(pair) {
-                for ((s, a), b) in s.iter_mut().zip(column(i + p)).zip(weights) {
-                    *s = a * b;
-                }
-            }
-            let (s0, s1) = (&scaled[0][..end - start], &scaled[1][..end - start]);
-            if pair == 2 {
-                add_triangle_rows(lanes, gram, i, [s0, s1], x, start..end);
-            } else {
-                add_triangle_rows(lanes, gram, i, [s0], x, start..end);
-            }
-            i += pair;
+    let GramLanes { gram, rhs, .. } = sums;
+    let rows = 0..w.len();
+    // Two rows of the triangle at a time (i and i + 1), so that each load
+    // of a column serves two dot products; w x_i is formed in registers.
+    let mut i = 0;
+    while i + 1 < k {
+        add_triangle_rows(lanes, gram, i, Some(w), [x[i], x[i + 1]], x, rows.clone());
+        i += 2;
+    }
+    if i < k {
+        add_triangle_rows(lanes, gram, i, Some(w), [x[i]], x, rows.clone());
+    }
+    // X'Wz: the weighted working responses against every column.
+    if let Some(wz) = wz {
+        let mut j = 0;
+        while j < k {
+            let width = (k - j).min(4);
+            tile_sums(
+                lanes,
+                None,
+                [wz],
+                &x[j..j + width],
+                rows.clone(),
+                |_, c, sum| add_lanes(&mut rhs[j + c], sum),
+            );
+            j += width;
         }
-        // X'Wz: the weighted working responses against every column.
-        if let Some(wz) = wz {
-            let wz = &wz[start..end];
-            let mut j = 0;
-            while j < k {
-                let width = (k - j).min(4);
-                tile_sums(lanes, [wz], &x[j..j + width], start..end, |_, c, sum| {
-                    rhs[j + c] += sum
-                });
-                j += width;
-            }
-        }
-        start = end;
     }
 }
 
-/// Adds to rows i..i + R of the upper triangle of `gram` (k × k, k =
-/// `x.len()`) the dot products of `s` (row i + p's left-hand column) with
-/// the columns x_j, j ≥ i, over `rows`, four columns at a time.
+/// Adds a tile's lane sums to an entry's.
+#[inline(always)]
+fn add_lanes<L: Lanes>(entry: &mut LaneSums, sum: Vec4<L>) {
+    *entry = (Vec4::of(sum.lanes(), entry) + sum).to_array();
+}
+
+/// Adds to rows i..i + R of the upper triangle of `gram` (k × k lane
+/// sums, k = `x.len()`) the dot products of `s` (row i + p's left-hand
+/// column) with the columns x_j, j ≥ i, over `rows`, four columns at a
+/// time.
 #[inline(always)]
 fn add_triangle_rows<L: Lanes, const R: usize>(
     lanes: L,
-    gram: &mut [f64],
+    gram: &mut [LaneSums],
     i: usize,
+    w: Option<&[f64]>,
     s: [&[f64]; R],
     x: &[&[f64]],
     rows: std::ops::Range<usize>,
@@ -144,10 +186,10 @@ fn add_triangle_rows<L: Lanes, const R: usize>(
     let mut j = i;
     while j < k {
         let width = (k - j).min(4);
-        tile_sums(lanes, s, &x[j..j + width], rows.clone(), |p, c, sum| {
+        tile_sums(lanes, w, s, &x[j..j + width], rows.clone(), |p, c, sum| {
             // (i + 1, i) is below the diagonal: mirrored later.
             if j + c >= i + p {
-                gram[(i + p) * k + j + c] += sum;
+                add_lanes(&mut gram[(i + p) * k + j + c], sum);
             }
         });
         j += width;
@@ -159,13 +201,19 @@ fn add_triangle_rows<L: Lanes, const R: usize>(
 /// one block of rows at a time, centered into a buffer that stays in the
 /// L1 cache (no copy of the batch), on the lanes [`lanes::dispatch`] picks.
 pub fn add_centered_gram(gram: &mut [f64], x: &[&[f64]], mean: &[f64]) {
-    lanes::dispatch(CenteredGram { gram, x, mean });
+    let mut sums = GramLanes::new(x.len());
+    lanes::dispatch(CenteredGram {
+        gram: &mut sums.gram,
+        x,
+        mean,
+    });
+    sums.add_upper_to(gram, &mut []);
     mirror_upper(gram, x.len());
 }
 
 /// The arguments of [`add_centered_gram`].
 struct CenteredGram<'a> {
-    gram: &'a mut [f64],
+    gram: &'a mut [LaneSums],
     x: &'a [&'a [f64]],
     mean: &'a [f64],
 }
@@ -177,7 +225,6 @@ impl WithLanes for CenteredGram<'_> {
     fn run<L: Lanes>(self, lanes: L) {
         let CenteredGram { gram, x, mean } = self;
         let k = x.len();
-        debug_assert_eq!(gram.len(), k * k);
         let rows = x.first().map_or(0, |c| c.len());
         let mut centered = vec![[0.0; BLOCK]; k];
         let mut start = 0;
@@ -192,11 +239,11 @@ impl WithLanes for CenteredGram<'_> {
             let block: Vec<&[f64]> = centered.iter().map(|c| &c[..n]).collect();
             let mut i = 0;
             while i + 1 < k {
-                add_triangle_rows(lanes, gram, i, [block[i], block[i + 1]], &block, 0..n);
+                add_triangle_rows(lanes, gram, i, None, [block[i], block[i + 1]], &block, 0..n);
                 i += 2;
             }
             if i < k {
-                add_triangle_rows(lanes, gram, i, [block[i]], &block, 0..n);
+                add_triangle_rows(lanes, gram, i, None, [block[i]], &block, 0..n);
             }
             start = end;
         }
@@ -204,20 +251,23 @@ impl WithLanes for CenteredGram<'_> {
 }
 
 /// The dot products of the `R` columns `s` with up to four columns of
-/// `x` (over `rows` of them), passed to `add` as (row of s, column, sum).
+/// `x` (over `rows` of them), passed to `add` as (row of s, column, lane
+/// sums).
 #[inline(always)]
 fn tile_sums<L: Lanes, const R: usize>(
     lanes: L,
+    w: Option<&[f64]>,
     s: [&[f64]; R],
     x: &[&[f64]],
     rows: std::ops::Range<usize>,
-    mut add: impl FnMut(usize, usize, f64),
+    mut add: impl FnMut(usize, usize, Vec4<L>),
 ) {
     let column = |c: usize| &x[c][rows.clone()];
+    let (w, s) = (w.map(|w| &w[rows.clone()]), s.map(|s| &s[rows.clone()]));
     // One copy of the tile per width, so that its sums stay in registers.
     macro_rules! run {
         ($($c:expr),+) => {
-            for (p, row) in tile(lanes, s, [$(column($c)),+]).iter().enumerate() {
+            for (p, row) in tile(lanes, w, s, [$(column($c)),+]).iter().enumerate() {
                 row.iter().enumerate().for_each(|(c, &v)| add(p, c, v));
             }
         };
@@ -334,47 +384,55 @@ impl WithLanes for LinearPredictor<'_> {
 
 /// The dot products of the `R` columns `s` with the `C` columns `x`, all
 /// of the same length: R × C sums held in vector registers (R × C ≤ 8),
-/// each with four independent partial sums (row r goes to lane r mod 4),
-/// so one load of a column serves R products. Each sum is added in the
-/// same order whatever R, C and the vector unit.
+/// each as four partial sums (row r goes to lane r mod 4), so one load of
+/// a column serves R products. Each sum is added in the same order
+/// whatever R, C and the vector unit.
 #[inline(always)]
 fn tile<L: Lanes, const R: usize, const C: usize>(
     lanes: L,
+    w: Option<&[f64]>,
     s: [&[f64]; R],
     x: [&[f64]; C],
-) -> [[f64; C]; R] {
+) -> [[Vec4<L>; C]; R] {
     let rows = s.first().map_or(0, |s| s.len());
-    let whole = rows / 4 * 4;
-    let (s_whole, x_whole) = (s.map(|c| &c[..whole]), x.map(|c| &c[..whole]));
+    let groups = rows / LANES;
+    let whole = groups * LANES;
+    // Groups of four rows, every column cut to the same number of groups
+    // so that the loads need no bounds checks.
+    let (s_groups, x_groups) = (
+        s.map(|c| &c.as_chunks::<LANES>().0[..groups]),
+        x.map(|c| &c.as_chunks::<LANES>().0[..groups]),
+    );
+    let w_groups = w.map(|w| &w.as_chunks::<LANES>().0[..groups]);
     let mut sums = [[Vec4::splat(lanes, 0.0); C]; R];
-    let mut r = 0;
-    while r < whole {
-        let xs = x_whole.map(|c| Vec4::load(lanes, c, r));
-        for (p, sp) in s_whole.iter().enumerate() {
-            let sp = Vec4::load(lanes, sp, r);
+    for g in 0..groups {
+        let xs = x_groups.map(|c| Vec4::of(lanes, &c[g]));
+        let w = w_groups.map(|w| Vec4::of(lanes, &w[g]));
+        for (p, sp) in s_groups.iter().enumerate() {
+            let sp = Vec4::of(lanes, &sp[g]);
+            let sp = match w {
+                Some(w) => sp * w,
+                None => sp,
+            };
             for (c, xc) in xs.iter().enumerate() {
                 sums[p][c] += sp * *xc;
             }
         }
-        r += 4;
     }
-    let mut out = [[0.0; C]; R];
-    for p in 0..R {
-        for c in 0..C {
-            out[p][c] = sums[p][c].sum() + tail(s[p], x[c], whole);
+    if whole < rows {
+        // The last rows (fewer than four), each in its own lane.
+        for p in 0..R {
+            for c in 0..C {
+                let mut lanes_of = sums[p][c].to_array();
+                for r in whole..rows {
+                    let sp = w.map_or(s[p][r], |w| s[p][r] * w[r]);
+                    lanes_of[r - whole] += sp * x[c][r];
+                }
+                sums[p][c] = Vec4::of(lanes, &lanes_of);
+            }
         }
     }
-    out
-}
-
-/// Σ s_i x_i over the rows from `whole` on (fewer than four).
-#[inline(always)]
-fn tail(s: &[f64], x: &[f64], whole: usize) -> f64 {
-    s[whole..]
-        .iter()
-        .zip(&x[whole..s.len()])
-        .map(|(a, b)| a * b)
-        .sum()
+    sums
 }
 
 #[cfg(test)]
@@ -421,14 +479,9 @@ mod tests {
         let (mut chosen, mut chosen_rhs) = (vec![0.0; k * k], vec![0.0; k]);
         add_upper_gram(&mut chosen, &mut chosen_rhs, &x, &w, Some(&wz));
         let (mut portable, mut portable_rhs) = (vec![0.0; k * k], vec![0.0; k]);
-        upper_gram(
-            Portable,
-            &mut portable,
-            &mut portable_rhs,
-            &x,
-            &w,
-            Some(&wz),
-        );
+        let mut sums = GramLanes::new(k);
+        upper_gram(Portable, &mut sums, &x, &w, Some(&wz));
+        sums.add_upper_to(&mut portable, &mut portable_rhs);
         assert_eq!(chosen, portable);
         assert_eq!(chosen_rhs, portable_rhs);
         assert!(chosen[k - 1..].iter().any(|&v| v != 0.0));
@@ -501,14 +554,14 @@ mod tests {
             let d = values(n, 6);
             let e = values(n, 8);
             let expected = |y: &[f64]| a.iter().zip(y).map(|(x, y)| x * y).sum::<f64>();
-            let four = tile(Portable, [&a], [&b, &c, &d, &e]);
-            for (got, y) in four[0].into_iter().zip([&b, &c, &d, &e]) {
+            let four = tile(Portable, None, [&a], [&b, &c, &d, &e]);
+            for (got, y) in four[0].map(Vec4::sum).into_iter().zip([&b, &c, &d, &e]) {
                 assert!((got - expected(y)).abs() < 1e-14, "{n}");
             }
             // Every shape of tile: each sum bit for bit as one alone.
-            let alone = |s: &[f64], y: &[f64]| tile(Portable, [s], [y])[0][0];
-            let two = tile(Portable, [&a, &e], [&b, &c, &d, &a]);
-            let three = tile(Portable, [&a, &e], [&b, &c, &d]);
+            let alone = |s: &[f64], y: &[f64]| tile(Portable, None, [s], [y])[0][0].sum();
+            let two = tile(Portable, None, [&a, &e], [&b, &c, &d, &a]).map(|r| r.map(Vec4::sum));
+            let three = tile(Portable, None, [&a, &e], [&b, &c, &d]).map(|r| r.map(Vec4::sum));
             for (t, y) in [&b, &c, &d, &a].into_iter().enumerate() {
                 assert_eq!(two[0][t], alone(&a, y), "{n}");
                 assert_eq!(two[1][t], alone(&e, y), "{n}");

@@ -12,7 +12,7 @@
 //! with it to a few units in the last place; the order of the additions
 //! depends only on the rows, never on threads.
 
-use crate::family::{Family, Link, whole_logs};
+use crate::family::{Family, Link, WholeLogs, whole_logs};
 pub use crate::lanes::LANES;
 use crate::lanes::{self, Lanes, Vec4, WithLanes};
 /// R's logit threshold: beyond it μ is clamped (the general path).
@@ -46,6 +46,7 @@ pub struct RowSums {
 /// starts from R's `mustart`, as in the general loop.
 pub struct CanonicalRows<'a> {
     pub y: &'a [f64],
+    pub trials: &'a [f64],
     pub offset: &'a [f64],
     pub weight: &'a [f64],
     pub eta: Option<&'a [f64]>,
@@ -61,32 +62,18 @@ impl Canonical {
         }
     }
 
-    /// Whether every row takes this pass (see the module's comment).
-    pub fn admits(self, y: &[f64], trials: &[f64], weight: &[f64], eta: Option<&[f64]>) -> bool {
-        let threshold = match self {
-            Self::Logistic => LOGIT_THRESH,
-            Self::PoissonLog => LOG_THRESH,
-        };
-        // A start from `mustart` keeps η finite and inside the clamps.
-        // `&` rather than `&&`: no branch per row, so the checks vectorize.
-        let eta_inside =
-            eta.is_none_or(|eta| eta.iter().fold(true, |all, e| all & (e.abs() <= threshold)));
-        let rows = y.iter().zip(trials).zip(weight);
-        let rows_inside = match self {
-            Self::Logistic => rows.fold(true, |all, ((&y, &t), &w)| {
-                all & (t == 1.0) & ((y == 0.0) | (y == 1.0)) & (w > 0.0) & (w < f64::INFINITY)
-            }),
-            Self::PoissonLog => rows.fold(true, |all, ((&y, _), &w)| {
-                all & (0.0..f64::INFINITY).contains(&y) & (w > 0.0) & (w < f64::INFINITY)
-            }),
-        };
-        eta_inside && rows_inside
-    }
-
-    /// The row-wise part over admitted rows: their sums, and each row's
-    /// working weight and weighted working response; over the lanes
-    /// [`lanes::dispatch`] picks (the same operations either way).
-    pub fn add_rows(self, rows: CanonicalRows, working: &mut [f64], wz: &mut [f64]) -> RowSums {
+    /// The row-wise part: the rows' sums, and each row's working weight
+    /// and weighted working response; over the lanes [`lanes::dispatch`]
+    /// picks (the same operations either way). `None` when a row is not
+    /// one this pass admits (see the module's comment; checked in the
+    /// same pass): the caller then takes the general loop for the block,
+    /// and `working` and `wz` hold nothing of use.
+    pub fn add_rows(
+        self,
+        rows: CanonicalRows,
+        working: &mut [f64],
+        wz: &mut [f64],
+    ) -> Option<RowSums> {
         lanes::dispatch(AddRows {
             kind: self,
             rows,
@@ -105,10 +92,10 @@ struct AddRows<'a> {
 }
 
 impl WithLanes for AddRows<'_> {
-    type Output = RowSums;
+    type Output = Option<RowSums>;
 
     #[inline(always)]
-    fn run<L: Lanes>(self, lanes: L) -> RowSums {
+    fn run<L: Lanes>(self, lanes: L) -> Option<RowSums> {
         let AddRows {
             kind,
             rows,
@@ -126,100 +113,242 @@ fn add_rows_with<L: Lanes>(
     rows: CanonicalRows,
     working: &mut [f64],
     wz: &mut [f64],
-) -> RowSums {
-    let CanonicalRows {
-        y,
-        offset,
-        weight,
-        eta,
-    } = rows;
-    debug_assert_eq!(y.len() % LANES, 0);
+) -> Option<RowSums> {
+    debug_assert_eq!(rows.y.len() % LANES, 0);
+    // One loop for each family and start, each compiled with its own
+    // constants (no tests of either inside the loop).
+    use Canonical::{Logistic, PoissonLog};
+    let from_start = CanonicalRows { eta: None, ..rows };
+    match (kind, rows.eta) {
+        (Logistic, Some(eta)) => {
+            let rows = CanonicalRows {
+                eta: Some(eta),
+                ..rows
+            };
+            add_groups(lanes, Logistic, rows, working, wz)
+        }
+        (PoissonLog, Some(eta)) => {
+            let rows = CanonicalRows {
+                eta: Some(eta),
+                ..rows
+            };
+            add_groups(lanes, PoissonLog, rows, working, wz)
+        }
+        (Logistic, None) => add_groups(lanes, Logistic, from_start, working, wz),
+        (PoissonLog, None) => add_groups(lanes, PoissonLog, from_start, working, wz),
+    }
+}
+
+/// [`add_rows_with`] for one family and start.
+#[inline(always)]
+fn add_groups<L: Lanes>(
+    lanes: L,
+    kind: Canonical,
+    rows: CanonicalRows,
+    working: &mut [f64],
+    wz: &mut [f64],
+) -> Option<RowSums> {
+    let logs = whole_logs();
+    let zero = Vec4::splat(lanes, 0.0);
+    let mut sums = [zero; 8];
+    // Two groups of four rows at a time: their long chains of dependent
+    // operations (exp, three divisions, ln) interleave, and each group's
+    // terms are added in row order as before.
+    let groups = rows.y.len() / LANES;
+    let mut g = 0;
+    while g + 2 <= groups {
+        let (r0, r1) = (g * LANES, (g + 1) * LANES);
+        let (a, b) = (
+            row_terms(lanes, kind, logs, &rows, r0),
+            row_terms(lanes, kind, logs, &rows, r1),
+        );
+        a.add_to(&mut sums, working, wz, r0);
+        b.add_to(&mut sums, working, wz, r1);
+        g += 2;
+    }
+    if g < groups {
+        let r = g * LANES;
+        row_terms(lanes, kind, logs, &rows, r).add_to(&mut sums, working, wz, r);
+    }
+    let [
+        n,
+        sum_w,
+        sum_wy,
+        deviance,
+        log_pmf,
+        pearson,
+        boundary,
+        rejected,
+    ] = sums.map(|s| s.sum());
+    (rejected == 0.0).then_some(RowSums {
+        n,
+        sum_w,
+        sum_wy,
+        deviance,
+        log_pmf,
+        pearson,
+        boundary,
+    })
+}
+
+/// One group of four rows' terms of the sums, working weights and
+/// weighted working responses.
+#[derive(Clone, Copy)]
+struct Terms<L: Lanes> {
+    w: Vec4<L>,
+    wy: Vec4<L>,
+    deviance: Vec4<L>,
+    log_pmf: Vec4<L>,
+    pearson: Vec4<L>,
+    boundary: Vec4<L>,
+    /// 1 in the lanes of rows this pass does not admit.
+    rejected: Vec4<L>,
+    weighted: Vec4<L>,
+    wz: Vec4<L>,
+}
+
+impl<L: Lanes> Terms<L> {
+    /// Adds the terms to `sums` (n, Σw, Σwy, deviance, log-likelihood,
+    /// Pearson, boundary, rows not admitted) and writes the group's
+    /// working weights and weighted working responses from row `r` on.
+    #[inline(always)]
+    fn add_to(&self, sums: &mut [Vec4<L>; 8], working: &mut [f64], wz: &mut [f64], r: usize) {
+        let one = Vec4::splat(self.w.lanes(), 1.0);
+        let terms = [
+            one,
+            self.w,
+            self.wy,
+            self.deviance,
+            self.log_pmf,
+            self.pearson,
+            self.boundary,
+            self.rejected,
+        ];
+        for (sum, term) in sums.iter_mut().zip(terms) {
+            *sum += term;
+        }
+        self.weighted.store(working, r);
+        self.wz.store(wz, r);
+    }
+}
+
+#[inline(always)]
+fn row_terms<L: Lanes>(
+    lanes: L,
+    kind: Canonical,
+    logs: &WholeLogs,
+    rows: &CanonicalRows,
+    r: usize,
+) -> Terms<L> {
     let c = |v: f64| Vec4::splat(lanes, v);
     let load = |values: &[f64], r: usize| Vec4::load(lanes, values, r);
     let (zero, one) = (c(0.0), c(1.0));
-    let logs = whole_logs();
-    let (mut n, mut sum_w, mut sum_wy) = (zero, zero, zero);
-    let (mut deviance, mut log_pmf, mut pearson, mut boundary) = (zero, zero, zero, zero);
-    for r in (0..y.len()).step_by(LANES) {
-        let (yv, w) = (load(y, r), load(weight, r));
-        // η, and μ when it is R's `mustart` rather than g⁻¹(η).
-        let (e_eta, start) = match eta {
-            Some(eta) => (load(eta, r), None),
-            None => {
-                let mu = match kind {
-                    Canonical::Logistic => (w * yv + c(0.5)) / (w + one),
-                    Canonical::PoissonLog => yv + c(0.1),
-                };
-                let eta = match kind {
-                    Canonical::Logistic => (mu / (one - mu)).ln(),
-                    Canonical::PoissonLog => mu.ln(),
-                };
-                (eta, Some(mu))
-            }
-        };
-        let e = e_eta.exp();
-        let (mu, mu_eta, variance, at_boundary) = match kind {
-            Canonical::Logistic => {
-                // μ exactly as R's e/(1+e): log(1 − μ) near μ = 1 depends
-                // on its last bit.
-                let opexp = one + e;
-                let mu = start.unwrap_or(e / opexp);
-                // log μ or log(1 − μ), as R's binomial deviance has them.
-                let log_p = yv.eq(one).select(mu, one - mu).ln();
-                deviance += c(-2.0) * w * log_p;
-                log_pmf += w * log_p;
-                let edge = c(10.0 * f64::EPSILON);
-                let at_boundary = mu.lt(edge) | mu.gt(one - edge);
-                (mu, e / (opexp * opexp), mu * (one - mu), at_boundary)
-            }
-            Canonical::PoissonLog => {
-                let eps = c(f64::EPSILON);
-                let mu_eta = e.max(eps);
-                let mu = start.unwrap_or(mu_eta);
-                // log μ = η unless μ is clamped at eps.
-                let log_mu = mu.gt(eps).select(e_eta, c(f64::EPSILON.ln()));
-                // y log y and log y! (one table check per row).
-                let ys = yv.to_array();
-                let of = [
-                    logs.of(ys[0]),
-                    logs.of(ys[1]),
-                    logs.of(ys[2]),
-                    logs.of(ys[3]),
-                ];
-                let y_log_y: [f64; LANES] =
-                    std::array::from_fn(|l| if ys[l] > 0.0 { ys[l] * of[l].0 } else { 0.0 });
-                let y_log_y = Vec4::chunk(lanes, &y_log_y);
-                let ln_y_factorial = Vec4::chunk(lanes, &[of[0].1, of[1].1, of[2].1, of[3].1]);
-                deviance += c(2.0) * w * (y_log_y - yv * log_mu - (yv - mu));
-                log_pmf += w * (yv * log_mu - mu - ln_y_factorial);
-                let at_boundary = mu.lt(c(10.0 * f64::EPSILON));
-                (mu, mu_eta, mu, at_boundary)
-            }
-        };
-        n += one;
-        sum_w += w;
-        sum_wy += w * yv;
-        let residual = yv - mu;
-        // Pearson's term and the working weight share one division by V(μ).
-        let over_variance = one / variance;
-        pearson += w * residual * residual * over_variance;
-        boundary += at_boundary.select(one, zero);
-        let z = (e_eta - load(offset, r)) + residual / mu_eta;
-        let weighted = w * mu_eta * mu_eta * over_variance;
-        // A row whose weight cannot be formed does not enter X'WX.
-        let usable = mu_eta.gt(zero) & variance.gt(zero) & variance.is_finite();
-        let weighted = usable.select(weighted, zero);
-        weighted.store(working, r);
-        (weighted * z).store(wz, r);
-    }
-    RowSums {
-        n: n.sum(),
-        sum_w: sum_w.sum(),
-        sum_wy: sum_wy.sum(),
-        deviance: deviance.sum(),
-        log_pmf: log_pmf.sum(),
-        pearson: pearson.sum(),
-        boundary: boundary.sum(),
+    let (yv, w) = (load(rows.y, r), load(rows.weight, r));
+    // The rows this pass handles as the general loop would (see the
+    // module's comment); a start from `mustart` keeps η inside the clamps.
+    let weighted_row = w.gt(zero) & w.lt(c(f64::INFINITY));
+    let admitted = match kind {
+        Canonical::Logistic => {
+            let (y_01, one_trial) = (yv.eq(zero) | yv.eq(one), load(rows.trials, r).eq(one));
+            weighted_row & y_01 & one_trial
+        }
+        Canonical::PoissonLog => weighted_row & zero.le(yv) & yv.lt(c(f64::INFINITY)),
+    };
+    let admitted = match rows.eta {
+        Some(eta) => {
+            let (eta, threshold) = (
+                load(eta, r),
+                match kind {
+                    Canonical::Logistic => LOGIT_THRESH,
+                    Canonical::PoissonLog => LOG_THRESH,
+                },
+            );
+            admitted & eta.le(c(threshold)) & c(-threshold).le(eta)
+        }
+        None => admitted,
+    };
+    // η, and μ when it is R's `mustart` rather than g⁻¹(η).
+    let (e_eta, start) = match rows.eta {
+        Some(eta) => (load(eta, r), None),
+        None => {
+            let mu = match kind {
+                Canonical::Logistic => (w * yv + c(0.5)) / (w + one),
+                Canonical::PoissonLog => yv + c(0.1),
+            };
+            let eta = match kind {
+                Canonical::Logistic => (mu / (one - mu)).ln(),
+                Canonical::PoissonLog => mu.ln(),
+            };
+            (eta, Some(mu))
+        }
+    };
+    let e = e_eta.exp();
+    let (mu, mu_eta, variance, at_boundary, deviance, log_pmf) = match kind {
+        Canonical::Logistic => {
+            // μ exactly as R's e/(1+e): log(1 − μ) near μ = 1 depends
+            // on its last bit.
+            let opexp = one + e;
+            let mu = start.unwrap_or(e / opexp);
+            // log μ or log(1 − μ), as R's binomial deviance has them.
+            let log_p = yv.eq(one).select(mu, one - mu).ln();
+            let edge = c(10.0 * f64::EPSILON);
+            let at_boundary = mu.lt(edge) | mu.gt(one - edge);
+            (
+                mu,
+                e / (opexp * opexp),
+                mu * (one - mu),
+                at_boundary,
+                c(-2.0) * w * log_p,
+                w * log_p,
+            )
+        }
+        Canonical::PoissonLog => {
+            let eps = c(f64::EPSILON);
+            let mu_eta = e.max(eps);
+            let mu = start.unwrap_or(mu_eta);
+            // log μ = η unless μ is clamped at eps.
+            let log_mu = mu.gt(eps).select(e_eta, c(f64::EPSILON.ln()));
+            // y log y and log y! (one table check per row).
+            let ys = yv.to_array();
+            let of = [
+                logs.of(ys[0]),
+                logs.of(ys[1]),
+                logs.of(ys[2]),
+                logs.of(ys[3]),
+            ];
+            let y_log_y: [f64; LANES] =
+                std::array::from_fn(|l| if ys[l] > 0.0 { ys[l] * of[l].0 } else { 0.0 });
+            let y_log_y = Vec4::chunk(lanes, &y_log_y);
+            let ln_y_factorial = Vec4::chunk(lanes, &[of[0].1, of[1].1, of[2].1, of[3].1]);
+            let at_boundary = mu.lt(c(10.0 * f64::EPSILON));
+            (
+                mu,
+                mu_eta,
+                mu,
+                at_boundary,
+                c(2.0) * w * (y_log_y - yv * log_mu - (yv - mu)),
+                w * (yv * log_mu - mu - ln_y_factorial),
+            )
+        }
+    };
+    let residual = yv - mu;
+    // Pearson's term and the working weight share one division by V(μ).
+    let over_variance = one / variance;
+    let z = (e_eta - load(rows.offset, r)) + residual / mu_eta;
+    let weighted = w * mu_eta * mu_eta * over_variance;
+    // A row whose weight cannot be formed does not enter X'WX.
+    let usable = mu_eta.gt(zero) & variance.gt(zero) & variance.is_finite();
+    let weighted = usable.select(weighted, zero);
+    Terms {
+        w,
+        wy: w * yv,
+        deviance,
+        log_pmf,
+        pearson: w * residual * residual * over_variance,
+        boundary: at_boundary.select(one, zero),
+        rejected: admitted.select(zero, one),
+        weighted,
+        wz: weighted * z,
     }
 }
 
@@ -281,24 +410,27 @@ mod tests {
         let weight: Vec<f64> = (0..rows).map(|i| 0.5 + (i % 3) as f64).collect();
         let offset: Vec<f64> = (0..rows).map(|i| 0.01 * i as f64).collect();
         let trials = vec![1.0; rows];
-        assert!(kind.admits(y, &trials, &weight, eta));
         let given = CanonicalRows {
             y,
+            trials: &trials,
             offset: &offset,
             weight: &weight,
             eta,
         };
         let (mut working, mut wz) = (vec![0.0; rows], vec![0.0; rows]);
-        let sums = kind.add_rows(
-            CanonicalRows {
-                y,
-                offset: &offset,
-                weight: &weight,
-                eta,
-            },
-            &mut working,
-            &mut wz,
-        );
+        let sums = kind
+            .add_rows(
+                CanonicalRows {
+                    y,
+                    trials: &trials,
+                    offset: &offset,
+                    weight: &weight,
+                    eta,
+                },
+                &mut working,
+                &mut wz,
+            )
+            .expect("every row admitted");
         let (expected, expected_working, expected_wz) = reference(kind, &given);
         for (name, a, b) in [
             ("n", sums.n, expected.n),
@@ -340,21 +472,80 @@ mod tests {
         let ok = [0.0, 1.0, 1.0, 0.0];
         let one = [1.0; 4];
         let eta = [0.1, -0.2, 0.3, 0.0];
-        assert!(Canonical::Logistic.admits(&ok, &one, &one, Some(&eta)));
+        let admits = |kind: Canonical, y: &[f64], trials: &[f64], weight: &[f64], eta: &[f64]| {
+            let rows = CanonicalRows {
+                y,
+                trials,
+                offset: &[0.0; 4],
+                weight,
+                eta: Some(eta),
+            };
+            kind.add_rows(rows, &mut [0.0; 4], &mut [0.0; 4]).is_some()
+        };
+        assert!(admits(Canonical::Logistic, &ok, &one, &one, &eta));
+        assert!(admits(Canonical::PoissonLog, &ok, &one, &one, &eta));
         // A proportion, two trials, a zero weight, a clamped or NaN η.
-        assert!(!Canonical::Logistic.admits(&[0.5, 1.0, 1.0, 0.0], &one, &one, Some(&eta)));
-        assert!(!Canonical::Logistic.admits(&ok, &[2.0, 1.0, 1.0, 1.0], &one, Some(&eta)));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &[0.0, 1.0, 1.0, 1.0], Some(&eta)));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &one, Some(&[31.0, 0.0, 0.0, 0.0])));
-        assert!(!Canonical::Logistic.admits(&ok, &one, &one, Some(&[f64::NAN, 0.0, 0.0, 0.0])));
-        // A negative or infinite count, an overflowing η.
-        assert!(!Canonical::PoissonLog.admits(&[-1.0, 1.0, 1.0, 0.0], &one, &one, Some(&eta)));
-        assert!(!Canonical::PoissonLog.admits(
-            &[f64::INFINITY, 1.0, 1.0, 0.0],
+        assert!(!admits(
+            Canonical::Logistic,
+            &[0.5, 1.0, 1.0, 0.0],
             &one,
             &one,
-            Some(&eta)
+            &eta
         ));
-        assert!(!Canonical::PoissonLog.admits(&ok, &one, &one, Some(&[800.0, 0.0, 0.0, 0.0])));
+        assert!(!admits(
+            Canonical::Logistic,
+            &ok,
+            &[2.0, 1.0, 1.0, 1.0],
+            &one,
+            &eta
+        ));
+        assert!(!admits(
+            Canonical::Logistic,
+            &ok,
+            &one,
+            &[0.0, 1.0, 1.0, 1.0],
+            &eta
+        ));
+        assert!(!admits(
+            Canonical::Logistic,
+            &ok,
+            &one,
+            &one,
+            &[31.0, 0.0, 0.0, 0.0]
+        ));
+        assert!(!admits(
+            Canonical::Logistic,
+            &ok,
+            &one,
+            &one,
+            &[0.0, 0.0, -31.0, 0.0]
+        ));
+        assert!(!admits(
+            Canonical::Logistic,
+            &ok,
+            &one,
+            &one,
+            &[f64::NAN, 0.0, 0.0, 0.0]
+        ));
+        // A negative, infinite or NaN count, an infinite weight, an
+        // overflowing η.
+        for y in [-1.0, f64::INFINITY, f64::NAN] {
+            assert!(!admits(
+                Canonical::PoissonLog,
+                &[1.0, 1.0, y, 0.0],
+                &one,
+                &one,
+                &eta
+            ));
+        }
+        let infinite = [1.0, 1.0, 1.0, f64::INFINITY];
+        assert!(!admits(Canonical::PoissonLog, &ok, &one, &infinite, &eta));
+        assert!(!admits(
+            Canonical::PoissonLog,
+            &ok,
+            &one,
+            &one,
+            &[800.0, 0.0, 0.0, 0.0]
+        ));
     }
 }

@@ -25,7 +25,7 @@ use ndarray::{Array1, Array2};
 
 use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
 use crate::flat_state;
-use crate::gram::{BLOCK, add_upper_gram, linear_predictor, masked_where_unweighted, mirror_upper};
+use crate::gram::{BLOCK, GramLanes, linear_predictor, masked_where_unweighted, mirror_upper};
 use crate::irls_canonical::{Canonical, CanonicalRows, LANES, RowSums};
 
 /// Leading arguments before the regressors: config, y, trials, offset, weight.
@@ -196,7 +196,7 @@ impl IrlsSums {
     }
 
     /// Adds one batch of complete rows, in blocks of [`BLOCK`] rows that
-    /// stay in the L1 cache: per block η, the working weights and
+    /// stay in the L2 cache: per block η, the working weights and
     /// responses, then the block's part of X'WX and X'Wz.
     fn update(
         &mut self,
@@ -208,12 +208,14 @@ impl IrlsSums {
         x: &[&[f64]],
     ) {
         let rows = y.len();
-        let mut eta = [0.0; BLOCK];
+        let mut eta = vec![0.0; BLOCK.min(rows)];
         // The working weights and weighted working responses; 0 where a
         // row does not enter X'WX.
-        let mut working = [0.0; BLOCK];
-        let mut wz = [0.0; BLOCK];
+        let mut working = vec![0.0; BLOCK.min(rows)];
+        let mut wz = vec![0.0; BLOCK.min(rows)];
         let mut block: Vec<&[f64]> = Vec::with_capacity(x.len());
+        // The batch's X'WX and X'Wz, added out once at its end.
+        let mut gram = GramLanes::new(x.len());
         let mut start = 0;
         while start < rows {
             let end = (start + BLOCK).min(rows);
@@ -245,16 +247,16 @@ impl IrlsSums {
             let masked: Option<Vec<&[f64]>> = masked
                 .as_ref()
                 .map(|m| m.iter().map(|c| c.as_slice()).collect());
-            add_upper_gram(
-                self.xtwx.as_slice_mut().expect("standard layout"),
-                self.xtwz.as_slice_mut().expect("contiguous"),
+            gram.add(
                 masked.as_deref().unwrap_or(&block),
                 &working[..n],
                 Some(&wz[..n]),
             );
             start = end;
         }
-        mirror_upper(self.xtwx.as_slice_mut().expect("standard layout"), x.len());
+        let xtwx = self.xtwx.as_slice_mut().expect("standard layout");
+        gram.add_upper_to(xtwx, self.xtwz.as_slice_mut().expect("contiguous"));
+        mirror_upper(xtwx, x.len());
     }
 
     /// The row-wise part of one block: the sums, and each row's working
@@ -263,44 +265,45 @@ impl IrlsSums {
     /// it admits, four at a time; the rest go row by row.
     fn add_rows(&mut self, config: &IrlsConfig, rows: Rows, working: &mut [f64], wz: &mut [f64]) {
         let whole = rows.y.len() / LANES * LANES;
-        if let Some(kind) = Canonical::of(config.family, config.link)
-            && whole > 0
-            && kind.admits(
-                &rows.y[..whole],
-                &rows.trials[..whole],
-                &rows.weight[..whole],
-                rows.eta.map(|eta| &eta[..whole]),
-            )
-        {
-            let sums = kind.add_rows(
-                CanonicalRows {
-                    y: &rows.y[..whole],
-                    offset: &rows.offset[..whole],
-                    weight: &rows.weight[..whole],
-                    eta: rows.eta.map(|eta| &eta[..whole]),
-                },
-                &mut working[..whole],
-                &mut wz[..whole],
-            );
-            self.add_canonical(sums);
-            // Every admitted row has weight = prior weight (one trial).
-            self.add_null_deviance(
-                config,
-                &rows.y[..whole],
-                &rows.weight[..whole],
-                &rows.offset[..whole],
-            );
-            let rest = Rows {
-                y: &rows.y[whole..],
-                trials: &rows.trials[whole..],
-                offset: &rows.offset[whole..],
-                weight: &rows.weight[whole..],
-                eta: rows.eta.map(|eta| &eta[whole..]),
-            };
-            self.add_general_rows(config, rest, &mut working[whole..], &mut wz[whole..]);
-        } else {
-            self.add_general_rows(config, rows, working, wz);
-        }
+        let vectorized = Canonical::of(config.family, config.link)
+            .filter(|_| whole > 0)
+            .and_then(|kind| {
+                kind.add_rows(
+                    CanonicalRows {
+                        y: &rows.y[..whole],
+                        trials: &rows.trials[..whole],
+                        offset: &rows.offset[..whole],
+                        weight: &rows.weight[..whole],
+                        eta: rows.eta.map(|eta| &eta[..whole]),
+                    },
+                    &mut working[..whole],
+                    &mut wz[..whole],
+                )
+            });
+        let Some(sums) = vectorized else {
+            // What the vectorized pass wrote before it found a row it
+            // does not admit is of no use: the general loop sets only the
+            // rows that enter X'WX.
+            working.fill(0.0);
+            wz.fill(0.0);
+            return self.add_general_rows(config, rows, working, wz);
+        };
+        self.add_canonical(sums);
+        // Every admitted row has weight = prior weight (one trial).
+        self.add_null_deviance(
+            config,
+            &rows.y[..whole],
+            &rows.weight[..whole],
+            &rows.offset[..whole],
+        );
+        let rest = Rows {
+            y: &rows.y[whole..],
+            trials: &rows.trials[whole..],
+            offset: &rows.offset[whole..],
+            weight: &rows.weight[whole..],
+            eta: rows.eta.map(|eta| &eta[whole..]),
+        };
+        self.add_general_rows(config, rest, &mut working[whole..], &mut wz[whole..]);
     }
 
     /// Adds the sums of the vectorized pass.
@@ -614,6 +617,63 @@ mod tests {
             });
             assert_eq!(sums.null_deviance, expected, "{family}");
         }
+    }
+
+    #[test]
+    fn a_block_with_a_row_not_admitted_goes_through_the_general_loop() {
+        // Twelve logistic rows, one a proportion (y = 0.5) and one out of
+        // range (y = 2), which the vectorized pass does not admit; it
+        // still writes a working weight for every row. The block must come
+        // out as the general loop alone gives it, which counts the row out
+        // of range as invalid and leaves it out of X'WX.
+        let rows = 12;
+        let x: Vec<f64> = (0..rows).map(|i| 0.25 * i as f64 - 1.0).collect();
+        let admitted: Vec<f64> = (0..rows).map(|i| (i % 3 == 0) as u8 as f64).collect();
+        let mut y = admitted.clone();
+        (y[9], y[10]) = (0.5, 2.0);
+        let (ones, zeros) = (vec![1.0; rows], vec![0.0; rows]);
+        let eta: Vec<f64> = x.iter().map(|x| 0.2 - 0.4 * x).collect();
+        let config = IrlsConfig {
+            family: Family::Binomial,
+            link: Link::Logit,
+            beta: Some(vec![0.2, -0.4]),
+            null_mu: NullMean::Value(0.3),
+        };
+        let block = |y, weight| Rows {
+            y,
+            trials: &ones,
+            offset: &zeros,
+            weight,
+            eta: Some(&eta),
+        };
+        let mut sums = IrlsSums::new(2);
+        let (mut working, mut wz) = (vec![7.0; rows], vec![7.0; rows]);
+        sums.add_rows(&config, block(&y, &ones), &mut working, &mut wz);
+        let mut expected = IrlsSums::new(2);
+        let (mut expected_working, mut expected_wz) = (vec![0.0; rows], vec![0.0; rows]);
+        expected.add_general_rows(
+            &config,
+            block(&y, &ones),
+            &mut expected_working,
+            &mut expected_wz,
+        );
+        assert_eq!(sums.to_vec(), expected.to_vec());
+        assert_eq!((sums.invalid, working[10]), (1.0, 0.0));
+        assert_eq!(working, expected_working);
+        assert_eq!(wz, expected_wz);
+        // Without the proportion the vectorized pass takes the block, and
+        // agrees with the general loop to rounding.
+        let mut vectorized = IrlsSums::new(2);
+        vectorized.add_rows(&config, block(&admitted, &ones), &mut working, &mut wz);
+        let mut general = IrlsSums::new(2);
+        general.add_general_rows(
+            &config,
+            block(&admitted, &ones),
+            &mut expected_working,
+            &mut expected_wz,
+        );
+        let (a, b) = (vectorized.deviance, general.deviance);
+        assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@ pub trait Lanes: Copy {
     /// `a` where a > b, else `b` (so `b` where either is NaN).
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
     fn lt(self, a: Self::V, b: Self::V) -> Self::M;
+    fn le(self, a: Self::V, b: Self::V) -> Self::M;
     fn gt(self, a: Self::V, b: Self::V) -> Self::M;
     fn eq(self, a: Self::V, b: Self::V) -> Self::M;
     fn and(self, a: Self::M, b: Self::M) -> Self::M;
@@ -136,6 +137,10 @@ impl Lanes for Portable {
         test(a, b, |a, b| a < b)
     }
     #[inline(always)]
+    fn le(self, a: Self::V, b: Self::V) -> Self::M {
+        test(a, b, |a, b| a <= b)
+    }
+    #[inline(always)]
     fn gt(self, a: Self::V, b: Self::V) -> Self::M {
         test(a, b, |a, b| a > b)
     }
@@ -220,6 +225,10 @@ impl Lanes for pulp::x86::V3 {
         self.cmp_lt_f64x4(a, b)
     }
     #[inline(always)]
+    fn le(self, a: Self::V, b: Self::V) -> Self::M {
+        self.cmp_le_f64x4(a, b)
+    }
+    #[inline(always)]
     fn gt(self, a: Self::V, b: Self::V) -> Self::M {
         self.cmp_gt_f64x4(a, b)
     }
@@ -300,6 +309,21 @@ impl<L: Lanes> Vec4<L> {
         Self::chunk(lanes, &values[row..row + LANES])
     }
 
+    /// The lanes these values are computed on.
+    #[inline(always)]
+    pub fn lanes(self) -> L {
+        self.lanes
+    }
+
+    /// Four values.
+    #[inline(always)]
+    pub fn of(lanes: L, values: &[f64; LANES]) -> Self {
+        Self {
+            lanes,
+            v: lanes.of_array(*values),
+        }
+    }
+
     /// A chunk of exactly four values (as `chunks_exact(4)` gives).
     #[inline(always)]
     pub fn chunk(lanes: L, values: &[f64]) -> Self {
@@ -352,6 +376,11 @@ impl<L: Lanes> Vec4<L> {
     #[inline(always)]
     pub fn lt(self, other: Self) -> Mask<L> {
         self.mask(self.lanes.lt(self.v, other.v))
+    }
+
+    #[inline(always)]
+    pub fn le(self, other: Self) -> Mask<L> {
+        self.mask(self.lanes.le(self.v, other.v))
     }
 
     #[inline(always)]

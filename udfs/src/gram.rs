@@ -75,9 +75,10 @@ impl GramLanes {
     }
 
     /// Adds Σ_r w_r x_r x_rᵀ (upper triangle) and, when `wz` is given,
-    /// Σ_r wz_r x_r, with AVX2 where the processor has it
-    /// ([`lanes::dispatch`]; the same bits either way). Callers pass
-    /// blocks of at most [`BLOCK`] rows, for the cache.
+    /// Σ_r wz_r x_r, in blocks of [`BLOCK`] rows (a caller that has just
+    /// computed the weights of a block passes that block, which is still
+    /// in the cache), with AVX2 where the processor has it
+    /// ([`lanes::dispatch`]; the same bits either way).
     pub fn add(&mut self, x: &[&[f64]], w: &[f64], wz: Option<&[f64]>) {
         debug_assert_eq!(x.len(), self.k);
         lanes::dispatch(UpperGram {
@@ -133,32 +134,37 @@ fn upper_gram<L: Lanes>(
 ) {
     let k = x.len();
     let GramLanes { gram, rhs, .. } = sums;
-    let rows = 0..w.len();
-    // Two rows of the triangle at a time (i and i + 1), so that each load
-    // of a column serves two dot products; w x_i is formed in registers.
-    let mut i = 0;
-    while i + 1 < k {
-        add_triangle_rows(lanes, gram, i, Some(w), [x[i], x[i + 1]], x, rows.clone());
-        i += 2;
-    }
-    if i < k {
-        add_triangle_rows(lanes, gram, i, Some(w), [x[i]], x, rows.clone());
-    }
-    // X'Wz: the weighted working responses against every column.
-    if let Some(wz) = wz {
-        let mut j = 0;
-        while j < k {
-            let width = (k - j).min(4);
-            tile_sums(
-                lanes,
-                None,
-                [wz],
-                &x[j..j + width],
-                rows.clone(),
-                |_, c, sum| add_lanes(&mut rhs[j + c], sum),
-            );
-            j += width;
+    let mut start = 0;
+    while start < w.len() {
+        let rows = start..(start + BLOCK).min(w.len());
+        // Two rows of the triangle at a time (i and i + 1), so that each
+        // load of a column serves two dot products; w x_i is formed in
+        // registers.
+        let mut i = 0;
+        while i + 1 < k {
+            add_triangle_rows(lanes, gram, i, Some(w), [x[i], x[i + 1]], x, rows.clone());
+            i += 2;
         }
+        if i < k {
+            add_triangle_rows(lanes, gram, i, Some(w), [x[i]], x, rows.clone());
+        }
+        // X'Wz: the weighted working responses against every column.
+        if let Some(wz) = wz {
+            let mut j = 0;
+            while j < k {
+                let width = (k - j).min(4);
+                tile_sums(
+                    lanes,
+                    None,
+                    [wz],
+                    &x[j..j + width],
+                    rows.clone(),
+                    |_, c, sum| add_lanes(&mut rhs[j + c], sum),
+                );
+                j += width;
+            }
+        }
+        start = rows.end;
     }
 }
 

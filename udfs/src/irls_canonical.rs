@@ -7,10 +7,11 @@
 //! handles as the general code would: a positive finite weight, a
 //! response in the family's range (and one trial for the binomial), and η
 //! where R's clamps do not apply (|η| ≤ 30 for the logit, |η| ≤ 700 for
-//! the log link). Any other block, and the last rows of a block that do
-//! not fill four lanes, go through the general row loop. The values agree
-//! with it to a few units in the last place; the order of the additions
-//! depends only on the rows, never on threads.
+//! the log link), which the pass checks as it goes. Any other block, and
+//! the last rows of a block that do not fill four lanes, go through the
+//! general row loop. The values agree with it to a few units in the last
+//! place; the order of the additions depends only on the rows, never on
+//! threads.
 
 use crate::family::{Family, Link, WholeLogs, whole_logs};
 pub use crate::lanes::LANES;
@@ -152,8 +153,8 @@ fn add_groups<L: Lanes>(
     let zero = Vec4::splat(lanes, 0.0);
     let mut sums = [zero; 8];
     // Two groups of four rows at a time: their long chains of dependent
-    // operations (exp, three divisions, ln) interleave, and each group's
-    // terms are added in row order as before.
+    // operations (exp, divisions, ln) interleave; each group's terms are
+    // still added in row order.
     let groups = rows.y.len() / LANES;
     let mut g = 0;
     while g + 2 <= groups {

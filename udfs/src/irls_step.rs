@@ -281,9 +281,9 @@ impl IrlsSums {
                 )
             });
         let Some(sums) = vectorized else {
-            // What the vectorized pass wrote before it found a row it
-            // does not admit is of no use: the general loop sets only the
-            // rows that enter X'WX.
+            // The vectorized pass wrote a weight for every row, those it
+            // does not admit included; the general loop sets only the rows
+            // that enter X'WX, so the rest must be zero again.
             working.fill(0.0);
             wz.fill(0.0);
             return self.add_general_rows(config, rows, working, wz);

@@ -1,10 +1,11 @@
 //! Times the three kernels of an IRLS round at a site, one thread, in
-//! nanoseconds per row: η ([`linear_predictor`]), the logistic rows with
-//! the check that admits them ([`Canonical::add_rows`]) and X'WX with
-//! X'Wz ([`GramLanes`]), over 11 columns in blocks of [`BLOCK`] rows, as
-//! `irls_step` runs them.
+//! nanoseconds per row: η ([`linear_predictor`]), the logistic (or
+//! poisson) rows with the check that admits them ([`Canonical::add_rows`])
+//! and X'WX with X'Wz ([`GramLanes`]), over 11 columns in blocks of
+//! [`BLOCK`] rows, as `irls_step` runs them.
 //!
-//! `cargo run --release -p fedsql-udfs --example round_kernels [ROWS]`:
+//! `cargo run --release -p fedsql-udfs --example round_kernels [ROWS]
+//! [logistic|poisson]`:
 //! ROWS = 8192 keeps the columns in the cache; the default, 1.25M rows
 //! (110 MB), makes η read them from memory, as a round over a client's
 //! kept rows does. Prints the fastest of 5 passes over 5M rows in all.
@@ -33,9 +34,22 @@ fn main() {
         })
         .collect();
     let x: Vec<&[f64]> = columns.iter().map(|c| c.as_slice()).collect();
-    let y: Vec<f64> = (0..rows)
-        .map(|i| ((i * 31) % 3 == 0) as u8 as f64)
-        .collect();
+    // The family: `logistic` (the default, 0/1 responses) or `poisson`
+    // (counts 0..6).
+    let family = std::env::args().nth(2).unwrap_or_else(|| "logistic".into());
+    let (kind, y): (Canonical, Vec<f64>) = match family.as_str() {
+        "logistic" => (
+            Canonical::Logistic,
+            (0..rows)
+                .map(|i| ((i * 31) % 3 == 0) as u8 as f64)
+                .collect(),
+        ),
+        "poisson" => (
+            Canonical::PoissonLog,
+            (0..rows).map(|i| ((i * 31) % 7) as f64).collect(),
+        ),
+        other => panic!("FAMILY is logistic or poisson, not {other}"),
+    };
     let (offset, weight) = (vec![0.0; rows], vec![1.0; rows]);
     let beta: Vec<f64> = (0..COLUMNS).map(|j| 0.1 * j as f64 - 0.3).collect();
     let passes = ROWS_TIMED.div_ceil(rows);
@@ -54,7 +68,7 @@ fn main() {
                 linear_predictor(&mut eta[..n], &offset[start..end], &block, &beta);
                 let t1 = Instant::now();
                 let whole = n / 4 * 4;
-                let sums = Canonical::Logistic.add_rows(
+                let sums = kind.add_rows(
                     CanonicalRows {
                         y: &y[start..start + whole],
                         trials: &weight[start..start + whole],
@@ -84,7 +98,7 @@ fn main() {
     let [eta, rows_part, gram] = best.map(per_row);
     println!(
         "{rows} rows × {COLUMNS} columns, ns per row (fastest of 5): η {eta:.2}, \
-         logistic rows {rows_part:.2}, X'WX and X'Wz {gram:.2}, all {:.2}",
+         {family} rows {rows_part:.2}, X'WX and X'Wz {gram:.2}, all {:.2}",
         eta + rows_part + gram
     );
 }

@@ -340,20 +340,19 @@ pub fn ln_poisson_pmf(y: f64, mu: f64) -> f64 {
 /// Whole numbers below this have their log-factorial tabulated.
 const FACTORIAL_TABLE: usize = 1024;
 
-/// log(x) and log(x!) of the whole numbers below [`FACTORIAL_TABLE`].
+/// log(x) and log(x!) of the whole numbers below [`FACTORIAL_TABLE`], in
+/// arrays of that length (an index below it needs no bounds check).
 pub struct WholeLogs {
-    ln: Vec<f64>,
-    ln_factorial: Vec<f64>,
+    ln: Box<[f64; FACTORIAL_TABLE]>,
+    ln_factorial: Box<[f64; FACTORIAL_TABLE]>,
 }
 
 /// The tables of [`WholeLogs`], made once.
 pub fn whole_logs() -> &'static WholeLogs {
     static TABLES: std::sync::OnceLock<WholeLogs> = std::sync::OnceLock::new();
     TABLES.get_or_init(|| WholeLogs {
-        ln: (0..FACTORIAL_TABLE).map(|k| (k as f64).ln()).collect(),
-        ln_factorial: (0..FACTORIAL_TABLE)
-            .map(|k| ln_gamma(k as f64 + 1.0))
-            .collect(),
+        ln: Box::new(std::array::from_fn(|k| (k as f64).ln())),
+        ln_factorial: Box::new(std::array::from_fn(|k| ln_gamma(k as f64 + 1.0))),
     })
 }
 
@@ -361,7 +360,10 @@ impl WholeLogs {
     /// The table row of `x`, if it is a whole number below the tables' end.
     #[inline]
     fn row(x: f64) -> Option<usize> {
-        (x >= 0.0 && x < FACTORIAL_TABLE as f64 && x.fract() == 0.0).then_some(x as usize)
+        // `as` saturates (and takes NaN to 0), so a whole number below the
+        // end is one that converts to an index and back unchanged.
+        let k = x as u32 as usize;
+        (k < FACTORIAL_TABLE && k as f64 == x).then_some(k)
     }
 
     /// (log x, log x!), from the tables for small whole numbers (counts).
@@ -477,6 +479,31 @@ mod tests {
         }
         assert!((ln_factorial(5.0) - 120f64.ln()).abs() < 1e-13);
         assert!((ln_factorial(2000.0) - ln_gamma(2001.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn only_small_whole_numbers_are_read_from_the_tables() {
+        let table_end = FACTORIAL_TABLE as f64;
+        for (x, row) in [
+            (0.0, Some(0)),
+            (-0.0, Some(0)),
+            (7.0, Some(7)),
+            (table_end - 1.0, Some(FACTORIAL_TABLE - 1)),
+            (table_end, None),
+            (0.5, None),
+            (7.25, None),
+            (-3.0, None),
+            (5e9, None),
+            (f64::INFINITY, None),
+            (f64::NAN, None),
+        ] {
+            assert_eq!(WholeLogs::row(x), row, "{x}");
+        }
+        // The tables agree with what they stand for, and other arguments
+        // are computed.
+        assert_eq!(ln_whole(7.0), 7f64.ln());
+        assert_eq!(ln_whole(7.25), 7.25f64.ln());
+        assert_eq!(ln_factorial(table_end), ln_gamma(table_end + 1.0));
     }
 
     #[test]

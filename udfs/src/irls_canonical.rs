@@ -317,9 +317,9 @@ fn row_terms<L: Lanes>(
                 logs.of(ys[2]),
                 logs.of(ys[3]),
             ];
-            let y_log_y: [f64; LANES] =
-                std::array::from_fn(|l| if ys[l] > 0.0 { ys[l] * of[l].0 } else { 0.0 });
-            let y_log_y = Vec4::chunk(lanes, &y_log_y);
+            // y log y is 0 at y = 0 (where log y is −∞).
+            let ln_y = Vec4::chunk(lanes, &[of[0].0, of[1].0, of[2].0, of[3].0]);
+            let y_log_y = yv.gt(zero).select(yv * ln_y, zero);
             let ln_y_factorial = Vec4::chunk(lanes, &[of[0].1, of[1].1, of[2].1, of[3].1]);
             let at_boundary = mu.lt(c(10.0 * f64::EPSILON));
             (

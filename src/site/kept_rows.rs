@@ -41,6 +41,7 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning, collect_partitioned
 use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
+use crate::site::engine::SiteEngine;
 use crate::site::yielding::yield_after_each_batch;
 use crate::wire::rebind;
 
@@ -90,6 +91,7 @@ impl KeptRows {
         encoder: &LogicalPlan,
         scope: u64,
         key: String,
+        engine: &SiteEngine,
         task_ctx: Arc<TaskContext>,
     ) -> Result<AggregateExec> {
         let cached = {
@@ -101,7 +103,7 @@ impl KeptRows {
         let batches = match cached {
             Some(batches) => batches,
             None => {
-                let batches = read_in_order(partial.input(), task_ctx).await?;
+                let batches = read_in_order(partial.input(), engine, task_ctx).await?;
                 let mut kept = self.kept.lock().expect("not poisoned");
                 // A fit keeps the input of its latest encoder only.
                 kept.retain(|k| k.scope != scope);
@@ -161,13 +163,15 @@ impl KeptRows {
 }
 
 /// The rows below a round's aggregate, read with the partitions of the
-/// site's scan at once and put together in partition order: for a site's
+/// site's scan at once (when the engine gives leave: one site per core in
+/// this process) and put together in partition order: for a site's
 /// files, the order of their rows, however many cores read them. Round-
 /// robin repartitions (which DataFusion adds to spread a small scan over
 /// the cores, and which deal batches out in turn) are taken out first:
 /// they would put the rows in an order that depends on the core count.
 async fn read_in_order(
     input: &Arc<dyn ExecutionPlan>,
+    engine: &SiteEngine,
     task_ctx: Arc<TaskContext>,
 ) -> Result<Vec<RecordBatch>> {
     let input = Arc::clone(input)
@@ -182,6 +186,7 @@ async fn read_in_order(
         })?
         .data;
     let input = yield_after_each_batch(input)?;
+    let _leave = engine.keeping().await;
     Ok(collect_partitioned(input, task_ctx)
         .await?
         .into_iter()
@@ -255,6 +260,7 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
+    use crate::site::engine;
     use crate::site::in_order;
     use crate::wire::rebind::tests::{aggregate, partial, run};
 
@@ -383,7 +389,14 @@ mod tests {
             let plain = partial(&ctx, &plan).await;
             let kept = KeptRows::default();
             let over_kept = kept
-                .partial_over_kept(plain, &plan, 1, "t".into(), ctx.task_ctx())
+                .partial_over_kept(
+                    plain,
+                    &plan,
+                    1,
+                    "t".into(),
+                    &engine::shared(),
+                    ctx.task_ctx(),
+                )
                 .await
                 .unwrap();
             let partitions = over_kept
@@ -407,7 +420,14 @@ mod tests {
         for _ in 0..2 {
             let plain = partial(ctx, &plan).await;
             let over_kept = kept
-                .partial_over_kept(plain, &plan, 9, "t".into(), ctx.task_ctx())
+                .partial_over_kept(
+                    plain,
+                    &plan,
+                    9,
+                    "t".into(),
+                    &engine::shared(),
+                    ctx.task_ctx(),
+                )
                 .await
                 .unwrap();
             let state = in_order::one_state_per_group(over_kept).unwrap();

@@ -432,6 +432,7 @@ impl LocalClient {
                     encoder.plan(),
                     scope,
                     encoder.input_key(),
+                    &self.engine,
                     self.task_ctx()?,
                 )
                 .await

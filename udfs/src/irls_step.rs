@@ -229,8 +229,6 @@ impl IrlsSums {
                 }
                 None => None,
             };
-            working[..n].fill(0.0);
-            wz[..n].fill(0.0);
             self.add_rows(
                 config,
                 Rows {
@@ -260,9 +258,11 @@ impl IrlsSums {
     }
 
     /// The row-wise part of one block: the sums, and each row's working
-    /// weight and weighted working response. Logistic and poisson rounds
-    /// take the vectorized pass ([`crate::irls_canonical`]) for the rows
-    /// it admits, four at a time; the rest go row by row.
+    /// weight and weighted working response (0 for a row that does not
+    /// enter X'WX; whatever the buffers held before is overwritten).
+    /// Logistic and poisson rounds take the vectorized pass
+    /// ([`crate::irls_canonical`]) for the rows it admits, four at a time;
+    /// the rest go row by row.
     fn add_rows(&mut self, config: &IrlsConfig, rows: Rows, working: &mut [f64], wz: &mut [f64]) {
         let whole = rows.y.len() / LANES * LANES;
         let vectorized = Canonical::of(config.family, config.link)
@@ -280,14 +280,16 @@ impl IrlsSums {
                     &mut wz[..whole],
                 )
             });
+        // The general loop sets only the rows that enter X'WX, so its rows
+        // start from zero (the vectorized pass, when it gives up, has
+        // written a weight for every row, those it does not admit too).
         let Some(sums) = vectorized else {
-            // The vectorized pass wrote a weight for every row, those it
-            // does not admit included; the general loop sets only the rows
-            // that enter X'WX, so the rest must be zero again.
             working.fill(0.0);
             wz.fill(0.0);
             return self.add_general_rows(config, rows, working, wz);
         };
+        working[whole..].fill(0.0);
+        wz[whole..].fill(0.0);
         self.add_canonical(sums);
         // Every admitted row has weight = prior weight (one trial).
         self.add_null_deviance(
@@ -621,12 +623,13 @@ mod tests {
 
     #[test]
     fn a_block_with_a_row_not_admitted_goes_through_the_general_loop() {
-        // Twelve logistic rows, one a proportion (y = 0.5) and one out of
-        // range (y = 2), which the vectorized pass does not admit; it
-        // still writes a working weight for every row. The block must come
-        // out as the general loop alone gives it, which counts the row out
-        // of range as invalid and leaves it out of X'WX.
-        let rows = 12;
+        // Fourteen logistic rows (three groups of four and two left over),
+        // one a proportion (y = 0.5) and one out of range (y = 2), which
+        // the vectorized pass does not admit; it still writes a working
+        // weight for every row. The block must come out as the general
+        // loop alone gives it, which counts the row out of range as
+        // invalid and leaves it out of X'WX, whatever the buffers held.
+        let rows = 14;
         let x: Vec<f64> = (0..rows).map(|i| 0.25 * i as f64 - 1.0).collect();
         let admitted: Vec<f64> = (0..rows).map(|i| (i % 3 == 0) as u8 as f64).collect();
         let mut y = admitted.clone();
@@ -661,19 +664,29 @@ mod tests {
         assert_eq!((sums.invalid, working[10]), (1.0, 0.0));
         assert_eq!(working, expected_working);
         assert_eq!(wz, expected_wz);
-        // Without the proportion the vectorized pass takes the block, and
-        // agrees with the general loop to rounding.
+        // Without the proportion and the count the vectorized pass takes
+        // the groups of four, and agrees with the general loop to
+        // rounding; a row out of range among the two left over is left
+        // out of X'WX whatever the buffers held.
+        let mut tail_out = admitted.clone();
+        tail_out[13] = 2.0;
         let mut vectorized = IrlsSums::new(2);
-        vectorized.add_rows(&config, block(&admitted, &ones), &mut working, &mut wz);
+        let (mut working, mut wz) = (vec![7.0; rows], vec![7.0; rows]);
+        vectorized.add_rows(&config, block(&tail_out, &ones), &mut working, &mut wz);
         let mut general = IrlsSums::new(2);
+        let (mut expected_working, mut expected_wz) = (vec![0.0; rows], vec![0.0; rows]);
         general.add_general_rows(
             &config,
-            block(&admitted, &ones),
+            block(&tail_out, &ones),
             &mut expected_working,
             &mut expected_wz,
         );
+        assert_eq!((vectorized.invalid, working[13], wz[13]), (1.0, 0.0, 0.0));
         let (a, b) = (vectorized.deviance, general.deviance);
         assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
+        for (a, b) in working.iter().zip(&expected_working) {
+            assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
+        }
     }
 
     #[tokio::test]

@@ -23,23 +23,9 @@ pub const BLOCK: usize = 2048;
 
 /// Adds Σ_r w_r x_r x_rᵀ to `gram` (k × k, row-major, kept symmetric)
 /// and, when `wz` is given, Σ_r wz_r x_r to `rhs`. `x` holds k columns of
-/// `w.len()` rows each; a row whose weight is zero adds nothing.
+/// `w.len()` rows each; a row whose weight is zero adds nothing. Callers
+/// that add many blocks keep a [`GramLanes`] across them instead.
 pub fn add_weighted_gram(
-    gram: &mut [f64],
-    rhs: &mut [f64],
-    x: &[&[f64]],
-    w: &[f64],
-    wz: Option<&[f64]>,
-) {
-    add_upper_gram(gram, rhs, x, w, wz);
-    mirror_upper(gram, x.len());
-}
-
-/// [`add_weighted_gram`] on the upper triangle only (j ≥ i); callers that
-/// add many blocks mirror once at the end ([`mirror_upper`]). The dot
-/// products run with AVX2 where the processor has it (chosen at run time,
-/// [`lanes::dispatch`]); the sums are the same bits either way.
-pub fn add_upper_gram(
     gram: &mut [f64],
     rhs: &mut [f64],
     x: &[&[f64]],
@@ -49,6 +35,7 @@ pub fn add_upper_gram(
     let mut sums = GramLanes::new(x.len());
     sums.add(x, w, wz);
     sums.add_upper_to(gram, rhs);
+    mirror_upper(gram, x.len());
 }
 
 /// Four partial sums of one entry: row r of a block adds to lane r mod 4.
@@ -488,7 +475,9 @@ mod tests {
         let wz = values(rows, 6);
         let x: Vec<&[f64]> = columns.iter().map(|c| c.as_slice()).collect();
         let (mut chosen, mut chosen_rhs) = (vec![0.0; k * k], vec![0.0; k]);
-        add_upper_gram(&mut chosen, &mut chosen_rhs, &x, &w, Some(&wz));
+        let mut sums = GramLanes::new(k);
+        sums.add(&x, &w, Some(&wz));
+        sums.add_upper_to(&mut chosen, &mut chosen_rhs);
         let (mut portable, mut portable_rhs) = (vec![0.0; k * k], vec![0.0; k]);
         let mut sums = GramLanes::new(k);
         upper_gram(Portable, &mut sums, &x, &w, Some(&wz));

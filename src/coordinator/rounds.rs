@@ -18,9 +18,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use futures::future::BoxFuture;
 use futures::future::try_join_all;
-use futures::{FutureExt, StreamExt};
 
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
@@ -356,26 +354,43 @@ pub async fn run_round(
             kept.push(masked_state);
         }
     } else {
-        let report = &report;
-        let pending: Vec<BoxFuture<'_, Result<SiteAnswer>>> = clients
-            .iter()
-            .enumerate()
-            .map(|(i, client)| {
-                async move {
-                    let start = Instant::now();
-                    let encoder = round.encoder_for(client.name())?;
-                    let (client_state, traffic) =
-                        encode_retrying(client.as_ref(), &encoder).await?;
-                    report(RoundEvent::SiteAnswered);
-                    Ok((i, client_state, start.elapsed(), traffic))
-                }
-                .boxed()
-            })
-            .collect();
-        let mut answers = futures::stream::iter(pending).buffer_unordered(clients_at_once(clients));
+        // Each client's encode is a task of its own, so that in-process
+        // clients run on every core: polled inside this one task, a
+        // thousand small clients (one partition each, no task of their
+        // own) ran on one core at a time. Dropping the set (a cancelled
+        // query) aborts the clients still running. The analyst a DP
+        // ledger debits is carried into each task.
+        let analyst = crate::site::dp::current_analyst();
+        let at_once = clients_at_once(clients);
+        let mut running = tokio::task::JoinSet::new();
+        let mut next = 0;
         let mut dp_states = Vec::new();
-        while let Some(answer) = answers.next().await {
-            let (i, client_state, time, traffic) = answer?;
+        loop {
+            while running.len() < at_once && next < clients.len() {
+                let i = next;
+                next += 1;
+                let client = Arc::clone(&clients[i]);
+                let encoder = round.encoder_for(client.name())?;
+                let analyst = analyst.clone();
+                running.spawn(async move {
+                    let start = Instant::now();
+                    let encode = encode_retrying(client.as_ref(), &encoder);
+                    let (client_state, traffic) =
+                        crate::site::dp::as_analyst(&analyst, encode).await?;
+                    Ok::<SiteAnswer, FedError>((i, client_state, start.elapsed(), traffic))
+                });
+            }
+            let Some(joined) = running.join_next().await else {
+                break;
+            };
+            let (i, client_state, time, traffic) = joined.map_err(|e| {
+                if e.is_panic() {
+                    FedError::Internal(format!("a client's encode panicked: {e}"))
+                } else {
+                    FedError::Internal(format!("a client's encode was cancelled: {e}"))
+                }
+            })??;
+            report(RoundEvent::SiteAnswered);
             let rows = client_state.batch().num_rows();
             figures[i] = Some((rows, client_state.size_bytes(), time, traffic));
             if dp {

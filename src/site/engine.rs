@@ -39,6 +39,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
 use crate::site::group_rows::CountColumns;
+use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
 use crate::wire::encoder::Encoder;
 
 /// How many encoder templates the engine keeps (the oldest go first).
@@ -57,6 +58,8 @@ pub struct SiteEngine {
     /// building one copies every function registry).
     task_ctx: Arc<TaskContext>,
     templates: Mutex<Templates>,
+    /// The parsed footers of the small Parquet files sites read whole.
+    footers: Arc<FooterCache>,
     /// Sites reading the rows a fit keeps, at most one per core at once
     /// (see [`SiteEngine::keeping`]).
     keeping: tokio::sync::Semaphore,
@@ -78,6 +81,7 @@ impl SiteEngine {
             state,
             task_ctx,
             templates: Mutex::default(),
+            footers: Arc::default(),
             keeping: tokio::sync::Semaphore::new(cores),
         }
     }
@@ -102,6 +106,11 @@ impl SiteEngine {
     /// The session state sites plan with.
     pub fn state(&self) -> &SessionState {
         &self.state
+    }
+
+    /// The parsed footers of the small Parquet files sites read whole.
+    pub fn footers(&self) -> &Arc<FooterCache> {
+        &self.footers
     }
 
     /// The task context of one request: under a memory limit, with a
@@ -199,6 +208,8 @@ struct Templates {
 pub struct Template {
     plan: Arc<dyn ExecutionPlan>,
     counts: Option<CountColumns>,
+    /// How a small file is read whole instead, when its scan allows.
+    small: Option<SmallScan>,
 }
 
 impl Template {
@@ -206,9 +217,14 @@ impl Template {
     /// file scan in one piece (in one partition, no byte ranges, no
     /// declared ordering): otherwise each site plans for itself. Shared
     /// rows in memory (a subquery's result) are part of the key, and stay.
-    pub fn of(plan: Arc<dyn ExecutionPlan>, counts: Option<CountColumns>) -> Option<Self> {
+    pub fn of(
+        plan: Arc<dyn ExecutionPlan>,
+        counts: Option<CountColumns>,
+        batch_size: usize,
+    ) -> Option<Self> {
         let mut scans = 0;
         let mut simple = true;
+        let mut small = None;
         let _ = plan.apply(|node| {
             // A join (or union) may share state with its scans (a dynamic
             // filter): such plans are planned site by site.
@@ -223,6 +239,7 @@ impl Template {
                     && files[0].partition_values.is_empty()
                     && config.output_ordering.is_empty()
                     && config.table_partition_cols().is_empty();
+                small = SmallScan::of(config, batch_size);
             }
             Ok(TreeNodeRecursion::Continue)
         });
@@ -233,40 +250,64 @@ impl Template {
             .indent(true)
             .to_string();
         simple &= !text.contains("DynamicFilter");
-        (scans == 1 && simple).then_some(Self { plan, counts })
+        (scans == 1 && simple).then_some(Self {
+            plan,
+            counts,
+            small,
+        })
     }
 
     /// The template bound to one site's file: its scan reads `file` as it
-    /// is now (a fresh `stat`), and every operator above is a new one.
+    /// is now (a fresh `stat`), and every operator above is a new one. A
+    /// small Parquet file is read whole ([`SmallParquetExec`]) when the
+    /// template's scan allows.
     pub fn instantiate(
         &self,
         file: &SiteFile,
+        footers: &Arc<FooterCache>,
     ) -> Result<(Arc<dyn ExecutionPlan>, Option<CountColumns>)> {
         let meta = file.stat()?;
+        let small = self.small.as_ref().filter(|_| meta.size <= SMALL_FILE);
         let plan = Arc::clone(&self.plan)
             .transform_up(|node| {
                 let Some(config) = file_scan(&node) else {
                     return Ok(Transformed::no(node));
                 };
-                let Some(template_file) = config.file_groups.first().and_then(|g| g.iter().next())
-                else {
-                    return Ok(Transformed::no(node));
+                let scan: Arc<dyn ExecutionPlan> = match small {
+                    Some(small) => Arc::new(SmallParquetExec::new(
+                        &file.path,
+                        small.clone(),
+                        Arc::clone(footers),
+                        (config.clone(), meta.clone()),
+                    )),
+                    None => bound_scan(config, &meta),
                 };
-                let mut bound = template_file.clone();
-                bound.object_meta = meta.clone();
-                bound.statistics = None;
-                bound.metadata_size_hint = None;
-                let schema = config.file_schema().clone();
-                let config = FileScanConfigBuilder::from(config.clone())
-                    .with_file_groups(vec![FileGroup::new(vec![bound])])
-                    .with_statistics(Statistics::new_unknown(&schema))
-                    .build();
-                let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
                 Ok(Transformed::yes(scan))
             })?
             .data;
         Ok((plan, self.counts.clone()))
     }
+}
+
+/// A template's file scan bound to a site's file as `meta` describes it
+/// (a template's scan reads exactly one file).
+pub fn bound_scan(config: &FileScanConfig, meta: &ObjectMeta) -> Arc<dyn ExecutionPlan> {
+    let files = config.file_groups.iter().flat_map(|g| g.iter());
+    let bound: Vec<PartitionedFile> = files
+        .map(|template_file| {
+            let mut bound = template_file.clone();
+            bound.object_meta = meta.clone();
+            bound.statistics = None;
+            bound.metadata_size_hint = None;
+            bound
+        })
+        .collect();
+    let schema = config.file_schema().clone();
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_file_groups(vec![FileGroup::new(bound)])
+        .with_statistics(Statistics::new_unknown(&schema))
+        .build();
+    DataSourceExec::from_data_source(config)
 }
 
 /// Whether a plan reads no table but its federated one: a shared table's
@@ -284,7 +325,7 @@ pub fn reads_one_table(plan: &LogicalPlan) -> bool {
 }
 
 /// The file scan of a plan node, if it is one.
-fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
     node.downcast_ref::<DataSourceExec>()?
         .data_source()
         .downcast_ref::<FileScanConfig>()

@@ -364,9 +364,11 @@ impl LocalClient {
                 Some(template) => template,
                 None => {
                     let planned = self.plan_anew(encoder).await?;
-                    let Some(template) =
-                        Template::of(Arc::clone(&planned.plan), planned.counts.clone())
-                    else {
+                    let Some(template) = Template::of(
+                        Arc::clone(&planned.plan),
+                        planned.counts.clone(),
+                        self.engine.state().config().batch_size(),
+                    ) else {
                         // Not bindable (several partitions, ranges): this
                         // site's own plan, planned again next time.
                         return Ok(planned);
@@ -377,7 +379,9 @@ impl LocalClient {
                     template
                 }
             };
-            let (plan, counts) = template.instantiate(file).map_err(|e| self.error(e))?;
+            let (plan, counts) = template
+                .instantiate(file, self.engine.footers())
+                .map_err(|e| self.error(e))?;
             return Ok(SitePlan { plan, counts });
         }
         self.plan_anew(encoder).await

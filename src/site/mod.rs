@@ -27,6 +27,7 @@ pub mod policy;
 pub mod runner;
 pub mod secure;
 pub mod sketches;
+pub mod small_parquet;
 pub mod worker;
 pub mod yielding;
 

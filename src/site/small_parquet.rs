@@ -1,0 +1,665 @@
+//! A site's small Parquet file read whole, on the thread that runs its
+//! scan, and decoded straight into the scan's columns.
+//!
+//! A thousand clients of a thousand rows each read a thousand small files
+//! per query. DataFusion's file scan reads each in several byte ranges on
+//! tokio's blocking pool, converts the file's schema, plans row groups and
+//! adapts the batches: fixed costs that, for a file of 100 kB, are several
+//! times the decoding itself. A file of at most [`SMALL_FILE`] bytes whose
+//! scan is only a projection of columns (no filter evaluated in the scan,
+//! no limit, every column in the file with the table's type) is read here
+//! in one read instead, with its footer parsed once: [`FooterCache`] keeps
+//! each file's parsed footer with the footer's bytes, and a read whose last
+//! bytes differ from them parses the footer anew, so a file that changed is
+//! never decoded with a stale footer. Anything else goes to DataFusion's
+//! scan, as before.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result as DFResult, Statistics};
+use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::object_store::ObjectMeta;
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::Stream;
+
+use crate::site::engine;
+
+/// The largest file read whole on the scan's own thread: a read from the
+/// page cache of this many bytes takes well under a millisecond.
+pub const SMALL_FILE: u64 = 1 << 20;
+
+/// The footers the cache keeps at most, in bytes of parsed metadata (the
+/// oldest go first).
+const FOOTER_CACHE_BYTES: usize = 64 << 20;
+
+/// How a small file's scan reads it: which of the table's columns, in
+/// which order, with which types. Built from a template's scan when the
+/// scan is one this module can read; `None` otherwise.
+#[derive(Debug, Clone)]
+pub struct SmallScan {
+    /// The table's columns (as the scan's file schema names them).
+    table: SchemaRef,
+    /// The scan's output: the projected columns.
+    schema: SchemaRef,
+    /// Per output column, its index in `table`.
+    columns: Vec<usize>,
+    batch_size: usize,
+}
+
+impl SmallScan {
+    /// The small-file reading of `config`'s scan, when it is only a
+    /// projection of Parquet columns: no filter evaluated in the scan, no
+    /// limit, no partition or virtual columns, no projected expression.
+    pub fn of(config: &FileScanConfig, batch_size: usize) -> Option<Self> {
+        let source = config.file_source().downcast_ref::<ParquetSource>()?;
+        let options = &source.table_parquet_options().global;
+        // Filters evaluated in the scan (a row filter) are not applied
+        // here; a predicate only used to prune row groups may be skipped.
+        if options.pushdown_filters || config.limit.is_some() {
+            return None;
+        }
+        let table_schema = source.table_schema();
+        if !table_schema.table_partition_cols().is_empty()
+            || !table_schema.virtual_columns().is_empty()
+        {
+            return None;
+        }
+        let table = Arc::clone(table_schema.file_schema());
+        let columns: Vec<usize> = match source.projection() {
+            None => (0..table.fields().len()).collect(),
+            Some(projection) => projection
+                .iter()
+                .map(|p| {
+                    let column = p.expr.downcast_ref::<Column>()?;
+                    (column.index() < table.fields().len()
+                        && table.field(column.index()).name() == column.name())
+                    .then_some(column.index())
+                })
+                .collect::<Option<_>>()?,
+        };
+        let schema = config.projected_schema().ok()?;
+        let types_agree = schema.fields().len() == columns.len()
+            && schema
+                .fields()
+                .iter()
+                .zip(&columns)
+                .all(|(out, &i)| out.data_type() == table.field(i).data_type());
+        types_agree.then(|| Self {
+            table,
+            schema,
+            columns,
+            batch_size: config.batch_size.unwrap_or(batch_size).max(1),
+        })
+    }
+}
+
+/// The parsed footers of small files, each with the bytes it was parsed
+/// from and the reader's metadata for the table schema last asked for.
+#[derive(Debug, Default)]
+pub struct FooterCache {
+    inner: Mutex<Footers>,
+}
+
+#[derive(Debug, Default)]
+struct Footers {
+    by_path: HashMap<PathBuf, Arc<Footer>>,
+    order: VecDeque<PathBuf>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Footer {
+    /// The file's last bytes: its footer, its length and the magic.
+    tail: Bytes,
+    /// The table schema `reader` converts to.
+    table: SchemaRef,
+    reader: ArrowReaderMetadata,
+    size: usize,
+}
+
+impl FooterCache {
+    /// The reader's metadata of `file` (all of its bytes) for `table`:
+    /// the cached one when the file ends in the same footer, else parsed.
+    fn metadata(
+        &self,
+        path: &Path,
+        file: &Bytes,
+        table: &SchemaRef,
+    ) -> DFResult<ArrowReaderMetadata> {
+        let cached = self
+            .inner
+            .lock()
+            .expect("not poisoned")
+            .by_path
+            .get(path)
+            .cloned();
+        if let Some(footer) = cached
+            && file.ends_with(&footer.tail)
+            && (Arc::ptr_eq(&footer.table, table) || footer.table == *table)
+        {
+            return Ok(footer.reader.clone());
+        }
+        let footer = Arc::new(parse_footer(file, table)?);
+        let reader = footer.reader.clone();
+        let mut footers = self.inner.lock().expect("not poisoned");
+        footers.bytes += footer.size;
+        if let Some(old) = footers.by_path.insert(path.to_path_buf(), footer) {
+            footers.bytes -= old.size;
+        } else {
+            footers.order.push_back(path.to_path_buf());
+        }
+        while footers.bytes > FOOTER_CACHE_BYTES {
+            let Some(oldest) = footers.order.pop_front() else {
+                break;
+            };
+            if let Some(old) = footers.by_path.remove(&oldest) {
+                footers.bytes -= old.size;
+            }
+        }
+        Ok(reader)
+    }
+}
+
+/// The footer of a whole file's bytes, its columns read with `table`'s
+/// types where the two differ only in a string or binary view.
+fn parse_footer(file: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
+    let metadata = Arc::new(ParquetMetaDataReader::new().parse_and_finish(file)?);
+    let tail_len = footer_len(file)?;
+    let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
+    let hinted: Vec<Field> = plain
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            let wanted = table.field_with_name(f.name()).ok().map(|t| t.data_type());
+            match wanted {
+                Some(t) if is_view_of(t, f.data_type()) => {
+                    f.as_ref().clone().with_data_type(t.clone())
+                }
+                _ => f.as_ref().clone(),
+            }
+        })
+        .collect();
+    let hint = Arc::new(Schema::new_with_metadata(
+        hinted,
+        plain.schema().metadata().clone(),
+    ));
+    let reader = if hint == *plain.schema() {
+        plain
+    } else {
+        ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new().with_schema(hint))?
+    };
+    Ok(Footer {
+        tail: file.slice(file.len() - tail_len..),
+        table: Arc::clone(table),
+        size: reader.metadata().memory_size() + tail_len,
+        reader,
+    })
+}
+
+/// The length of a Parquet file's footer with its length and magic.
+fn footer_len(file: &Bytes) -> DFResult<usize> {
+    let n = file.len();
+    if n < 8 || &file[n - 4..] != b"PAR1" {
+        return Err(DataFusionError::External(
+            "Parquet error: the file does not end in a Parquet footer".into(),
+        ));
+    }
+    let len = u32::from_le_bytes(file[n - 8..n - 4].try_into().expect("four bytes")) as usize;
+    if len + 8 > n {
+        return Err(DataFusionError::External(
+            "Parquet error: the footer's length is past the file's start".into(),
+        ));
+    }
+    Ok(len + 8)
+}
+
+/// Whether `view` is the view type DataFusion reads `stored` as.
+fn is_view_of(view: &DataType, stored: &DataType) -> bool {
+    matches!(
+        (view, stored),
+        (DataType::Utf8View, DataType::Utf8 | DataType::LargeUtf8)
+            | (
+                DataType::BinaryView,
+                DataType::Binary | DataType::LargeBinary
+            )
+    )
+}
+
+/// The scan of one small Parquet file (see the module's notes).
+pub struct SmallParquetExec {
+    path: PathBuf,
+    scan: SmallScan,
+    footers: Arc<FooterCache>,
+    /// The template's scan and the file's metadata: DataFusion's scan of
+    /// the file, for a file whose columns differ from the table's (it
+    /// adapts them: casts, NULLs for a missing column).
+    fallback: (FileScanConfig, ObjectMeta),
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl fmt::Debug for SmallParquetExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmallParquetExec")
+            .field("path", &self.path)
+            .field("scan", &self.scan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SmallParquetExec {
+    pub fn new(
+        path: &Path,
+        scan: SmallScan,
+        footers: Arc<FooterCache>,
+        fallback: (FileScanConfig, ObjectMeta),
+    ) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&scan.schema)),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            path: path.to_path_buf(),
+            scan,
+            footers,
+            fallback,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// The file read and its footer found: the reader of its columns;
+    /// `None` when a column of the table is not in the file with the
+    /// table's type.
+    fn open(&self) -> DFResult<Option<(ParquetRecordBatchReader, Vec<usize>)>> {
+        let file = Bytes::from(std::fs::read(&self.path).map_err(|e| {
+            DataFusionError::External(format!("cannot read {}: {e}", self.path.display()).into())
+        })?);
+        let metadata = self.footers.metadata(&self.path, &file, &self.scan.table)?;
+        // Each output column's root column in the file, by name.
+        let file_schema = Arc::clone(metadata.schema());
+        let mut roots = Vec::with_capacity(self.scan.columns.len());
+        for (out, &i) in self.scan.schema.fields().iter().zip(&self.scan.columns) {
+            let name = self.scan.table.field(i).name();
+            match file_schema.column_with_name(name) {
+                Some((root, field)) if field.data_type() == out.data_type() => roots.push(root),
+                _ => return Ok(None),
+            }
+        }
+        // The mask reads roots in the file's order; each output column is
+        // then taken from its place among them.
+        let mut read: Vec<usize> = roots.clone();
+        read.sort_unstable();
+        read.dedup();
+        let places = roots
+            .iter()
+            .map(|r| read.binary_search(r).expect("every root is read"))
+            .collect();
+        let mask = ProjectionMask::roots(metadata.parquet_schema(), read);
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+            .with_projection(mask)
+            .with_batch_size(self.scan.batch_size)
+            .build()?;
+        Ok(Some((reader, places)))
+    }
+}
+
+impl DisplayAs for SmallParquetExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self
+            .scan
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(
+            f,
+            "SmallParquetExec: file={}, projection=[{}]",
+            self.path.display(),
+            names.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for SmallParquetExec {
+    fn name(&self) -> &str {
+        "SmallParquetExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "SmallParquetExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "SmallParquetExec has one partition, not {partition}"
+            )));
+        }
+        let metrics = BaselineMetrics::new(&self.metrics, partition);
+        let opened = {
+            let _timer = metrics.elapsed_compute().timer();
+            self.open()?
+        };
+        let Some((reader, places)) = opened else {
+            let (config, meta) = &self.fallback;
+            return engine::bound_scan(config, meta).execute(0, context);
+        };
+        Ok(Box::pin(SmallParquetStream {
+            schema: Arc::clone(&self.scan.schema),
+            reader,
+            places,
+            metrics,
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn partition_statistics(&self, _partition: Option<usize>) -> DFResult<Arc<Statistics>> {
+        Ok(Arc::new(Statistics::new_unknown(&self.scan.schema)))
+    }
+}
+
+/// The batches of one small file, decoded as they are asked for.
+struct SmallParquetStream {
+    schema: SchemaRef,
+    reader: ParquetRecordBatchReader,
+    places: Vec<usize>,
+    metrics: BaselineMetrics,
+}
+
+impl SmallParquetStream {
+    fn next_batch(&mut self) -> Option<DFResult<RecordBatch>> {
+        let _timer = self.metrics.elapsed_compute().timer();
+        let read = match self.reader.next()? {
+            Ok(read) => read,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let columns: Vec<ArrayRef> = self
+            .places
+            .iter()
+            .map(|&p| Arc::clone(read.column(p)))
+            .collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(read.num_rows()));
+        Some(
+            RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
+                .map_err(DataFusionError::from),
+        )
+    }
+}
+
+impl Stream for SmallParquetStream {
+    type Item = DFResult<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.next_batch();
+        self.metrics.record_poll(Poll::Ready(next))
+    }
+}
+
+impl RecordBatchStream for SmallParquetStream {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+
+    use super::*;
+    use crate::site::engine::file_scan;
+    use crate::site::local::site_session;
+
+    fn write(path: &Path, columns: Vec<(&str, ArrayRef)>) {
+        let batch = RecordBatch::try_from_iter_with_nullable(
+            columns.into_iter().map(|(n, c)| (n, c, true)),
+        )
+        .unwrap();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None)
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn rows(
+        a: &[Option<i64>],
+        s: &[Option<&str>],
+        x: &[Option<f64>],
+    ) -> Vec<(&'static str, ArrayRef)> {
+        vec![
+            ("a", Arc::new(Int64Array::from(a.to_vec())) as ArrayRef),
+            ("s", Arc::new(StringArray::from(s.to_vec()))),
+            ("x", Arc::new(Float64Array::from(x.to_vec()))),
+        ]
+    }
+
+    /// `sql`'s plan over table `t` (the file at `path`) at a site: the
+    /// plan's one file scan, and the plan.
+    async fn site_plan(path: &Path, sql: &str) -> (SessionContext, Arc<dyn ExecutionPlan>) {
+        let ctx = site_session();
+        ctx.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        (ctx, plan)
+    }
+
+    /// The plan with its file scan read whole by a [`SmallParquetExec`]
+    /// (which must take it), over a cache shared between calls.
+    fn read_whole(
+        plan: &Arc<dyn ExecutionPlan>,
+        path: &Path,
+        footers: &Arc<FooterCache>,
+    ) -> Arc<dyn ExecutionPlan> {
+        Arc::clone(plan)
+            .transform_up(|node| {
+                let Some(config) = file_scan(&node) else {
+                    return Ok(datafusion::common::tree_node::Transformed::no(node));
+                };
+                let scan = SmallScan::of(config, 8192).expect("a scan of columns only");
+                let stat = std::fs::metadata(path).unwrap();
+                let mut meta = config.file_groups[0]
+                    .iter()
+                    .next()
+                    .unwrap()
+                    .object_meta
+                    .clone();
+                meta.size = stat.len();
+                meta.last_modified = stat.modified().unwrap().into();
+                let exec =
+                    SmallParquetExec::new(path, scan, Arc::clone(footers), (config.clone(), meta));
+                Ok(datafusion::common::tree_node::Transformed::yes(
+                    Arc::new(exec) as Arc<dyn ExecutionPlan>,
+                ))
+            })
+            .unwrap()
+            .data
+    }
+
+    async fn run(ctx: &SessionContext, plan: Arc<dyn ExecutionPlan>) -> String {
+        let batches = collect(plan, ctx.task_ctx()).await.unwrap();
+        pretty_format_batches(&batches).unwrap().to_string()
+    }
+
+    fn shows_small_scan(plan: &Arc<dyn ExecutionPlan>) -> bool {
+        datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(true)
+            .to_string()
+            .contains("SmallParquetExec")
+    }
+
+    #[tokio::test]
+    async fn a_small_file_read_whole_gives_the_rows_datafusions_scan_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        write(
+            &path,
+            rows(
+                &[Some(3), None, Some(-7), Some(3)],
+                &[Some("b"), Some("a"), None, Some("b")],
+                &[Some(0.5), Some(2.25), None, Some(-1.0)],
+            ),
+        );
+        let footers = Arc::default();
+        // Columns out of the file's order and twice, a string read as a
+        // view, a filter above the scan, grouping, and no column at all.
+        for sql in [
+            "SELECT x, s, a, x AS x2 FROM t",
+            "SELECT s, sum(x), count(a), min(a) FROM t WHERE a > 0 OR x IS NULL GROUP BY s ORDER BY s",
+            "SELECT count(*) FROM t",
+        ] {
+            let (ctx, plan) = site_plan(&path, sql).await;
+            let whole = read_whole(&plan, &path, &footers);
+            assert!(shows_small_scan(&whole), "{sql}");
+            assert_eq!(run(&ctx, whole).await, run(&ctx, plan).await, "{sql}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rewritten_file_is_read_with_its_new_footer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        write(
+            &path,
+            rows(
+                &[Some(1), Some(2)],
+                &[Some("a"), Some("b")],
+                &[Some(1.0), Some(2.0)],
+            ),
+        );
+        let footers = Arc::default();
+        let sql = "SELECT sum(a), count(s), sum(x) FROM t";
+        let (ctx, plan) = site_plan(&path, sql).await;
+        let first = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        assert!(first.contains("| 3 "), "{first}");
+        // The same schema, other rows: the cached footer's row counts and
+        // offsets no longer describe the file.
+        write(
+            &path,
+            rows(
+                &[Some(5), Some(9), Some(0)],
+                &[Some("c"), Some("d"), Some("e")],
+                &[Some(4.0), Some(8.0), Some(16.0)],
+            ),
+        );
+        let again = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        let (_, fresh) = site_plan(&path, sql).await;
+        assert_eq!(again, run(&ctx, fresh).await);
+        assert!(again.contains("| 14 "), "{again}");
+    }
+
+    #[tokio::test]
+    async fn a_file_without_a_table_column_is_read_by_datafusions_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        write(
+            &path,
+            rows(
+                &[Some(1), Some(2)],
+                &[Some("a"), Some("b")],
+                &[Some(1.0), Some(2.0)],
+            ),
+        );
+        let footers = Arc::default();
+        let sql = "SELECT a, x FROM t ORDER BY a";
+        let (ctx, plan) = site_plan(&path, sql).await;
+        // Rewritten without `x`, and with `a` of another type: DataFusion's
+        // scan adapts the file (a NULL column, a cast); so must the site.
+        write(
+            &path,
+            vec![(
+                "a",
+                Arc::new(datafusion::arrow::array::Int32Array::from(vec![4, 6])) as ArrayRef,
+            )],
+        );
+        let whole = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        let expected = [
+            "+---+---+",
+            "| a | x |",
+            "+---+---+",
+            "| 4 |   |",
+            "| 6 |   |",
+            "+---+---+",
+        ];
+        assert_eq!(whole, expected.join("\n"));
+    }
+
+    #[test]
+    fn a_file_that_is_no_parquet_file_is_refused() {
+        let file = Bytes::from_static(b"not parquet at all");
+        let table = Arc::new(Schema::empty());
+        let e = FooterCache::default()
+            .metadata(Path::new("f"), &file, &table)
+            .unwrap_err();
+        assert!(e.to_string().contains("Parquet"), "{e}");
+    }
+}

@@ -274,11 +274,15 @@ impl Template {
                     return Ok(Transformed::no(node));
                 };
                 let scan: Arc<dyn ExecutionPlan> = match small {
+                    // The template scan's properties, the same `Arc`: the
+                    // operators above keep theirs instead of computing them
+                    // again (DataFusion compares the pointers).
                     Some(small) => Arc::new(SmallParquetExec::new(
                         &file.path,
                         small.clone(),
                         Arc::clone(footers),
                         (config.clone(), meta.clone()),
+                        Arc::clone(node.properties()),
                     )),
                     None => bound_scan(config, &meta),
                 };

@@ -16,12 +16,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -34,14 +36,15 @@ use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
     ParquetRecordBatchReaderBuilder,
 };
+use datafusion::parquet::errors::{ParquetError, Result as ParquetResult};
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
+use datafusion::parquet::file::reader::{ChunkReader, Length};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::projection::ProjectionExprs;
+use datafusion::physical_expr::utils::reassign_expr_columns;
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::Stream;
 
 use crate::site::engine;
@@ -54,24 +57,27 @@ pub const SMALL_FILE: u64 = 1 << 20;
 /// oldest go first).
 const FOOTER_CACHE_BYTES: usize = 64 << 20;
 
-/// How a small file's scan reads it: which of the table's columns, in
-/// which order, with which types. Built from a template's scan when the
+/// How a small file's scan reads it: which of the table's columns, and
+/// the scan's projection over them. Built from a template's scan when the
 /// scan is one this module can read; `None` otherwise.
 #[derive(Debug, Clone)]
 pub struct SmallScan {
     /// The table's columns (as the scan's file schema names them).
     table: SchemaRef,
-    /// The scan's output: the projected columns.
+    /// The table's columns the projection reads, by name, ascending.
+    read: SchemaRef,
+    /// Per output column, its expression over the `read` columns (a
+    /// column, or what DataFusion pushed into the scan: `x9 = 1`).
+    exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// The scan's output.
     schema: SchemaRef,
-    /// Per output column, its index in `table`.
-    columns: Vec<usize>,
     batch_size: usize,
 }
 
 impl SmallScan {
-    /// The small-file reading of `config`'s scan, when it is only a
-    /// projection of Parquet columns: no filter evaluated in the scan, no
-    /// limit, no partition or virtual columns, no projected expression.
+    /// The small-file reading of `config`'s scan, when it is a projection
+    /// of Parquet columns: no filter evaluated in the scan, no limit, no
+    /// partition or virtual columns.
     pub fn of(config: &FileScanConfig, batch_size: usize) -> Option<Self> {
         let source = config.file_source().downcast_ref::<ParquetSource>()?;
         let options = &source.table_parquet_options().global;
@@ -87,29 +93,26 @@ impl SmallScan {
             return None;
         }
         let table = Arc::clone(table_schema.file_schema());
-        let columns: Vec<usize> = match source.projection() {
-            None => (0..table.fields().len()).collect(),
-            Some(projection) => projection
-                .iter()
-                .map(|p| {
-                    let column = p.expr.downcast_ref::<Column>()?;
-                    (column.index() < table.fields().len()
-                        && table.field(column.index()).name() == column.name())
-                    .then_some(column.index())
-                })
-                .collect::<Option<_>>()?,
-        };
+        let all =
+            ProjectionExprs::from_indices(&(0..table.fields().len()).collect::<Vec<_>>(), &table);
+        let projection = source.projection().unwrap_or(&all);
+        let read = Arc::new(table.project(&projection.column_indices()).ok()?);
+        let exprs: Vec<Arc<dyn PhysicalExpr>> = projection
+            .iter()
+            .map(|p| reassign_expr_columns(Arc::clone(&p.expr), &read).ok())
+            .collect::<Option<_>>()?;
         let schema = config.projected_schema().ok()?;
-        let types_agree = schema.fields().len() == columns.len()
+        let types_agree = schema.fields().len() == exprs.len()
             && schema
                 .fields()
                 .iter()
-                .zip(&columns)
-                .all(|(out, &i)| out.data_type() == table.field(i).data_type());
+                .zip(&exprs)
+                .all(|(out, e)| e.data_type(&read).is_ok_and(|t| &t == out.data_type()));
         types_agree.then(|| Self {
             table,
+            read,
+            exprs,
             schema,
-            columns,
             batch_size: config.batch_size.unwrap_or(batch_size).max(1),
         })
     }
@@ -140,12 +143,13 @@ struct Footer {
 }
 
 impl FooterCache {
-    /// The reader's metadata of `file` (all of its bytes) for `table`:
-    /// the cached one when the file ends in the same footer, else parsed.
+    /// The reader's metadata for `table` of the file whose footer (with
+    /// its length and magic) is `tail`: the cached one when the file at
+    /// `path` ended in the same bytes, else parsed.
     fn metadata(
         &self,
         path: &Path,
-        file: &Bytes,
+        tail: &Bytes,
         table: &SchemaRef,
     ) -> DFResult<ArrowReaderMetadata> {
         let cached = self
@@ -156,12 +160,12 @@ impl FooterCache {
             .get(path)
             .cloned();
         if let Some(footer) = cached
-            && file.ends_with(&footer.tail)
+            && *tail == footer.tail
             && (Arc::ptr_eq(&footer.table, table) || footer.table == *table)
         {
             return Ok(footer.reader.clone());
         }
-        let footer = Arc::new(parse_footer(file, table)?);
+        let footer = Arc::new(parse_footer(tail, table)?);
         let reader = footer.reader.clone();
         let mut footers = self.inner.lock().expect("not poisoned");
         footers.bytes += footer.size;
@@ -182,11 +186,12 @@ impl FooterCache {
     }
 }
 
-/// The footer of a whole file's bytes, its columns read with `table`'s
-/// types where the two differ only in a string or binary view.
-fn parse_footer(file: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
-    let metadata = Arc::new(ParquetMetaDataReader::new().parse_and_finish(file)?);
-    let tail_len = footer_len(file)?;
+/// A file's footer parsed from `tail` (the footer, its length and the
+/// magic), its columns read with `table`'s types where the two differ only
+/// in a string or binary view.
+fn parse_footer(tail: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
+    let footer = &tail[..tail.len() - 8];
+    let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
     let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
     let hinted: Vec<Field> = plain
         .schema()
@@ -212,28 +217,150 @@ fn parse_footer(file: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
         ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new().with_schema(hint))?
     };
     Ok(Footer {
-        tail: file.slice(file.len() - tail_len..),
+        tail: tail.clone(),
         table: Arc::clone(table),
-        size: reader.metadata().memory_size() + tail_len,
+        size: reader.metadata().memory_size() + tail.len(),
         reader,
     })
 }
 
-/// The length of a Parquet file's footer with its length and magic.
-fn footer_len(file: &Bytes) -> DFResult<usize> {
-    let n = file.len();
-    if n < 8 || &file[n - 4..] != b"PAR1" {
-        return Err(DataFusionError::External(
-            "Parquet error: the file does not end in a Parquet footer".into(),
-        ));
+/// How many of a file's last bytes are read first, in the hope that the
+/// footer is among them (one read instead of two).
+const FOOTER_GUESS: u64 = 16 << 10;
+
+/// A Parquet file's footer with its length and magic: its last bytes.
+fn read_tail(file: &File, len: u64) -> DFResult<Bytes> {
+    let not_parquet =
+        |what: &str| DataFusionError::External(format!("Parquet error: {what}").into());
+    if len < 12 {
+        return Err(not_parquet("the file is too short to be a Parquet file"));
     }
-    let len = u32::from_le_bytes(file[n - 8..n - 4].try_into().expect("four bytes")) as usize;
-    if len + 8 > n {
-        return Err(DataFusionError::External(
-            "Parquet error: the footer's length is past the file's start".into(),
-        ));
+    let guess = len.min(FOOTER_GUESS);
+    let last = read_at(file, len - guess, guess as usize)?;
+    let n = last.len();
+    if &last[n - 4..] != b"PAR1" {
+        return Err(not_parquet("the file does not end in a Parquet footer"));
     }
-    Ok(len + 8)
+    let footer = u32::from_le_bytes(last[n - 8..n - 4].try_into().expect("four bytes")) as u64;
+    let tail = footer + 8;
+    if tail > len - 4 {
+        return Err(not_parquet("the footer's length is past the file's start"));
+    }
+    if tail <= guess {
+        Ok(last.slice((guess - tail) as usize..))
+    } else {
+        read_at(file, len - tail, tail as usize)
+    }
+}
+
+/// `len` bytes of `file` from `start`.
+fn read_at(file: &File, start: u64, len: usize) -> DFResult<Bytes> {
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, start)?;
+    Ok(Bytes::from(buf))
+}
+
+/// Ranges of a file read apart, when the gap between them is wider than
+/// this; nearer ones are read as one.
+const MAX_GAP: u64 = 4 << 10;
+
+/// The parts of a file a scan reads: the column chunks of its columns, each
+/// read once; anything else asked of it is an error.
+struct ReadParts {
+    len: u64,
+    /// (offset, bytes), by offset, apart.
+    parts: Vec<(u64, Bytes)>,
+}
+
+impl ReadParts {
+    /// The byte ranges `ranges` of `file` (of `len` bytes), near ones read
+    /// as one.
+    fn read(file: &File, len: u64, mut ranges: Vec<(u64, u64)>) -> DFResult<Self> {
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some((_, last_end)) if start <= *last_end + MAX_GAP => {
+                    *last_end = (*last_end).max(end);
+                }
+                _ => merged.push((start, end)),
+            }
+        }
+        let parts = merged
+            .into_iter()
+            .map(|(start, end)| Ok((start, read_at(file, start, (end - start) as usize)?)))
+            .collect::<DFResult<_>>()?;
+        Ok(Self { len, parts })
+    }
+
+    /// The part holding `length` bytes from `start`, and where in it they begin.
+    fn part(&self, start: u64, length: usize) -> ParquetResult<(&Bytes, usize)> {
+        let i = self.parts.partition_point(|(s, _)| *s <= start);
+        if let Some((s, bytes)) = i.checked_sub(1).map(|i| &self.parts[i]) {
+            let from = (start - s) as usize;
+            if from + length <= bytes.len() {
+                return Ok((bytes, from));
+            }
+        }
+        Err(ParquetError::General(format!(
+            "bytes {start}..{} of the file are in no column chunk read",
+            start + length as u64
+        )))
+    }
+}
+
+impl Length for ReadParts {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl ChunkReader for ReadParts {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> ParquetResult<Self::T> {
+        let (bytes, from) = self.part(start, 0)?;
+        Ok(bytes.slice(from..).reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> ParquetResult<Bytes> {
+        let (bytes, from) = self.part(start, length)?;
+        Ok(bytes.slice(from..from + length))
+    }
+}
+
+/// The byte ranges of the column chunks `mask` reads, checked against the
+/// file's length (a footer may say anything).
+fn chunk_ranges(
+    metadata: &ArrowReaderMetadata,
+    mask: &ProjectionMask,
+    len: u64,
+) -> DFResult<Vec<(u64, u64)>> {
+    let mut ranges = Vec::new();
+    for row_group in metadata.metadata().row_groups() {
+        for (leaf, column) in row_group.columns().iter().enumerate() {
+            if !mask.leaf_included(leaf) {
+                continue;
+            }
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or_else(|| column.data_page_offset());
+            let size = column.compressed_size();
+            let end = start.checked_add(size);
+            match (
+                u64::try_from(start),
+                end.and_then(|e| u64::try_from(e).ok()),
+            ) {
+                (Ok(start), Some(end)) if start <= end && end <= len => ranges.push((start, end)),
+                _ => {
+                    return Err(DataFusionError::External(
+                        "Parquet error: a column chunk lies outside the file".into(),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(ranges)
 }
 
 /// Whether `view` is the view type DataFusion reads `stored` as.
@@ -271,48 +398,47 @@ impl fmt::Debug for SmallParquetExec {
 }
 
 impl SmallParquetExec {
+    /// The scan of the file at `path`, with the `properties` of the
+    /// template's scan it replaces (one partition, the same schema).
     pub fn new(
         path: &Path,
         scan: SmallScan,
         footers: Arc<FooterCache>,
         fallback: (FileScanConfig, ObjectMeta),
+        properties: Arc<PlanProperties>,
     ) -> Self {
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&scan.schema)),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        );
         Self {
             path: path.to_path_buf(),
             scan,
             footers,
             fallback,
-            properties: Arc::new(properties),
+            properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
-    /// The file read and its footer found: the reader of its columns;
-    /// `None` when a column of the table is not in the file with the
-    /// table's type.
+    /// The file's footer and the column chunks of its columns read: the
+    /// reader of its columns; `None` when a column of the table is not in
+    /// the file with the table's type.
     fn open(&self) -> DFResult<Option<(ParquetRecordBatchReader, Vec<usize>)>> {
-        let file = Bytes::from(std::fs::read(&self.path).map_err(|e| {
+        let unreadable = |e: std::io::Error| {
             DataFusionError::External(format!("cannot read {}: {e}", self.path.display()).into())
-        })?);
-        let metadata = self.footers.metadata(&self.path, &file, &self.scan.table)?;
-        // Each output column's root column in the file, by name.
+        };
+        let file = File::open(&self.path).map_err(unreadable)?;
+        let len = file.metadata().map_err(unreadable)?.len();
+        let tail = read_tail(&file, len)?;
+        let metadata = self.footers.metadata(&self.path, &tail, &self.scan.table)?;
+        // Each column read: its root column in the file, by name.
         let file_schema = Arc::clone(metadata.schema());
-        let mut roots = Vec::with_capacity(self.scan.columns.len());
-        for (out, &i) in self.scan.schema.fields().iter().zip(&self.scan.columns) {
-            let name = self.scan.table.field(i).name();
-            match file_schema.column_with_name(name) {
-                Some((root, field)) if field.data_type() == out.data_type() => roots.push(root),
+        let mut roots = Vec::with_capacity(self.scan.read.fields().len());
+        for wanted in self.scan.read.fields() {
+            match file_schema.column_with_name(wanted.name()) {
+                Some((root, field)) if field.data_type() == wanted.data_type() => roots.push(root),
                 _ => return Ok(None),
             }
         }
-        // The mask reads roots in the file's order; each output column is
-        // then taken from its place among them.
+        // The mask reads roots in the file's order; each column is then
+        // taken from its place among them.
         let mut read: Vec<usize> = roots.clone();
         read.sort_unstable();
         read.dedup();
@@ -321,7 +447,8 @@ impl SmallParquetExec {
             .map(|r| read.binary_search(r).expect("every root is read"))
             .collect();
         let mask = ProjectionMask::roots(metadata.parquet_schema(), read);
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata)
+        let parts = ReadParts::read(&file, len, chunk_ranges(&metadata, &mask, len)?)?;
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(parts, metadata)
             .with_projection(mask)
             .with_batch_size(self.scan.batch_size)
             .build()?;
@@ -331,18 +458,21 @@ impl SmallParquetExec {
 
 impl DisplayAs for SmallParquetExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let names: Vec<&str> = self
+        let projection: Vec<String> = self
             .scan
-            .schema
-            .fields()
+            .exprs
             .iter()
-            .map(|f| f.name().as_str())
+            .zip(self.scan.schema.fields())
+            .map(|(e, out)| match e.downcast_ref::<Column>() {
+                Some(c) if c.name() == out.name() => out.name().clone(),
+                _ => format!("{e} as {}", out.name()),
+            })
             .collect();
         write!(
             f,
             "SmallParquetExec: file={}, projection=[{}]",
             self.path.display(),
-            names.join(", ")
+            projection.join(", ")
         )
     }
 }
@@ -400,7 +530,7 @@ impl ExecutionPlan for SmallParquetExec {
             return engine::bound_scan(config, meta).execute(0, context);
         };
         Ok(Box::pin(SmallParquetStream {
-            schema: Arc::clone(&self.scan.schema),
+            scan: self.scan.clone(),
             reader,
             places,
             metrics,
@@ -418,7 +548,7 @@ impl ExecutionPlan for SmallParquetExec {
 
 /// The batches of one small file, decoded as they are asked for.
 struct SmallParquetStream {
-    schema: SchemaRef,
+    scan: SmallScan,
     reader: ParquetRecordBatchReader,
     places: Vec<usize>,
     metrics: BaselineMetrics,
@@ -427,20 +557,34 @@ struct SmallParquetStream {
 impl SmallParquetStream {
     fn next_batch(&mut self) -> Option<DFResult<RecordBatch>> {
         let _timer = self.metrics.elapsed_compute().timer();
-        let read = match self.reader.next()? {
-            Ok(read) => read,
+        let decoded = match self.reader.next()? {
+            Ok(decoded) => decoded,
             Err(e) => return Some(Err(e.into())),
         };
-        let columns: Vec<ArrayRef> = self
+        Some(self.project(&decoded))
+    }
+
+    /// The scan's output of a decoded batch: its columns as the table
+    /// names them, then the projection over them.
+    fn project(&self, decoded: &RecordBatch) -> DFResult<RecordBatch> {
+        let rows = RecordBatchOptions::new().with_row_count(Some(decoded.num_rows()));
+        let columns = self
             .places
             .iter()
-            .map(|&p| Arc::clone(read.column(p)))
+            .map(|&p| Arc::clone(decoded.column(p)))
             .collect();
-        let options = RecordBatchOptions::new().with_row_count(Some(read.num_rows()));
-        Some(
-            RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)
-                .map_err(DataFusionError::from),
-        )
+        let read = RecordBatch::try_new_with_options(Arc::clone(&self.scan.read), columns, &rows)?;
+        let output = self
+            .scan
+            .exprs
+            .iter()
+            .map(|e| e.evaluate(&read)?.into_array(read.num_rows()))
+            .collect::<DFResult<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.scan.schema),
+            output,
+            &rows,
+        )?)
     }
 }
 
@@ -455,7 +599,7 @@ impl Stream for SmallParquetStream {
 
 impl RecordBatchStream for SmallParquetStream {
     fn schema(&self) -> SchemaRef {
-        Arc::clone(&self.schema)
+        Arc::clone(&self.scan.schema)
     }
 }
 
@@ -477,9 +621,16 @@ mod tests {
             columns.into_iter().map(|(n, c)| (n, c, true)),
         )
         .unwrap();
-        let mut writer =
-            ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None)
-                .unwrap();
+        // Row groups of three rows: a file of four rows has two.
+        let properties = datafusion::parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(3))
+            .build();
+        let mut writer = ArrowWriter::try_new(
+            std::fs::File::create(path).unwrap(),
+            batch.schema(),
+            Some(properties),
+        )
+        .unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();
     }
@@ -535,8 +686,13 @@ mod tests {
                     .clone();
                 meta.size = stat.len();
                 meta.last_modified = stat.modified().unwrap().into();
-                let exec =
-                    SmallParquetExec::new(path, scan, Arc::clone(footers), (config.clone(), meta));
+                let exec = SmallParquetExec::new(
+                    path,
+                    scan,
+                    Arc::clone(footers),
+                    (config.clone(), meta),
+                    Arc::clone(node.properties()),
+                );
                 Ok(datafusion::common::tree_node::Transformed::yes(
                     Arc::new(exec) as Arc<dyn ExecutionPlan>,
                 ))
@@ -576,6 +732,8 @@ mod tests {
             "SELECT x, s, a, x AS x2 FROM t",
             "SELECT s, sum(x), count(a), min(a) FROM t WHERE a > 0 OR x IS NULL GROUP BY s ORDER BY s",
             "SELECT count(*) FROM t",
+            // A common expression DataFusion evaluates in the scan.
+            "SELECT count(*) FILTER (WHERE a = 3), sum(x) FILTER (WHERE a = 3), min(s) FILTER (WHERE x > 0) FROM t",
         ] {
             let (ctx, plan) = site_plan(&path, sql).await;
             let whole = read_whole(&plan, &path, &footers);
@@ -655,11 +813,45 @@ mod tests {
 
     #[test]
     fn a_file_that_is_no_parquet_file_is_refused() {
-        let file = Bytes::from_static(b"not parquet at all");
-        let table = Arc::new(Schema::empty());
-        let e = FooterCache::default()
-            .metadata(Path::new("f"), &file, &table)
-            .unwrap_err();
-        assert!(e.to_string().contains("Parquet"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in [
+            ("short", &b"PAR1"[..]),
+            ("text", &b"not a parquet file at all"[..]),
+            // A footer length past the file's start.
+            (
+                "long footer",
+                &b"PAR1\x00\x00\x00\x00\xff\xff\x00\x00PAR1"[..],
+            ),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let file = File::open(&path).unwrap();
+            let e = read_tail(&file, bytes.len() as u64).unwrap_err();
+            assert!(e.to_string().contains("Parquet error"), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn parts_not_read_are_never_made_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(
+            &path,
+            (0..=255u8).cycle().take(100_000).collect::<Vec<u8>>(),
+        )
+        .unwrap();
+        let file = File::open(&path).unwrap();
+        // Two near ranges read as one, a far one apart.
+        let parts =
+            ReadParts::read(&file, 100_000, vec![(90_000, 90_010), (10, 20), (30, 40)]).unwrap();
+        assert_eq!(parts.parts.len(), 2);
+        assert_eq!(&parts.get_bytes(35, 3).unwrap()[..], &[35, 36, 37]);
+        assert_eq!(
+            parts.get_bytes(90_000, 2).unwrap()[..],
+            [(90_000 % 256) as u8, (90_001 % 256) as u8]
+        );
+        for (start, length) in [(5, 10), (35, 10), (50, 1), (89_999, 2), (95_000, 1)] {
+            assert!(parts.get_bytes(start, length).is_err(), "{start}+{length}");
+        }
     }
 }

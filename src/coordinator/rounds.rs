@@ -18,7 +18,8 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use futures::future::try_join_all;
+use futures::future::{BoxFuture, try_join_all};
+use futures::{FutureExt, StreamExt};
 
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
@@ -296,6 +297,35 @@ pub async fn run_per_client(
     Ok(answers.into_iter().map(|(a, _, _)| a).collect())
 }
 
+/// A spawned task, aborted when dropped before it is done.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// A client's task that panicked or was cancelled, as an error.
+fn join_error(e: tokio::task::JoinError) -> FedError {
+    if e.is_panic() {
+        FedError::Internal(format!("a client's encode panicked: {e}"))
+    } else {
+        FedError::Internal(format!("a client's encode was cancelled: {e}"))
+    }
+}
+
 /// One client's encode, tried once more when a client across a network
 /// fails with anything but a refusal (a worker restarted, a connection
 /// dropped): its connection is remade and the same encoder sent again.
@@ -354,42 +384,45 @@ pub async fn run_round(
             kept.push(masked_state);
         }
     } else {
-        // Each client's encode is a task of its own, so that in-process
-        // clients run on every core: polled inside this one task, a
-        // thousand small clients (one partition each, no task of their
-        // own) ran on one core at a time. Dropping the set (a cancelled
-        // query) aborts the clients still running. The analyst a DP
-        // ledger debits is carried into each task.
-        let analyst = crate::site::dp::current_analyst();
+        // With more clients than run at once, each client's encode is a
+        // task of its own, so that in-process clients run on every core:
+        // polled inside this one task, a thousand small clients (one
+        // partition each, no task of their own) ran on one core at a time.
+        // A few clients are polled here, as a task costs a small round a
+        // wake-up of another thread. Dropping the round (a cancelled query)
+        // aborts the clients still running. The analyst a DP ledger debits
+        // is carried into each task.
         let at_once = clients_at_once(clients);
-        let mut running = tokio::task::JoinSet::new();
-        let mut next = 0;
-        let mut dp_states = Vec::new();
-        loop {
-            while running.len() < at_once && next < clients.len() {
-                let i = next;
-                next += 1;
-                let client = Arc::clone(&clients[i]);
-                let encoder = round.encoder_for(client.name())?;
+        let spawn = clients.len() > at_once;
+        let analyst = crate::site::dp::current_analyst();
+        // Boxed now, run (and spawned) only as `buffer_unordered` polls them.
+        let pending: Vec<BoxFuture<'static, Result<SiteAnswer>>> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, client)| {
+                let client = Arc::clone(client);
+                let encoder = round.encoder_for(client.name());
                 let analyst = analyst.clone();
-                running.spawn(async move {
+                let work = async move {
+                    let encoder = encoder?;
                     let start = Instant::now();
                     let encode = encode_retrying(client.as_ref(), &encoder);
                     let (client_state, traffic) =
                         crate::site::dp::as_analyst(&analyst, encode).await?;
                     Ok::<SiteAnswer, FedError>((i, client_state, start.elapsed(), traffic))
-                });
-            }
-            let Some(joined) = running.join_next().await else {
-                break;
-            };
-            let (i, client_state, time, traffic) = joined.map_err(|e| {
-                if e.is_panic() {
-                    FedError::Internal(format!("a client's encode panicked: {e}"))
+                };
+                if spawn {
+                    async move { AbortOnDrop(tokio::spawn(work)).await.map_err(join_error)? }
+                        .boxed()
                 } else {
-                    FedError::Internal(format!("a client's encode was cancelled: {e}"))
+                    work.boxed()
                 }
-            })??;
+            })
+            .collect();
+        let mut answers = futures::stream::iter(pending).buffer_unordered(at_once);
+        let mut dp_states = Vec::new();
+        while let Some(answer) = answers.next().await {
+            let (i, client_state, time, traffic) = answer?;
             report(RoundEvent::SiteAnswered);
             let rows = client_state.batch().num_rows();
             figures[i] = Some((rows, client_state.size_bytes(), time, traffic));

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
@@ -297,26 +298,6 @@ pub async fn run_per_client(
     Ok(answers.into_iter().map(|(a, _, _)| a).collect())
 }
 
-/// A spawned task, aborted when dropped before it is done.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> std::future::Future for AbortOnDrop<T> {
-    type Output = std::result::Result<T, tokio::task::JoinError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
 /// A client's task that panicked or was cancelled, as an error.
 fn join_error(e: tokio::task::JoinError) -> FedError {
     if e.is_panic() {
@@ -412,7 +393,7 @@ pub async fn run_round(
                     Ok::<SiteAnswer, FedError>((i, client_state, start.elapsed(), traffic))
                 };
                 if spawn {
-                    async move { AbortOnDrop(tokio::spawn(work)).await.map_err(join_error)? }
+                    async move { SpawnedTask::spawn(work).join().await.map_err(join_error)? }
                         .boxed()
                 } else {
                     work.boxed()

@@ -58,7 +58,7 @@ pub struct SiteEngine {
     /// building one copies every function registry).
     task_ctx: Arc<TaskContext>,
     templates: Mutex<Templates>,
-    /// The parsed footers of the small Parquet files sites read whole.
+    /// The parsed footers of the small Parquet files sites read themselves.
     footers: Arc<FooterCache>,
     /// Sites reading the rows a fit keeps, at most one per core at once
     /// (see [`SiteEngine::keeping`]).
@@ -108,7 +108,7 @@ impl SiteEngine {
         &self.state
     }
 
-    /// The parsed footers of the small Parquet files sites read whole.
+    /// The parsed footers of the small Parquet files sites read themselves.
     pub fn footers(&self) -> &Arc<FooterCache> {
         &self.footers
     }
@@ -208,7 +208,7 @@ struct Templates {
 pub struct Template {
     plan: Arc<dyn ExecutionPlan>,
     counts: Option<CountColumns>,
-    /// How a small file is read whole instead, when its scan allows.
+    /// How a site reads a small file itself, when the scan allows.
     small: Option<SmallScan>,
 }
 
@@ -259,7 +259,7 @@ impl Template {
 
     /// The template bound to one site's file: its scan reads `file` as it
     /// is now (a fresh `stat`), and every operator above is a new one. A
-    /// small Parquet file is read whole ([`SmallParquetExec`]) when the
+    /// small Parquet file is read by the site ([`SmallParquetExec`]) when the
     /// template's scan allows.
     pub fn instantiate(
         &self,

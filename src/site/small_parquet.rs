@@ -1,18 +1,20 @@
-//! A site's small Parquet file read whole, on the thread that runs its
-//! scan, and decoded straight into the scan's columns.
+//! A site's small Parquet file read by the site itself, on the thread that
+//! runs its scan, and decoded straight into the scan's columns.
 //!
 //! A thousand clients of a thousand rows each read a thousand small files
 //! per query. DataFusion's file scan reads each in several byte ranges on
 //! tokio's blocking pool, converts the file's schema, plans row groups and
 //! adapts the batches: fixed costs that, for a file of 100 kB, are several
 //! times the decoding itself. A file of at most [`SMALL_FILE`] bytes whose
-//! scan is only a projection of columns (no filter evaluated in the scan,
-//! no limit, every column in the file with the table's type) is read here
-//! in one read instead, with its footer parsed once: [`FooterCache`] keeps
-//! each file's parsed footer with the footer's bytes, and a read whose last
-//! bytes differ from them parses the footer anew, so a file that changed is
-//! never decoded with a stale footer. Anything else goes to DataFusion's
-//! scan, as before.
+//! scan evaluates no filter and has no limit is read here instead: its
+//! footer, then only the column chunks of the columns the scan needs
+//! ([`parts`]), decoded, and the scan's projection (columns, or an
+//! expression DataFusion pushed into the scan) evaluated over them. Its
+//! parsed footer is kept in a [`FooterCache`] with the footer's bytes, and a
+//! file whose footer bytes differ is parsed anew, so a file that changed is
+//! never decoded with a stale footer. A file whose columns differ from the
+//! table's (a missing column, another type), and any other scan, go to
+//! DataFusion's scan, as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -49,8 +51,9 @@ use crate::site::engine;
 mod parts;
 use parts::{ReadParts, chunk_ranges, read_tail};
 
-/// The largest file read whole on the scan's own thread: a read from the
-/// page cache of this many bytes takes well under a millisecond.
+/// The largest file a site reads itself, on the scan's own thread: reads
+/// from the page cache of at most this many bytes take well under a
+/// millisecond.
 pub const SMALL_FILE: u64 = 1 << 20;
 
 /// The footers the cache keeps at most, in bytes of parsed metadata (the
@@ -525,9 +528,9 @@ mod tests {
         (ctx, plan)
     }
 
-    /// The plan with its file scan read whole by a [`SmallParquetExec`]
+    /// The plan with its file scan read by a [`SmallParquetExec`]
     /// (which must take it), over a cache shared between calls.
-    fn read_whole(
+    fn read_by_site(
         plan: &Arc<dyn ExecutionPlan>,
         path: &Path,
         footers: &Arc<FooterCache>,
@@ -575,7 +578,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_small_file_read_whole_gives_the_rows_datafusions_scan_gives() {
+    async fn a_small_file_read_by_the_site_gives_the_rows_datafusions_scan_gives() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.parquet");
         write(
@@ -597,7 +600,7 @@ mod tests {
             "SELECT count(*) FILTER (WHERE a = 3), sum(x) FILTER (WHERE a = 3), min(s) FILTER (WHERE x > 0) FROM t",
         ] {
             let (ctx, plan) = site_plan(&path, sql).await;
-            let whole = read_whole(&plan, &path, &footers);
+            let whole = read_by_site(&plan, &path, &footers);
             assert!(shows_small_scan(&whole), "{sql}");
             assert_eq!(run(&ctx, whole).await, run(&ctx, plan).await, "{sql}");
         }
@@ -618,7 +621,7 @@ mod tests {
         let footers = Arc::default();
         let sql = "SELECT sum(a), count(s), sum(x) FROM t";
         let (ctx, plan) = site_plan(&path, sql).await;
-        let first = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        let first = run(&ctx, read_by_site(&plan, &path, &footers)).await;
         assert!(first.contains("| 3 "), "{first}");
         // The same schema, other rows: the cached footer's row counts and
         // offsets no longer describe the file.
@@ -630,7 +633,7 @@ mod tests {
                 &[Some(4.0), Some(8.0), Some(16.0)],
             ),
         );
-        let again = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        let again = run(&ctx, read_by_site(&plan, &path, &footers)).await;
         let (_, fresh) = site_plan(&path, sql).await;
         assert_eq!(again, run(&ctx, fresh).await);
         assert!(again.contains("| 14 "), "{again}");
@@ -660,7 +663,7 @@ mod tests {
                 Arc::new(datafusion::arrow::array::Int32Array::from(vec![4, 6])) as ArrayRef,
             )],
         );
-        let whole = run(&ctx, read_whole(&plan, &path, &footers)).await;
+        let whole = run(&ctx, read_by_site(&plan, &path, &footers)).await;
         let expected = [
             "+---+---+",
             "| a | x |",

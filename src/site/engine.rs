@@ -352,6 +352,11 @@ impl SiteFile {
         })
     }
 
+    /// How a scan of the file names it.
+    pub(crate) fn location(&self) -> &StorePath {
+        &self.location
+    }
+
     /// The file's metadata as it is now: its size and modification time
     /// key every cache of its listing and footer.
     fn stat(&self) -> Result<ObjectMeta> {

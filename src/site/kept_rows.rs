@@ -26,6 +26,7 @@
 //! (a fit whose coordinator went away without releasing it).
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -42,6 +43,7 @@ use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
 use crate::site::engine::SiteEngine;
+use crate::site::small_parquet::row_groups::RowGroupsExec;
 use crate::site::yielding::yield_after_each_batch;
 use crate::wire::rebind;
 
@@ -91,7 +93,7 @@ impl KeptRows {
         encoder: &LogicalPlan,
         scope: u64,
         key: String,
-        engine: &SiteEngine,
+        site: (&SiteEngine, &[PathBuf]),
         task_ctx: Arc<TaskContext>,
     ) -> Result<AggregateExec> {
         let cached = {
@@ -103,7 +105,7 @@ impl KeptRows {
         let batches = match cached {
             Some(batches) => batches,
             None => {
-                let batches = read_in_order(partial.input(), engine, task_ctx).await?;
+                let batches = read_in_order(partial.input(), site, task_ctx).await?;
                 let mut kept = self.kept.lock().expect("not poisoned");
                 // A fit keeps the input of its latest encoder only.
                 kept.retain(|k| k.scope != scope);
@@ -169,20 +171,29 @@ impl KeptRows {
 /// robin repartitions (which DataFusion adds to spread a small scan over
 /// the cores, and which deal batches out in turn) are taken out first:
 /// they would put the rows in an order that depends on the core count.
+/// A scan of the site's Parquet files is read by the site, row group by
+/// row group ([`RowGroupsExec`]), when it can be.
 async fn read_in_order(
     input: &Arc<dyn ExecutionPlan>,
-    engine: &SiteEngine,
+    (engine, files): (&SiteEngine, &[PathBuf]),
     task_ctx: Arc<TaskContext>,
 ) -> Result<Vec<RecordBatch>> {
+    let config = task_ctx.session_config();
+    let (streams, batch_size) = (config.target_partitions(), config.batch_size());
     let input = Arc::clone(input)
         .transform_up(|node| {
             let round_robin = node
                 .downcast_ref::<RepartitionExec>()
                 .filter(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)));
-            Ok(match round_robin {
-                Some(repartition) => Transformed::yes(Arc::clone(repartition.input())),
-                None => Transformed::no(node),
-            })
+            if let Some(repartition) = round_robin {
+                return Ok(Transformed::yes(Arc::clone(repartition.input())));
+            }
+            Ok(
+                match RowGroupsExec::of(&node, files, engine.footers(), streams, batch_size)? {
+                    Some(scan) => Transformed::yes(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+                    None => Transformed::no(node),
+                },
+            )
         })?
         .data;
     let input = yield_after_each_batch(input)?;
@@ -394,7 +405,7 @@ mod tests {
                     &plan,
                     1,
                     "t".into(),
-                    &engine::shared(),
+                    (&engine::shared(), &[]),
                     ctx.task_ctx(),
                 )
                 .await
@@ -413,7 +424,7 @@ mod tests {
 
     /// The state a site returns for a round of a fit, and for the round
     /// after it (over the rows kept by the first).
-    async fn fit_states(ctx: &SessionContext) -> [Vec<RecordBatch>; 2] {
+    async fn fit_states(ctx: &SessionContext, files: &[PathBuf]) -> [Vec<RecordBatch>; 2] {
         let plan = aggregate(ctx, STEP).await;
         let kept = KeptRows::default();
         let mut states = Vec::new();
@@ -425,7 +436,7 @@ mod tests {
                     &plan,
                     9,
                     "t".into(),
-                    &engine::shared(),
+                    (&engine::shared(), files),
                     ctx.task_ctx(),
                 )
                 .await
@@ -436,12 +447,9 @@ mod tests {
         states.try_into().unwrap()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_fit_has_the_same_bits_however_many_cores_read_its_file() {
-        // A Parquet file of 37 row groups of uneven lengths, read as 1 to
-        // 7 byte ranges at once (as a site's scan spreads a file over its
-        // cores), and as one range dealt out in turn over 3 cores (as
-        // DataFusion spreads a file too small to split), three times each.
+    /// A Parquet file of 37 row groups of uneven lengths (of
+    /// [`table_batches`]) in a new folder.
+    fn file_of_row_groups() -> (tempfile::TempDir, PathBuf) {
         let lengths: Vec<u32> = (0..37).map(|i| 300 + (i * 7919) % 1200).collect();
         let batches = table_batches(&lengths);
         let dir = tempfile::TempDir::new().unwrap();
@@ -457,17 +465,35 @@ mod tests {
             writer.flush().unwrap();
         }
         writer.close().unwrap();
+        (dir, path)
+    }
+
+    /// A site's context over the file at `path` as table `t`, its scan
+    /// spread over `cores` byte ranges (`split`) or one range.
+    async fn site_over(path: &std::path::Path, cores: usize, split: bool) -> SessionContext {
+        let config = crate::site::local::site_session()
+            .copied_config()
+            .with_target_partitions(cores)
+            .with_repartition_file_min_size(if split { 0 } else { usize::MAX });
+        let ctx = SessionContext::new_with_config(config);
+        fedsql_udfs::register_all(&ctx);
+        ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        ctx
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fit_has_the_same_bits_however_many_cores_read_its_file() {
+        // The file read as 1 to 7 byte ranges at once (as a site's scan
+        // spreads a file over its cores), and as one range dealt out in
+        // turn over 3 cores (as DataFusion spreads a file too small to
+        // split), three times each; by DataFusion's scan (the file is not
+        // named as the site's).
+        let (_dir, path) = file_of_row_groups();
         let mut expected = None;
         for (cores, split) in [(1, true), (2, true), (3, true), (7, true), (3, false)] {
-            let config = crate::site::local::site_session()
-                .copied_config()
-                .with_target_partitions(cores)
-                .with_repartition_file_min_size(if split { 0 } else { usize::MAX });
-            let ctx = SessionContext::new_with_config(config);
-            fedsql_udfs::register_all(&ctx);
-            ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
-                .await
-                .unwrap();
+            let ctx = site_over(&path, cores, split).await;
             let plan = aggregate(&ctx, STEP).await;
             let scan = partial(&ctx, &plan).await;
             assert_eq!(scan.properties().partitioning.partition_count(), cores);
@@ -476,11 +502,74 @@ mod tests {
                 .to_string();
             assert_eq!(!split, shown.contains("RoundRobinBatch"), "{shown}");
             for _ in 0..3 {
-                let states = fit_states(&ctx).await;
+                let states = fit_states(&ctx, &[]).await;
                 assert_eq!(states[0], states[1], "{cores} cores");
                 let expected = expected.get_or_insert_with(|| states.clone());
                 assert_eq!(&states, expected, "{cores} cores");
             }
+        }
+    }
+
+    /// The rows `scan`'s input gives [`read_in_order`] for a site of
+    /// `files`, in one batch, and the lengths of the batches.
+    async fn read_rows(
+        scan: &AggregateExec,
+        files: &[PathBuf],
+        ctx: &SessionContext,
+    ) -> (RecordBatch, Vec<usize>) {
+        let batches = read_in_order(scan.input(), (&engine::shared(), files), ctx.task_ctx())
+            .await
+            .unwrap();
+        let lengths = batches.iter().map(|b| b.num_rows()).collect();
+        let rows =
+            datafusion::arrow::compute::concat_batches(&scan.input().schema(), &batches).unwrap();
+        (rows, lengths)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sites_parquet_file_is_read_by_row_group_with_the_same_rows_and_bits() {
+        let (_dir, path) = file_of_row_groups();
+        let files = [path.clone()];
+        let mut expected = None;
+        for cores in [1, 2, 3, 7] {
+            let ctx = site_over(&path, cores, true).await;
+            let plan = aggregate(&ctx, STEP).await;
+            let scan = partial(&ctx, &plan).await;
+            // The site reads the scan itself, in as many streams as cores.
+            let mut leaves = Vec::new();
+            let _ = scan.input().apply(|node| {
+                if node.children().is_empty() {
+                    leaves.push(Arc::clone(node));
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            });
+            let footers = engine::shared().footers().clone();
+            let by_site = RowGroupsExec::of(&leaves[0], &files, &footers, cores, 8192)
+                .unwrap()
+                .expect("a scan of the site's file");
+            assert_eq!(by_site.properties().partitioning.partition_count(), cores);
+            // Not for a file that is not the site's.
+            let elsewhere = [path.with_file_name("other.parquet")];
+            assert!(
+                RowGroupsExec::of(&leaves[0], &elsewhere, &footers, cores, 8192)
+                    .unwrap()
+                    .is_none()
+            );
+            // The same rows as DataFusion's scan, in the same order, in
+            // batches cut at the same places whatever the cores.
+            let (site_rows, site_lengths) = read_rows(&scan, &files, &ctx).await;
+            let (datafusion_rows, _) = read_rows(&scan, &[], &ctx).await;
+            assert_eq!(site_rows, datafusion_rows, "{cores} cores");
+            assert_eq!(
+                site_rows.num_rows(),
+                37 * 300 + (0..37u32).map(|i| (i * 7919) % 1200).sum::<u32>() as usize
+            );
+            // The sums of a fit over them: the same bits in every round
+            // and whatever the cores.
+            let states = fit_states(&ctx, &files).await;
+            assert_eq!(states[0], states[1], "{cores} cores");
+            let expected = expected.get_or_insert_with(|| (states.clone(), site_lengths.clone()));
+            assert_eq!(&(states, site_lengths), expected, "{cores} cores");
         }
     }
 }

@@ -436,7 +436,7 @@ impl LocalClient {
                     encoder.plan(),
                     scope,
                     encoder.input_key(),
-                    &self.engine,
+                    (&self.engine, &self.files),
                     self.task_ctx()?,
                 )
                 .await

@@ -49,6 +49,7 @@ use futures::Stream;
 use crate::site::engine;
 
 mod parts;
+pub mod row_groups;
 use parts::{ReadParts, chunk_ranges, read_tail};
 
 /// The largest file a site reads itself, on the scan's own thread: reads
@@ -118,6 +119,55 @@ impl SmallScan {
             schema,
             batch_size: config.batch_size.unwrap_or(batch_size).max(1),
         })
+    }
+
+    /// The columns to read of a file of `metadata`, and the place of each
+    /// column the scan reads among them; `None` when a column of the table
+    /// is not in the file with the table's type.
+    fn columns_in(&self, metadata: &ArrowReaderMetadata) -> Option<(ProjectionMask, Vec<usize>)> {
+        // Each column read: its root column in the file, by name.
+        let file_schema = Arc::clone(metadata.schema());
+        let mut roots = Vec::with_capacity(self.read.fields().len());
+        for wanted in self.read.fields() {
+            match file_schema.column_with_name(wanted.name()) {
+                Some((root, field)) if field.data_type() == wanted.data_type() => roots.push(root),
+                _ => return None,
+            }
+        }
+        // The mask reads roots in the file's order; each column is then
+        // taken from its place among them.
+        let mut read: Vec<usize> = roots.clone();
+        read.sort_unstable();
+        read.dedup();
+        let places = roots
+            .iter()
+            .map(|r| read.binary_search(r).expect("every root is read"))
+            .collect();
+        Some((
+            ProjectionMask::roots(metadata.parquet_schema(), read),
+            places,
+        ))
+    }
+
+    /// The scan's output of a decoded batch: its columns (at `places`) as
+    /// the table names them, then the projection over them.
+    fn output(&self, decoded: &RecordBatch, places: &[usize]) -> DFResult<RecordBatch> {
+        let rows = RecordBatchOptions::new().with_row_count(Some(decoded.num_rows()));
+        let columns = places
+            .iter()
+            .map(|&p| Arc::clone(decoded.column(p)))
+            .collect();
+        let read = RecordBatch::try_new_with_options(Arc::clone(&self.read), columns, &rows)?;
+        let output = self
+            .exprs
+            .iter()
+            .map(|e| e.evaluate(&read)?.into_array(read.num_rows()))
+            .collect::<DFResult<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.schema),
+            output,
+            &rows,
+        )?)
     }
 }
 
@@ -292,25 +342,9 @@ impl SmallParquetExec {
         let len = file.metadata().map_err(unreadable)?.len();
         let tail = read_tail(&file, len)?;
         let metadata = self.footers.metadata(&self.path, &tail, &self.scan.table)?;
-        // Each column read: its root column in the file, by name.
-        let file_schema = Arc::clone(metadata.schema());
-        let mut roots = Vec::with_capacity(self.scan.read.fields().len());
-        for wanted in self.scan.read.fields() {
-            match file_schema.column_with_name(wanted.name()) {
-                Some((root, field)) if field.data_type() == wanted.data_type() => roots.push(root),
-                _ => return Ok(None),
-            }
-        }
-        // The mask reads roots in the file's order; each column is then
-        // taken from its place among them.
-        let mut read: Vec<usize> = roots.clone();
-        read.sort_unstable();
-        read.dedup();
-        let places = roots
-            .iter()
-            .map(|r| read.binary_search(r).expect("every root is read"))
-            .collect();
-        let mask = ProjectionMask::roots(metadata.parquet_schema(), read);
+        let Some((mask, places)) = self.scan.columns_in(&metadata) else {
+            return Ok(None);
+        };
         let parts = ReadParts::read(&file, len, chunk_ranges(&metadata, &mask, len)?)?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(parts, metadata)
             .with_projection(mask)
@@ -425,30 +459,7 @@ impl SmallParquetStream {
             Ok(decoded) => decoded,
             Err(e) => return Some(Err(e.into())),
         };
-        Some(self.project(&decoded))
-    }
-
-    /// The scan's output of a decoded batch: its columns as the table
-    /// names them, then the projection over them.
-    fn project(&self, decoded: &RecordBatch) -> DFResult<RecordBatch> {
-        let rows = RecordBatchOptions::new().with_row_count(Some(decoded.num_rows()));
-        let columns = self
-            .places
-            .iter()
-            .map(|&p| Arc::clone(decoded.column(p)))
-            .collect();
-        let read = RecordBatch::try_new_with_options(Arc::clone(&self.scan.read), columns, &rows)?;
-        let output = self
-            .scan
-            .exprs
-            .iter()
-            .map(|e| e.evaluate(&read)?.into_array(read.num_rows()))
-            .collect::<DFResult<Vec<ArrayRef>>>()?;
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.scan.schema),
-            output,
-            &rows,
-        )?)
+        Some(self.scan.output(&decoded, &self.places))
     }
 }
 

@@ -2,7 +2,9 @@
 //! column chunks of the columns a scan needs (see [`super`]).
 
 use std::fs::File;
+use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use datafusion::common::{DataFusionError, Result as DFResult};
@@ -113,6 +115,69 @@ impl ChunkReader for ReadParts {
     fn get_bytes(&self, start: u64, length: usize) -> ParquetResult<Bytes> {
         let (bytes, from) = self.part(start, length)?;
         Ok(bytes.slice(from..from + length))
+    }
+}
+
+/// An open file read with positioned reads, never through the file's
+/// shared offset, so that several streams may read it at once; each read
+/// is of what the reader asks for (a page), not of whole column chunks.
+#[derive(Debug, Clone)]
+pub(super) struct PagedFile {
+    file: Arc<File>,
+    len: u64,
+}
+
+impl PagedFile {
+    /// `file`, of `len` bytes.
+    pub(super) fn new(file: Arc<File>, len: u64) -> Self {
+        Self { file, len }
+    }
+}
+
+/// Sequential reads of a file from an offset of their own.
+pub(super) struct ReadFrom {
+    file: Arc<File>,
+    offset: u64,
+}
+
+impl Read for ReadFrom {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+impl Length for PagedFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl ChunkReader for PagedFile {
+    type T = BufReader<ReadFrom>;
+
+    fn get_read(&self, start: u64) -> ParquetResult<Self::T> {
+        Ok(BufReader::new(ReadFrom {
+            file: Arc::clone(&self.file),
+            offset: start,
+        }))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> ParquetResult<Bytes> {
+        let mut bytes = Vec::with_capacity(length);
+        let from = ReadFrom {
+            file: Arc::clone(&self.file),
+            offset: start,
+        };
+        from.take(length as u64).read_to_end(&mut bytes)?;
+        if bytes.len() != length {
+            return Err(ParquetError::EOF(format!(
+                "expected {length} bytes at offset {start}, read only {}",
+                bytes.len()
+            )));
+        }
+        Ok(Bytes::from(bytes))
     }
 }
 

@@ -277,6 +277,16 @@ fn parse_footer(tail: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
     })
 }
 
+/// The file at `path`, opened, and its length.
+fn open_file(path: &Path) -> DFResult<(File, u64)> {
+    let unreadable = |e: std::io::Error| {
+        DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
+    };
+    let file = File::open(path).map_err(unreadable)?;
+    let len = file.metadata().map_err(unreadable)?.len();
+    Ok((file, len))
+}
+
 /// Whether `view` is the view type DataFusion reads `stored` as.
 fn is_view_of(view: &DataType, stored: &DataType) -> bool {
     matches!(
@@ -335,11 +345,7 @@ impl SmallParquetExec {
     /// reader of its columns; `None` when a column of the table is not in
     /// the file with the table's type.
     fn open(&self) -> DFResult<Option<(ParquetRecordBatchReader, Vec<usize>)>> {
-        let unreadable = |e: std::io::Error| {
-            DataFusionError::External(format!("cannot read {}: {e}", self.path.display()).into())
-        };
-        let file = File::open(&self.path).map_err(unreadable)?;
-        let len = file.metadata().map_err(unreadable)?.len();
+        let (file, len) = open_file(&self.path)?;
         let tail = read_tail(&file, len)?;
         let metadata = self.footers.metadata(&self.path, &tail, &self.scan.table)?;
         let Some((mask, places)) = self.scan.columns_in(&metadata) else {

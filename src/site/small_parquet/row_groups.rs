@@ -20,7 +20,6 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::fs::File;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,7 +43,7 @@ use datafusion::physical_plan::{
 use futures::Stream;
 
 use super::parts::PagedFile;
-use super::{FooterCache, SmallScan, read_tail};
+use super::{FooterCache, SmallScan, open_file, read_tail};
 use crate::site::engine::{SiteFile, file_scan};
 
 /// One of the site's files as the scan reads it.
@@ -105,28 +104,28 @@ impl RowGroupsExec {
         };
         // The scan's files in order, each once (a file split in byte
         // ranges appears in several groups).
+        let located: Vec<(&PathBuf, SiteFile)> = paths
+            .iter()
+            .filter_map(|p| Some((p, SiteFile::new(p).ok()?)))
+            .collect();
         let mut named = Vec::new();
         for file in config.file_groups.iter().flat_map(|g| g.iter()) {
             if !file.partition_values.is_empty() {
                 return Ok(None);
             }
-            let path = paths.iter().find(|p| {
-                SiteFile::new(p).is_ok_and(|s| *s.location() == file.object_meta.location)
-            });
-            let Some(path) = path else {
+            let path = located
+                .iter()
+                .find(|(_, site)| *site.location() == file.object_meta.location);
+            let Some((path, _)) = path else {
                 return Ok(None);
             };
-            if !named.contains(path) {
-                named.push(path.clone());
+            if !named.contains(*path) {
+                named.push((*path).clone());
             }
         }
         let mut files = Vec::with_capacity(named.len());
         for path in named {
-            let unreadable = |e: std::io::Error| {
-                DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
-            };
-            let file = File::open(&path).map_err(unreadable)?;
-            let len = file.metadata().map_err(unreadable)?.len();
+            let (file, len) = open_file(&path)?;
             let tail = read_tail(&file, len)?;
             let metadata = footers.metadata(&path, &tail, &scan.table)?;
             let Some((mask, places)) = scan.columns_in(&metadata) else {

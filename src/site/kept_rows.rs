@@ -451,7 +451,12 @@ mod tests {
     /// [`table_batches`]) in a new folder.
     fn file_of_row_groups() -> (tempfile::TempDir, PathBuf) {
         let lengths: Vec<u32> = (0..37).map(|i| 300 + (i * 7919) % 1200).collect();
-        let batches = table_batches(&lengths);
+        file_of_groups(&lengths)
+    }
+
+    /// A Parquet file of row groups of the given lengths in a new folder.
+    fn file_of_groups(lengths: &[u32]) -> (tempfile::TempDir, PathBuf) {
+        let batches = table_batches(lengths);
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("t.parquet");
         let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
@@ -524,6 +529,37 @@ mod tests {
         let rows =
             datafusion::arrow::compute::concat_batches(&scan.input().schema(), &batches).unwrap();
         (rows, lengths)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_row_group_is_cut_every_batch_from_its_first_row() {
+        // Batches of 300 rows: the site decodes 16 × 300 rows at once and
+        // hands them out 300 at a time, and a row group's last rows alone.
+        let groups = [5000, 1234, 4800, 7];
+        let (_dir, path) = file_of_groups(&groups);
+        let config = crate::site::local::site_session()
+            .copied_config()
+            .with_target_partitions(2)
+            .with_batch_size(300);
+        let ctx = SessionContext::new_with_config(config);
+        fedsql_udfs::register_all(&ctx);
+        ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        let scan = partial(&ctx, &aggregate(&ctx, STEP).await).await;
+        let (site_rows, lengths) = read_rows(&scan, &[path], &ctx).await;
+        let expected: Vec<usize> = groups
+            .iter()
+            .flat_map(|&rows| {
+                let rows = rows as usize;
+                let mut cut = vec![300; rows / 300];
+                cut.extend((rows % 300 > 0).then_some(rows % 300));
+                cut
+            })
+            .collect();
+        assert_eq!(lengths, expected);
+        let (datafusion_rows, _) = read_rows(&scan, &[], &ctx).await;
+        assert_eq!(site_rows, datafusion_rows);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

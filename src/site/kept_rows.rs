@@ -553,7 +553,7 @@ mod tests {
             .flat_map(|&rows| {
                 let rows = rows as usize;
                 let mut cut = vec![300; rows / 300];
-                cut.extend((rows % 300 > 0).then_some(rows % 300));
+                cut.extend((!rows.is_multiple_of(300)).then_some(rows % 300));
                 cut
             })
             .collect();

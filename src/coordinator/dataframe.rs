@@ -97,17 +97,28 @@ impl FedDataFrame {
 
     /// Runs the query and returns its result.
     pub async fn collect(self) -> Result<Vec<RecordBatch>> {
-        Ok(self.collect_with_report().await?.0)
+        Ok(self.run(false).await?.0)
     }
 
     /// Runs the query; also returns what each federated round did. A query
     /// that would let raw rows leave a client is refused before anything runs.
     pub async fn collect_with_report(self) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
+        self.run(true).await
+    }
+
+    /// Runs the query; with `reported`, its rounds measure the bytes of
+    /// every state for the reports.
+    async fn run(self, reported: bool) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
         if !exposure::touches_federated(self.df.logical_plan()) {
             return Ok((self.df.collect().await?, Vec::new()));
         }
         exposure::check(self.df.logical_plan(), &self.label)?;
-        let (state, plan) = self.df.into_parts();
+        let (mut state, plan) = self.df.into_parts();
+        if reported && state.config().get_extension::<rounds::RoundLog>().is_none() {
+            state
+                .config_mut()
+                .set_extension(std::sync::Arc::new(rounds::RoundLog::default()));
+        }
         let optimized = state.optimize(&plan)?;
         rounds::execute(&state, optimized).await
     }

@@ -5,11 +5,12 @@
 //! so the order in which states arrive does not matter, and its evaluation
 //! is the decoder. A round of many sites merges as states arrive
 //! ([`StreamingMerge`]): each run of [`MERGE_CHUNK`] consecutive sites is
-//! reduced to one state as soon as all of it is in, so the coordinator
-//! never holds a thousand states, and the order of the merge (by site, not
-//! by arrival) keeps the floats of an answer the same from run to run.
+//! reduced to one state as soon as all of it is in, by the task that
+//! brought its last state, so the coordinator never holds a thousand
+//! states, and the order of the merge (by site, not by arrival) keeps the
+//! floats of an answer the same from run to run.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -37,72 +38,91 @@ pub fn merge_and_decode(
 /// How many consecutive sites' states are reduced to one at a time.
 pub const MERGE_CHUNK: usize = 64;
 
-/// The merge of a round's states as they arrive, site by site.
-pub struct StreamingMerge<'a> {
-    partial: &'a AggregateExec,
+/// The merge of a round's states as they arrive, site by site. Several
+/// tasks may add states at once (the runners of a round's clients): the
+/// one that adds the last state of a chunk reduces that chunk, so a chunk
+/// is merged where its last state was made, and no task waits for another.
+pub struct StreamingMerge {
+    partial: AggregateExec,
     task_ctx: Arc<TaskContext>,
-    /// The states of the chunk being filled, by site.
-    slots: Vec<Option<RecordBatch>>,
-    /// The first site of the chunk being filled.
-    chunk_start: usize,
     sites: usize,
-    /// The reduced states of the chunks before it.
-    reduced: Vec<RecordBatch>,
-    /// States of sites past the chunk being filled, until it is reduced.
-    ahead: Vec<(usize, RecordBatch)>,
+    /// Per run of [`MERGE_CHUNK`] consecutive sites: its states until the
+    /// last is in, then their reduction.
+    chunks: Vec<Mutex<Chunk>>,
 }
 
-impl<'a> StreamingMerge<'a> {
+struct Chunk {
+    /// The states of the chunk's sites, by site, until all are in.
+    slots: Vec<Option<RecordBatch>>,
+    missing: usize,
+    /// The chunk's states reduced to one (or, for a round of at most one
+    /// chunk, the states themselves: the final merge takes them all).
+    merged: Vec<RecordBatch>,
+}
+
+impl StreamingMerge {
     /// A merge of the states of `sites` sites.
-    pub fn new(partial: &'a AggregateExec, sites: usize, task_ctx: Arc<TaskContext>) -> Self {
+    pub fn new(partial: &AggregateExec, sites: usize, task_ctx: Arc<TaskContext>) -> Self {
+        let chunks = (0..sites)
+            .step_by(MERGE_CHUNK)
+            .map(|start| {
+                let len = MERGE_CHUNK.min(sites - start);
+                Mutex::new(Chunk {
+                    slots: vec![None; len],
+                    missing: len,
+                    merged: Vec::new(),
+                })
+            })
+            .collect();
         Self {
-            partial,
+            partial: partial.clone(),
             task_ctx,
-            slots: vec![None; MERGE_CHUNK.min(sites)],
-            chunk_start: 0,
             sites,
-            reduced: Vec::new(),
-            ahead: Vec::new(),
+            chunks,
         }
     }
 
     /// Takes site `site`'s state; reduces the chunk it completes.
-    pub async fn add(&mut self, site: usize, state: &StateBatch) -> Result<()> {
-        let rows = state_rows(self.partial, state)?;
-        if site >= self.chunk_start + self.slots.len() {
-            self.ahead.push((site, rows));
+    pub async fn add(&self, site: usize, state: &StateBatch) -> Result<()> {
+        let rows = state_rows(&self.partial, state)?;
+        let chunk = &self.chunks[site / MERGE_CHUNK];
+        let complete = {
+            let mut chunk = chunk.lock().expect("not poisoned");
+            let slot = &mut chunk.slots[site % MERGE_CHUNK];
+            if slot.replace(rows).is_some() {
+                return Err(FedError::Internal(format!("site {site} answered twice")));
+            }
+            chunk.missing -= 1;
+            (chunk.missing == 0).then(|| chunk.slots.iter_mut().filter_map(Option::take).collect())
+        };
+        let Some(states) = complete else {
             return Ok(());
-        }
-        self.slots[site - self.chunk_start] = Some(rows);
-        while self.sites > MERGE_CHUNK && self.slots.iter().all(Option::is_some) {
-            let chunk: Vec<RecordBatch> = self.slots.iter_mut().filter_map(Option::take).collect();
-            let plan = merge_batches(self.partial, AggregateMode::PartialReduce, chunk)?;
-            self.reduced
-                .extend(collect(plan, Arc::clone(&self.task_ctx)).await?);
-            self.chunk_start += self.slots.len();
-            let next = MERGE_CHUNK.min(self.sites - self.chunk_start);
-            self.slots = vec![None; next];
-            let end = self.chunk_start + next;
-            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ahead)
-                .into_iter()
-                .partition(|(i, _)| *i < end);
-            self.ahead = later;
-            for (i, rows) in now {
-                self.slots[i - self.chunk_start] = Some(rows);
-            }
-            if next == 0 {
-                break;
-            }
-        }
+        };
+        let merged = if self.sites > MERGE_CHUNK {
+            let plan = merge_batches(&self.partial, AggregateMode::PartialReduce, states)?;
+            collect(plan, Arc::clone(&self.task_ctx)).await?
+        } else {
+            states
+        };
+        chunk.lock().expect("not poisoned").merged = merged;
         Ok(())
     }
 
-    /// The merge and decode of every state taken.
-    pub fn finish(self) -> Result<Arc<dyn ExecutionPlan>> {
-        let mut batches = self.reduced;
-        batches.extend(self.slots.into_iter().flatten());
-        batches.extend(self.ahead.into_iter().map(|(_, rows)| rows));
-        merge_batches(self.partial, AggregateMode::Final, batches)
+    /// The merge and decode of every state taken, chunk by chunk in the
+    /// order of the sites.
+    pub fn finish(&self) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut batches = Vec::new();
+        for chunk in &self.chunks {
+            let mut chunk = chunk.lock().expect("not poisoned");
+            if chunk.missing > 0 {
+                return Err(FedError::Internal(format!(
+                    "a merge finished with {} sites' states missing",
+                    chunk.missing
+                )));
+            }
+            batches.append(&mut chunk.merged);
+        }
+        merge_batches(&self.partial, AggregateMode::Final, batches)
     }
 }
 

@@ -10,6 +10,7 @@
 //! the rest of the plan — the decoder — is shared-only and runs on the
 //! coordinator.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use futures::future::{BoxFuture, try_join_all};
-use futures::{FutureExt, StreamExt};
+use futures::future::{join_all, try_join_all};
 
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
@@ -57,9 +57,6 @@ fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
-
-/// One site's answer in a round: its index, state, time and traffic.
-type SiteAnswer = (usize, StateBatch, Duration, Traffic);
 
 /// What one round of a query did, for EXPLAIN and the communication figures.
 #[derive(Debug, Clone)]
@@ -298,6 +295,86 @@ pub async fn run_per_client(
     Ok(answers.into_iter().map(|(a, _, _)| a).collect())
 }
 
+/// A round's clients, run by a few runners that each take the next client
+/// until none is left (see [`run_round`]).
+struct ClientsRun {
+    clients: Vec<Arc<dyn ClientRunner>>,
+    /// Per client, the encoder bound for it.
+    encoders: Vec<Encoder>,
+    /// The next client to run.
+    next: AtomicUsize,
+    /// Set when a client failed: the runners take no more clients.
+    failed: AtomicBool,
+    /// Where states are merged; `None` when they are kept (DP states).
+    merge: Option<Arc<StreamingMerge>>,
+    progress: Option<Arc<RoundProgress>>,
+    /// Whether each state's bytes are measured: only for a round whose
+    /// report is read (a [`RoundLog`] listens). Measuring encodes the
+    /// state as it would cross a wire.
+    measured: bool,
+}
+
+/// What one client answered: its state's rows and bytes, its time and
+/// traffic, and the state itself when it is kept rather than merged.
+type Answered = (usize, usize, Duration, Traffic, Option<StateBatch>);
+
+/// What one runner did: the clients it ran, by index, and the client
+/// that failed, if one did.
+struct RunnerAnswers {
+    answered: Vec<(usize, Answered)>,
+    failed: Option<(usize, FedError)>,
+}
+
+impl ClientsRun {
+    /// Runs clients until none is left or one has failed.
+    async fn run(self: Arc<Self>) -> RunnerAnswers {
+        let mut answers = RunnerAnswers {
+            answered: Vec::new(),
+            failed: None,
+        };
+        while !self.failed.load(Ordering::Relaxed) {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(client) = self.clients.get(i) else {
+                break;
+            };
+            match self.run_one(i, client.as_ref()).await {
+                Ok(answer) => answers.answered.push((i, answer)),
+                Err(e) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    answers.failed = Some((i, e));
+                }
+            }
+        }
+        answers
+    }
+
+    /// Runs client `i` and merges (or keeps) its state.
+    async fn run_one(&self, i: usize, client: &dyn ClientRunner) -> Result<Answered> {
+        let start = Instant::now();
+        let encoder = &self.encoders[i];
+        let (state, traffic) = if self.measured || !client.in_process() {
+            encode_retrying(client, encoder).await?
+        } else {
+            // Nothing crosses a wire, and no one asks what would have.
+            (client.encode(encoder).await?, Traffic::default())
+        };
+        let time = start.elapsed();
+        if let Some(progress) = &self.progress {
+            progress.report(RoundEvent::SiteAnswered);
+        }
+        let rows = state.batch().num_rows();
+        let bytes = if self.measured { state.size_bytes() } else { 0 };
+        let kept = match &self.merge {
+            Some(merge) => {
+                merge.add(i, &state).await?;
+                None
+            }
+            None => Some(state),
+        };
+        Ok((rows, bytes, time, traffic, kept))
+    }
+}
+
 /// A client's task that panicked or was cancelled, as an error.
 fn join_error(e: tokio::task::JoinError) -> FedError {
     if e.is_panic() {
@@ -344,9 +421,13 @@ pub async fn run_round(
     // noise notices read every state); the others as they arrive.
     let masked = secure::check_round(&round.partial)?;
     let dp = crate::wire::dp::has_dp(&round.partial);
-    let mut merge = StreamingMerge::new(&round.partial, clients.len(), state.task_ctx());
     let mut kept: Vec<StateBatch> = Vec::new();
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
+    let merge = Arc::new(StreamingMerge::new(
+        &round.partial,
+        clients.len(),
+        state.task_ctx(),
+    ));
     if masked {
         // Masked states: what arrives is the masked state itself.
         let encoders = clients
@@ -365,53 +446,64 @@ pub async fn run_round(
             kept.push(masked_state);
         }
     } else {
-        // With more clients than run at once, each client's encode is a
-        // task of its own, so that in-process clients run on every core:
-        // polled inside this one task, a thousand small clients (one
-        // partition each, no task of their own) ran on one core at a time.
-        // A few clients are polled here, as a task costs a small round a
-        // wake-up of another thread. Dropping the round (a cancelled query)
-        // aborts the clients still running. The analyst a DP ledger debits
-        // is carried into each task.
-        let at_once = clients_at_once(clients);
-        let spawn = clients.len() > at_once;
-        let analyst = crate::site::dp::current_analyst();
-        // Boxed now, run (and spawned) only as `buffer_unordered` polls them.
-        let pending: Vec<BoxFuture<'static, Result<SiteAnswer>>> = clients
+        let encoders = clients
             .iter()
-            .enumerate()
-            .map(|(i, client)| {
-                let client = Arc::clone(client);
-                let encoder = round.encoder_for(client.name());
-                let analyst = analyst.clone();
-                let work = async move {
-                    let encoder = encoder?;
-                    let start = Instant::now();
-                    let encode = encode_retrying(client.as_ref(), &encoder);
-                    let (client_state, traffic) =
-                        crate::site::dp::as_analyst(&analyst, encode).await?;
-                    Ok::<SiteAnswer, FedError>((i, client_state, start.elapsed(), traffic))
-                };
-                if spawn {
-                    async move { SpawnedTask::spawn(work).join().await.map_err(join_error)? }
-                        .boxed()
-                } else {
-                    work.boxed()
-                }
-            })
-            .collect();
-        let mut answers = futures::stream::iter(pending).buffer_unordered(at_once);
-        let mut dp_states = Vec::new();
-        while let Some(answer) = answers.next().await {
-            let (i, client_state, time, traffic) = answer?;
-            report(RoundEvent::SiteAnswered);
-            let rows = client_state.batch().num_rows();
-            figures[i] = Some((rows, client_state.size_bytes(), time, traffic));
-            if dp {
-                dp_states.push((i, client_state));
-            } else {
-                merge.add(i, &client_state).await?;
+            .map(|c| round.encoder_for(c.name()))
+            .collect::<Result<Vec<_>>>()?;
+        let run = Arc::new(ClientsRun {
+            clients: clients.to_vec(),
+            encoders,
+            next: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            // DP states are merged at the end, all at once.
+            merge: (!dp).then(|| Arc::clone(&merge)),
+            progress: progress.clone(),
+            measured: state.config().get_extension::<RoundLog>().is_some(),
+        });
+        // With more clients than run at once, the clients are run by
+        // runner tasks of their own, so that in-process clients run on
+        // every core: polled inside this one task, a thousand small
+        // clients ran on one core at a time. Each runner takes the next
+        // client until none is left and merges what it made, so a client
+        // costs no wake-up of another thread. A few clients are polled
+        // here, as a task costs a small round a wake-up of another thread.
+        // Dropping the round (a cancelled query) aborts the runners. The
+        // analyst a DP ledger debits is carried into each runner.
+        let at_once = clients_at_once(clients);
+        let runners = at_once.min(clients.len());
+        let analyst = crate::site::dp::current_analyst();
+        let runs = (0..runners).map(|_| {
+            let run = Arc::clone(&run);
+            let analyst = analyst.clone();
+            async move { crate::site::dp::as_analyst(&analyst, run.run()).await }
+        });
+        let answered: Vec<RunnerAnswers> = if clients.len() > at_once {
+            let tasks: Vec<_> = runs.map(SpawnedTask::spawn).collect();
+            let mut answered = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                answered.push(task.join().await.map_err(join_error)?);
             }
+            answered
+        } else {
+            join_all(runs).await
+        };
+        // The failure of the first site that failed, by the sites' order.
+        let mut failure: Option<(usize, FedError)> = None;
+        let mut dp_states = Vec::new();
+        for runner in answered {
+            for (i, answer) in runner.answered {
+                let (rows, bytes, time, traffic, dp_state) = answer;
+                figures[i] = Some((rows, bytes, time, traffic));
+                dp_states.extend(dp_state.map(|s| (i, s)));
+            }
+            if let Some((i, e)) = runner.failed
+                && failure.as_ref().is_none_or(|(first, _)| i < *first)
+            {
+                failure = Some((i, e));
+            }
+        }
+        if let Some((_, e)) = failure {
+            return Err(e);
         }
         // In the order of the sites, as the merge of the others.
         dp_states.sort_by_key(|(i, _)| *i);

@@ -65,11 +65,31 @@ pub fn take_complete(sql: &str) -> (Vec<String>, Result<String>) {
 /// Text that cannot be tokenized (an unterminated block comment, say) is not
 /// blank.
 pub fn is_blank(sql: &str) -> bool {
+    // Text that starts with anything but a comment starts with a token.
+    let start = sql.trim_start();
+    if start.is_empty() {
+        return true;
+    }
+    if !start.starts_with("--") && !start.starts_with("/*") {
+        return false;
+    }
     let mut tokens = Vec::new();
     tokenize(sql, &mut tokens).is_ok()
         && tokens
             .iter()
             .all(|t| matches!(t.token, Token::Whitespace(_)))
+}
+
+/// Whether `sql` reads to its end: no literal, quoted identifier or
+/// comment left open, nothing unreadable; and if so, whether it is blank.
+pub fn reads_to_end(sql: &str) -> Option<bool> {
+    let mut tokens = Vec::new();
+    tokenize(sql, &mut tokens).ok()?;
+    Some(
+        tokens
+            .iter()
+            .all(|t| matches!(t.token, Token::Whitespace(_))),
+    )
 }
 
 /// Whether the tokenizer failed only because the input ended inside a

@@ -29,6 +29,10 @@ pub enum Input {
 #[derive(Debug, Default)]
 pub struct LineBuffer {
     pending: String,
+    /// Whether `pending` ends inside a literal, quoted identifier or
+    /// comment, or cannot be read: a line added to it is then read with
+    /// all of it, not on its own.
+    open: bool,
 }
 
 impl LineBuffer {
@@ -50,7 +54,7 @@ impl LineBuffer {
         let trimmed = line.trim();
         if trimmed.starts_with('\\') && self.takes_command() {
             if !self.is_pending() {
-                self.pending.clear();
+                self.clear();
             }
             return match trimmed.parse::<Command>() {
                 Ok(Command::Go) => {
@@ -64,7 +68,7 @@ impl LineBuffer {
                     }
                 }
                 Ok(Command::Reset) => {
-                    self.pending.clear();
+                    self.clear();
                     vec![Ok(Input::Command(Command::Reset))]
                 }
                 command => vec![command.map(Input::Command)],
@@ -74,9 +78,22 @@ impl LineBuffer {
             // psql's words for leaving, at an empty prompt.
             let word = trimmed.trim_end_matches(';').trim_end();
             if word.eq_ignore_ascii_case("quit") || word.eq_ignore_ascii_case("exit") {
-                self.pending.clear();
+                self.clear();
                 return vec![Ok(Input::Command(Command::Quit))];
             }
+        }
+        // A line without `;` after text that is closed completes nothing:
+        // when it reads to its end on its own, it is only added (a long
+        // statement, a line at a time, is not read again at every line).
+        if !self.open
+            && !line.contains(';')
+            && let Some(blank) = statements::reads_to_end(line)
+        {
+            if !(blank && self.pending.is_empty()) {
+                self.pending.push_str(line);
+                self.pending.push('\n');
+            }
+            return Vec::new();
         }
         self.pending.push_str(line);
         self.pending.push('\n');
@@ -86,9 +103,12 @@ impl LineBuffer {
             .map(|sql| Ok(Input::Statement(sql)))
             .collect();
         match rest {
-            Ok(rest) => self.pending = rest,
+            Ok(rest) => {
+                self.open = statements::reads_to_end(&rest).is_none();
+                self.pending = rest;
+            }
             Err(error) => {
-                self.pending.clear();
+                self.clear();
                 inputs.push(Err(error));
             }
         }
@@ -105,6 +125,7 @@ impl LineBuffer {
     /// why it cannot be read (an unterminated string literal, say).
     pub fn finish(&mut self) -> Vec<Result<Input>> {
         let rest = std::mem::take(&mut self.pending);
+        self.open = false;
         match statements::split_statements(&rest) {
             Ok(statements) => statements
                 .into_iter()
@@ -117,6 +138,7 @@ impl LineBuffer {
     /// Forgets the pending text (Ctrl-C at the prompt).
     pub fn clear(&mut self) {
         self.pending.clear();
+        self.open = false;
     }
 }
 
@@ -220,6 +242,34 @@ mod tests {
         assert_eq!(ok(buffer.push_line("SELECT 'abc")), []);
         assert!(buffer.is_pending());
         assert!(matches!(buffer.finish().as_slice(), [Err(_)]));
+    }
+
+    #[test]
+    fn statements_typed_a_line_at_a_time_are_those_of_the_whole_text() {
+        // Lines read on their own and lines read with what is pending: `;`
+        // in a literal, a literal and a comment over several lines.
+        let text = "CREATE FEDERATED TABLE t STORED AS CSV CLIENTS (\n\
+                    'a' = 'x.csv', -- one\n\
+                    'b' = 'y;z.csv',\n\
+                    /* two\n\
+                    lines */ 'c' = 'w\n\
+                    v.csv'\n\
+                    );\n\
+                    SELECT 1\n\
+                    ;";
+        let mut buffer = LineBuffer::new();
+        let mut typed = Vec::new();
+        for line in text.lines() {
+            typed.extend(ok(buffer.push_line(line)));
+        }
+        typed.extend(ok(buffer.finish()));
+        let whole: Vec<Input> = statements::split_statements(text)
+            .unwrap()
+            .into_iter()
+            .map(Input::Statement)
+            .collect();
+        assert_eq!(typed.len(), 2);
+        assert_eq!(typed, whole);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Statistics};
@@ -39,7 +40,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
 use crate::site::group_rows::CountColumns;
-use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::small_parquet::{FooterCache, OpenFile, SMALL_FILE, SmallParquetExec, SmallScan};
 use crate::wire::encoder::Encoder;
 
 /// How many encoder templates the engine keeps (the oldest go first).
@@ -138,8 +139,18 @@ impl SiteEngine {
 
     /// The template planned for this layout and encoder, if any.
     pub fn template(&self, key: &TemplateKey) -> Option<Arc<Template>> {
-        let templates = self.templates.lock().expect("not poisoned");
-        templates.by_key.get(key).cloned()
+        let mut templates = self.templates.lock().expect("not poisoned");
+        // The sites of a round share its encoder's plan: after the first,
+        // the plan is known by its pointer, not compared again.
+        if let Some((last, template)) = &templates.last
+            && Arc::ptr_eq(&last.encoder, &key.encoder)
+            && last.layout == key.layout
+        {
+            return Some(Arc::clone(template));
+        }
+        let template = templates.by_key.get(key).cloned()?;
+        templates.last = Some((key.clone(), Arc::clone(&template)));
+        Some(template)
     }
 
     /// Keeps a template for the sites of its layout.
@@ -200,6 +211,8 @@ impl Hash for TemplateKey {
 struct Templates {
     by_key: HashMap<TemplateKey, Arc<Template>>,
     order: VecDeque<TemplateKey>,
+    /// The template last found, by the key it was last asked with.
+    last: Option<(TemplateKey, Arc<Template>)>,
 }
 
 /// A site's physical plan of an encoder with one file scan, ready to be
@@ -266,8 +279,17 @@ impl Template {
         file: &SiteFile,
         footers: &Arc<FooterCache>,
     ) -> Result<(Arc<dyn ExecutionPlan>, Option<CountColumns>)> {
-        let meta = file.stat()?;
-        let small = self.small.as_ref().filter(|_| meta.size <= SMALL_FILE);
+        // A file the site may read itself is opened now: its `stat` is
+        // that of the file the scan reads.
+        let (meta, opened) = match &self.small {
+            Some(_) => {
+                let opened = OpenFile::open(&file.path)?;
+                (file.meta(opened.size(), opened.modified()), Some(opened))
+            }
+            None => (file.stat()?, None),
+        };
+        let mut opened = opened.filter(|o| o.size() <= SMALL_FILE);
+        let small = self.small.as_ref().filter(|_| opened.is_some());
         let plan = Arc::clone(&self.plan)
             .transform_up(|node| {
                 let Some(config) = file_scan(&node) else {
@@ -279,6 +301,7 @@ impl Template {
                     // again (DataFusion compares the pointers).
                     Some(small) => Arc::new(SmallParquetExec::new(
                         &file.path,
+                        opened.take(),
                         small.clone(),
                         Arc::clone(footers),
                         (config.clone(), meta.clone()),
@@ -364,13 +387,18 @@ impl SiteFile {
             DataFusionError::External(format!("cannot read {}: {e}", self.path.display()).into())
         };
         let meta = std::fs::metadata(&self.path).map_err(unreadable)?;
-        Ok(ObjectMeta {
+        Ok(self.meta(meta.len(), Some(meta.modified().map_err(unreadable)?)))
+    }
+
+    /// The file's metadata from its length and modification time.
+    fn meta(&self, size: u64, modified: Option<SystemTime>) -> ObjectMeta {
+        ObjectMeta {
             location: self.location.clone(),
-            last_modified: meta.modified().map_err(unreadable)?.into(),
-            size: meta.len(),
+            last_modified: modified.unwrap_or(SystemTime::UNIX_EPOCH).into(),
+            size,
             e_tag: None,
             version: None,
-        })
+        }
     }
 }
 

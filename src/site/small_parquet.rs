@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
@@ -173,10 +174,22 @@ impl SmallScan {
 
 /// The parsed footers of small files, each with the bytes it was parsed
 /// from and the reader's metadata for the table schema last asked for.
+///
+/// A file whose length and modification time (from the `stat` of the
+/// file as opened) are those its footer was read with is not read again,
+/// when that modification time was at least [`SETTLED`] before the read:
+/// a later write to it then sets a later time. Any other file's footer is
+/// read, and parsed anew when its bytes differ from the cached ones.
 #[derive(Debug, Default)]
 pub struct FooterCache {
     inner: Mutex<Footers>,
 }
+
+/// How long before a footer's read its file must have last been written
+/// for its length and time to vouch for it: longer than the clock ticks
+/// file systems stamp writes with, so that a second write in the tick of
+/// the first cannot leave the time as it was.
+const SETTLED: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Default)]
 struct Footers {
@@ -185,24 +198,52 @@ struct Footers {
     bytes: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Footer {
     /// The file's last bytes: its footer, its length and the magic.
     tail: Bytes,
+    /// The file's length and modification time, when they vouch for it
+    /// (see [`FooterCache`]).
+    stamp: Option<(u64, SystemTime)>,
     /// The table schema `reader` converts to.
     table: SchemaRef,
     reader: ArrowReaderMetadata,
     size: usize,
 }
 
+/// A file opened for a scan, with its length and modification time.
+#[derive(Debug)]
+pub struct OpenFile {
+    file: File,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl OpenFile {
+    /// The file at `path`, opened, with its length and modification time
+    /// (from the `stat` of the open file).
+    pub fn open(path: &Path) -> DFResult<Self> {
+        open_file(path)
+    }
+
+    /// The file's length in bytes.
+    pub fn size(&self) -> u64 {
+        self.len
+    }
+
+    /// When the file was last written, where the file system says.
+    pub fn modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
+}
+
 impl FooterCache {
-    /// The reader's metadata for `table` of the file whose footer (with
-    /// its length and magic) is `tail`: the cached one when the file at
-    /// `path` ended in the same bytes, else parsed.
+    /// The reader's metadata for `table` of `file` (at `path`): the cached
+    /// one when the file is unchanged, else parsed from its footer.
     fn metadata(
         &self,
         path: &Path,
-        tail: &Bytes,
+        file: &OpenFile,
         table: &SchemaRef,
     ) -> DFResult<ArrowReaderMetadata> {
         let cached = self
@@ -211,14 +252,33 @@ impl FooterCache {
             .expect("not poisoned")
             .by_path
             .get(path)
-            .cloned();
-        if let Some(footer) = cached
-            && *tail == footer.tail
-            && (Arc::ptr_eq(&footer.table, table) || footer.table == *table)
+            .cloned()
+            .filter(|f| Arc::ptr_eq(&f.table, table) || f.table == *table);
+        if let Some(footer) = &cached
+            && footer.stamp.is_some()
+            && footer.stamp == file.modified.map(|m| (file.len, m))
         {
             return Ok(footer.reader.clone());
         }
-        let footer = Arc::new(parse_footer(tail, table)?);
+        let read_at = SystemTime::now();
+        let tail = read_tail(&file.file, file.len)?;
+        let stamp = file
+            .modified
+            .filter(|m| read_at.duration_since(*m).is_ok_and(|age| age >= SETTLED))
+            .map(|m| (file.len, m));
+        let footer = match cached {
+            Some(footer) if footer.tail == tail => {
+                if footer.stamp == stamp {
+                    return Ok(footer.reader.clone());
+                }
+                Footer {
+                    stamp,
+                    ..footer.as_ref().clone()
+                }
+            }
+            _ => parse_footer(&tail, stamp, table)?,
+        };
+        let footer = Arc::new(footer);
         let reader = footer.reader.clone();
         let mut footers = self.inner.lock().expect("not poisoned");
         footers.bytes += footer.size;
@@ -242,7 +302,11 @@ impl FooterCache {
 /// A file's footer parsed from `tail` (the footer, its length and the
 /// magic), its columns read with `table`'s types where the two differ only
 /// in a string or binary view.
-fn parse_footer(tail: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
+fn parse_footer(
+    tail: &Bytes,
+    stamp: Option<(u64, SystemTime)>,
+    table: &SchemaRef,
+) -> DFResult<Footer> {
     let footer = &tail[..tail.len() - 8];
     let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
     let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
@@ -271,20 +335,25 @@ fn parse_footer(tail: &Bytes, table: &SchemaRef) -> DFResult<Footer> {
     };
     Ok(Footer {
         tail: tail.clone(),
+        stamp,
         table: Arc::clone(table),
         size: reader.metadata().memory_size() + tail.len(),
         reader,
     })
 }
 
-/// The file at `path`, opened, and its length.
-fn open_file(path: &Path) -> DFResult<(File, u64)> {
+/// The file at `path`, opened, with its length and modification time.
+fn open_file(path: &Path) -> DFResult<OpenFile> {
     let unreadable = |e: std::io::Error| {
         DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
     };
     let file = File::open(path).map_err(unreadable)?;
-    let len = file.metadata().map_err(unreadable)?.len();
-    Ok((file, len))
+    let stat = file.metadata().map_err(unreadable)?;
+    Ok(OpenFile {
+        len: stat.len(),
+        modified: stat.modified().ok(),
+        file,
+    })
 }
 
 /// Whether `view` is the view type DataFusion reads `stored` as.
@@ -302,6 +371,9 @@ fn is_view_of(view: &DataType, stored: &DataType) -> bool {
 /// The scan of one small Parquet file (see the module's notes).
 pub struct SmallParquetExec {
     path: PathBuf,
+    /// The file, opened when the scan was bound to it; opened again by a
+    /// second execution.
+    opened: Mutex<Option<OpenFile>>,
     scan: SmallScan,
     footers: Arc<FooterCache>,
     /// The template's scan and the file's metadata: DataFusion's scan of
@@ -326,6 +398,7 @@ impl SmallParquetExec {
     /// template's scan it replaces (one partition, the same schema).
     pub fn new(
         path: &Path,
+        opened: Option<OpenFile>,
         scan: SmallScan,
         footers: Arc<FooterCache>,
         fallback: (FileScanConfig, ObjectMeta),
@@ -333,6 +406,7 @@ impl SmallParquetExec {
     ) -> Self {
         Self {
             path: path.to_path_buf(),
+            opened: Mutex::new(opened),
             scan,
             footers,
             fallback,
@@ -345,13 +419,17 @@ impl SmallParquetExec {
     /// reader of its columns; `None` when a column of the table is not in
     /// the file with the table's type.
     fn open(&self) -> DFResult<Option<(ParquetRecordBatchReader, Vec<usize>)>> {
-        let (file, len) = open_file(&self.path)?;
-        let tail = read_tail(&file, len)?;
-        let metadata = self.footers.metadata(&self.path, &tail, &self.scan.table)?;
+        let opened = self.opened.lock().expect("not poisoned").take();
+        let file = match opened {
+            Some(file) => file,
+            None => open_file(&self.path)?,
+        };
+        let metadata = self.footers.metadata(&self.path, &file, &self.scan.table)?;
         let Some((mask, places)) = self.scan.columns_in(&metadata) else {
             return Ok(None);
         };
-        let parts = ReadParts::read(&file, len, chunk_ranges(&metadata, &mask, len)?)?;
+        let len = file.len;
+        let parts = ReadParts::read(&file.file, len, chunk_ranges(&metadata, &mask, len)?)?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(parts, metadata)
             .with_projection(mask)
             .with_batch_size(self.scan.batch_size)
@@ -474,7 +552,13 @@ impl Stream for SmallParquetStream {
 
     fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let next = self.next_batch();
-        self.metrics.record_poll(Poll::Ready(next))
+        // Rows counted, not bytes: sizing each batch's buffers is a cost a
+        // thousand small files would pay per batch.
+        match &next {
+            Some(Ok(batch)) => self.metrics.record_output(batch.num_rows()),
+            _ => self.metrics.done(),
+        }
+        Poll::Ready(next)
     }
 }
 
@@ -569,6 +653,7 @@ mod tests {
                 meta.last_modified = stat.modified().unwrap().into();
                 let exec = SmallParquetExec::new(
                     path,
+                    None,
                     scan,
                     Arc::clone(footers),
                     (config.clone(), meta),
@@ -654,6 +739,79 @@ mod tests {
         let (_, fresh) = site_plan(&path, sql).await;
         assert_eq!(again, run(&ctx, fresh).await);
         assert!(again.contains("| 14 "), "{again}");
+    }
+
+    /// The file at `path` with its last byte (of the footer's magic)
+    /// overwritten, its length kept and its modification time set to
+    /// `modified`: a file no footer can be read from.
+    fn break_tail(path: &Path, modified: SystemTime) {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        file.seek(SeekFrom::End(-1)).unwrap();
+        file.write_all(b"X").unwrap();
+        file.set_modified(modified).unwrap();
+    }
+
+    /// A one-row file at `path`, last written at `modified`, and the
+    /// table schema of its columns.
+    fn file_written_at(path: &Path, modified: SystemTime) -> SchemaRef {
+        write(path, rows(&[Some(1)], &[Some("a")], &[Some(1.0)]));
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(modified).unwrap();
+        let (_, plan) = futures::executor::block_on(site_plan(path, "SELECT a, s, x FROM t"));
+        let mut table = None;
+        plan.apply(|node| {
+            if let Some(config) = file_scan(node) {
+                table = Some(Arc::clone(config.file_schema()));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        table.expect("a file scan")
+    }
+
+    #[test]
+    fn a_settled_file_s_footer_is_not_read_again_while_its_length_and_time_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let table = file_written_at(&path, an_hour_ago);
+        let footers = FooterCache::default();
+        let metadata =
+            |footers: &FooterCache| footers.metadata(&path, &open_file(&path).unwrap(), &table);
+        assert_eq!(
+            metadata(&footers)
+                .unwrap()
+                .metadata()
+                .file_metadata()
+                .num_rows(),
+            1
+        );
+        // Same length, same time: the footer is not read again.
+        break_tail(&path, an_hour_ago);
+        assert!(metadata(&footers).is_ok());
+        // A time one second later: read again, and found broken.
+        break_tail(&path, an_hour_ago + Duration::from_secs(1));
+        let e = metadata(&footers).unwrap_err().to_string();
+        assert!(e.contains("does not end in a Parquet footer"), "{e}");
+    }
+
+    #[test]
+    fn a_file_written_just_now_has_its_footer_read_every_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        // Written within SETTLED of the read: a second write in the same
+        // clock tick would leave the time as it is.
+        let just_now = SystemTime::now();
+        let table = file_written_at(&path, just_now);
+        let footers = FooterCache::default();
+        let metadata =
+            |footers: &FooterCache| footers.metadata(&path, &open_file(&path).unwrap(), &table);
+        assert!(metadata(&footers).is_ok());
+        assert!(metadata(&footers).is_ok());
+        break_tail(&path, just_now);
+        let e = metadata(&footers).unwrap_err().to_string();
+        assert!(e.contains("does not end in a Parquet footer"), "{e}");
     }
 
     #[tokio::test]

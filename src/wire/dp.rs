@@ -27,6 +27,10 @@ pub struct DpCall {
 /// their state columns are; fails on non-constant or out-of-range bounds,
 /// bins or ε.
 pub fn dp_calls(agg: &AggregateExec) -> Result<Vec<DpCall>> {
+    // Most rounds have none: their state's fields are not worth naming.
+    if !has_dp(agg) {
+        return Ok(Vec::new());
+    }
     let mut widths = Vec::with_capacity(agg.aggr_expr().len());
     for expr in agg.aggr_expr() {
         widths.push(expr.state_fields()?.len());

@@ -45,7 +45,7 @@ use datafusion::physical_plan::{
 use futures::Stream;
 
 use super::parts::PagedFile;
-use super::{FooterCache, SmallScan, open_file, read_tail};
+use super::{FooterCache, SmallScan, open_file};
 use crate::site::engine::{SiteFile, file_scan};
 
 /// One of the site's files as the scan reads it.
@@ -127,15 +127,14 @@ impl RowGroupsExec {
         }
         let mut files = Vec::with_capacity(named.len());
         for path in named {
-            let (file, len) = open_file(&path)?;
-            let tail = read_tail(&file, len)?;
-            let metadata = footers.metadata(&path, &tail, &scan.table)?;
+            let file = open_file(&path)?;
+            let metadata = footers.metadata(&path, &file, &scan.table)?;
             let Some((mask, places)) = scan.columns_in(&metadata) else {
                 return Ok(None);
             };
             files.push(ScanFile {
                 path,
-                file: PagedFile::new(Arc::new(file), len),
+                file: PagedFile::new(Arc::new(file.file), file.len),
                 metadata,
                 mask,
                 places,

@@ -10,7 +10,7 @@
 //! the rest of the plan — the decoder — is shared-only and runs on the
 //! coordinator.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use futures::future::{join_all, try_join_all};
+use futures::future::try_join_all;
 
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
@@ -303,8 +303,6 @@ struct ClientsRun {
     encoders: Vec<Encoder>,
     /// The next client to run.
     next: AtomicUsize,
-    /// Set when a client failed: the runners take no more clients.
-    failed: AtomicBool,
     /// Where states are merged; `None` when they are kept (DP states).
     merge: Option<Arc<StreamingMerge>>,
     progress: Option<Arc<RoundProgress>>,
@@ -314,38 +312,22 @@ struct ClientsRun {
     measured: bool,
 }
 
-/// What one client answered: its state's rows and bytes, its time and
-/// traffic, and the state itself when it is kept rather than merged.
-type Answered = (usize, usize, Duration, Traffic, Option<StateBatch>);
-
-/// What one runner did: the clients it ran, by index, and the client
-/// that failed, if one did.
-struct RunnerAnswers {
-    answered: Vec<(usize, Answered)>,
-    failed: Option<(usize, FedError)>,
-}
+/// What one client answered: its index, its state's rows and bytes, its
+/// time and traffic, and the state itself when it is kept rather than
+/// merged.
+type Answered = (usize, usize, usize, Duration, Traffic, Option<StateBatch>);
 
 impl ClientsRun {
-    /// Runs clients until none is left or one has failed.
-    async fn run(self: Arc<Self>) -> RunnerAnswers {
-        let mut answers = RunnerAnswers {
-            answered: Vec::new(),
-            failed: None,
-        };
-        while !self.failed.load(Ordering::Relaxed) {
+    /// Runs clients until none is left; stops at the first that fails.
+    async fn run(self: Arc<Self>) -> Result<Vec<Answered>> {
+        let mut answered = Vec::new();
+        loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(client) = self.clients.get(i) else {
-                break;
+                return Ok(answered);
             };
-            match self.run_one(i, client.as_ref()).await {
-                Ok(answer) => answers.answered.push((i, answer)),
-                Err(e) => {
-                    self.failed.store(true, Ordering::Relaxed);
-                    answers.failed = Some((i, e));
-                }
-            }
+            answered.push(self.run_one(i, client.as_ref()).await?);
         }
-        answers
     }
 
     /// Runs client `i` and merges (or keeps) its state.
@@ -371,7 +353,7 @@ impl ClientsRun {
             }
             None => Some(state),
         };
-        Ok((rows, bytes, time, traffic, kept))
+        Ok((i, rows, bytes, time, traffic, kept))
     }
 }
 
@@ -428,12 +410,12 @@ pub async fn run_round(
         clients.len(),
         state.task_ctx(),
     ));
+    let encoders = clients
+        .iter()
+        .map(|c| round.encoder_for(c.name()))
+        .collect::<Result<Vec<_>>>()?;
     if masked {
         // Masked states: what arrives is the masked state itself.
-        let encoders = clients
-            .iter()
-            .map(|c| round.encoder_for(c.name()))
-            .collect::<Result<Vec<_>>>()?;
         let states = collect_masked_states(clients, &encoders).await?;
         for (i, (masked_state, time)) in states.into_iter().enumerate() {
             report(RoundEvent::SiteAnswered);
@@ -446,15 +428,10 @@ pub async fn run_round(
             kept.push(masked_state);
         }
     } else {
-        let encoders = clients
-            .iter()
-            .map(|c| round.encoder_for(c.name()))
-            .collect::<Result<Vec<_>>>()?;
         let run = Arc::new(ClientsRun {
             clients: clients.to_vec(),
             encoders,
             next: AtomicUsize::new(0),
-            failed: AtomicBool::new(false),
             // DP states are merged at the end, all at once.
             merge: (!dp).then(|| Arc::clone(&merge)),
             progress: progress.clone(),
@@ -467,43 +444,28 @@ pub async fn run_round(
         // client until none is left and merges what it made, so a client
         // costs no wake-up of another thread. A few clients are polled
         // here, as a task costs a small round a wake-up of another thread.
-        // Dropping the round (a cancelled query) aborts the runners. The
-        // analyst a DP ledger debits is carried into each runner.
+        // The first failure ends the round, and dropping the round (a
+        // failure, a cancelled query) aborts the runners. The analyst a DP
+        // ledger debits is carried into each runner.
         let at_once = clients_at_once(clients);
-        let runners = at_once.min(clients.len());
+        let spawn = clients.len() > at_once;
         let analyst = crate::site::dp::current_analyst();
-        let runs = (0..runners).map(|_| {
-            let run = Arc::clone(&run);
-            let analyst = analyst.clone();
-            async move { crate::site::dp::as_analyst(&analyst, run.run()).await }
+        let runs = (0..at_once.min(clients.len())).map(|_| {
+            let (run, analyst) = (Arc::clone(&run), analyst.clone());
+            let work = async move { crate::site::dp::as_analyst(&analyst, run.run()).await };
+            async move {
+                match spawn {
+                    true => SpawnedTask::spawn(work).join().await.map_err(join_error)?,
+                    false => work.await,
+                }
+            }
         });
-        let answered: Vec<RunnerAnswers> = if clients.len() > at_once {
-            let tasks: Vec<_> = runs.map(SpawnedTask::spawn).collect();
-            let mut answered = Vec::with_capacity(tasks.len());
-            for task in tasks {
-                answered.push(task.join().await.map_err(join_error)?);
-            }
-            answered
-        } else {
-            join_all(runs).await
-        };
-        // The failure of the first site that failed, by the sites' order.
-        let mut failure: Option<(usize, FedError)> = None;
         let mut dp_states = Vec::new();
-        for runner in answered {
-            for (i, answer) in runner.answered {
-                let (rows, bytes, time, traffic, dp_state) = answer;
-                figures[i] = Some((rows, bytes, time, traffic));
-                dp_states.extend(dp_state.map(|s| (i, s)));
-            }
-            if let Some((i, e)) = runner.failed
-                && failure.as_ref().is_none_or(|(first, _)| i < *first)
-            {
-                failure = Some((i, e));
-            }
-        }
-        if let Some((_, e)) = failure {
-            return Err(e);
+        for (i, rows, bytes, time, traffic, dp_state) in
+            try_join_all(runs).await?.into_iter().flatten()
+        {
+            figures[i] = Some((rows, bytes, time, traffic));
+            dp_states.extend(dp_state.map(|s| (i, s)));
         }
         // In the order of the sites, as the merge of the others.
         dp_states.sort_by_key(|(i, _)| *i);

@@ -10,24 +10,21 @@
 //! footer, then only the column chunks of the columns the scan needs
 //! ([`parts`]), decoded, and the scan's projection (columns, or an
 //! expression DataFusion pushed into the scan) evaluated over them. Its
-//! parsed footer is kept in a [`FooterCache`] with the footer's bytes, and a
-//! file whose footer bytes differ is parsed anew, so a file that changed is
-//! never decoded with a stale footer. A file whose columns differ from the
+//! parsed footer is kept in a [`FooterCache`] ([`footers`]) with the
+//! footer's bytes and the file's length and modification time; a file that
+//! may have changed is read again, and parsed anew when its footer's bytes
+//! differ, so a file that changed is never decoded with a stale footer. A file whose columns differ from the
 //! table's (a missing column, another type), and any other scan, go to
 //! DataFusion's scan, as before.
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DFResult, Statistics};
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
@@ -35,10 +32,8 @@ use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskCo
 use datafusion::object_store::ObjectMeta;
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
 };
-use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::projection::ProjectionExprs;
@@ -49,18 +44,17 @@ use futures::Stream;
 
 use crate::site::engine;
 
+mod footers;
 mod parts;
 pub mod row_groups;
-use parts::{ReadParts, chunk_ranges, read_tail};
+use footers::open_file;
+pub use footers::{FooterCache, OpenFile};
+use parts::{ReadParts, chunk_ranges};
 
 /// The largest file a site reads itself, on the scan's own thread: reads
 /// from the page cache of at most this many bytes take well under a
 /// millisecond.
 pub const SMALL_FILE: u64 = 1 << 20;
-
-/// The footers the cache keeps at most, in bytes of parsed metadata (the
-/// oldest go first).
-const FOOTER_CACHE_BYTES: usize = 64 << 20;
 
 /// How a small file's scan reads it: which of the table's columns, and
 /// the scan's projection over them. Built from a template's scan when the
@@ -170,202 +164,6 @@ impl SmallScan {
             &rows,
         )?)
     }
-}
-
-/// The parsed footers of small files, each with the bytes it was parsed
-/// from and the reader's metadata for the table schema last asked for.
-///
-/// A file whose length and modification time (from the `stat` of the
-/// file as opened) are those its footer was read with is not read again,
-/// when that modification time was at least [`SETTLED`] before the read:
-/// a later write to it then sets a later time. Any other file's footer is
-/// read, and parsed anew when its bytes differ from the cached ones.
-#[derive(Debug, Default)]
-pub struct FooterCache {
-    inner: Mutex<Footers>,
-}
-
-/// How long before a footer's read its file must have last been written
-/// for its length and time to vouch for it: longer than the clock ticks
-/// file systems stamp writes with, so that a second write in the tick of
-/// the first cannot leave the time as it was.
-const SETTLED: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Default)]
-struct Footers {
-    by_path: HashMap<PathBuf, Arc<Footer>>,
-    order: VecDeque<PathBuf>,
-    bytes: usize,
-}
-
-#[derive(Debug, Clone)]
-struct Footer {
-    /// The file's last bytes: its footer, its length and the magic.
-    tail: Bytes,
-    /// The file's length and modification time, when they vouch for it
-    /// (see [`FooterCache`]).
-    stamp: Option<(u64, SystemTime)>,
-    /// The table schema `reader` converts to.
-    table: SchemaRef,
-    reader: ArrowReaderMetadata,
-    size: usize,
-}
-
-/// A file opened for a scan, with its length and modification time.
-#[derive(Debug)]
-pub struct OpenFile {
-    file: File,
-    len: u64,
-    modified: Option<SystemTime>,
-}
-
-impl OpenFile {
-    /// The file at `path`, opened, with its length and modification time
-    /// (from the `stat` of the open file).
-    pub fn open(path: &Path) -> DFResult<Self> {
-        open_file(path)
-    }
-
-    /// The file's length in bytes.
-    pub fn size(&self) -> u64 {
-        self.len
-    }
-
-    /// When the file was last written, where the file system says.
-    pub fn modified(&self) -> Option<SystemTime> {
-        self.modified
-    }
-}
-
-impl FooterCache {
-    /// The reader's metadata for `table` of `file` (at `path`): the cached
-    /// one when the file is unchanged, else parsed from its footer.
-    fn metadata(
-        &self,
-        path: &Path,
-        file: &OpenFile,
-        table: &SchemaRef,
-    ) -> DFResult<ArrowReaderMetadata> {
-        let cached = self
-            .inner
-            .lock()
-            .expect("not poisoned")
-            .by_path
-            .get(path)
-            .cloned()
-            .filter(|f| Arc::ptr_eq(&f.table, table) || f.table == *table);
-        if let Some(footer) = &cached
-            && footer.stamp.is_some()
-            && footer.stamp == file.modified.map(|m| (file.len, m))
-        {
-            return Ok(footer.reader.clone());
-        }
-        let read_at = SystemTime::now();
-        let tail = read_tail(&file.file, file.len)?;
-        let stamp = file
-            .modified
-            .filter(|m| read_at.duration_since(*m).is_ok_and(|age| age >= SETTLED))
-            .map(|m| (file.len, m));
-        let footer = match cached {
-            Some(footer) if footer.tail == tail => {
-                if footer.stamp == stamp {
-                    return Ok(footer.reader.clone());
-                }
-                Footer {
-                    stamp,
-                    ..footer.as_ref().clone()
-                }
-            }
-            _ => parse_footer(&tail, stamp, table)?,
-        };
-        let footer = Arc::new(footer);
-        let reader = footer.reader.clone();
-        let mut footers = self.inner.lock().expect("not poisoned");
-        footers.bytes += footer.size;
-        if let Some(old) = footers.by_path.insert(path.to_path_buf(), footer) {
-            footers.bytes -= old.size;
-        } else {
-            footers.order.push_back(path.to_path_buf());
-        }
-        while footers.bytes > FOOTER_CACHE_BYTES {
-            let Some(oldest) = footers.order.pop_front() else {
-                break;
-            };
-            if let Some(old) = footers.by_path.remove(&oldest) {
-                footers.bytes -= old.size;
-            }
-        }
-        Ok(reader)
-    }
-}
-
-/// A file's footer parsed from `tail` (the footer, its length and the
-/// magic), its columns read with `table`'s types where the two differ only
-/// in a string or binary view.
-fn parse_footer(
-    tail: &Bytes,
-    stamp: Option<(u64, SystemTime)>,
-    table: &SchemaRef,
-) -> DFResult<Footer> {
-    let footer = &tail[..tail.len() - 8];
-    let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
-    let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
-    let hinted: Vec<Field> = plain
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| {
-            let wanted = table.field_with_name(f.name()).ok().map(|t| t.data_type());
-            match wanted {
-                Some(t) if is_view_of(t, f.data_type()) => {
-                    f.as_ref().clone().with_data_type(t.clone())
-                }
-                _ => f.as_ref().clone(),
-            }
-        })
-        .collect();
-    let hint = Arc::new(Schema::new_with_metadata(
-        hinted,
-        plain.schema().metadata().clone(),
-    ));
-    let reader = if hint == *plain.schema() {
-        plain
-    } else {
-        ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::new().with_schema(hint))?
-    };
-    Ok(Footer {
-        tail: tail.clone(),
-        stamp,
-        table: Arc::clone(table),
-        size: reader.metadata().memory_size() + tail.len(),
-        reader,
-    })
-}
-
-/// The file at `path`, opened, with its length and modification time.
-fn open_file(path: &Path) -> DFResult<OpenFile> {
-    let unreadable = |e: std::io::Error| {
-        DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
-    };
-    let file = File::open(path).map_err(unreadable)?;
-    let stat = file.metadata().map_err(unreadable)?;
-    Ok(OpenFile {
-        len: stat.len(),
-        modified: stat.modified().ok(),
-        file,
-    })
-}
-
-/// Whether `view` is the view type DataFusion reads `stored` as.
-fn is_view_of(view: &DataType, stored: &DataType) -> bool {
-    matches!(
-        (view, stored),
-        (DataType::Utf8View, DataType::Utf8 | DataType::LargeUtf8)
-            | (
-                DataType::BinaryView,
-                DataType::Binary | DataType::LargeBinary
-            )
-    )
 }
 
 /// The scan of one small Parquet file (see the module's notes).
@@ -570,6 +368,8 @@ impl RecordBatchStream for SmallParquetStream {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, SystemTime};
+
     use datafusion::arrow::array::{Float64Array, Int64Array, StringArray};
     use datafusion::arrow::util::pretty::pretty_format_batches;
     use datafusion::common::tree_node::TreeNode;

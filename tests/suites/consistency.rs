@@ -150,3 +150,25 @@ async fn a_hundred_and_fifty_parquet_clients_merge_in_chunks() {
         assert_consistent(&f, sql).await;
     }
 }
+
+/// A hundred and fifty clients, run by a few runner tasks: a client whose
+/// file is broken ends the round with an error that names it, and once
+/// the file is written again the same query gives the centralized answer.
+#[tokio::test]
+async fn a_broken_client_among_a_hundred_and_fifty_ends_the_round_naming_it() {
+    let n = demo_rows().1.len();
+    let f = federation(&split_sizes(n, 150), Format::Parquet).await;
+    let sql = "SELECT count(*) AS n, avg(age) AS mean_age FROM clinic";
+    assert_consistent(&f, sql).await;
+    let broken = &f.client_files[100];
+    let name = broken.file_stem().unwrap().to_string_lossy().to_string();
+    let good = std::fs::read(broken).unwrap();
+    std::fs::write(broken, b"not a Parquet file at all").unwrap();
+    let e = match f.fed.sql(sql).await.unwrap().collect().await {
+        Ok(batches) => panic!("a broken file answered: {batches:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains(&format!("'{name}'")), "{e}");
+    std::fs::write(broken, good).unwrap();
+    assert_consistent(&f, sql).await;
+}

@@ -44,8 +44,9 @@ use datafusion::physical_plan::{
 };
 use futures::Stream;
 
+use super::footers::open_file;
 use super::parts::PagedFile;
-use super::{FooterCache, SmallScan, open_file};
+use super::{FooterCache, SmallScan};
 use crate::site::engine::{SiteFile, file_scan};
 
 /// One of the site's files as the scan reads it.

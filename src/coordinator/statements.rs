@@ -73,11 +73,7 @@ pub fn is_blank(sql: &str) -> bool {
     if !start.starts_with("--") && !start.starts_with("/*") {
         return false;
     }
-    let mut tokens = Vec::new();
-    tokenize(sql, &mut tokens).is_ok()
-        && tokens
-            .iter()
-            .all(|t| matches!(t.token, Token::Whitespace(_)))
+    reads_to_end(sql) == Some(true)
 }
 
 /// Whether `sql` reads to its end: no literal, quoted identifier or

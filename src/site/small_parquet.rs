@@ -47,7 +47,6 @@ use crate::site::engine;
 mod footers;
 mod parts;
 pub mod row_groups;
-use footers::open_file;
 pub use footers::{FooterCache, OpenFile};
 use parts::{ReadParts, chunk_ranges};
 
@@ -220,7 +219,7 @@ impl SmallParquetExec {
         let opened = self.opened.lock().expect("not poisoned").take();
         let file = match opened {
             Some(file) => file,
-            None => open_file(&self.path)?,
+            None => OpenFile::open(&self.path)?,
         };
         let metadata = self.footers.metadata(&self.path, &file, &self.scan.table)?;
         let Some((mask, places)) = self.scan.columns_in(&metadata) else {
@@ -577,8 +576,9 @@ mod tests {
         let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
         let table = file_written_at(&path, an_hour_ago);
         let footers = FooterCache::default();
-        let metadata =
-            |footers: &FooterCache| footers.metadata(&path, &open_file(&path).unwrap(), &table);
+        let metadata = |footers: &FooterCache| {
+            footers.metadata(&path, &OpenFile::open(&path).unwrap(), &table)
+        };
         assert_eq!(
             metadata(&footers)
                 .unwrap()
@@ -605,8 +605,9 @@ mod tests {
         let just_now = SystemTime::now();
         let table = file_written_at(&path, just_now);
         let footers = FooterCache::default();
-        let metadata =
-            |footers: &FooterCache| footers.metadata(&path, &open_file(&path).unwrap(), &table);
+        let metadata = |footers: &FooterCache| {
+            footers.metadata(&path, &OpenFile::open(&path).unwrap(), &table)
+        };
         assert!(metadata(&footers).is_ok());
         assert!(metadata(&footers).is_ok());
         break_tail(&path, just_now);

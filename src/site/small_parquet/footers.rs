@@ -70,7 +70,16 @@ impl OpenFile {
     /// The file at `path`, opened, with its length and modification time
     /// (from the `stat` of the open file).
     pub fn open(path: &Path) -> DFResult<Self> {
-        open_file(path)
+        let unreadable = |e: std::io::Error| {
+            DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
+        };
+        let file = File::open(path).map_err(unreadable)?;
+        let stat = file.metadata().map_err(unreadable)?;
+        Ok(Self {
+            len: stat.len(),
+            modified: stat.modified().ok(),
+            file,
+        })
     }
 
     /// The file's length in bytes.
@@ -186,20 +195,6 @@ fn parse_footer(
         table: Arc::clone(table),
         size: reader.metadata().memory_size() + tail.len(),
         reader,
-    })
-}
-
-/// The file at `path`, opened, with its length and modification time.
-pub(super) fn open_file(path: &Path) -> DFResult<OpenFile> {
-    let unreadable = |e: std::io::Error| {
-        DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
-    };
-    let file = File::open(path).map_err(unreadable)?;
-    let stat = file.metadata().map_err(unreadable)?;
-    Ok(OpenFile {
-        len: stat.len(),
-        modified: stat.modified().ok(),
-        file,
     })
 }
 

@@ -44,9 +44,8 @@ use datafusion::physical_plan::{
 };
 use futures::Stream;
 
-use super::footers::open_file;
 use super::parts::PagedFile;
-use super::{FooterCache, SmallScan};
+use super::{FooterCache, OpenFile, SmallScan};
 use crate::site::engine::{SiteFile, file_scan};
 
 /// One of the site's files as the scan reads it.
@@ -128,7 +127,7 @@ impl RowGroupsExec {
         }
         let mut files = Vec::with_capacity(named.len());
         for path in named {
-            let file = open_file(&path)?;
+            let file = OpenFile::open(&path)?;
             let metadata = footers.metadata(&path, &file, &scan.table)?;
             let Some((mask, places)) = scan.columns_in(&metadata) else {
                 return Ok(None);

@@ -12,6 +12,11 @@
 //! general row loop. The values agree with it to a few units in the last
 //! place; the order of the additions depends only on the rows, never on
 //! threads.
+//!
+//! A logistic block whose prior weights are all 1 (a fit without
+//! weights) takes the log-likelihood's logarithm once per
+//! [`FACTORS_PER_LOG`] rows of a lane: Σ ln p is ln Π p, and the
+//! product of that many probabilities of admitted rows cannot underflow.
 
 use crate::family::{Family, Link, WholeLogs, whole_logs};
 pub use crate::lanes::LANES;
@@ -20,6 +25,12 @@ use crate::lanes::{self, Lanes, Vec4, WithLanes};
 const LOGIT_THRESH: f64 = 30.0;
 /// Beyond this |η| the log link's exp over- or underflows towards its clamp.
 const LOG_THRESH: f64 = 700.0;
+/// Rows of a lane whose probabilities are multiplied before one
+/// logarithm of their product (logistic rows of unit weight). An admitted
+/// row's probability is at least 1/(1 + e³⁰) > 9.3e-14 (|η| ≤ 30; from
+/// R's `mustart` at unit weight it is 1/4 or 3/4), so a product of 16 is
+/// above 3e-209, far from the smallest normal double (2.2e-308).
+pub const FACTORS_PER_LOG: usize = 16;
 
 /// A family and link with a vectorized row pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,8 +128,12 @@ fn add_rows_with<L: Lanes>(
 ) -> Option<RowSums> {
     debug_assert_eq!(rows.y.len() % LANES, 0);
     // One loop for each family and start, each compiled with its own
-    // constants (no tests of either inside the loop).
+    // constants (no tests of either inside the loop). Whether logarithms
+    // come from products is the same for every row of the block: a branch
+    // the processor predicts (and no more copies of the loop, whose
+    // frames an unoptimized build keeps apart on the stack).
     use Canonical::{Logistic, PoissonLog};
+    let products = kind == Logistic && rows.weight.iter().all(|&w| w == 1.0);
     let from_start = CanonicalRows { eta: None, ..rows };
     match (kind, rows.eta) {
         (Logistic, Some(eta)) => {
@@ -126,25 +141,28 @@ fn add_rows_with<L: Lanes>(
                 eta: Some(eta),
                 ..rows
             };
-            add_groups(lanes, Logistic, rows, working, wz)
+            add_groups(lanes, Logistic, products, rows, working, wz)
         }
         (PoissonLog, Some(eta)) => {
             let rows = CanonicalRows {
                 eta: Some(eta),
                 ..rows
             };
-            add_groups(lanes, PoissonLog, rows, working, wz)
+            add_groups(lanes, PoissonLog, false, rows, working, wz)
         }
-        (Logistic, None) => add_groups(lanes, Logistic, from_start, working, wz),
-        (PoissonLog, None) => add_groups(lanes, PoissonLog, from_start, working, wz),
+        (Logistic, None) => add_groups(lanes, Logistic, products, from_start, working, wz),
+        (PoissonLog, None) => add_groups(lanes, PoissonLog, false, from_start, working, wz),
     }
 }
 
-/// [`add_rows_with`] for one family and start.
+/// [`add_rows_with`] for one family and start; with `products` (logistic
+/// rows of unit weight) the log-likelihood is the sum of the logarithms
+/// of [`Products`] instead of a logarithm per row.
 #[inline(always)]
 fn add_groups<L: Lanes>(
     lanes: L,
     kind: Canonical,
+    products: bool,
     rows: CanonicalRows,
     working: &mut [f64],
     wz: &mut [f64],
@@ -152,6 +170,7 @@ fn add_groups<L: Lanes>(
     let logs = whole_logs();
     let zero = Vec4::splat(lanes, 0.0);
     let mut sums = [zero; 8];
+    let mut product = Products::new(lanes);
     // Two groups of four rows at a time: their long chains of dependent
     // operations (exp, divisions, ln) interleave; each group's terms are
     // still added in row order.
@@ -160,16 +179,31 @@ fn add_groups<L: Lanes>(
     while g + 2 <= groups {
         let (r0, r1) = (g * LANES, (g + 1) * LANES);
         let (a, b) = (
-            row_terms(lanes, kind, logs, &rows, r0),
-            row_terms(lanes, kind, logs, &rows, r1),
+            row_terms(lanes, kind, products, logs, &rows, r0),
+            row_terms(lanes, kind, products, logs, &rows, r1),
         );
         a.add_to(&mut sums, working, wz, r0);
         b.add_to(&mut sums, working, wz, r1);
+        if products {
+            product.take(a.p);
+            product.take(b.p);
+        }
         g += 2;
     }
     if g < groups {
         let r = g * LANES;
-        row_terms(lanes, kind, logs, &rows, r).add_to(&mut sums, working, wz, r);
+        let a = row_terms(lanes, kind, products, logs, &rows, r);
+        a.add_to(&mut sums, working, wz, r);
+        if products {
+            product.take(a.p);
+        }
+    }
+    if products {
+        // Unit weights: the log-likelihood is Σ ln p, the deviance −2 times
+        // it (exactly: the lanes of both sums are zero).
+        let log_p = product.logs();
+        sums[3] = Vec4::splat(lanes, -2.0) * log_p;
+        sums[4] = log_p;
     }
     let [
         n,
@@ -192,6 +226,46 @@ fn add_groups<L: Lanes>(
     })
 }
 
+/// Σ ln p over a lane's rows as the logarithms of products of
+/// [`FACTORS_PER_LOG`] rows each, in row order.
+struct Products<L: Lanes> {
+    product: Vec4<L>,
+    factors: usize,
+    logs: Vec4<L>,
+}
+
+impl<L: Lanes> Products<L> {
+    #[inline(always)]
+    fn new(lanes: L) -> Self {
+        Self {
+            product: Vec4::splat(lanes, 1.0),
+            factors: 0,
+            logs: Vec4::splat(lanes, 0.0),
+        }
+    }
+
+    /// Multiplies in the next row of each lane.
+    #[inline(always)]
+    fn take(&mut self, p: Vec4<L>) {
+        self.product = self.product * p;
+        self.factors += 1;
+        if self.factors == FACTORS_PER_LOG {
+            self.logs += self.product.ln();
+            self.product = Vec4::splat(p.lanes(), 1.0);
+            self.factors = 0;
+        }
+    }
+
+    /// Σ ln p of every row taken, per lane.
+    #[inline(always)]
+    fn logs(self) -> Vec4<L> {
+        match self.factors {
+            0 => self.logs,
+            _ => self.logs + self.product.ln(),
+        }
+    }
+}
+
 /// One group of four rows' terms of the sums, working weights and
 /// weighted working responses.
 #[derive(Clone, Copy)]
@@ -206,6 +280,10 @@ struct Terms<L: Lanes> {
     rejected: Vec4<L>,
     weighted: Vec4<L>,
     wz: Vec4<L>,
+    /// The logistic rows' probability of their response, μ or 1 − μ,
+    /// when their logarithms are taken from products (`deviance` and
+    /// `log_pmf` are then zero).
+    p: Vec4<L>,
 }
 
 impl<L: Lanes> Terms<L> {
@@ -237,6 +315,7 @@ impl<L: Lanes> Terms<L> {
 fn row_terms<L: Lanes>(
     lanes: L,
     kind: Canonical,
+    products: bool,
     logs: &WholeLogs,
     rows: &CanonicalRows,
     r: usize,
@@ -284,23 +363,30 @@ fn row_terms<L: Lanes>(
         }
     };
     let e = e_eta.exp();
+    let mut p = one;
     let (mu, mu_eta, variance, at_boundary, deviance, log_pmf) = match kind {
         Canonical::Logistic => {
             // μ exactly as R's e/(1+e): log(1 − μ) near μ = 1 depends
             // on its last bit.
             let opexp = one + e;
             let mu = start.unwrap_or(e / opexp);
-            // log μ or log(1 − μ), as R's binomial deviance has them.
-            let log_p = yv.eq(one).select(mu, one - mu).ln();
+            // μ or 1 − μ, whose logarithm R's binomial deviance has.
+            p = yv.eq(one).select(mu, one - mu);
             let edge = c(10.0 * f64::EPSILON);
             let at_boundary = mu.lt(edge) | mu.gt(one - edge);
+            let (deviance, log_pmf) = if products {
+                (zero, zero)
+            } else {
+                let log_p = p.ln();
+                (c(-2.0) * w * log_p, w * log_p)
+            };
             (
                 mu,
                 e / (opexp * opexp),
                 mu * (one - mu),
                 at_boundary,
-                c(-2.0) * w * log_p,
-                w * log_p,
+                deviance,
+                log_pmf,
             )
         }
         Canonical::PoissonLog => {
@@ -350,6 +436,7 @@ fn row_terms<L: Lanes>(
         rejected: admitted.select(zero, one),
         weighted,
         wz: weighted * z,
+        p,
     }
 }
 
@@ -406,16 +493,25 @@ mod tests {
         (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-300)
     }
 
+    /// Checks the pass against [`reference`] with prior weights 0.5, 1.5
+    /// and 2.5 in turn, and again with unit weights (the logistic rows'
+    /// logarithms then come from products).
     fn check(kind: Canonical, y: &[f64], eta: Option<&[f64]>) {
         let rows = y.len();
-        let weight: Vec<f64> = (0..rows).map(|i| 0.5 + (i % 3) as f64).collect();
+        let varied: Vec<f64> = (0..rows).map(|i| 0.5 + (i % 3) as f64).collect();
+        check_weighted(kind, y, eta, &varied);
+        check_weighted(kind, y, eta, &vec![1.0; rows]);
+    }
+
+    fn check_weighted(kind: Canonical, y: &[f64], eta: Option<&[f64]>, weight: &[f64]) {
+        let rows = y.len();
         let offset: Vec<f64> = (0..rows).map(|i| 0.01 * i as f64).collect();
         let trials = vec![1.0; rows];
         let given = CanonicalRows {
             y,
             trials: &trials,
             offset: &offset,
-            weight: &weight,
+            weight,
             eta,
         };
         let (mut working, mut wz) = (vec![0.0; rows], vec![0.0; rows]);
@@ -425,7 +521,7 @@ mod tests {
                     y,
                     trials: &trials,
                     offset: &offset,
-                    weight: &weight,
+                    weight,
                     eta,
                 },
                 &mut working,
@@ -458,6 +554,21 @@ mod tests {
         let y: Vec<f64> = (0..64).map(|i| ((i * 7) % 3 == 0) as u8 as f64).collect();
         check(Canonical::Logistic, &y, Some(&eta));
         check(Canonical::Logistic, &y, None);
+    }
+
+    /// Thousands of the least probable rows a logistic block admits
+    /// (|η| = 30 against the response), so that every product of
+    /// [`FACTORS_PER_LOG`] rows is as small as it can be, and some rows
+    /// left over after the last whole product.
+    #[test]
+    fn products_of_the_least_probable_rows_do_not_underflow() {
+        let rows = 4 * (FACTORS_PER_LOG * 100 + 3);
+        let y: Vec<f64> = (0..rows).map(|i| (i % 2) as f64).collect();
+        let eta: Vec<f64> = y
+            .iter()
+            .map(|&y| if y == 1.0 { -30.0 } else { 30.0 })
+            .collect();
+        check(Canonical::Logistic, &y, Some(&eta));
     }
 
     #[test]

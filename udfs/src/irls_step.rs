@@ -5,7 +5,8 @@
 //! the link, the current coefficients and the null model's mean:
 //! `family=binomial;link=logit;beta=0.1,-0.2;null_mu=0.3` (no `beta`: start
 //! from R's `mustart`; `null_mu=offset`: the null mean is the inverse link
-//! of each row's offset). Each client returns sums of fixed size whatever
+//! of each row's offset; `xtwx=no`: the round's X'WX and X'Wz are not
+//! wanted, and are left zero). Each client returns sums of fixed size whatever
 //! its rows ([`IrlsSums`]): X'WX, X'Wz, the deviance, Pearson's χ², the null
 //! deviance, the log-likelihood terms of R's `aic`, and counts. Rows with a
 //! NULL in any argument are dropped; rows with a response outside the
@@ -41,6 +42,10 @@ pub struct IrlsConfig {
     /// Current coefficients; `None` in the first round (start from `mustart`).
     pub beta: Option<Vec<f64>>,
     pub null_mu: NullMean,
+    /// Whether the round computes X'WX and X'Wz. A round whose estimate
+    /// ends the fit needs only its deviance and the other scalars, and
+    /// skips the weighted cross-products, about a third of a round.
+    pub xtwx: bool,
 }
 
 /// The mean of the null model, for the null deviance.
@@ -67,6 +72,9 @@ impl IrlsConfig {
             NullMean::Value(v) => s.push_str(&format!(";null_mu={v:?}")),
             NullMean::Offset => s.push_str(";null_mu=offset"),
         }
+        if !self.xtwx {
+            s.push_str(";xtwx=no");
+        }
         s
     }
 
@@ -76,6 +84,7 @@ impl IrlsConfig {
         let mut link = None;
         let mut beta = None;
         let mut null_mu = NullMean::None;
+        let mut xtwx = true;
         for part in text.split(';').filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
@@ -95,6 +104,7 @@ impl IrlsConfig {
                     beta = Some(parsed);
                 }
                 "null_mu" if value == "offset" => null_mu = NullMean::Offset,
+                "xtwx" if value == "no" => xtwx = false,
                 "null_mu" => {
                     null_mu =
                         NullMean::Value(value.parse().map_err(|e| format!("bad null_mu: {e}"))?)
@@ -113,6 +123,7 @@ impl IrlsConfig {
             link,
             beta,
             null_mu,
+            xtwx,
         })
     }
 }
@@ -241,6 +252,10 @@ impl IrlsSums {
                 &mut working[..n],
                 &mut wz[..n],
             );
+            start = end;
+            if !config.xtwx {
+                continue;
+            }
             let masked = masked_where_unweighted(&block, &working[..n]);
             let masked: Option<Vec<&[f64]>> = masked
                 .as_ref()
@@ -250,7 +265,6 @@ impl IrlsSums {
                 &working[..n],
                 Some(&wz[..n]),
             );
-            start = end;
         }
         let xtwx = self.xtwx.as_slice_mut().expect("standard layout");
         gram.add_upper_to(xtwx, self.xtwz.as_slice_mut().expect("contiguous"));
@@ -577,12 +591,19 @@ mod tests {
             link: Link::Log,
             beta: Some(vec![0.1, -1.0 / 3.0, 1e-300]),
             null_mu: NullMean::Value(2.0 / 3.0),
+            xtwx: true,
         };
         assert_eq!(IrlsConfig::decode(&config.encode()).unwrap(), config);
+        let last = IrlsConfig {
+            xtwx: false,
+            ..config
+        };
+        assert_eq!(IrlsConfig::decode(&last.encode()).unwrap(), last);
+        assert!(last.encode().ends_with(";xtwx=no"), "{}", last.encode());
         let first = IrlsConfig::decode("family=binomial").unwrap();
         assert_eq!(
-            (first.link, first.beta, first.null_mu),
-            (Link::Logit, None, NullMean::None)
+            (first.link, first.beta, first.null_mu, first.xtwx),
+            (Link::Logit, None, NullMean::None, true)
         );
     }
 
@@ -611,6 +632,7 @@ mod tests {
                 link: family.default_link(),
                 beta: Some(vec![0.2, -0.4]),
                 null_mu: NullMean::Value(0.3),
+                xtwx: true,
             };
             let mut sums = IrlsSums::new(2);
             sums.update(&config, &y, &ones, &zeros, &w, &[&ones, &x]);
@@ -641,6 +663,7 @@ mod tests {
             link: Link::Logit,
             beta: Some(vec![0.2, -0.4]),
             null_mu: NullMean::Value(0.3),
+            xtwx: true,
         };
         let block = |y, weight| Rows {
             y,
@@ -686,6 +709,59 @@ mod tests {
         assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
         for (a, b) in working.iter().zip(&expected_working) {
             assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn a_round_without_xtwx_has_the_same_scalars_and_zero_cross_products() {
+        // Three blocks and a bit, so that block boundaries and the rows
+        // past the last group of four are crossed; binomial and poisson
+        // take the vectorized pass, gamma the general loop; the first
+        // round (no beta) and a later one.
+        let rows = 3 * BLOCK + 7;
+        let x1: Vec<f64> = (0..rows)
+            .map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0)
+            .collect();
+        let x2: Vec<f64> = (0..rows).map(|i| ((i * 13) % 29) as f64 / 10.0).collect();
+        let ones = vec![1.0; rows];
+        let zeros = vec![0.0; rows];
+        let weight: Vec<f64> = (0..rows).map(|i| 1.0 + (i % 3) as f64).collect();
+        let binary: Vec<f64> = (0..rows).map(|i| ((i * 7) % 5 < 2) as u8 as f64).collect();
+        let counts: Vec<f64> = (0..rows).map(|i| ((i * 11) % 6) as f64).collect();
+        let positive: Vec<f64> = (0..rows).map(|i| 0.5 + ((i * 3) % 7) as f64).collect();
+        for (family, link, y) in [
+            (Family::Binomial, Link::Logit, &binary),
+            (Family::Poisson, Link::Log, &counts),
+            (Family::Gamma, Link::Log, &positive),
+        ] {
+            for beta in [None, Some(vec![0.1, -0.2, 0.05])] {
+                for prior in [&ones, &weight] {
+                    let full = IrlsConfig {
+                        family,
+                        link,
+                        beta: beta.clone(),
+                        null_mu: NullMean::Value(if family == Family::Binomial {
+                            0.4
+                        } else {
+                            2.0
+                        }),
+                        xtwx: true,
+                    };
+                    let last = IrlsConfig {
+                        xtwx: false,
+                        ..full.clone()
+                    };
+                    let x: [&[f64]; 3] = [&ones, &x1, &x2];
+                    let (mut a, mut b) = (IrlsSums::new(3), IrlsSums::new(3));
+                    a.update(&full, y, &ones, &zeros, prior, &x);
+                    b.update(&last, y, &ones, &zeros, prior, &x);
+                    let scalars = |s: &IrlsSums| s.to_vec()[..SCALARS].to_vec();
+                    assert!(scalars(&a).iter().all(|v| v.is_finite()), "{family}");
+                    assert_eq!(scalars(&a), scalars(&b), "{family}");
+                    assert!(a.xtwx.iter().all(|v| *v != 0.0), "{family}");
+                    assert!(b.xtwx.iter().chain(&b.xtwz).all(|v| *v == 0.0));
+                }
+            }
         }
     }
 

@@ -525,6 +525,15 @@ pub fn fit<'a>(
     fit_model(ctx, spec, progress, true, expected_last)
 }
 
+/// The smallest relative change of a deviance that [`expected_last`]
+/// predicts: 64 units in the last place, below which its changes are
+/// rounding, not convergence.
+const ROUNDING: f64 = 64.0 * f64::EPSILON;
+
+/// Which rounds may leave X'WX out: [`expected_last`]; in tests, a rule
+/// that says every round or none.
+type LastRoundRule = fn(changes: &[f64], iteration: usize, spec: &GlmSpec) -> bool;
+
 /// Whether IRLS round `iteration` (1 for the first after the start) is
 /// expected to end the fit, given the relative deviance changes of the
 /// rounds before it. The last round's X'WX is never used: its
@@ -544,13 +553,6 @@ pub fn fit<'a>(
 /// the rounding of the deviance's sums ([`ROUNDING`]), where the changes
 /// stop falling: a fit with an `epsilon` near it keeps X'WX in every
 /// round. A wrong guess costs one round again.
-/// The smallest relative change of a deviance that [`expected_last`]
-/// predicts: 64 units in the last place, below which its changes are
-/// rounding, not convergence.
-const ROUNDING: f64 = 64.0 * f64::EPSILON;
-
-type LastRoundRule = fn(changes: &[f64], iteration: usize, spec: &GlmSpec) -> bool;
-
 fn expected_last(changes: &[f64], iteration: usize, spec: &GlmSpec) -> bool {
     if iteration >= spec.maxit {
         return true;

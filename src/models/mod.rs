@@ -8,6 +8,7 @@ pub mod coxph;
 pub mod fedsgd;
 pub mod fit_table;
 pub mod glm;
+pub mod glm_fit;
 pub mod inference;
 pub mod kmeans;
 pub mod lm;

@@ -1,0 +1,163 @@
+//! A fitted GLM ([`GlmFit`]): what `glm`, `glm_stats` and `glm_vcov`
+//! return, R's `summary.glm` lines, and the log-likelihood of the fit as
+//! R's families define it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use fedsql_udfs::family::{Family, Link};
+use fedsql_udfs::irls_step::IrlsSums;
+use statrs::function::gamma::ln_gamma;
+
+use super::inference::{Reference, coefficients_batch};
+use super::printed_summary::{FitLines, ModelSummary};
+use crate::error::Result;
+
+/// The columns of `glm_stats`.
+pub fn stats_schema() -> SchemaRef {
+    let f = |n: &str| Field::new(n, DataType::Float64, true);
+    let i = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("family", DataType::Utf8, false),
+        Field::new("link", DataType::Utf8, false),
+        i("nobs"),
+        i("rows_dropped"),
+        i("df_null"),
+        i("df_residual"),
+        f("null_deviance"),
+        f("deviance"),
+        f("dispersion"),
+        f("log_likelihood"),
+        f("aic"),
+        f("bic"),
+        i("iterations"),
+        Field::new("converged", DataType::Boolean, false),
+    ]))
+}
+
+/// A fitted GLM.
+#[derive(Debug, Clone)]
+pub struct GlmFit {
+    pub family: Family,
+    pub link: Link,
+    pub terms: Vec<String>,
+    pub estimate: Vec<Option<f64>>,
+    pub std_error: Vec<Option<f64>>,
+    pub nobs: i64,
+    pub rows_dropped: i64,
+    pub rank: usize,
+    pub intercept: bool,
+    pub deviance: f64,
+    pub null_deviance: f64,
+    pub dispersion: f64,
+    pub log_likelihood: f64,
+    pub iterations: usize,
+    pub converged: bool,
+    pub warnings: Vec<String>,
+    /// The covariance matrix of the estimates (R's `vcov()`): the
+    /// dispersion times the inverse information; `None` for aliased terms.
+    pub covariance: Vec<Vec<Option<f64>>>,
+}
+
+impl GlmFit {
+    pub fn df_residual(&self) -> i64 {
+        self.nobs - self.rank as i64
+    }
+
+    pub fn df_null(&self) -> i64 {
+        self.nobs - i64::from(self.intercept)
+    }
+
+    /// Parameters counted by AIC/BIC: coefficients, plus the dispersion
+    /// where the family estimates one (R's `logLik.glm`).
+    fn parameters(&self) -> f64 {
+        self.rank as f64 + f64::from(u8::from(self.family.estimates_dispersion()))
+    }
+
+    pub fn aic(&self) -> f64 {
+        -2.0 * self.log_likelihood + 2.0 * self.parameters()
+    }
+
+    pub fn bic(&self) -> f64 {
+        -2.0 * self.log_likelihood + (self.nobs as f64).ln() * self.parameters()
+    }
+
+    /// What R's `summary.glm` prints around the coefficients.
+    pub fn printed_summary(&self, call: String) -> ModelSummary {
+        ModelSummary {
+            call,
+            aliased: self.estimate.iter().filter(|e| e.is_none()).count(),
+            rows_dropped: self.rows_dropped,
+            fit: FitLines::Glm {
+                family: self.family.name().to_string(),
+                estimated_dispersion: self.family.estimates_dispersion(),
+                dispersion: self.dispersion,
+                null_deviance: self.null_deviance,
+                df_null: self.df_null(),
+                deviance: self.deviance,
+                df_residual: self.df_residual(),
+                aic: self.aic(),
+                iterations: self.iterations,
+            },
+        }
+    }
+
+    /// One row per term.
+    pub fn coefficients(&self) -> Result<RecordBatch> {
+        let reference = if self.family.estimates_dispersion() {
+            Reference::T(self.df_residual() as f64)
+        } else {
+            Reference::Z
+        };
+        coefficients_batch(&self.terms, &self.estimate, &self.std_error, reference)
+    }
+
+    /// The one row of `glm_stats`.
+    pub fn stats(&self) -> Result<RecordBatch> {
+        let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
+        let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![self.family.name()])),
+            Arc::new(StringArray::from(vec![self.link.name()])),
+            int(self.nobs),
+            int(self.rows_dropped),
+            int(self.df_null()),
+            int(self.df_residual()),
+            float(self.null_deviance),
+            float(self.deviance),
+            float(self.dispersion),
+            float(self.log_likelihood),
+            float(self.aic()),
+            float(self.bic()),
+            int(self.iterations as i64),
+            Arc::new(BooleanArray::from(vec![self.converged])),
+        ];
+        Ok(RecordBatch::try_new(stats_schema(), columns)?)
+    }
+}
+
+/// The log-likelihood at the fit, as R's family `aic` functions define it.
+pub(super) fn log_likelihood(family: Family, s: &IrlsSums) -> f64 {
+    match family {
+        Family::Binomial | Family::Poisson => s.log_pmf,
+        // R: n (log(2π dev / n) + 1) + 2 is the gaussian aic term.
+        Family::Gaussian => {
+            -0.5 * s.n * ((2.0 * std::f64::consts::PI * s.deviance / s.n).ln() + 1.0)
+        }
+        Family::Gamma => {
+            // Σ w log dgamma(y; shape 1/φ, scale μφ), φ = deviance / Σw.
+            let phi = s.deviance / s.sum_w;
+            let shape = 1.0 / phi;
+            -s.sum_w * ln_gamma(shape) - shape * (s.sum_w_log_mu + s.sum_w * phi.ln())
+                + (shape - 1.0) * s.sum_w_log_y
+                - s.sum_w_y_over_mu / phi
+        }
+        Family::InverseGaussian => {
+            let phi = s.deviance / s.sum_w;
+            -0.5 * (s.sum_w * ((2.0 * std::f64::consts::PI * phi).ln() + 1.0) + 3.0 * s.sum_w_log_y)
+        }
+    }
+}

@@ -304,7 +304,7 @@ impl Template {
                         opened.take(),
                         small.clone(),
                         Arc::clone(footers),
-                        (config.clone(), meta.clone()),
+                        (Arc::clone(&node), meta.clone()),
                         Arc::clone(node.properties()),
                     )),
                     None => bound_scan(config, &meta),

@@ -173,10 +173,11 @@ pub struct SmallParquetExec {
     opened: Mutex<Option<OpenFile>>,
     scan: SmallScan,
     footers: Arc<FooterCache>,
-    /// The template's scan and the file's metadata: DataFusion's scan of
-    /// the file, for a file whose columns differ from the table's (it
-    /// adapts them: casts, NULLs for a missing column).
-    fallback: (FileScanConfig, ObjectMeta),
+    /// The template's scan (shared, not copied: a site binds it only when
+    /// it must) and the file's metadata: DataFusion's scan of the file, for
+    /// a file whose columns differ from the table's (it adapts them: casts,
+    /// NULLs for a missing column).
+    fallback: (Arc<dyn ExecutionPlan>, ObjectMeta),
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -198,7 +199,7 @@ impl SmallParquetExec {
         opened: Option<OpenFile>,
         scan: SmallScan,
         footers: Arc<FooterCache>,
-        fallback: (FileScanConfig, ObjectMeta),
+        fallback: (Arc<dyn ExecutionPlan>, ObjectMeta),
         properties: Arc<PlanProperties>,
     ) -> Self {
         Self {
@@ -227,9 +228,12 @@ impl SmallParquetExec {
         };
         let len = file.len;
         let parts = ReadParts::read(&file.file, len, chunk_ranges(&metadata, &mask, len)?)?;
+        // A file of fewer rows than a batch is read in one batch either
+        // way; its decoders need not reserve room for a whole one.
+        let rows = usize::try_from(metadata.metadata().file_metadata().num_rows()).unwrap_or(0);
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(parts, metadata)
             .with_projection(mask)
-            .with_batch_size(self.scan.batch_size)
+            .with_batch_size(self.scan.batch_size.min(rows.max(1)))
             .build()?;
         Ok(Some((reader, places)))
     }
@@ -305,7 +309,10 @@ impl ExecutionPlan for SmallParquetExec {
             self.open()?
         };
         let Some((reader, places)) = opened else {
-            let (config, meta) = &self.fallback;
+            let (template_scan, meta) = &self.fallback;
+            let config = engine::file_scan(template_scan).ok_or_else(|| {
+                DataFusionError::Internal("a small file's template scan is no file scan".into())
+            })?;
             return engine::bound_scan(config, meta).execute(0, context);
         };
         Ok(Box::pin(SmallParquetStream {
@@ -455,7 +462,7 @@ mod tests {
                     None,
                     scan,
                     Arc::clone(footers),
-                    (config.clone(), meta),
+                    (Arc::clone(&node), meta),
                     Arc::clone(node.properties()),
                 );
                 Ok(datafusion::common::tree_node::Transformed::yes(

@@ -17,7 +17,7 @@
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::{provider_as_source, source_as_provider};
@@ -197,6 +197,24 @@ impl Encoder {
                 bad.schema(),
                 self.state_schema
             )));
+        }
+        // A site's state is one batch (its one partition's, or its
+        // partitions' reduced): taken as it is, not copied.
+        let one = match batches {
+            [batch] => RecordBatch::try_new_with_options(
+                Arc::clone(&self.state_schema),
+                batch.columns().to_vec(),
+                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )
+            .ok(),
+            _ => None,
+        };
+        if let Some(batch) = one {
+            return Ok(StateBatch {
+                batch,
+                schema_bytes: Arc::clone(&self.schema_bytes),
+                size: OnceLock::new(),
+            });
         }
         let batch = datafusion::arrow::compute::concat_batches(&self.state_schema, batches)
             .map_err(|e| {

@@ -117,7 +117,7 @@ struct Cuts {
 }
 
 fn cut(sql: &str, tokens: &[TokenWithSpan]) -> Cuts {
-    let offsets = Offsets::new(sql);
+    let mut offsets = Offsets::new(sql);
     let mut statements = Vec::new();
     let mut rest_start = 0;
     // Byte range from the first to the end of the last non-blank token of
@@ -148,20 +148,31 @@ fn cut(sql: &str, tokens: &[TokenWithSpan]) -> Cuts {
 
 /// Maps the tokenizer's (line, column) locations, both 1-based and counted in
 /// characters, to byte offsets into the text.
+///
+/// Tokens come in order, so each location is counted on from the last one
+/// on its line: a script of one long line (a table of a thousand clients)
+/// is read once, not once per token.
 struct Offsets<'a> {
     sql: &'a str,
     /// Byte offset where each line starts.
     line_starts: Vec<usize>,
+    /// The last location mapped: its line, its character on the line and
+    /// its byte offset.
+    last: (usize, usize, usize),
 }
 
 impl<'a> Offsets<'a> {
     fn new(sql: &'a str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
-        Self { sql, line_starts }
+        Self {
+            sql,
+            line_starts,
+            last: (1, 0, 0),
+        }
     }
 
-    fn byte(&self, location: Location) -> usize {
+    fn byte(&mut self, location: Location) -> usize {
         let line = usize::try_from(location.line).unwrap_or(usize::MAX).max(1);
         let Some(&line_start) = self.line_starts.get(line - 1) else {
             return self.sql.len();
@@ -169,10 +180,18 @@ impl<'a> Offsets<'a> {
         let chars = usize::try_from(location.column)
             .unwrap_or(usize::MAX)
             .saturating_sub(1);
-        self.sql[line_start..]
+        let (from_chars, from_byte) = match self.last {
+            (last_line, last_chars, byte) if last_line == line && last_chars <= chars => {
+                (last_chars, byte)
+            }
+            _ => (0, line_start),
+        };
+        let byte = self.sql[from_byte..]
             .char_indices()
-            .nth(chars)
-            .map_or(self.sql.len(), |(i, _)| line_start + i)
+            .nth(chars - from_chars)
+            .map_or(self.sql.len(), |(i, _)| from_byte + i);
+        self.last = (line, chars, byte);
+        byte
     }
 }
 
@@ -206,6 +225,19 @@ mod tests {
     fn keeps_text_byte_for_byte() {
         let sql = "SELECT 'héllo;wörld' AS \"ünï\", E'\\n' ,  1.5e3\n\tFROM   t";
         assert_eq!(split(sql), [sql]);
+    }
+
+    #[test]
+    fn a_long_line_of_many_statements_keeps_every_one_whole() {
+        // Locations are counted on along a line, across multi-byte text.
+        let statements: Vec<String> = (0..1000)
+            .map(|i| format!("SELECT 'ü{i}é', \"ñ{i}\" FROM t{i}"))
+            .collect();
+        let line = statements.join("; ");
+        assert_eq!(split(&line), statements);
+        let (complete, rest) = take(&format!("{line}; SELECT 'ö"));
+        assert_eq!(complete, statements);
+        assert_eq!(rest, " SELECT 'ö");
     }
 
     #[test]

@@ -47,6 +47,9 @@ use crate::site::small_parquet::row_groups::RowGroupsExec;
 use crate::site::yielding::yield_after_each_batch;
 use crate::wire::rebind;
 
+mod doubles;
+use doubles::Doubles;
+
 /// The aggregates whose literal arguments a round over kept rows shares
 /// between batches: fedsql's step aggregates, which read a literal only
 /// through [`constant_argument::literal_value`], and `count`, which reads
@@ -77,6 +80,8 @@ struct Kept {
     /// What the rows are: the text of the plan below the aggregate.
     key: String,
     batches: Vec<RecordBatch>,
+    /// The integer columns kept as doubles (see [`doubles`]).
+    doubles: Doubles,
     /// The encoder of the round that planned `partial`, and its partial
     /// aggregate over the kept rows: later rounds that differ only in
     /// their config rebind it instead of planning (see `wire::rebind`).
@@ -100,12 +105,22 @@ impl KeptRows {
             let kept = self.kept.lock().expect("not poisoned");
             kept.iter()
                 .find(|k| k.scope == scope && k.key == key)
-                .map(|k| k.batches.clone())
+                .map(|k| (k.batches.clone(), k.doubles.clone()))
         };
-        let batches = match cached {
-            Some(batches) => batches,
+        // Rows kept with a column as doubles serve a round that reads it
+        // only as doubles; another is served by reading the rows again.
+        let usable = cached
+            .and_then(|(batches, doubles)| doubles.rewrite(&partial).map(|over| (batches, over)));
+        let (batches, over) = match usable {
+            Some(kept) => kept,
             None => {
-                let batches = read_in_order(partial.input(), site, task_ctx).await?;
+                let read = read_in_order(partial.input(), site, task_ctx).await?;
+                let doubles = Doubles::of(&partial);
+                let (doubles, over) = match doubles.rewrite(&partial) {
+                    Some(over) => (doubles, over),
+                    None => (Doubles::default(), doubles::OverKept::plain(&partial)),
+                };
+                let batches = doubles.keep(read, &partial.input().schema())?;
                 let mut kept = self.kept.lock().expect("not poisoned");
                 // A fit keeps the input of its latest encoder only.
                 kept.retain(|k| k.scope != scope);
@@ -116,12 +131,13 @@ impl KeptRows {
                     scope,
                     key: key.clone(),
                     batches: batches.clone(),
+                    doubles,
                     planned: None,
                 });
-                batches
+                (batches, over)
             }
         };
-        let over_kept = over_batches(&partial, batches)?;
+        let over_kept = over_batches(&partial, over, batches)?;
         let mut kept = self.kept.lock().expect("not poisoned");
         if let Some(entry) = kept.iter_mut().find(|k| k.scope == scope && k.key == key) {
             entry.planned = Some((encoder.clone(), over_kept.clone()));
@@ -213,23 +229,27 @@ async fn read_in_order(
 /// a task and a state to merge, which matter on small data.
 pub const KEPT_PARTITIONS: usize = 16;
 
-/// `partial` over kept `batches`, dealt out in turn over
-/// [`KEPT_PARTITIONS`] partitions, its literal arguments shared between
-/// batches.
-fn over_batches(partial: &AggregateExec, batches: Vec<RecordBatch>) -> Result<AggregateExec> {
+/// `partial` over kept `batches` (with its expressions `over` them),
+/// dealt out in turn over [`KEPT_PARTITIONS`] partitions, its literal
+/// arguments shared between batches.
+fn over_batches(
+    partial: &AggregateExec,
+    over: doubles::OverKept,
+    batches: Vec<RecordBatch>,
+) -> Result<AggregateExec> {
     let mut spread = vec![Vec::new(); KEPT_PARTITIONS.min(batches.len()).max(1)];
     let parts = spread.len();
     for (i, batch) in batches.into_iter().enumerate() {
         spread[i % parts].push(batch);
     }
-    let input = MemorySourceConfig::try_new_exec(&spread, partial.input().schema(), None)?;
+    let input = MemorySourceConfig::try_new_exec(&spread, Arc::clone(&over.schema), None)?;
     Ok(AggregateExec::try_new(
         AggregateMode::Partial,
         partial.group_expr().clone(),
-        shared_constants(partial.aggr_expr()),
-        partial.filter_expr().to_vec(),
+        shared_constants(&over.aggregates),
+        over.filters,
         input,
-        partial.input_schema(),
+        over.schema,
     )?)
 }
 

@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
@@ -99,7 +100,11 @@ impl StreamingMerge {
             return Ok(());
         };
         let merged = if self.sites > MERGE_CHUNK {
-            let plan = merge_batches(&self.partial, AggregateMode::PartialReduce, states)?;
+            // One batch of the chunk's states: the merge then runs each
+            // state column's merge once per chunk, not once per site.
+            let states = concat_batches(&self.partial.schema(), &states)
+                .map_err(|e| FedError::Internal(format!("a chunk's states: {e}")))?;
+            let plan = merge_batches(&self.partial, AggregateMode::PartialReduce, vec![states])?;
             collect(plan, Arc::clone(&self.task_ctx)).await?
         } else {
             states

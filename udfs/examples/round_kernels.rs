@@ -5,7 +5,8 @@
 //! [`BLOCK`] rows, as `irls_step` runs them.
 //!
 //! `cargo run --release -p fedsql-udfs --example round_kernels [ROWS]
-//! [logistic|poisson]`:
+//! [logistic|poisson] [start]`, `start` for the first round's rows (from
+//! R's `mustart`, without η; η is still timed):
 //! ROWS = 8192 keeps the columns in the cache; the default, 1.25M rows
 //! (110 MB), makes η read them from memory, as a round over a client's
 //! kept rows does. Prints the fastest of 5 passes over 5M rows in all.
@@ -52,6 +53,8 @@ fn main() {
     };
     let (offset, weight) = (vec![0.0; rows], vec![1.0; rows]);
     let beta: Vec<f64> = (0..COLUMNS).map(|j| 0.1 * j as f64 - 0.3).collect();
+    // `start`: the first round, from R's `mustart` (no η).
+    let start_round = std::env::args().nth(3).is_some_and(|a| a == "start");
     let passes = ROWS_TIMED.div_ceil(rows);
     let mut best = [Duration::MAX; 3];
     for _ in 0..5 {
@@ -74,7 +77,7 @@ fn main() {
                         trials: &weight[start..start + whole],
                         offset: &offset[start..start + whole],
                         weight: &weight[start..start + whole],
-                        eta: Some(&eta[..whole]),
+                        eta: (!start_round).then(|| &eta[..whole]),
                     },
                     &mut working[..whole],
                     &mut wz[..whole],

@@ -150,6 +150,7 @@ fn add_rows_with<L: Lanes>(
             };
             add_groups(lanes, PoissonLog, false, rows, working, wz)
         }
+        (Logistic, None) if products => add_start_groups(lanes, from_start, working, wz),
         (Logistic, None) => add_groups(lanes, Logistic, products, from_start, working, wz),
         (PoissonLog, None) => add_groups(lanes, PoissonLog, false, from_start, working, wz),
     }
@@ -198,7 +199,20 @@ fn add_groups<L: Lanes>(
             product.take(a.p);
         }
     }
-    if products {
+    row_sums(lanes, sums, products.then_some(product))
+}
+
+/// The block's [`RowSums`] from its lane sums (n, Σw, Σwy, deviance,
+/// log-likelihood, Pearson, boundary, rows not admitted), the deviance and
+/// log-likelihood taken from `product` when the logarithms came from
+/// products; `None` when a row was not admitted.
+#[inline(always)]
+fn row_sums<L: Lanes>(
+    lanes: L,
+    mut sums: [Vec4<L>; 8],
+    product: Option<Products<L>>,
+) -> Option<RowSums> {
+    if let Some(product) = product {
         // Unit weights: the log-likelihood is Σ ln p, the deviance −2 times
         // it (exactly: the lanes of both sums are zero).
         let log_p = product.logs();
@@ -224,6 +238,76 @@ fn add_groups<L: Lanes>(
         pearson,
         boundary,
     })
+}
+
+/// [`add_groups`] for the first round of a logistic fit whose weights are
+/// all 1. From R's `mustart` an admitted row's terms depend on its
+/// response alone (0 or 1), but for z's offset: [`row_terms`] computes
+/// the two sets once, for a group of rows with responses 0 and 1, and
+/// each group of the block selects its lanes' terms and forms z from its
+/// offsets as [`row_terms`] does. The same values to the bit, and the
+/// same order of additions, without a logarithm, an exponential or a
+/// division per row.
+#[inline(always)]
+fn add_start_groups<L: Lanes>(
+    lanes: L,
+    rows: CanonicalRows,
+    working: &mut [f64],
+    wz: &mut [f64],
+) -> Option<RowSums> {
+    let c = |v: f64| Vec4::splat(lanes, v);
+    let (zero, one) = (c(0.0), c(1.0));
+    let both = CanonicalRows {
+        y: &[0.0, 1.0, 0.0, 1.0],
+        trials: &[1.0; LANES],
+        offset: &[0.0; LANES],
+        weight: &[1.0; LANES],
+        eta: None,
+    };
+    let terms = row_terms(lanes, Canonical::Logistic, true, whole_logs(), &both, 0);
+    // A term's value for the responses 0 and 1.
+    let pair = |v: Vec4<L>| {
+        let v = v.to_array();
+        (c(v[0]), c(v[1]))
+    };
+    let [eta, step, pearson, boundary, weighted, p] = [
+        terms.eta,
+        terms.step,
+        terms.pearson,
+        terms.boundary,
+        terms.weighted,
+        terms.p,
+    ]
+    .map(pair);
+    let mut sums = [zero; 8];
+    let mut product = Products::new(lanes);
+    for r in (0..rows.y.len()).step_by(LANES) {
+        let load = |values: &[f64]| Vec4::load(lanes, values, r);
+        let (yv, w) = (load(rows.y), load(rows.weight));
+        let admitted = (w.gt(zero) & w.lt(c(f64::INFINITY)))
+            & (yv.eq(zero) | yv.eq(one))
+            & load(rows.trials).eq(one);
+        let of = |(at_0, at_1): (Vec4<L>, Vec4<L>)| yv.eq(one).select(at_1, at_0);
+        let (eta, weighted) = (of(eta), of(weighted));
+        let z = (eta - load(rows.offset)) + of(step);
+        let terms = Terms {
+            w,
+            wy: w * yv,
+            deviance: zero,
+            log_pmf: zero,
+            pearson: of(pearson),
+            boundary: of(boundary),
+            rejected: admitted.select(zero, one),
+            weighted,
+            wz: weighted * z,
+            p: of(p),
+            eta,
+            step: zero,
+        };
+        terms.add_to(&mut sums, working, wz, r);
+        product.take(terms.p);
+    }
+    row_sums(lanes, sums, Some(product))
 }
 
 /// Σ ln p over a lane's rows as the logarithms of products of
@@ -284,6 +368,9 @@ struct Terms<L: Lanes> {
     /// when their logarithms are taken from products (`deviance` and
     /// `log_pmf` are then zero).
     p: Vec4<L>,
+    /// η, and (y − μ) / μ'(η): z is (η − offset) + this step.
+    eta: Vec4<L>,
+    step: Vec4<L>,
 }
 
 impl<L: Lanes> Terms<L> {
@@ -421,7 +508,8 @@ fn row_terms<L: Lanes>(
     let residual = yv - mu;
     // Pearson's term and the working weight share one division by V(μ).
     let over_variance = one / variance;
-    let z = (e_eta - load(rows.offset, r)) + residual / mu_eta;
+    let step = residual / mu_eta;
+    let z = (e_eta - load(rows.offset, r)) + step;
     let weighted = w * mu_eta * mu_eta * over_variance;
     // A row whose weight cannot be formed does not enter X'WX.
     let usable = mu_eta.gt(zero) & variance.gt(zero) & variance.is_finite();
@@ -437,227 +525,10 @@ fn row_terms<L: Lanes>(
         weighted,
         wz: weighted * z,
         p,
+        eta: e_eta,
+        step,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::family::ln_factorial;
-
-    /// The general formulas, row by row, as `irls_step`'s scalar loop has
-    /// them (R's `binomial()` and `poisson()` families).
-    fn reference(kind: Canonical, rows: &CanonicalRows) -> (RowSums, Vec<f64>, Vec<f64>) {
-        let (family, link) = match kind {
-            Canonical::Logistic => (Family::Binomial, Link::Logit),
-            Canonical::PoissonLog => (Family::Poisson, Link::Log),
-        };
-        let mut sums = RowSums::default();
-        let (mut working, mut wz) = (Vec::new(), Vec::new());
-        for i in 0..rows.y.len() {
-            let (y, w) = (rows.y[i], rows.weight[i]);
-            let (eta, mu, mu_eta) = match rows.eta {
-                Some(eta) => {
-                    let (mu, mu_eta) = link.inverse_and_derivative(eta[i]);
-                    (eta[i], mu, mu_eta)
-                }
-                None => {
-                    let mu = family.start_mu(y, w);
-                    let eta = link.link(mu);
-                    (eta, mu, link.mu_eta(eta))
-                }
-            };
-            let variance = family.variance(mu);
-            let log_lik = match kind {
-                Canonical::Logistic => ln_binomial_log_p(y, mu),
-                Canonical::PoissonLog => y * mu.ln() - mu - ln_factorial(y),
-            };
-            sums.n += 1.0;
-            sums.sum_w += w;
-            sums.sum_wy += w * y;
-            sums.deviance += family.deviance_residual(y, mu, w);
-            sums.log_pmf += w * log_lik;
-            sums.pearson += w * (y - mu) * (y - mu) / variance;
-            let z = (eta - rows.offset[i]) + (y - mu) / mu_eta;
-            working.push(w * mu_eta * mu_eta / variance);
-            wz.push(working[i] * z);
-        }
-        (sums, working, wz)
-    }
-
-    fn ln_binomial_log_p(y: f64, mu: f64) -> f64 {
-        if y == 1.0 { mu.ln() } else { (1.0 - mu).ln() }
-    }
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-300)
-    }
-
-    /// Checks the pass against [`reference`] with prior weights 0.5, 1.5
-    /// and 2.5 in turn, and again with unit weights (the logistic rows'
-    /// logarithms then come from products).
-    fn check(kind: Canonical, y: &[f64], eta: Option<&[f64]>) {
-        let rows = y.len();
-        let varied: Vec<f64> = (0..rows).map(|i| 0.5 + (i % 3) as f64).collect();
-        check_weighted(kind, y, eta, &varied);
-        check_weighted(kind, y, eta, &vec![1.0; rows]);
-    }
-
-    fn check_weighted(kind: Canonical, y: &[f64], eta: Option<&[f64]>, weight: &[f64]) {
-        let rows = y.len();
-        let offset: Vec<f64> = (0..rows).map(|i| 0.01 * i as f64).collect();
-        let trials = vec![1.0; rows];
-        let given = CanonicalRows {
-            y,
-            trials: &trials,
-            offset: &offset,
-            weight,
-            eta,
-        };
-        let (mut working, mut wz) = (vec![0.0; rows], vec![0.0; rows]);
-        let sums = kind
-            .add_rows(
-                CanonicalRows {
-                    y,
-                    trials: &trials,
-                    offset: &offset,
-                    weight,
-                    eta,
-                },
-                &mut working,
-                &mut wz,
-            )
-            .expect("every row admitted");
-        let (expected, expected_working, expected_wz) = reference(kind, &given);
-        for (name, a, b) in [
-            ("n", sums.n, expected.n),
-            ("sum_w", sums.sum_w, expected.sum_w),
-            ("sum_wy", sums.sum_wy, expected.sum_wy),
-            ("deviance", sums.deviance, expected.deviance),
-            ("log_pmf", sums.log_pmf, expected.log_pmf),
-            ("pearson", sums.pearson, expected.pearson),
-        ] {
-            assert!(close(a, b), "{kind:?} {name}: {a} vs {b}");
-        }
-        for i in 0..rows {
-            assert!(
-                close(working[i], expected_working[i]),
-                "{kind:?} working[{i}]"
-            );
-            assert!(close(wz[i], expected_wz[i]), "{kind:?} wz[{i}]");
-        }
-    }
-
-    #[test]
-    fn logistic_rows_agree_with_the_general_formulas() {
-        let eta: Vec<f64> = (0..64).map(|i| -30.0 + 60.0 * i as f64 / 63.0).collect();
-        let y: Vec<f64> = (0..64).map(|i| ((i * 7) % 3 == 0) as u8 as f64).collect();
-        check(Canonical::Logistic, &y, Some(&eta));
-        check(Canonical::Logistic, &y, None);
-    }
-
-    /// Thousands of the least probable rows a logistic block admits
-    /// (|η| = 30 against the response), so that every product of
-    /// [`FACTORS_PER_LOG`] rows is as small as it can be, and some rows
-    /// left over after the last whole product.
-    #[test]
-    fn products_of_the_least_probable_rows_do_not_underflow() {
-        let rows = 4 * (FACTORS_PER_LOG * 100 + 3);
-        let y: Vec<f64> = (0..rows).map(|i| (i % 2) as f64).collect();
-        let eta: Vec<f64> = y
-            .iter()
-            .map(|&y| if y == 1.0 { -30.0 } else { 30.0 })
-            .collect();
-        check(Canonical::Logistic, &y, Some(&eta));
-    }
-
-    #[test]
-    fn poisson_rows_agree_with_the_general_formulas() {
-        let eta: Vec<f64> = (0..64).map(|i| -20.0 + 0.5 * i as f64).collect();
-        let y: Vec<f64> = (0..64).map(|i| ((i * 5) % 11) as f64).collect();
-        check(Canonical::PoissonLog, &y, Some(&eta));
-        check(Canonical::PoissonLog, &y, None);
-    }
-
-    #[test]
-    fn rows_the_general_path_must_handle_are_not_admitted() {
-        let ok = [0.0, 1.0, 1.0, 0.0];
-        let one = [1.0; 4];
-        let eta = [0.1, -0.2, 0.3, 0.0];
-        let admits = |kind: Canonical, y: &[f64], trials: &[f64], weight: &[f64], eta: &[f64]| {
-            let rows = CanonicalRows {
-                y,
-                trials,
-                offset: &[0.0; 4],
-                weight,
-                eta: Some(eta),
-            };
-            kind.add_rows(rows, &mut [0.0; 4], &mut [0.0; 4]).is_some()
-        };
-        assert!(admits(Canonical::Logistic, &ok, &one, &one, &eta));
-        assert!(admits(Canonical::PoissonLog, &ok, &one, &one, &eta));
-        // A proportion, two trials, a zero weight, a clamped or NaN η.
-        assert!(!admits(
-            Canonical::Logistic,
-            &[0.5, 1.0, 1.0, 0.0],
-            &one,
-            &one,
-            &eta
-        ));
-        assert!(!admits(
-            Canonical::Logistic,
-            &ok,
-            &[2.0, 1.0, 1.0, 1.0],
-            &one,
-            &eta
-        ));
-        assert!(!admits(
-            Canonical::Logistic,
-            &ok,
-            &one,
-            &[0.0, 1.0, 1.0, 1.0],
-            &eta
-        ));
-        assert!(!admits(
-            Canonical::Logistic,
-            &ok,
-            &one,
-            &one,
-            &[31.0, 0.0, 0.0, 0.0]
-        ));
-        assert!(!admits(
-            Canonical::Logistic,
-            &ok,
-            &one,
-            &one,
-            &[0.0, 0.0, -31.0, 0.0]
-        ));
-        assert!(!admits(
-            Canonical::Logistic,
-            &ok,
-            &one,
-            &one,
-            &[f64::NAN, 0.0, 0.0, 0.0]
-        ));
-        // A negative, infinite or NaN count, an infinite weight, an
-        // overflowing η.
-        for y in [-1.0, f64::INFINITY, f64::NAN] {
-            assert!(!admits(
-                Canonical::PoissonLog,
-                &[1.0, 1.0, y, 0.0],
-                &one,
-                &one,
-                &eta
-            ));
-        }
-        let infinite = [1.0, 1.0, 1.0, f64::INFINITY];
-        assert!(!admits(Canonical::PoissonLog, &ok, &one, &infinite, &eta));
-        assert!(!admits(
-            Canonical::PoissonLog,
-            &ok,
-            &one,
-            &one,
-            &[800.0, 0.0, 0.0, 0.0]
-        ));
-    }
-}
+mod tests;

@@ -133,7 +133,8 @@ fn add_rows_with<L: Lanes>(
     // the processor predicts (and no more copies of the loop, whose
     // frames an unoptimized build keeps apart on the stack).
     use Canonical::{Logistic, PoissonLog};
-    let products = kind == Logistic && rows.weight.iter().all(|&w| w == 1.0);
+    let unit = rows.weight.iter().all(|&w| w == 1.0);
+    let products = kind == Logistic && unit;
     let from_start = CanonicalRows { eta: None, ..rows };
     match (kind, rows.eta) {
         (Logistic, Some(eta)) => {
@@ -150,8 +151,11 @@ fn add_rows_with<L: Lanes>(
             };
             add_groups(lanes, PoissonLog, false, rows, working, wz)
         }
-        (Logistic, None) if products => add_start_groups(lanes, from_start, working, wz),
+        (Logistic, None) if products => add_logistic_start_groups(lanes, from_start, working, wz),
         (Logistic, None) => add_groups(lanes, Logistic, products, from_start, working, wz),
+        (PoissonLog, None) if unit && rows.y.iter().all(|&y| start_count(y).is_some()) => {
+            add_poisson_start_groups(lanes, from_start, working, wz)
+        }
         (PoissonLog, None) => add_groups(lanes, PoissonLog, false, from_start, working, wz),
     }
 }
@@ -249,7 +253,7 @@ fn row_sums<L: Lanes>(
 /// same order of additions, without a logarithm, an exponential or a
 /// division per row.
 #[inline(always)]
-fn add_start_groups<L: Lanes>(
+fn add_logistic_start_groups<L: Lanes>(
     lanes: L,
     rows: CanonicalRows,
     working: &mut [f64],
@@ -308,6 +312,101 @@ fn add_start_groups<L: Lanes>(
         product.take(terms.p);
     }
     row_sums(lanes, sums, Some(product))
+}
+
+/// Counts below this have their poisson start's terms in a table.
+const START_COUNTS: usize = 256;
+
+/// The table row of a response that is a whole count below
+/// [`START_COUNTS`] (not −0, whose terms could differ in a zero's sign).
+#[inline(always)]
+fn start_count(y: f64) -> Option<usize> {
+    // `as` saturates and takes NaN to 0: a whole number in range is one
+    // that converts to an index and back to the same bits.
+    let k = y as u32 as usize;
+    (k < START_COUNTS && (k as f64).to_bits() == y.to_bits()).then_some(k)
+}
+
+/// A poisson round's terms from R's `mustart` (μ = y + 0.1) at unit
+/// weight for each count below [`START_COUNTS`], as [`row_terms`] computes
+/// them: η, the step (y − μ) / μ'(η), the working weight, Pearson's term,
+/// the boundary flag, the deviance and the log-likelihood.
+type StartTerms = [[f64; 8]; START_COUNTS];
+
+/// [`StartTerms`], computed once (the lanes of either unit give the same
+/// bits, so one table serves both).
+fn poisson_start_terms<L: Lanes>(lanes: L) -> &'static StartTerms {
+    static TABLE: std::sync::OnceLock<Box<StartTerms>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut table = Box::new([[0.0; 8]; START_COUNTS]);
+        for first in (0..START_COUNTS).step_by(LANES) {
+            let y: [f64; LANES] = std::array::from_fn(|i| (first + i) as f64);
+            let rows = CanonicalRows {
+                y: &y,
+                trials: &[1.0; LANES],
+                offset: &[0.0; LANES],
+                weight: &[1.0; LANES],
+                eta: None,
+            };
+            let t = row_terms(lanes, Canonical::PoissonLog, false, whole_logs(), &rows, 0);
+            let terms = [
+                t.eta, t.step, t.weighted, t.pearson, t.boundary, t.deviance, t.log_pmf,
+            ]
+            .map(Vec4::to_array);
+            for (i, row) in table[first..first + LANES].iter_mut().enumerate() {
+                for (entry, term) in row.iter_mut().zip(&terms) {
+                    *entry = term[i];
+                }
+            }
+        }
+        table
+    })
+}
+
+/// [`add_groups`] for the first round of a poisson fit whose weights are
+/// all 1 and whose responses are whole counts below [`START_COUNTS`]: from
+/// R's `mustart` a row's terms depend on its count alone, but for z's
+/// offset, so each group looks its rows' terms up in
+/// [`poisson_start_terms`] and forms z as [`row_terms`] does. The same
+/// values to the bit, and the same order of additions, without a
+/// logarithm, an exponential or a division per row.
+#[inline(always)]
+fn add_poisson_start_groups<L: Lanes>(
+    lanes: L,
+    rows: CanonicalRows,
+    working: &mut [f64],
+    wz: &mut [f64],
+) -> Option<RowSums> {
+    let table = poisson_start_terms(lanes);
+    let c = |v: f64| Vec4::splat(lanes, v);
+    let (zero, one) = (c(0.0), c(1.0));
+    let mut sums = [zero; 8];
+    for r in (0..rows.y.len()).step_by(LANES) {
+        let load = |values: &[f64]| Vec4::load(lanes, values, r);
+        let (yv, w) = (load(rows.y), load(rows.weight));
+        let admitted =
+            (w.gt(zero) & w.lt(c(f64::INFINITY))) & zero.le(yv) & yv.lt(c(f64::INFINITY));
+        let of: [&[f64; 8]; LANES] = std::array::from_fn(|i| &table[rows.y[r + i] as u32 as usize]);
+        let term = |j: usize| Vec4::of(lanes, &[of[0][j], of[1][j], of[2][j], of[3][j]]);
+        let (eta, weighted) = (term(0), term(2));
+        let z = (eta - load(rows.offset)) + term(1);
+        let terms = Terms {
+            w,
+            wy: w * yv,
+            deviance: term(5),
+            log_pmf: term(6),
+            pearson: term(3),
+            boundary: term(4),
+            rejected: admitted.select(zero, one),
+            weighted,
+            wz: weighted * z,
+            p: one,
+            eta,
+            step: zero,
+        };
+        terms.add_to(&mut sums, working, wz, r);
+    }
+    row_sums(lanes, sums, None)
 }
 
 /// Σ ln p over a lane's rows as the logarithms of products of

@@ -135,60 +135,99 @@ fn poisson_rows_agree_with_the_general_formulas() {
     check(Canonical::PoissonLog, &y, None);
 }
 
-/// The first round's terms selected from the two responses' are those
-/// each row computes, to the bit (offsets varied; a block with a row
-/// of two trials is refused by both), with AVX2 and without.
+/// The first round's terms looked up by response are those each row
+/// computes, to the bit, with AVX2 and without: logistic rows (0/1) and
+/// poisson counts (0 to 255), offsets varied, and blocks with a row both
+/// refuse (two trials; a negative count).
 #[test]
-fn a_logistic_start_selected_by_response_is_the_row_by_row_start() {
-    struct Both<'a>(CanonicalRows<'a>);
+fn a_start_looked_up_by_response_is_the_row_by_row_start() {
+    struct Both<'a>(Canonical, CanonicalRows<'a>);
     type Out = [(Option<RowSums>, Vec<u64>); 2];
     impl WithLanes for Both<'_> {
         type Output = Out;
         fn run<L: Lanes>(self, lanes: L) -> Out {
-            let n = self.0.y.len();
+            let Both(kind, given) = self;
+            let n = given.y.len();
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let rows = || CanonicalRows { ..self.0 };
+            let rows = || CanonicalRows { ..given };
             let (mut w, mut wz) = (vec![0.0; n], vec![0.0; n]);
-            let by_table = add_start_groups(lanes, rows(), &mut w, &mut wz);
+            let by_table = match kind {
+                Canonical::Logistic => add_logistic_start_groups(lanes, rows(), &mut w, &mut wz),
+                Canonical::PoissonLog => add_poisson_start_groups(lanes, rows(), &mut w, &mut wz),
+            };
             let table = (by_table, [bits(&w), bits(&wz)].concat());
-            let by_row = add_groups(lanes, Canonical::Logistic, true, rows(), &mut w, &mut wz);
+            let products = kind == Canonical::Logistic;
+            let by_row = add_groups(lanes, kind, products, rows(), &mut w, &mut wz);
             [table, (by_row, [bits(&w), bits(&wz)].concat())]
         }
     }
-    let y: Vec<f64> = (0..4 * 37)
-        .map(|i| ((i * 7) % 3 == 0) as u8 as f64)
-        .collect();
-    let offset: Vec<f64> = (0..y.len()).map(|i| 0.37 * i as f64 - 20.0).collect();
-    let (one, mut trials) = (vec![1.0; y.len()], vec![1.0; y.len()]);
-    for refused in [false, true] {
-        if refused {
-            trials[101] = 2.0;
-        }
-        let rows = || CanonicalRows {
-            y: &y,
-            trials: &trials,
-            offset: &offset,
-            weight: &one,
-            eta: None,
-        };
-        for [(table, table_bits), (row, row_bits)] in [
-            lanes::dispatch(Both(rows())),
-            Both(rows()).run(lanes::Portable),
-        ] {
-            assert_eq!(table.is_none(), refused);
-            let bits = |s: Option<RowSums>| {
-                s.map(|s| {
-                    [
-                        s.n, s.sum_w, s.sum_wy, s.deviance, s.log_pmf, s.pearson, s.boundary,
-                    ]
-                    .map(f64::to_bits)
-                })
+    let n = 4 * 97;
+    let offset: Vec<f64> = (0..n).map(|i| 0.37 * i as f64 - 20.0).collect();
+    let one = vec![1.0; n];
+    for kind in [Canonical::Logistic, Canonical::PoissonLog] {
+        for refused in [false, true] {
+            let (mut y, mut trials): (Vec<f64>, Vec<f64>) = match kind {
+                Canonical::Logistic => (
+                    (0..n).map(|i| ((i * 7) % 3 == 0) as u8 as f64).collect(),
+                    one.clone(),
+                ),
+                Canonical::PoissonLog => (
+                    (0..n).map(|i| ((i * 37) % 256) as f64).collect(),
+                    one.clone(),
+                ),
             };
-            assert_eq!(bits(table), bits(row));
-            if !refused {
-                assert_eq!(table_bits, row_bits);
+            if refused {
+                match kind {
+                    Canonical::Logistic => trials[101] = 2.0,
+                    Canonical::PoissonLog => y[101] = -1.0,
+                }
+            }
+            let rows = || CanonicalRows {
+                y: &y,
+                trials: &trials,
+                offset: &offset,
+                weight: &one,
+                eta: None,
+            };
+            for [(table, table_bits), (row, row_bits)] in [
+                lanes::dispatch(Both(kind, rows())),
+                Both(kind, rows()).run(lanes::Portable),
+            ] {
+                assert_eq!(table.is_none(), refused, "{kind:?}");
+                let bits = |s: Option<RowSums>| {
+                    s.map(|s| {
+                        [
+                            s.n, s.sum_w, s.sum_wy, s.deviance, s.log_pmf, s.pearson, s.boundary,
+                        ]
+                        .map(f64::to_bits)
+                    })
+                };
+                assert_eq!(bits(table), bits(row), "{kind:?}");
+                if !refused {
+                    assert_eq!(table_bits, row_bits, "{kind:?}");
+                }
             }
         }
+    }
+}
+
+/// Which responses the poisson start looks up: whole counts below the
+/// table's end, not −0, fractions, negatives, the end itself, ∞ or NaN.
+#[test]
+fn start_counts_are_whole_numbers_below_the_tables_end() {
+    let end = START_COUNTS as f64;
+    for (y, row) in [
+        (0.0, Some(0)),
+        (7.0, Some(7)),
+        (end - 1.0, Some(START_COUNTS - 1)),
+        (-0.0, None),
+        (2.5, None),
+        (-1.0, None),
+        (end, None),
+        (f64::INFINITY, None),
+        (f64::NAN, None),
+    ] {
+        assert_eq!(start_count(y), row, "{y}");
     }
 }
 

@@ -133,8 +133,8 @@ fn add_rows_with<L: Lanes>(
     // the processor predicts (and no more copies of the loop, whose
     // frames an unoptimized build keeps apart on the stack).
     use Canonical::{Logistic, PoissonLog};
-    let unit = rows.weight.iter().all(|&w| w == 1.0);
-    let products = kind == Logistic && unit;
+    let unit = || rows.weight.iter().all(|&w| w == 1.0);
+    let products = kind == Logistic && unit();
     let from_start = CanonicalRows { eta: None, ..rows };
     match (kind, rows.eta) {
         (Logistic, Some(eta)) => {
@@ -153,7 +153,7 @@ fn add_rows_with<L: Lanes>(
         }
         (Logistic, None) if products => add_logistic_start_groups(lanes, from_start, working, wz),
         (Logistic, None) => add_groups(lanes, Logistic, products, from_start, working, wz),
-        (PoissonLog, None) if unit && rows.y.iter().all(|&y| start_count(y).is_some()) => {
+        (PoissonLog, None) if unit() && rows.y.iter().all(|&y| start_count(y).is_some()) => {
             add_poisson_start_groups(lanes, from_start, working, wz)
         }
         (PoissonLog, None) => add_groups(lanes, PoissonLog, false, from_start, working, wz),
@@ -386,7 +386,10 @@ fn add_poisson_start_groups<L: Lanes>(
         let (yv, w) = (load(rows.y), load(rows.weight));
         let admitted =
             (w.gt(zero) & w.lt(c(f64::INFINITY))) & zero.le(yv) & yv.lt(c(f64::INFINITY));
-        let of: [&[f64; 8]; LANES] = std::array::from_fn(|i| &table[rows.y[r + i] as u32 as usize]);
+        // The caller checked that every count is in the table; the bound
+        // only keeps an unchecked row from reading past its end.
+        let row = |y: f64| (y as u32 as usize).min(START_COUNTS - 1);
+        let of: [&[f64; 8]; LANES] = std::array::from_fn(|i| &table[row(rows.y[r + i])]);
         let term = |j: usize| Vec4::of(lanes, &[of[0][j], of[1][j], of[2][j], of[3][j]]);
         let (eta, weighted) = (term(0), term(2));
         let z = (eta - load(rows.offset)) + term(1);

@@ -376,6 +376,17 @@ impl WholeLogs {
     }
 }
 
+/// The index of a response that is a whole count below `end` (not −0,
+/// whose terms could differ in a zero's sign): the row of a table of
+/// terms computed once per count.
+#[inline(always)]
+pub fn whole_count(y: f64, end: usize) -> Option<usize> {
+    // `as` saturates and takes NaN to 0: a whole number in range is one
+    // that converts to an index and back to the same bits.
+    let k = y as u32 as usize;
+    (k < end && (k as f64).to_bits() == y.to_bits()).then_some(k)
+}
+
 /// log(x), from a table for small whole numbers (counts).
 pub fn ln_whole(x: f64) -> f64 {
     WholeLogs::row(x).map_or_else(|| x.ln(), |k| whole_logs().ln[k])

@@ -18,7 +18,7 @@
 //! [`FACTORS_PER_LOG`] rows of a lane: Σ ln p is ln Π p, and the
 //! product of that many probabilities of admitted rows cannot underflow.
 
-use crate::family::{Family, Link, WholeLogs, whole_logs};
+use crate::family::{Family, Link, WholeLogs, whole_count, whole_logs};
 pub use crate::lanes::LANES;
 use crate::lanes::{self, Lanes, Vec4, WithLanes};
 /// R's logit threshold: beyond it μ is clamped (the general path).
@@ -153,7 +153,13 @@ fn add_rows_with<L: Lanes>(
         }
         (Logistic, None) if products => add_logistic_start_groups(lanes, from_start, working, wz),
         (Logistic, None) => add_groups(lanes, Logistic, products, from_start, working, wz),
-        (PoissonLog, None) if unit() && rows.y.iter().all(|&y| start_count(y).is_some()) => {
+        (PoissonLog, None)
+            if unit()
+                && rows
+                    .y
+                    .iter()
+                    .all(|&y| whole_count(y, START_COUNTS).is_some()) =>
+        {
             add_poisson_start_groups(lanes, from_start, working, wz)
         }
         (PoissonLog, None) => add_groups(lanes, PoissonLog, false, from_start, working, wz),
@@ -316,16 +322,6 @@ fn add_logistic_start_groups<L: Lanes>(
 
 /// Counts below this have their poisson start's terms in a table.
 const START_COUNTS: usize = 256;
-
-/// The table row of a response that is a whole count below
-/// [`START_COUNTS`] (not −0, whose terms could differ in a zero's sign).
-#[inline(always)]
-fn start_count(y: f64) -> Option<usize> {
-    // `as` saturates and takes NaN to 0: a whole number in range is one
-    // that converts to an index and back to the same bits.
-    let k = y as u32 as usize;
-    (k < START_COUNTS && (k as f64).to_bits() == y.to_bits()).then_some(k)
-}
 
 /// A poisson round's terms from R's `mustart` (μ = y + 0.1) at unit
 /// weight for each count below [`START_COUNTS`], as [`row_terms`] computes

@@ -24,7 +24,9 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatility};
 use ndarray::{Array1, Array2};
 
-use crate::family::{Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family};
+use crate::family::{
+    Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family, whole_count,
+};
 use crate::flat_state;
 use crate::gram::{BLOCK, GramLanes, linear_predictor, masked_where_unweighted, mirror_upper};
 use crate::irls_canonical::{Canonical, CanonicalRows, LANES, RowSums};
@@ -350,6 +352,23 @@ impl IrlsSums {
                     self.null_deviance += wi * if yi == 1.0 { one } else { zero };
                 }
             }
+            // A poisson row's residual at unit weight depends on its count
+            // alone: computed once per count met in the batch (a logarithm
+            // per count, not per row), times w as for binomial rows.
+            NullMean::Value(m) if family == Family::Poisson => {
+                let mut unit = [f64::NAN; NULL_COUNTS];
+                for (&yi, &wi) in y.iter().zip(w) {
+                    self.null_deviance += match whole_count(yi, NULL_COUNTS) {
+                        Some(k) => {
+                            if unit[k].is_nan() {
+                                unit[k] = family.deviance_residual(yi, m, 1.0);
+                            }
+                            wi * unit[k]
+                        }
+                        None => family.deviance_residual(yi, m, wi),
+                    };
+                }
+            }
             NullMean::Value(m) => {
                 for (&yi, &wi) in y.iter().zip(w) {
                     self.null_deviance += family.deviance_residual(yi, m, wi);
@@ -580,6 +599,10 @@ impl Accumulator for IrlsAccumulator {
     }
 }
 
+/// Counts below this have their poisson null deviance residual computed
+/// once per batch ([`IrlsSums::add_null_deviance`]).
+const NULL_COUNTS: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,9 +644,16 @@ mod tests {
             (Family::Binomial, y.clone()),
             (
                 Family::Poisson,
+                // Counts (repeated, so a batch's residual per count is
+                // reused), a fraction and a count past the table's end.
                 y.iter()
                     .zip(&x)
-                    .map(|(a, b)| a + (b * 3.0).abs().floor())
+                    .enumerate()
+                    .map(|(i, (a, b))| match i {
+                        5 => 2.5,
+                        11 => 300.0,
+                        _ => a + (b * 3.0).abs().floor(),
+                    })
                     .collect(),
             ),
         ] {

@@ -227,7 +227,7 @@ fn start_counts_are_whole_numbers_below_the_tables_end() {
         (f64::INFINITY, None),
         (f64::NAN, None),
     ] {
-        assert_eq!(start_count(y), row, "{y}");
+        assert_eq!(whole_count(y, START_COUNTS), row, "{y}");
     }
 }
 

@@ -45,6 +45,7 @@ type LaneSums = [f64; LANES];
 /// entry kept as four partial sums ([`LaneSums`]) until
 /// [`GramLanes::add_upper_to`] adds them out: one vector addition per
 /// entry and block instead of a sum across lanes.
+#[derive(Debug)]
 pub struct GramLanes {
     k: usize,
     gram: Vec<LaneSums>,
@@ -59,6 +60,17 @@ impl GramLanes {
             gram: vec![[0.0; LANES]; k * k],
             rhs: vec![[0.0; LANES]; k],
         }
+    }
+
+    /// Zero sums again, for the same number of columns, in the same memory.
+    pub fn clear(&mut self) {
+        self.gram.fill([0.0; LANES]);
+        self.rhs.fill([0.0; LANES]);
+    }
+
+    /// The number of columns.
+    pub fn columns(&self) -> usize {
+        self.k
     }
 
     /// Adds Σ_r w_r x_r x_rᵀ (upper triangle) and, when `wz` is given,

@@ -187,6 +187,11 @@ impl IrlsSums {
         }
     }
 
+    /// The length of the flat layout ([`IrlsSums::to_vec`]).
+    pub fn flat_len(&self) -> usize {
+        SCALARS + self.xtwx.len() + self.xtwz.len()
+    }
+
     /// The flat layout.
     pub fn to_vec(&self) -> Vec<f64> {
         let mut v = vec![
@@ -211,6 +216,7 @@ impl IrlsSums {
     /// Adds one batch of complete rows, in blocks of [`BLOCK`] rows that
     /// stay in the L2 cache: per block η, the working weights and
     /// responses, then the block's part of X'WX and X'Wz.
+    #[cfg(test)]
     fn update(
         &mut self,
         config: &IrlsConfig,
@@ -220,15 +226,41 @@ impl IrlsSums {
         weight: &[f64],
         x: &[&[f64]],
     ) {
+        let mut scratch = Scratch::default();
+        self.update_in(&mut scratch, config, (y, trials, offset, weight), x);
+    }
+
+    /// [`IrlsSums::update`] in buffers kept from batch to batch.
+    fn update_in(
+        &mut self,
+        scratch: &mut Scratch,
+        config: &IrlsConfig,
+        (y, trials, offset, weight): (&[f64], &[f64], &[f64], &[f64]),
+        x: &[&[f64]],
+    ) {
         let rows = y.len();
-        let mut eta = vec![0.0; BLOCK.min(rows)];
-        // The working weights and weighted working responses; 0 where a
-        // row does not enter X'WX.
-        let mut working = vec![0.0; BLOCK.min(rows)];
-        let mut wz = vec![0.0; BLOCK.min(rows)];
+        let Scratch {
+            eta,
+            working,
+            wz,
+            gram,
+        } = scratch;
+        // Every buffer is written before it is read (η by the linear
+        // predictor, the working weights and responses by `add_rows`).
+        for buffer in [&mut *eta, &mut *working, &mut *wz] {
+            if buffer.len() < BLOCK.min(rows) {
+                buffer.resize(BLOCK.min(rows), 0.0);
+            }
+        }
         let mut block: Vec<&[f64]> = Vec::with_capacity(x.len());
         // The batch's X'WX and X'Wz, added out once at its end.
-        let mut gram = GramLanes::new(x.len());
+        let gram = match gram {
+            Some(gram) if gram.columns() == x.len() => {
+                gram.clear();
+                gram
+            }
+            _ => gram.insert(GramLanes::new(x.len())),
+        };
         let mut start = 0;
         while start < rows {
             let end = (start + BLOCK).min(rows);
@@ -554,6 +586,7 @@ impl AggregateUDFImpl for IrlsStep {
         Ok(Box::new(IrlsAccumulator {
             config,
             sums: IrlsSums::new(k),
+            scratch: Scratch::default(),
         }))
     }
 }
@@ -562,6 +595,19 @@ impl AggregateUDFImpl for IrlsStep {
 struct IrlsAccumulator {
     config: IrlsConfig,
     sums: IrlsSums,
+    scratch: Scratch,
+}
+
+/// The buffers a batch's rows are worked in: η, the working weights and
+/// weighted working responses of a block (0 where a row does not enter
+/// X'WX), and the batch's X'WX and X'Wz as lane sums. An accumulator keeps
+/// them from batch to batch instead of allocating and zeroing them anew.
+#[derive(Debug, Default)]
+struct Scratch {
+    eta: Vec<f64>,
+    working: Vec<f64>,
+    wz: Vec<f64>,
+    gram: Option<GramLanes>,
 }
 
 impl Accumulator for IrlsAccumulator {
@@ -574,7 +620,12 @@ impl Accumulator for IrlsAccumulator {
             .collect();
         let (y, trials, offset, weight, x) =
             (slices[0], slices[1], slices[2], slices[3], &slices[4..]);
-        self.sums.update(&self.config, y, trials, offset, weight, x);
+        self.sums.update_in(
+            &mut self.scratch,
+            &self.config,
+            (y, trials, offset, weight),
+            x,
+        );
         Ok(())
     }
 
@@ -595,7 +646,7 @@ impl Accumulator for IrlsAccumulator {
     }
 
     fn size(&self) -> usize {
-        size_of_val(self) + 8 * self.sums.to_vec().len()
+        size_of_val(self) + 8 * self.sums.flat_len()
     }
 }
 
@@ -670,6 +721,7 @@ mod tests {
                 total + family.deviance_residual(y, 0.3, w)
             });
             assert_eq!(sums.null_deviance, expected, "{family}");
+            assert_eq!(sums.flat_len(), sums.to_vec().len());
         }
     }
 

@@ -191,6 +191,11 @@ impl SgdSums {
         }
     }
 
+    /// The length of the flat layout ([`SgdSums::to_vec`]).
+    pub fn flat_len(&self) -> usize {
+        3 + self.gradient.len() + self.curvature.as_ref().map_or(0, |c| c.len())
+    }
+
     /// The flat layout.
     pub fn to_vec(&self) -> Vec<f64> {
         let mut v = vec![self.n, self.loss, self.invalid];
@@ -477,7 +482,7 @@ impl Accumulator for SgdAccumulator {
     }
 
     fn size(&self) -> usize {
-        size_of_val(self) + 8 * (self.config.theta.len() + self.sums.to_vec().len())
+        size_of_val(self) + 8 * (self.config.theta.len() + self.sums.flat_len())
     }
 }
 
@@ -596,6 +601,8 @@ mod tests {
         let mut sums = SgdSums::new(1, true);
         sums.update(&config, &y, &offset, &[&x]);
         assert_eq!((sums.n, sums.invalid), (8.0, 1.0));
+        assert_eq!(sums.flat_len(), sums.to_vec().len());
+        assert_eq!(SgdSums::new(3, false).flat_len(), 3 + 3);
         let (mut loss, mut gradient, mut curvature) = (0.0, 0.0, 0.0);
         for i in (0..9).filter(|&i| i != 2) {
             let (l, d1, d2) = config.model.loss(y[i], x[i]);

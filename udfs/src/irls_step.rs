@@ -610,6 +610,18 @@ struct Scratch {
     gram: Option<GramLanes>,
 }
 
+impl Scratch {
+    /// The bytes the buffers hold, for the accumulator's size.
+    fn bytes(&self) -> usize {
+        let lanes = self
+            .gram
+            .as_ref()
+            .map_or(0, |g| g.columns() * (g.columns() + 1));
+        8 * (self.eta.capacity() + self.working.capacity() + self.wz.capacity())
+            + size_of::<[f64; LANES]>() * lanes
+    }
+}
+
 impl Accumulator for IrlsAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         let numeric = &values[1..];
@@ -646,7 +658,7 @@ impl Accumulator for IrlsAccumulator {
     }
 
     fn size(&self) -> usize {
-        size_of_val(self) + 8 * self.sums.flat_len()
+        size_of_val(self) + 8 * self.sums.flat_len() + self.scratch.bytes()
     }
 }
 

@@ -26,7 +26,7 @@ use datafusion::arrow::compute::{cast, concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::TreeNode;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use rand::SeedableRng;
@@ -220,18 +220,21 @@ impl DpSite {
         };
         let mut dp = 0;
         let mut distinct = false;
-        let mut exact = Vec::new();
+        let mut exact: Vec<&str> = Vec::new();
         for expr in &agg.aggr_expr {
+            // An aggregate's arguments hold no aggregate, so the walk stops
+            // at each one rather than visiting its argument expressions.
             let _ = expr.apply(|e| {
-                if let Expr::AggregateFunction(f) = e {
-                    if fedsql_udfs::dp::is_dp(f.func.name()) {
-                        dp += 1;
-                        distinct |= f.params.distinct;
-                    } else {
-                        exact.push(f.func.name().to_string());
-                    }
+                let Expr::AggregateFunction(f) = e else {
+                    return Ok(TreeNodeRecursion::Continue);
+                };
+                if fedsql_udfs::dp::is_dp(f.func.name()) {
+                    dp += 1;
+                    distinct |= f.params.distinct;
+                } else {
+                    exact.push(f.func.name());
                 }
-                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                Ok(TreeNodeRecursion::Jump)
             });
         }
         let refuse = |rule: String, hint: &str| FedError::Policy {
@@ -513,7 +516,7 @@ fn bound_client_name(plan: &LogicalPlan) -> Option<String> {
             }
             _ => {}
         }
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        Ok(TreeNodeRecursion::Continue)
     });
     names.dedup();
     match (data, names.as_slice()) {

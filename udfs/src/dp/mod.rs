@@ -47,7 +47,7 @@ const EPSILON_DENOMINATOR: f64 = (1u64 << 20) as f64;
 
 /// Whether `name` is a DP aggregate.
 pub fn is_dp(name: &str) -> bool {
-    NAMES.contains(&name.to_ascii_lowercase().as_str())
+    NAMES.iter().any(|dp| dp.eq_ignore_ascii_case(name))
 }
 
 /// The noise of one state column.

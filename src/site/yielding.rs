@@ -1,5 +1,5 @@
 //! Cancellable execution at a site: every operator of a plan the site
-//! runs hands control back to the runtime after each batch it yields.
+//! runs hands control back to the runtime between its batches.
 //!
 //! A request is cancelled by dropping its future (its caller timed out or
 //! went away, or it ran past the worker's `request_timeout`); DataFusion's
@@ -7,14 +7,17 @@
 //! scheduling yields after 128 batches per task poll, which for expensive
 //! expressions over local files can be many seconds of CPU — in the task
 //! that reads the files and in the tasks that take batches from a
-//! repartition's channels alike. Yielding after every batch of every
-//! operator bounds that by the work of one batch, at the cost of a task
-//! wake-up per batch and operator.
+//! repartition's channels alike. Each operator here yields after a batch
+//! once [`QUANTUM`] has passed since it last yielded (or started), which
+//! bounds that by the work of one batch plus the quantum. A small client's
+//! operator, done in microseconds, never pays for a task wake-up; one that
+//! reads for seconds yields about every millisecond.
 
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -25,7 +28,11 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::Stream;
 
-/// `plan` with every operator wrapped so that it yields after each batch.
+/// How long an operator runs between yields, at most (plus one batch).
+pub const QUANTUM: Duration = Duration::from_millis(1);
+
+/// `plan` with every operator wrapped so that it yields after a batch
+/// once [`QUANTUM`] has passed.
 pub fn yield_after_each_batch(plan: Arc<dyn ExecutionPlan>) -> DFResult<Arc<dyn ExecutionPlan>> {
     Ok(plan
         .transform_up(|node| {
@@ -38,7 +45,7 @@ pub fn yield_after_each_batch(plan: Arc<dyn ExecutionPlan>) -> DFResult<Arc<dyn 
         .data)
 }
 
-/// Its input, yielding to the runtime after each batch.
+/// Its input, yielding to the runtime after a batch once [`QUANTUM`] has passed.
 #[derive(Debug)]
 struct YieldEachBatchExec {
     input: Arc<dyn ExecutionPlan>,
@@ -87,6 +94,7 @@ impl ExecutionPlan for YieldEachBatchExec {
         Ok(Box::pin(YieldEachBatch {
             inner: self.input.execute(partition, context)?,
             yielding: None,
+            since: Instant::now(),
         }))
     }
 }
@@ -98,6 +106,8 @@ struct YieldEachBatch {
     /// runtime poll its I/O driver (and so see a caller's cancellation)
     /// before this task runs again — a plain self-wake would not.
     yielding: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// When the stream started or last yielded.
+    since: Instant,
 }
 
 impl Stream for YieldEachBatch {
@@ -109,9 +119,10 @@ impl Stream for YieldEachBatch {
                 return Poll::Pending;
             }
             self.yielding = None;
+            self.since = Instant::now();
         }
         let polled = self.inner.as_mut().poll_next(cx);
-        if matches!(polled, Poll::Ready(Some(_))) {
+        if matches!(polled, Poll::Ready(Some(_))) && self.since.elapsed() >= QUANTUM {
             self.yielding = Some(Box::pin(tokio::task::yield_now()));
         }
         polled

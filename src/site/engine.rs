@@ -40,7 +40,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
 use crate::site::group_rows::CountColumns;
-use crate::site::small_parquet::{FooterCache, OpenFile, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
 use crate::wire::encoder::Encoder;
 
 /// How many encoder templates the engine keeps (the oldest go first).
@@ -279,11 +279,12 @@ impl Template {
         file: &SiteFile,
         footers: &Arc<FooterCache>,
     ) -> Result<(Arc<dyn ExecutionPlan>, Option<CountColumns>)> {
-        // A file the site may read itself is opened now: its `stat` is
-        // that of the file the scan reads.
+        // A file the site may read itself is opened now (or found among
+        // the small files the cache keeps whole): its `stat` is that of
+        // the bytes the scan reads.
         let (meta, opened) = match &self.small {
             Some(_) => {
-                let opened = OpenFile::open(&file.path)?;
+                let opened = footers.open(&file.path)?;
                 (file.meta(opened.size(), opened.modified()), Some(opened))
             }
             None => (file.stat()?, None),

@@ -220,14 +220,13 @@ impl SmallParquetExec {
         let opened = self.opened.lock().expect("not poisoned").take();
         let file = match opened {
             Some(file) => file,
-            None => OpenFile::open(&self.path)?,
+            None => self.footers.open(&self.path)?,
         };
         let metadata = self.footers.metadata(&self.path, &file, &self.scan.table)?;
         let Some((mask, places)) = self.scan.columns_in(&metadata) else {
             return Ok(None);
         };
-        let len = file.len;
-        let parts = ReadParts::read(&file.file, len, chunk_ranges(&metadata, &mask, len)?)?;
+        let parts = ReadParts::read(&file, chunk_ranges(&metadata, &mask, file.len)?)?;
         // A file of fewer rows than a batch is read in one batch either
         // way; its decoders need not reserve room for a whole one.
         let rows = usize::try_from(metadata.metadata().file_metadata().num_rows()).unwrap_or(0);
@@ -620,6 +619,76 @@ mod tests {
         break_tail(&path, just_now);
         let e = metadata(&footers).unwrap_err().to_string();
         assert!(e.contains("does not end in a Parquet footer"), "{e}");
+    }
+
+    /// Whether the cache's `open` gives the file's kept bytes.
+    fn kept(footers: &FooterCache, path: &Path) -> bool {
+        matches!(
+            footers.open(path).unwrap().source(),
+            footers::Source::Kept(_)
+        )
+    }
+
+    #[tokio::test]
+    async fn a_settled_small_file_is_read_from_its_kept_bytes_while_its_length_and_time_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.parquet");
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        file_written_at(&path, an_hour_ago);
+        let footers: Arc<FooterCache> = Arc::default();
+        let sql = "SELECT sum(a), count(s), sum(x) FROM t";
+        let (ctx, plan) = site_plan(&path, sql).await;
+        let first = run(&ctx, read_by_site(&plan, &path, &footers)).await;
+        assert_eq!(first, run(&ctx, Arc::clone(&plan)).await);
+        assert!(kept(&footers, &path));
+        // Same length, same time: the kept bytes are read, not the file
+        // (whose footer is now broken).
+        break_tail(&path, an_hour_ago);
+        let again = run(&ctx, read_by_site(&plan, &path, &footers)).await;
+        assert_eq!(again, first);
+        // A time one second later: the file is read again, and found broken.
+        break_tail(&path, an_hour_ago + Duration::from_secs(1));
+        let scan = read_by_site(&plan, &path, &footers);
+        let e = collect(scan, ctx.task_ctx()).await.unwrap_err().to_string();
+        assert!(e.contains("does not end in a Parquet footer"), "{e}");
+    }
+
+    #[test]
+    fn files_written_just_now_or_larger_than_small_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let footers = FooterCache::default();
+        let recent = dir.path().join("recent.parquet");
+        file_written_at(&recent, SystemTime::now());
+        assert!(!kept(&footers, &recent));
+        assert!(!kept(&footers, &recent));
+        let large = dir.path().join("large.parquet");
+        let n = (SMALL_FILE / 8 + 1000) as i64;
+        // Distinct doubles: no dictionary or compression makes them small.
+        let x: Vec<Option<f64>> = (0..n).map(|i| Some(i as f64 * 1.000_001)).collect();
+        let a: Vec<Option<i64>> = (0..n).map(Some).collect();
+        let s: Vec<Option<&str>> = vec![Some("a"); n as usize];
+        let batch = RecordBatch::try_from_iter_with_nullable(
+            rows(&a, &s, &x).into_iter().map(|(n, c)| (n, c, true)),
+        )
+        .unwrap();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&large).unwrap(), batch.schema(), None)
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&large)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert!(std::fs::metadata(&large).unwrap().len() > SMALL_FILE);
+        assert!(!kept(&footers, &large));
+        // The same file, settled and small, is.
+        let settled = dir.path().join("settled.parquet");
+        file_written_at(&settled, old);
+        assert!(kept(&footers, &settled));
     }
 
     #[tokio::test]

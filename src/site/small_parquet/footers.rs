@@ -1,5 +1,6 @@
 //! A small Parquet file opened for a site's scan, and the cache of the
-//! files' parsed footers (see [`super`]).
+//! files' parsed footers and of the bytes of small settled files (see
+//! [`super`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -13,11 +14,15 @@ use datafusion::common::{DataFusionError, Result as DFResult};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 
-use super::parts::read_tail;
+use super::SMALL_FILE;
+use super::parts::{read_at, read_tail};
 
 /// The footers the cache keeps at most, in bytes of parsed metadata (the
 /// oldest go first).
 const FOOTER_CACHE_BYTES: usize = 64 << 20;
+
+/// The bytes of whole files the cache keeps at most (the oldest go first).
+pub const KEPT_FILE_BYTES: usize = 256 << 20;
 
 /// The parsed footers of small files, each with the bytes it was parsed
 /// from and the reader's metadata for the table schema last asked for.
@@ -27,9 +32,54 @@ const FOOTER_CACHE_BYTES: usize = 64 << 20;
 /// when that modification time was at least [`SETTLED`] before the read:
 /// a later write to it then sets a later time. Any other file's footer is
 /// read, and parsed anew when its bytes differ from the cached ones.
+///
+/// The same rule keeps the whole bytes of small files ([`SMALL_FILE`]) for
+/// [`FooterCache::open`]: a scan of a settled small file whose length and
+/// time hold reads it from memory, with one `stat` and no `open` or read
+/// (a thousand small clients pay three system calls and a copy per file
+/// and query otherwise). At most [`KEPT_FILE_BYTES`] are kept.
 #[derive(Debug, Default)]
 pub struct FooterCache {
     inner: Mutex<Footers>,
+    files: Mutex<KeptFiles>,
+}
+
+/// A file's length and modification time.
+type Stamp = (u64, SystemTime);
+
+/// The stamp of a file of `len` bytes last written at `modified`, when it
+/// vouches for the file's bytes read at `read_at` (see [`FooterCache`]).
+fn settled_stamp(len: u64, modified: Option<SystemTime>, read_at: SystemTime) -> Option<Stamp> {
+    modified
+        .filter(|m| read_at.duration_since(*m).is_ok_and(|age| age >= SETTLED))
+        .map(|m| (len, m))
+}
+
+/// Whole small files, each with the stamp it was read with.
+#[derive(Debug, Default)]
+struct KeptFiles {
+    by_path: HashMap<PathBuf, (Stamp, Bytes)>,
+    order: VecDeque<PathBuf>,
+    bytes: usize,
+}
+
+impl KeptFiles {
+    fn keep(&mut self, path: &Path, stamp: Stamp, bytes: Bytes) {
+        self.bytes += bytes.len();
+        if let Some((_, old)) = self.by_path.insert(path.to_path_buf(), (stamp, bytes)) {
+            self.bytes -= old.len();
+        } else {
+            self.order.push_back(path.to_path_buf());
+        }
+        while self.bytes > KEPT_FILE_BYTES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((_, old)) = self.by_path.remove(&oldest) {
+                self.bytes -= old.len();
+            }
+        }
+    }
 }
 
 /// How long before a footer's read its file must have last been written
@@ -51,7 +101,7 @@ struct Footer {
     tail: Bytes,
     /// The file's length and modification time, when they vouch for it
     /// (see [`FooterCache`]).
-    stamp: Option<(u64, SystemTime)>,
+    stamp: Option<Stamp>,
     /// The table schema `reader` converts to.
     table: SchemaRef,
     reader: ArrowReaderMetadata,
@@ -61,25 +111,67 @@ struct Footer {
 /// A file opened for a scan, with its length and modification time.
 #[derive(Debug)]
 pub struct OpenFile {
-    pub(super) file: File,
+    source: Source,
     pub(super) len: u64,
     modified: Option<SystemTime>,
+}
+
+/// Where a scan reads a file's bytes from.
+#[derive(Debug)]
+pub(super) enum Source {
+    /// The open file.
+    File(File),
+    /// Its whole bytes, as the cache keeps them.
+    Kept(Bytes),
+}
+
+/// The error of a file that cannot be read.
+fn unreadable(path: &Path) -> impl Fn(std::io::Error) -> DataFusionError + '_ {
+    move |e| DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
 }
 
 impl OpenFile {
     /// The file at `path`, opened, with its length and modification time
     /// (from the `stat` of the open file).
     pub fn open(path: &Path) -> DFResult<Self> {
-        let unreadable = |e: std::io::Error| {
-            DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
-        };
-        let file = File::open(path).map_err(unreadable)?;
-        let stat = file.metadata().map_err(unreadable)?;
+        let file = File::open(path).map_err(unreadable(path))?;
+        let stat = file.metadata().map_err(unreadable(path))?;
         Ok(Self {
             len: stat.len(),
             modified: stat.modified().ok(),
-            file,
+            source: Source::File(file),
         })
+    }
+
+    /// Where its bytes are read from.
+    pub(super) fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The open file; `None` when the cache's bytes stand for it.
+    pub(super) fn into_file(self) -> Option<File> {
+        match self.source {
+            Source::File(file) => Some(file),
+            Source::Kept(_) => None,
+        }
+    }
+
+    /// `len` bytes from `start`.
+    fn read_at(&self, start: u64, len: usize) -> DFResult<Bytes> {
+        match &self.source {
+            Source::File(file) => read_at(file, start, len),
+            Source::Kept(bytes) => usize::try_from(start)
+                .ok()
+                .and_then(|start| Some(start..start.checked_add(len)?))
+                .filter(|range| range.end <= bytes.len())
+                .map(|range| bytes.slice(range))
+                .ok_or_else(|| {
+                    DataFusionError::External(
+                        format!("Parquet error: bytes {start}..+{len} are past the file's end")
+                            .into(),
+                    )
+                }),
+        }
     }
 
     /// The file's length in bytes.
@@ -94,6 +186,42 @@ impl OpenFile {
 }
 
 impl FooterCache {
+    /// The file at `path` for a scan: the bytes kept of it when its length
+    /// and modification time (its `stat`) are those they were read with;
+    /// else the file opened, and its bytes read whole and kept when it is
+    /// small and settled.
+    pub fn open(&self, path: &Path) -> DFResult<OpenFile> {
+        let stat = std::fs::metadata(path).map_err(unreadable(path))?;
+        if let Ok(modified) = stat.modified() {
+            let stamp = (stat.len(), modified);
+            let files = self.files.lock().expect("not poisoned");
+            if let Some((_, bytes)) = files.by_path.get(path).filter(|(kept, _)| *kept == stamp) {
+                return Ok(OpenFile {
+                    source: Source::Kept(bytes.clone()),
+                    len: stamp.0,
+                    modified: Some(modified),
+                });
+            }
+        }
+        let file = OpenFile::open(path)?;
+        let read_at = SystemTime::now();
+        let Some(stamp) = settled_stamp(file.len, file.modified, read_at) else {
+            return Ok(file);
+        };
+        if file.len > SMALL_FILE {
+            return Ok(file);
+        }
+        let bytes = file.read_at(0, file.len as usize)?;
+        self.files
+            .lock()
+            .expect("not poisoned")
+            .keep(path, stamp, bytes.clone());
+        Ok(OpenFile {
+            source: Source::Kept(bytes),
+            ..file
+        })
+    }
+
     /// The reader's metadata for `table` of `file` (at `path`): the cached
     /// one when the file is unchanged, else parsed from its footer.
     pub(super) fn metadata(
@@ -117,11 +245,8 @@ impl FooterCache {
             return Ok(footer.reader.clone());
         }
         let read_at = SystemTime::now();
-        let tail = read_tail(&file.file, file.len)?;
-        let stamp = file
-            .modified
-            .filter(|m| read_at.duration_since(*m).is_ok_and(|age| age >= SETTLED))
-            .map(|m| (file.len, m));
+        let tail = read_tail(file.len, |start, len| file.read_at(start, len))?;
+        let stamp = settled_stamp(file.len, file.modified, read_at);
         let footer = match cached {
             Some(footer) if footer.tail == tail => {
                 if footer.stamp == stamp {
@@ -158,11 +283,7 @@ impl FooterCache {
 /// A file's footer parsed from `tail` (the footer, its length and the
 /// magic), its columns read with `table`'s types where the two differ only
 /// in a string or binary view.
-fn parse_footer(
-    tail: &Bytes,
-    stamp: Option<(u64, SystemTime)>,
-    table: &SchemaRef,
-) -> DFResult<Footer> {
+fn parse_footer(tail: &Bytes, stamp: Option<Stamp>, table: &SchemaRef) -> DFResult<Footer> {
     let footer = &tail[..tail.len() - 8];
     let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
     let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;

@@ -13,19 +13,25 @@ use datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use datafusion::parquet::errors::{ParquetError, Result as ParquetResult};
 use datafusion::parquet::file::reader::{ChunkReader, Length};
 
+use super::footers::{OpenFile, Source};
+
 /// How many of a file's last bytes are read first, in the hope that the
 /// footer is among them (one read instead of two).
 const FOOTER_GUESS: u64 = 16 << 10;
 
-/// A Parquet file's footer with its length and magic: its last bytes.
-pub(super) fn read_tail(file: &File, len: u64) -> DFResult<Bytes> {
+/// A Parquet file's footer with its length and magic: the last bytes of a
+/// file of `len` bytes, read with `read_at` (offset, length).
+pub(super) fn read_tail(
+    len: u64,
+    read_at: impl Fn(u64, usize) -> DFResult<Bytes>,
+) -> DFResult<Bytes> {
     let not_parquet =
         |what: &str| DataFusionError::External(format!("Parquet error: {what}").into());
     if len < 12 {
         return Err(not_parquet("the file is too short to be a Parquet file"));
     }
     let guess = len.min(FOOTER_GUESS);
-    let last = read_at(file, len - guess, guess as usize)?;
+    let last = read_at(len - guess, guess as usize)?;
     let n = last.len();
     if &last[n - 4..] != b"PAR1" {
         return Err(not_parquet("the file does not end in a Parquet footer"));
@@ -38,12 +44,12 @@ pub(super) fn read_tail(file: &File, len: u64) -> DFResult<Bytes> {
     if tail <= guess {
         Ok(last.slice((guess - tail) as usize..))
     } else {
-        read_at(file, len - tail, tail as usize)
+        read_at(len - tail, tail as usize)
     }
 }
 
 /// `len` bytes of `file` from `start`.
-fn read_at(file: &File, start: u64, len: usize) -> DFResult<Bytes> {
+pub(super) fn read_at(file: &File, start: u64, len: usize) -> DFResult<Bytes> {
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, start)?;
     Ok(Bytes::from(buf))
@@ -62,9 +68,19 @@ pub(super) struct ReadParts {
 }
 
 impl ReadParts {
-    /// The byte ranges `ranges` of `file` (of `len` bytes), near ones read
-    /// as one.
-    pub(super) fn read(file: &File, len: u64, mut ranges: Vec<(u64, u64)>) -> DFResult<Self> {
+    /// The byte ranges `ranges` of `file`, near ones read as one; all of
+    /// it, without a read, when the cache keeps its bytes.
+    pub(super) fn read(file: &OpenFile, mut ranges: Vec<(u64, u64)>) -> DFResult<Self> {
+        let len = file.len;
+        let file = match file.source() {
+            Source::Kept(bytes) => {
+                return Ok(Self {
+                    len,
+                    parts: vec![(0, bytes.clone())],
+                });
+            }
+            Source::File(file) => file,
+        };
         ranges.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
         for (start, end) in ranges {
@@ -234,7 +250,7 @@ mod tests {
             let path = dir.path().join(name);
             std::fs::write(&path, bytes).unwrap();
             let file = File::open(&path).unwrap();
-            let e = read_tail(&file, bytes.len() as u64).unwrap_err();
+            let e = read_tail(bytes.len() as u64, |start, n| read_at(&file, start, n)).unwrap_err();
             assert!(e.to_string().contains("Parquet error"), "{name}: {e}");
         }
     }
@@ -248,10 +264,9 @@ mod tests {
             (0..=255u8).cycle().take(100_000).collect::<Vec<u8>>(),
         )
         .unwrap();
-        let file = File::open(&path).unwrap();
+        let file = OpenFile::open(&path).unwrap();
         // Two near ranges read as one, a far one apart.
-        let parts =
-            ReadParts::read(&file, 100_000, vec![(90_000, 90_010), (10, 20), (30, 40)]).unwrap();
+        let parts = ReadParts::read(&file, vec![(90_000, 90_010), (10, 20), (30, 40)]).unwrap();
         assert_eq!(parts.parts.len(), 2);
         assert_eq!(&parts.get_bytes(35, 3).unwrap()[..], &[35, 36, 37]);
         assert_eq!(

@@ -132,9 +132,13 @@ impl RowGroupsExec {
             let Some((mask, places)) = scan.columns_in(&metadata) else {
                 return Ok(None);
             };
+            let len = file.len;
+            let Some(file) = file.into_file() else {
+                return Ok(None);
+            };
             files.push(ScanFile {
                 path,
-                file: PagedFile::new(Arc::new(file.file), file.len),
+                file: PagedFile::new(Arc::new(file), len),
                 metadata,
                 mask,
                 places,

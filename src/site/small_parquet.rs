@@ -621,12 +621,17 @@ mod tests {
         assert!(e.contains("does not end in a Parquet footer"), "{e}");
     }
 
+    /// The bytes the cache's `open` gives for the file, when kept.
+    fn kept_bytes(footers: &FooterCache, path: &Path) -> Option<Vec<u8>> {
+        match footers.open(path).unwrap().source() {
+            footers::Source::Kept(bytes) => Some(bytes.to_vec()),
+            footers::Source::File(_) => None,
+        }
+    }
+
     /// Whether the cache's `open` gives the file's kept bytes.
     fn kept(footers: &FooterCache, path: &Path) -> bool {
-        matches!(
-            footers.open(path).unwrap().source(),
-            footers::Source::Kept(_)
-        )
+        kept_bytes(footers, path).is_some()
     }
 
     #[tokio::test]
@@ -646,7 +651,21 @@ mod tests {
         break_tail(&path, an_hour_ago);
         let again = run(&ctx, read_by_site(&plan, &path, &footers)).await;
         assert_eq!(again, first);
-        // A time one second later: the file is read again, and found broken.
+        // What is kept is the file as it was read, not as it is now.
+        let on_disk = std::fs::read(&path).unwrap();
+        assert_ne!(kept_bytes(&footers, &path).unwrap(), on_disk);
+        // Those bytes, length and time in another file renamed over it:
+        // the file is read again.
+        let copy = dir.path().join("copy.parquet");
+        std::fs::write(&copy, &on_disk).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&copy)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        std::fs::rename(&copy, &path).unwrap();
+        assert_eq!(kept_bytes(&footers, &path).unwrap(), on_disk);
         break_tail(&path, an_hour_ago + Duration::from_secs(1));
         let scan = read_by_site(&plan, &path, &footers);
         let e = collect(scan, ctx.task_ctx()).await.unwrap_err().to_string();

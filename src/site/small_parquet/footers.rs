@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -34,8 +35,9 @@ pub const KEPT_FILE_BYTES: usize = 256 << 20;
 /// read, and parsed anew when its bytes differ from the cached ones.
 ///
 /// The same rule keeps the whole bytes of small files ([`SMALL_FILE`]) for
-/// [`FooterCache::open`]: a scan of a settled small file whose length and
-/// time hold reads it from memory, with one `stat` and no `open` or read
+/// [`FooterCache::open`]: a scan of a settled small file whose length,
+/// time and inode hold (a file renamed over it is another) reads it from
+/// memory, with one `stat` and no `open` or read
 /// (a thousand small clients pay three system calls and a copy per file
 /// and query otherwise). At most [`KEPT_FILE_BYTES`] are kept.
 #[derive(Debug, Default)]
@@ -55,16 +57,20 @@ fn settled_stamp(len: u64, modified: Option<SystemTime>, read_at: SystemTime) ->
         .map(|m| (len, m))
 }
 
-/// Whole small files, each with the stamp it was read with.
+/// The device and inode of a file: a file replaced by another (renamed
+/// over it) has another, whatever its length and time.
+type Inode = (u64, u64);
+
+/// Whole small files, each with the stamp and inode it was read with.
 #[derive(Debug, Default)]
 struct KeptFiles {
-    by_path: HashMap<PathBuf, (Stamp, Bytes)>,
+    by_path: HashMap<PathBuf, ((Stamp, Inode), Bytes)>,
     order: VecDeque<PathBuf>,
     bytes: usize,
 }
 
 impl KeptFiles {
-    fn keep(&mut self, path: &Path, stamp: Stamp, bytes: Bytes) {
+    fn keep(&mut self, path: &Path, stamp: (Stamp, Inode), bytes: Bytes) {
         self.bytes += bytes.len();
         if let Some((_, old)) = self.by_path.insert(path.to_path_buf(), (stamp, bytes)) {
             self.bytes -= old.len();
@@ -114,6 +120,7 @@ pub struct OpenFile {
     source: Source,
     pub(super) len: u64,
     modified: Option<SystemTime>,
+    inode: Inode,
 }
 
 /// Where a scan reads a file's bytes from.
@@ -139,6 +146,7 @@ impl OpenFile {
         Ok(Self {
             len: stat.len(),
             modified: stat.modified().ok(),
+            inode: (stat.dev(), stat.ino()),
             source: Source::File(file),
         })
     }
@@ -193,13 +201,15 @@ impl FooterCache {
     pub fn open(&self, path: &Path) -> DFResult<OpenFile> {
         let stat = std::fs::metadata(path).map_err(unreadable(path))?;
         if let Ok(modified) = stat.modified() {
-            let stamp = (stat.len(), modified);
+            let inode = (stat.dev(), stat.ino());
+            let stamp = ((stat.len(), modified), inode);
             let files = self.files.lock().expect("not poisoned");
             if let Some((_, bytes)) = files.by_path.get(path).filter(|(kept, _)| *kept == stamp) {
                 return Ok(OpenFile {
                     source: Source::Kept(bytes.clone()),
-                    len: stamp.0,
+                    len: stat.len(),
                     modified: Some(modified),
+                    inode,
                 });
             }
         }
@@ -215,7 +225,7 @@ impl FooterCache {
         self.files
             .lock()
             .expect("not poisoned")
-            .keep(path, stamp, bytes.clone());
+            .keep(path, (stamp, file.inode), bytes.clone());
         Ok(OpenFile {
             source: Source::Kept(bytes),
             ..file

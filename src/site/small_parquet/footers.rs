@@ -194,10 +194,10 @@ impl OpenFile {
 }
 
 impl FooterCache {
-    /// The file at `path` for a scan: the bytes kept of it when its length
-    /// and modification time (its `stat`) are those they were read with;
-    /// else the file opened, and its bytes read whole and kept when it is
-    /// small and settled.
+    /// The file at `path` for a scan: the bytes kept of it when its length,
+    /// modification time and inode (its `stat`) are those they were read
+    /// with; else the file opened, and its bytes read whole and kept when
+    /// it is small and settled.
     pub fn open(&self, path: &Path) -> DFResult<OpenFile> {
         let stat = std::fs::metadata(path).map_err(unreadable(path))?;
         if let Ok(modified) = stat.modified() {

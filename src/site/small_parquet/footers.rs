@@ -40,10 +40,20 @@ pub const KEPT_FILE_BYTES: usize = 256 << 20;
 /// memory, with one `stat` and no `open` or read
 /// (a thousand small clients pay three system calls and a copy per file
 /// and query otherwise). At most [`KEPT_FILE_BYTES`] are kept.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FooterCache {
-    inner: Mutex<Footers>,
-    files: Mutex<KeptFiles>,
+    footers: Mutex<ByPath<Arc<Footer>>>,
+    /// Whole small files, each with the stamp and inode it was read with.
+    files: Mutex<ByPath<((Stamp, Inode), Bytes)>>,
+}
+
+impl Default for FooterCache {
+    fn default() -> Self {
+        Self {
+            footers: Mutex::new(ByPath::new(FOOTER_CACHE_BYTES)),
+            files: Mutex::new(ByPath::new(KEPT_FILE_BYTES)),
+        }
+    }
 }
 
 /// A file's length and modification time.
@@ -61,28 +71,45 @@ fn settled_stamp(len: u64, modified: Option<SystemTime>, read_at: SystemTime) ->
 /// over it) has another, whatever its length and time.
 type Inode = (u64, u64);
 
-/// Whole small files, each with the stamp and inode it was read with.
-#[derive(Debug, Default)]
-struct KeptFiles {
-    by_path: HashMap<PathBuf, ((Stamp, Inode), Bytes)>,
+/// Values by file path, at most `limit` bytes of them (each value's size
+/// as given when it was put in); the oldest go first.
+#[derive(Debug)]
+struct ByPath<V> {
+    by_path: HashMap<PathBuf, (V, usize)>,
     order: VecDeque<PathBuf>,
     bytes: usize,
+    limit: usize,
 }
 
-impl KeptFiles {
-    fn keep(&mut self, path: &Path, stamp: (Stamp, Inode), bytes: Bytes) {
-        self.bytes += bytes.len();
-        if let Some((_, old)) = self.by_path.insert(path.to_path_buf(), (stamp, bytes)) {
-            self.bytes -= old.len();
+impl<V> ByPath<V> {
+    fn new(limit: usize) -> Self {
+        Self {
+            by_path: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    fn get(&self, path: &Path) -> Option<&V> {
+        self.by_path.get(path).map(|(value, _)| value)
+    }
+
+    /// Puts `value` of `size` bytes in for `path`, then drops the oldest
+    /// values while there are more than the limit's bytes.
+    fn put(&mut self, path: &Path, value: V, size: usize) {
+        self.bytes += size;
+        if let Some((_, old)) = self.by_path.insert(path.to_path_buf(), (value, size)) {
+            self.bytes -= old;
         } else {
             self.order.push_back(path.to_path_buf());
         }
-        while self.bytes > KEPT_FILE_BYTES {
+        while self.bytes > self.limit {
             let Some(oldest) = self.order.pop_front() else {
                 break;
             };
             if let Some((_, old)) = self.by_path.remove(&oldest) {
-                self.bytes -= old.len();
+                self.bytes -= old;
             }
         }
     }
@@ -93,13 +120,6 @@ impl KeptFiles {
 /// file systems stamp writes with, so that a second write in the tick of
 /// the first cannot leave the time as it was.
 const SETTLED: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Default)]
-struct Footers {
-    by_path: HashMap<PathBuf, Arc<Footer>>,
-    order: VecDeque<PathBuf>,
-    bytes: usize,
-}
 
 #[derive(Debug, Clone)]
 struct Footer {
@@ -204,7 +224,7 @@ impl FooterCache {
             let inode = (stat.dev(), stat.ino());
             let stamp = ((stat.len(), modified), inode);
             let files = self.files.lock().expect("not poisoned");
-            if let Some((_, bytes)) = files.by_path.get(path).filter(|(kept, _)| *kept == stamp) {
+            if let Some((_, bytes)) = files.get(path).filter(|(kept, _)| *kept == stamp) {
                 return Ok(OpenFile {
                     source: Source::Kept(bytes.clone()),
                     len: stat.len(),
@@ -222,10 +242,11 @@ impl FooterCache {
             return Ok(file);
         }
         let bytes = file.read_at(0, file.len as usize)?;
-        self.files
-            .lock()
-            .expect("not poisoned")
-            .keep(path, (stamp, file.inode), bytes.clone());
+        self.files.lock().expect("not poisoned").put(
+            path,
+            ((stamp, file.inode), bytes.clone()),
+            bytes.len(),
+        );
         Ok(OpenFile {
             source: Source::Kept(bytes),
             ..file
@@ -241,10 +262,9 @@ impl FooterCache {
         table: &SchemaRef,
     ) -> DFResult<ArrowReaderMetadata> {
         let cached = self
-            .inner
+            .footers
             .lock()
             .expect("not poisoned")
-            .by_path
             .get(path)
             .cloned()
             .filter(|f| Arc::ptr_eq(&f.table, table) || f.table == *table);
@@ -271,21 +291,11 @@ impl FooterCache {
         };
         let footer = Arc::new(footer);
         let reader = footer.reader.clone();
-        let mut footers = self.inner.lock().expect("not poisoned");
-        footers.bytes += footer.size;
-        if let Some(old) = footers.by_path.insert(path.to_path_buf(), footer) {
-            footers.bytes -= old.size;
-        } else {
-            footers.order.push_back(path.to_path_buf());
-        }
-        while footers.bytes > FOOTER_CACHE_BYTES {
-            let Some(oldest) = footers.order.pop_front() else {
-                break;
-            };
-            if let Some(old) = footers.by_path.remove(&oldest) {
-                footers.bytes -= old.size;
-            }
-        }
+        let size = footer.size;
+        self.footers
+            .lock()
+            .expect("not poisoned")
+            .put(path, footer, size);
         Ok(reader)
     }
 }

@@ -18,6 +18,8 @@ mod errors;
 mod explain;
 #[path = "suites/explain_fits.rs"]
 mod explain_fits;
+#[path = "suites/fail_closed.rs"]
+mod fail_closed;
 #[path = "suites/fedsgd.rs"]
 mod fedsgd;
 #[path = "suites/formulas.rs"]

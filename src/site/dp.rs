@@ -228,7 +228,7 @@ impl DpSite {
                 let Expr::AggregateFunction(f) = e else {
                     return Ok(TreeNodeRecursion::Continue);
                 };
-                if fedsql_udfs::dp::is_dp(f.func.name()) {
+                if fedsql_udfs::catalogue::is_dp(f.func.name()) {
                     dp += 1;
                     distinct |= f.params.distinct;
                 } else {
@@ -478,7 +478,10 @@ pub fn dp_only_under_policy(plan: &Arc<dyn ExecutionPlan>) -> bool {
     top_aggregate(plan)
         .and_then(|agg| agg.aggr_expr().split_last())
         .is_some_and(|(_, rest)| {
-            !rest.is_empty() && rest.iter().all(|e| fedsql_udfs::dp::is_dp(e.fun().name()))
+            !rest.is_empty()
+                && rest
+                    .iter()
+                    .all(|e| fedsql_udfs::catalogue::is_dp(e.fun().name()))
         })
 }
 

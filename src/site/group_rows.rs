@@ -19,11 +19,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
 use crate::site::guarded::{Counted, Guarded, Tally};
-use crate::site::policy::{adds_its_inputs, is_exempt};
-
-/// Aggregates whose one state column counts cells (see
-/// [`fedsql_udfs::released_cells`]).
-const RELEASES_CELLS: &[&str] = &["kmeans_step", "life_table"];
+use fedsql_udfs::catalogue;
 
 /// The name of the row count the site adds.
 const ROWS: &str = "__fedsql_group_rows";
@@ -87,7 +83,10 @@ pub fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, CountCo
         let fields = expr.state_fields()?;
         let width = fields.len();
         let name = expr.fun().name().to_ascii_lowercase();
-        if let ([field], true) = (fields.as_slice(), RELEASES_CELLS.contains(&name.as_str())) {
+        if let ([field], true) = (
+            fields.as_slice(),
+            catalogue::aggregate(&name).is_some_and(|a| a.cells.is_some()),
+        ) {
             columns
                 .cells
                 .push((field.name().clone(), name, expr.expressions().len()));
@@ -157,10 +156,17 @@ fn guard(
     schema: &datafusion::arrow::datatypes::SchemaRef,
 ) -> Result<(Arc<AggregateFunctionExpr>, usize)> {
     let name = expr.fun().name().to_ascii_lowercase();
-    if is_exempt(&name) {
+    let Some(facts) = catalogue::aggregate(&name) else {
+        return Err(FedError::refused(
+            format!("aggregate `{name}` is not in the catalogue of functions a site runs"),
+            None,
+        ));
+    };
+    // DP state: the noise protects it (see `site::dp`).
+    if facts.is_dp() {
         return Ok((Arc::clone(expr), 0));
     }
-    let counted = if adds_its_inputs(&name) {
+    let counted = if facts.adds_inputs {
         Counted::NonZero
     } else {
         Counted::NonNull

@@ -50,19 +50,13 @@ use crate::wire::rebind;
 mod doubles;
 use doubles::Doubles;
 
-/// The aggregates whose literal arguments a round over kept rows shares
-/// between batches: fedsql's step aggregates, which read a literal only
-/// through [`constant_argument::literal_value`], and `count`, which reads
-/// none.
-const SHARES_CONSTANTS: [&str; 7] = [
-    "irls_step",
-    "sgd_gradient",
-    "sgd_newton",
-    "cox_step",
-    "kmeans_step",
-    "life_table",
-    "count",
-];
+/// Whether a round over kept rows may share the literal arguments of
+/// aggregate `name` between batches (the catalogue's `shares_constants`:
+/// fedsql's step aggregates, which read a literal only through
+/// [`constant_argument::literal_value`]), or it reads none (`count`).
+fn shares_constants(name: &str) -> bool {
+    fedsql_udfs::catalogue::aggregate(name).is_some_and(|a| a.shares_constants)
+}
 
 /// How many fits' rows a site keeps at once.
 pub const MAX_KEPT_FITS: usize = 4;
@@ -254,7 +248,7 @@ fn over_batches(
 }
 
 /// The aggregates of a round over kept rows, with the literal arguments
-/// of the [`SHARES_CONSTANTS`] aggregates wrapped in a [`ConstantArgument`]:
+/// of the [`shares_constants`] aggregates wrapped in a [`ConstantArgument`]:
 /// a round then fills one array per literal and batch length rather than
 /// one per batch, and a later round rebinds the wrapped plan as it is
 /// (`rebind::rebind` keeps a changed literal wrapped).
@@ -262,7 +256,7 @@ fn shared_constants(aggregates: &[Arc<AggregateFunctionExpr>]) -> Vec<Arc<Aggreg
     aggregates
         .iter()
         .map(|aggregate| {
-            if !SHARES_CONSTANTS.contains(&aggregate.fun().name())
+            if !shares_constants(aggregate.fun().name())
                 || !aggregate.order_bys().is_empty()
                 || aggregate.is_distinct()
             {

@@ -37,13 +37,14 @@ use crate::site::covered::CountRowsExec;
 use crate::site::dp::{self, DpSite};
 use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
+use crate::site::gate;
 use crate::site::group_rows;
 use crate::site::identity::SiteIdentity;
 use crate::site::in_order;
 use crate::site::joins;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
-use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
+use crate::site::policy::{DisclosurePolicy, describe_policy};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
 use crate::site::sketches;
@@ -84,6 +85,11 @@ pub fn site_session() -> SessionContext {
         .build();
     SessionContext::new_with_state(state)
 }
+
+/// What a site under a disclosure policy answers for any failure while
+/// it evaluates a query: the same words for every failure, so that neither
+/// whether a query fails nor how tells one row's values.
+pub const EVALUATION_REFUSAL: &str = "a site could not evaluate the query; under a disclosure policy a site says nothing more about a failure (its data owner can)";
 
 /// A site whose rows are local files or in-memory batches.
 pub struct LocalClient {
@@ -307,8 +313,9 @@ impl LocalClient {
         })
     }
 
-    /// An error of this site's, naming it. Under a disclosure policy the
-    /// message keeps only the kind of error: no row text, values or paths.
+    /// An error of this site's, naming it. Under a disclosure policy, one
+    /// fixed refusal ([`EVALUATION_REFUSAL`]): no kind, row text, values,
+    /// position, paths or site name.
     fn error(&self, e: impl fmt::Display) -> FedError {
         let message = e.to_string();
         let failure = ParseFailure::read(&message, &self.rows.schema());
@@ -323,20 +330,10 @@ impl LocalClient {
                 location: self.location.clone(),
                 message,
             },
-            // Under a policy: the column, the kind and the row number only.
-            (Some(_), Some(f)) => FedError::Client {
-                client: self.name.clone(),
-                location: "details withheld under its disclosure policy".into(),
-                message: format!(
-                    "a parse error in column `{}` at data row {}",
-                    f.column, f.data_row
-                ),
-            },
-            (Some(_), None) => FedError::Client {
-                client: self.name.clone(),
-                location: "details withheld under its disclosure policy".into(),
-                message: format!("{} error", error_kind(&message)),
-            },
+            // Under a policy: one fixed refusal, whatever failed and
+            // wherever (no kind, no position): whether and how a query
+            // fails must not tell one row's values.
+            (Some(_), _) => FedError::refused(EVALUATION_REFUSAL, None),
         }
     }
 
@@ -345,6 +342,7 @@ impl LocalClient {
     /// under a policy, with the counts the policy checks. A plan of one
     /// file is instantiated from its layout's template when there is one.
     async fn physical_plan(&self, encoder: &Encoder) -> Result<SitePlan> {
+        gate::admit(encoder.plan())?;
         if let Some(policy) = &self.policy {
             policy.check_encoder(&self.name, encoder.plan())?;
             let session = SessionContext::new_with_state(self.engine.state().clone());

@@ -15,6 +15,7 @@ pub mod dp;
 pub mod dp_budget;
 pub mod engine;
 pub mod files;
+pub mod gate;
 pub mod group_rows;
 pub mod guarded;
 pub mod identity;

@@ -1,18 +1,30 @@
 //! Under a disclosure policy, a row's values never decide whether a query
-//! fails: a `CAST` that fails on one person's value, or a division by zero
-//! inside `CASE WHEN <one person> ...`, would tell the analyst one bit per
-//! query. After decoding the encoder and before planning it, the site
-//! rewrites `CAST` to `TRY_CAST` and `a / b`, `a % b` to `a / nullif(b, 0)`,
-//! `a % nullif(b, 0)`, so such rows give NULL instead of an error. Each
-//! rewritten expression keeps its name, so the state's columns are the
-//! ones the coordinator expects.
+//! fails: a `CAST` that fails on one person's value, a division by zero or
+//! a date that does not parse inside `CASE WHEN <one person> ...`, would
+//! tell the analyst one bit per query. After the encoder is admitted (see
+//! [`crate::site::gate`]) and before it is planned, the site rewrites
+//! `CAST` to `TRY_CAST`, every arithmetic operator that can fail on values
+//! (division and remainder, date and time arithmetic) and every catalogued
+//! function that can (`OnData::NullOnError` in the catalogue) into a form
+//! that gives NULL for the rows it fails on. Each rewritten expression
+//! keeps its name, so the state's columns are the ones the coordinator
+//! expects. What can still fail at run time (an aggregate's own work,
+//! memory) becomes one fixed refusal (see `LocalClient::error`).
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, new_null_array};
+use datafusion::arrow::compute::concat;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::functions::core::expr_fn::nullif;
+use datafusion::common::{DFSchema, ExprSchema, Result as DFResult, ScalarValue, internal_err};
+use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
-    BinaryExpr, Cast, Expr, ExprSchemable, LogicalPlan, Operator, TryCast,
+    BinaryExpr, Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ReturnFieldArgs,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TryCast, Volatility,
 };
+use datafusion::physical_expr::expressions::{Column as PhysicalColumn, binary as physical_binary};
+use fedsql_udfs::catalogue::{self, OnData};
 
 use crate::error::Result;
 
@@ -20,16 +32,13 @@ use crate::error::Result;
 pub fn never_fail_on_data(plan: LogicalPlan) -> Result<LogicalPlan> {
     Ok(plan
         .transform_up_with_subqueries(|node| {
-            // Joins keep their keys as written (they compare, not compute).
-            if matches!(node, LogicalPlan::Join(_)) {
-                return Ok(Transformed::no(node));
-            }
             let inputs = node.inputs();
             let schema: DFSchema = match inputs.as_slice() {
                 [input] => input.schema().as_ref().clone(),
                 _ => node.schema().as_ref().clone(),
             };
-            let keeps_names = !matches!(node, LogicalPlan::Filter(_));
+            // A filter's or a join's expressions have no output name.
+            let keeps_names = !matches!(node, LogicalPlan::Filter(_) | LogicalPlan::Join(_));
             node.map_expressions(|expr| {
                 let name = expr.schema_name().to_string();
                 let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
@@ -49,34 +58,218 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
         Expr::Cast(Cast { expr, field }) => {
             Transformed::yes(Expr::TryCast(TryCast { expr, field }))
         }
-        Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if matches!(op, Operator::Divide | Operator::Modulo) && !is_nonzero_literal(&right) =>
+        Expr::BinaryExpr(binary) if may_fail(&binary, schema) => {
+            let return_type = Expr::BinaryExpr(binary.clone()).get_type(schema)?;
+            let udf = ScalarUDF::new_from_impl(SiteArithmetic {
+                op: binary.op,
+                return_type,
+                signature: Signature::any(2, Volatility::Immutable),
+            });
+            Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                Arc::new(udf),
+                vec![*binary.left, *binary.right],
+            )))
+        }
+        Expr::ScalarFunction(f)
+            if catalogue::scalar(f.func.name())
+                .is_some_and(|s| s.on_data == OnData::NullOnError) =>
         {
-            match right
-                .get_type(schema)
-                .ok()
-                .and_then(|t| ScalarValue::new_zero(&t).ok())
-            {
-                Some(zero) => Transformed::yes(Expr::BinaryExpr(BinaryExpr {
-                    left,
-                    op,
-                    right: Box::new(nullif(*right, Expr::Literal(zero, None))),
-                })),
-                None => Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })),
-            }
+            let wrapped = ScalarUDF::new_from_impl(NullOnError { inner: f.func });
+            Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                Arc::new(wrapped),
+                f.args,
+            )))
         }
         other => Transformed::no(other),
     })
 }
 
-/// A constant divisor other than zero (and NULL) fails on no row: the
-/// rewrite would only cost a function call per batch.
-fn is_nonzero_literal(divisor: &Expr) -> bool {
-    match divisor {
-        Expr::Literal(value, _) => {
-            !value.is_null()
-                && ScalarValue::new_zero(&value.data_type()).is_ok_and(|zero| *value != zero)
+/// Whether an arithmetic operator can fail on its operands' values.
+fn may_fail(binary: &BinaryExpr, schema: &DFSchema) -> bool {
+    let temporal = |e: &Expr| {
+        e.get_type(schema).is_ok_and(|t| {
+            t.is_temporal() || matches!(t, DataType::Interval(_) | DataType::Duration(_))
+        })
+    };
+    match binary.op {
+        Operator::Divide | Operator::Modulo | Operator::IntegerDivide => {
+            !is_safe_divisor(&binary.right)
+        }
+        Operator::Plus | Operator::Minus | Operator::Multiply => {
+            temporal(&binary.left) || temporal(&binary.right)
         }
         _ => false,
     }
+}
+
+/// A constant divisor no value can fail on: not zero (either sign), not
+/// NULL, and not an integer -1 (the smallest integer divided by -1
+/// overflows).
+fn is_safe_divisor(divisor: &Expr) -> bool {
+    match divisor {
+        Expr::Literal(value, _) => {
+            let minus_one = value.data_type().is_integer()
+                && ScalarValue::new_negative_one(&value.data_type()).is_ok_and(|m| *value == m);
+            !value.is_null()
+                && !minus_one
+                && match value {
+                    ScalarValue::Float64(Some(v)) => *v != 0.0,
+                    ScalarValue::Float32(Some(v)) => *v != 0.0,
+                    _ => ScalarValue::new_zero(&value.data_type()).is_ok_and(|zero| *value != zero),
+                }
+        }
+        _ => false,
+    }
+}
+
+/// A catalogued function that may fail on data, evaluated so that a row
+/// it fails on gives NULL: the whole batch first (the common case costs
+/// nothing more), and only when that fails, row by row.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NullOnError {
+    inner: Arc<ScalarUDF>,
+}
+
+impl ScalarUDFImpl for NullOnError {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DFResult<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DFResult<FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+
+    fn is_nullable(&self, _args: &[Expr], _schema: &dyn ExprSchema) -> bool {
+        true
+    }
+
+    fn short_circuits(&self) -> bool {
+        self.inner.short_circuits()
+    }
+
+    fn conditional_arguments<'a>(
+        &self,
+        args: &'a [Expr],
+    ) -> Option<(Vec<&'a Expr>, Vec<&'a Expr>)> {
+        self.inner.inner().conditional_arguments(args)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> DFResult<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        row_by_row_on_error(args, |args| self.inner.invoke_with_args(args))
+    }
+}
+
+/// An arithmetic operator that may fail on data (integer division by zero
+/// or of the smallest integer by -1, a float divided by -0.0, date and
+/// time arithmetic past its range), evaluated by DataFusion's own operator
+/// NULL-on-error.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SiteArithmetic {
+    op: Operator,
+    return_type: DataType,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for SiteArithmetic {
+    fn name(&self) -> &str {
+        "site_arithmetic"
+    }
+
+    fn display_name(&self, args: &[Expr]) -> DFResult<String> {
+        match args {
+            [l, r] => Ok(format!("{l} {} {r}", self.op)),
+            _ => Ok(self.name().to_string()),
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
+        Ok(self.return_type.clone())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let op = self.op;
+        row_by_row_on_error(args, |args| {
+            let rows = args.number_rows;
+            let [l, r] = args.args.as_slice() else {
+                return internal_err!("site_arithmetic takes two arguments");
+            };
+            let batch = RecordBatch::try_new(
+                Arc::new(Schema::new(vec![
+                    Field::new("l", l.data_type(), true),
+                    Field::new("r", r.data_type(), true),
+                ])),
+                vec![l.to_array(rows)?, r.to_array(rows)?],
+            )?;
+            let expr = physical_binary(
+                Arc::new(PhysicalColumn::new("l", 0)),
+                op,
+                Arc::new(PhysicalColumn::new("r", 1)),
+                batch.schema_ref(),
+            )?;
+            expr.evaluate(&batch)
+        })
+    }
+}
+
+/// `evaluate(args)`, or, when it fails, each row evaluated alone with NULL
+/// for the rows that fail.
+fn row_by_row_on_error(
+    args: ScalarFunctionArgs,
+    evaluate: impl Fn(ScalarFunctionArgs) -> DFResult<ColumnarValue>,
+) -> DFResult<ColumnarValue> {
+    let return_type = args.return_field.data_type().clone();
+    let one_row = |row: Option<usize>| ScalarFunctionArgs {
+        args: args
+            .args
+            .iter()
+            .map(|a| match (a, row) {
+                (ColumnarValue::Array(array), Some(row)) => {
+                    ColumnarValue::Array(array.slice(row, 1))
+                }
+                (other, _) => other.clone(),
+            })
+            .collect(),
+        arg_fields: args.arg_fields.clone(),
+        number_rows: if row.is_some() { 1 } else { args.number_rows },
+        return_field: Arc::clone(&args.return_field),
+        config_options: Arc::clone(&args.config_options),
+    };
+    if let Ok(value) = evaluate(one_row(None)) {
+        return Ok(value);
+    }
+    let all_scalars = args
+        .args
+        .iter()
+        .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+    if all_scalars {
+        return Ok(ColumnarValue::Scalar(ScalarValue::try_from(&return_type)?));
+    }
+    let mut rows: Vec<ArrayRef> = Vec::with_capacity(args.number_rows);
+    for row in 0..args.number_rows {
+        rows.push(match evaluate(one_row(Some(row))) {
+            Ok(value) => value.to_array(1)?,
+            Err(_) => new_null_array(&return_type, 1),
+        });
+    }
+    let refs: Vec<&dyn Array> = rows.iter().map(|a| a.as_ref()).collect();
+    if refs.is_empty() {
+        return Ok(ColumnarValue::Array(new_null_array(&return_type, 0)));
+    }
+    Ok(ColumnarValue::Array(concat(&refs)?))
 }

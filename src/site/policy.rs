@@ -36,56 +36,11 @@ use datafusion::arrow::datatypes::Float64Type;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
+use fedsql_udfs::catalogue;
+
 use crate::error::{FedError, Result};
 use crate::site::group_rows::StateCounts;
 use crate::wire::secure::SecureSession;
-
-/// Aggregates whose state is one row's value or a bit pattern of values.
-const EXTREMES: &[&str] = &[
-    "min",
-    "max",
-    "first_value",
-    "last_value",
-    "any_value",
-    "bit_and",
-    "bit_or",
-    "bit_xor",
-    "bool_and",
-    "bool_or",
-];
-
-/// Aggregates that do not add their inputs: a zero input counts for them
-/// as much as any other value, so only NULLs are left out of their input
-/// counts. Every other aggregate (sum, avg, the variances and moments,
-/// the matrix aggregates, every model round) adds its inputs, and a zero
-/// adds nothing.
-const COUNTING: &[&str] = &[
-    "count",
-    "histogram",
-    "kmeans_step",
-    "life_table",
-    "grouping",
-    "approx_percentile_cont",
-    "approx_median",
-];
-
-/// Whether `name` (lower case) adds its inputs: its inputs count only
-/// where they are non-zero.
-pub fn adds_its_inputs(name: &str) -> bool {
-    !COUNTING.contains(&name)
-}
-
-/// Whether the state of `name` (lower case) is exempt from the counting
-/// rules: differentially private aggregates, whose noise protects them.
-pub fn is_exempt(name: &str) -> bool {
-    name.starts_with("dp_")
-}
-
-/// Sketches whose state identifies the values summarized. (The t-digests
-/// of `approx_percentile_cont` and `approx_median` are released once the
-/// site has merged their centroids to k values each: see
-/// [`crate::site::sketches`].)
-const IDENTIFYING_SKETCHES: &[&str] = &["approx_distinct", "approx_percentile_cont_with_weight"];
 
 /// The setting keys, as `OPTIONS`, flags and the TOML `[policy]` name them.
 pub const POLICY_KEYS: &[&str] = &[
@@ -225,7 +180,8 @@ impl DisclosurePolicy {
             expr.apply(|e| {
                 if let Expr::AggregateFunction(f) = e {
                     let name = f.func.name().to_ascii_lowercase();
-                    if !self.allow_extremes && EXTREMES.contains(&name.as_str()) {
+                    let facts = catalogue::aggregate(&name);
+                    if !self.allow_extremes && facts.is_some_and(|a| a.extremes) {
                         refusal = Some(FedError::Policy {
                             client: client.to_string(),
                             rule: format!(
@@ -235,7 +191,7 @@ impl DisclosurePolicy {
                                 "use approx_percentile_cont(x, 0.01) (its t-digest is coarsened to k values per centroid) or a histogram of counts".into(),
                             ),
                         });
-                    } else if IDENTIFYING_SKETCHES.contains(&name.as_str()) {
+                    } else if facts.is_some_and(|a| a.identifying) {
                         refusal = Some(FedError::Policy {
                             client: client.to_string(),
                             rule: format!(
@@ -288,10 +244,8 @@ impl DisclosurePolicy {
         for expr in &agg.aggr_expr {
             let _ = expr.apply(|e| {
                 if let Expr::AggregateFunction(f) = e
-                    && let Some(p) = fedsql_udfs::model_parameters(
-                        &f.func.name().to_ascii_lowercase(),
-                        f.params.args.len(),
-                    )
+                    && let Some(p) = catalogue::aggregate(f.func.name())
+                        .and_then(|a| a.parameters(f.params.args.len()))
                 {
                     most = most.max(p);
                 }
@@ -327,7 +281,9 @@ impl DisclosurePolicy {
                     let Some(values) = values.as_primitive_opt::<Float64Type>() else {
                         continue;
                     };
-                    let small = fedsql_udfs::released_cells(aggregate, *args, values.values())
+                    let small = catalogue::aggregate(aggregate)
+                        .and_then(|a| a.cells)
+                        .and_then(|cells| cells(*args, values.values()))
                         .is_some_and(|cells| cells.iter().any(|&n| n > 0.0 && n < k));
                     if small {
                         let what = if aggregate == "kmeans_step" {

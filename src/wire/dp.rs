@@ -75,7 +75,7 @@ pub fn top_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
 pub fn has_dp(agg: &AggregateExec) -> bool {
     agg.aggr_expr()
         .iter()
-        .any(|e| fedsql_udfs::dp::is_dp(e.fun().name()))
+        .any(|e| fedsql_udfs::catalogue::is_dp(e.fun().name()))
 }
 
 /// Checks the constants of every DP call of a round (before any client

@@ -30,50 +30,11 @@ use datafusion::logical_expr::{Aggregate, Distinct, Expr, JoinType, LogicalPlan,
 use crate::error::{FedError, Result};
 use crate::wire::federated_scan::FederatedScan;
 
-/// Built-in aggregates whose state has a fixed (or small, bounded) size.
-/// min/max/first_value/last_value/any_value states are single row values:
-/// bounded, though what they reveal is a matter of privacy policy.
-const BOUNDED_BUILTINS: &[&str] = &[
-    "count",
-    "sum",
-    "avg",
-    "min",
-    "max",
-    "var",
-    "var_pop",
-    "stddev",
-    "stddev_pop",
-    "covar_samp",
-    "covar_pop",
-    "corr",
-    "regr_slope",
-    "regr_intercept",
-    "regr_count",
-    "regr_r2",
-    "regr_avgx",
-    "regr_avgy",
-    "regr_sxx",
-    "regr_syy",
-    "regr_sxy",
-    "bool_and",
-    "bool_or",
-    "bit_and",
-    "bit_or",
-    "bit_xor",
-    "approx_distinct",
-    "approx_percentile_cont",
-    "approx_percentile_cont_with_weight",
-    "approx_median",
-    "first_value",
-    "last_value",
-    "any_value",
-    "grouping",
-];
-
-/// Whether an aggregate function's state is bounded whatever the row count.
+/// Whether an aggregate function may run over federated rows: it is in
+/// the catalogue of functions a site runs, whose every aggregate has a
+/// state bounded whatever the row count.
 pub fn is_bounded_aggregate(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    BOUNDED_BUILTINS.contains(&name.as_str()) || fedsql_udfs::is_bounded(&name)
+    fedsql_udfs::catalogue::aggregate(name).is_some()
 }
 
 /// The bounded alternative to an unbounded aggregate, where there is one.
@@ -200,8 +161,13 @@ pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
         LogicalPlan::Projection(_)
         | LogicalPlan::Filter(_)
         | LogicalPlan::SubqueryAlias(_)
-        | LogicalPlan::Subquery(_)
-        | LogicalPlan::Unnest(_) => Ok(federated[0].clone()),
+        | LogicalPlan::Subquery(_) => Ok(federated[0].clone()),
+        LogicalPlan::Unnest(_) => Err(refuse_rows(
+            "UNNEST",
+            federated[0],
+            "it makes several rows of one, which every count and threshold would then count as people",
+            Some("aggregate the rows themselves; a list's elements are not rows a site counts"),
+        )),
         LogicalPlan::Repartition(_) => Ok(federated[0].clone()),
         LogicalPlan::Sort(sort) if sort.fetch.is_none() => Ok(federated[0].clone()),
         LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => Err(refuse_rows(
@@ -318,6 +284,10 @@ fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
                     ));
                     return Ok(TreeNodeRecursion::Stop);
                 }
+                if let Err(e) = check_sizes(f) {
+                    refusal = Some(e);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
                 let bounded = is_bounded_aggregate(&name) || f.func.aliases().iter().any(|a| is_bounded_aggregate(a));
                 if !bounded {
                     refusal = Some(FedError::refused(
@@ -337,6 +307,37 @@ fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses a call whose state the catalogue sizes by an argument (a
+/// histogram's bins) unless that argument is a constant within bounds:
+/// checked on both sides before anything is allocated.
+pub fn check_sizes(f: &datafusion::logical_expr::expr::AggregateFunction) -> Result<()> {
+    let Some(at) = fedsql_udfs::catalogue::aggregate(f.func.name()).and_then(|a| a.sized_by) else {
+        return Ok(());
+    };
+    let Some(arg) = f.params.args.get(at) else {
+        return Ok(()); // the function's own signature refuses it
+    };
+    let mut value = arg;
+    while let Expr::Cast(c) = value {
+        value = &c.expr;
+    }
+    let bins = match value {
+        Expr::Literal(v, _) => v.to_string().parse::<f64>().ok(),
+        _ => None,
+    };
+    match bins {
+        Some(b) if b <= fedsql_udfs::catalogue::MAX_BINS as f64 => Ok(()),
+        _ => Err(FedError::refused(
+            format!(
+                "{}: at most {} bins, given as a constant",
+                f.func.name(),
+                fedsql_udfs::catalogue::MAX_BINS
+            ),
+            Some("use fewer bins"),
+        )),
+    }
 }
 
 /// Refuses plan nodes that write or define anything, or that a site would

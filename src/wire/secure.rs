@@ -174,7 +174,7 @@ impl SecureLayout {
         let mut widths = Vec::new();
         for expr in aggregate.aggr_expr() {
             widths.push((
-                fedsql_udfs::is_secure(expr.fun().name()),
+                fedsql_udfs::catalogue::is_secure(expr.fun().name()),
                 expr.state_fields()?.len(),
                 expr,
             ));
@@ -255,7 +255,7 @@ impl SecureLayout {
 pub fn check_round(partial: &AggregateExec) -> Result<bool> {
     let mut secure = false;
     for expr in partial.aggr_expr() {
-        if fedsql_udfs::is_secure(expr.fun().name()) {
+        if fedsql_udfs::catalogue::is_secure(expr.fun().name()) {
             expr.create_accumulator()?;
             secure = true;
         }
@@ -269,7 +269,7 @@ pub fn has_secure_aggregates(plan: &Arc<dyn ExecutionPlan>) -> bool {
     plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
         a.aggr_expr()
             .iter()
-            .any(|e| fedsql_udfs::is_secure(e.fun().name()))
+            .any(|e| fedsql_udfs::catalogue::is_secure(e.fun().name()))
     })
 }
 

@@ -55,11 +55,20 @@ pub enum Slot {
     Missing,
 }
 
+/// The most bins a histogram (or a DP histogram) may have: a site refuses
+/// more before it allocates anything.
+pub const MAX_BINS: i64 = 10_000;
+
 impl Bins {
     /// The bins of `histogram(x, lower, upper, bins)`; an error names a bad argument.
     pub fn new(lower: f64, upper: f64, bins: i64) -> Result<Self> {
         if bins < 1 {
             return plan_err!("{NAME}: bins must be at least 1, got {bins}");
+        }
+        if bins > MAX_BINS {
+            return plan_err!(
+                "{NAME}: at most {MAX_BINS} bins, got {bins} (a site bounds a state's size before it allocates it)"
+            );
         }
         if !(lower.is_finite() && upper.is_finite()) {
             return plan_err!("{NAME}: lower and upper must be finite, got {lower} and {upper}");

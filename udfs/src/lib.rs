@@ -2,12 +2,13 @@
 //!
 //! Every aggregate here has a fixed-size state that merges as a commutative
 //! monoid, so fedsql can run its partial half at each client and merge the
-//! states on the coordinator. [`register_all`] adds them to a context, and
-//! [`is_bounded`] tells fedsql's exposure check that they are safe to run
-//! over federated rows; [`is_secure`] names those whose state is a sum mod
-//! 2^64 that clients may mask (secure aggregation). [`linalg`] is the linear algebra the decoders run on
-//! merged matrices.
+//! states on the coordinator. [`register_all`] adds them to a context;
+//! [`catalogue`] holds the facts a site needs about every function it lets
+//! run over its rows (these aggregates and DataFusion's), and is the only
+//! place that lists them. [`linalg`] is the linear algebra the decoders run
+//! on merged matrices.
 
+pub mod catalogue;
 pub mod centered_moments;
 pub mod comoments;
 pub mod constant_argument;
@@ -37,8 +38,6 @@ pub mod secure_sum_vec;
 pub mod sgd_step;
 #[cfg(test)]
 mod testing;
-
-pub use secure_quantized::is_secure;
 
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::prelude::SessionContext;
@@ -76,57 +75,6 @@ pub fn register_all(ctx: &SessionContext) {
     use datafusion::execution::FunctionRegistry;
     let planner = std::sync::Arc::new(dp::planner::DpCountStarPlanner);
     let _ = ctx.state_ref().write().register_expr_planner(planner);
-}
-
-/// The cells a state releases counts of, which a disclosure policy holds
-/// to its minimum at each site: per cluster the rows of `kmeans_step`
-/// (called with `args` arguments), per interval the events and the
-/// censorings of `life_table` (and the rows before and beyond its grid).
-/// `None` for any other aggregate, or a state of another length.
-pub fn released_cells(name: &str, args: usize, state: &[f64]) -> Option<Vec<f64>> {
-    match name {
-        "kmeans_step" => {
-            let width = args.checked_sub(1)? + 2;
-            let blocks = state.len().checked_sub(1)?;
-            (blocks % width == 0).then(|| state[..blocks].chunks(width).map(|b| b[0]).collect())
-        }
-        "life_table" => {
-            let table = (state.len() >= 5 && state.len() % 2 == 1)
-                .then(|| life_table::LifeTable::from_slice(state))?;
-            let mut cells = table.events;
-            cells.extend(table.censored);
-            cells.extend([table.before, table.beyond]);
-            Some(cells)
-        }
-        _ => None,
-    }
-}
-
-/// How many model parameters (design columns) a call of a model-round or
-/// matrix aggregate with `args` arguments estimates, for a site's
-/// `max_parameter_ratio` policy; `None` for other aggregates.
-pub fn model_parameters(name: &str, args: usize) -> Option<usize> {
-    let leading = match name {
-        // config, y, trials, offset, weight, x...
-        "irls_step" => 5,
-        // config, y, offset, x...
-        "sgd_gradient" | "sgd_newton" => 3,
-        // config, stratum, time, event, weight, x...
-        "cox_step" => 5,
-        // y, x... with the intercept: as many parameters as arguments
-        "normal_equations" => 0,
-        "normal_equations_no_intercept" => 1,
-        "centered_moments" | "covariance_matrix" | "correlation_matrix" => 0,
-        _ => return None,
-    };
-    Some(args.saturating_sub(leading))
-}
-
-/// Whether `name` is one of this crate's (bounded-state) aggregates.
-pub fn is_bounded(name: &str) -> bool {
-    all()
-        .iter()
-        .any(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
 }
 
 #[cfg(test)]

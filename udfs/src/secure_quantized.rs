@@ -5,7 +5,7 @@
 //!
 //! A sum mod 2^64 is what secure aggregation needs: fedsql's clients add
 //! pairwise masks mod 2^64 to exactly these state columns (see
-//! [`is_secure`]), the masks cancel in the merge, and the merge here is a
+//! [`crate::catalogue::is_secure`]), the masks cancel in the merge, and the merge here is a
 //! plain wrapping addition. The mapping follows TensorFlow Federated's
 //! `secure_quantized_sum`:
 //!
@@ -44,16 +44,6 @@ use crate::quantizer::{SUPPORTED, coerce_bound, list_item, supported};
 
 /// Quantization levels: values map to `0 ..= 2^32 − 1`.
 pub const LEVELS: u64 = u32::MAX as u64;
-
-/// The names of the aggregates whose state is a quantized sum mod 2^64.
-pub const SECURE_AGGREGATES: &[&str] =
-    &["secure_sum", "secure_avg", "secure_count", "secure_sum_vec"];
-
-/// Whether `name` is a secure aggregate: every column of its state is a
-/// `UInt64` (or a list of `UInt64`) summed mod 2^64, so it may be masked.
-pub fn is_secure(name: &str) -> bool {
-    SECURE_AGGREGATES.contains(&name.to_ascii_lowercase().as_str())
-}
 
 /// What a secure aggregate returns from the merged state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

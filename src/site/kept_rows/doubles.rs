@@ -11,7 +11,7 @@
 //!
 //! A column is kept as doubles only when every expression of the round
 //! reads it through that cast, only when every aggregate is one whose
-//! arguments are all it reads ([`SHARES_CONSTANTS`]) and nothing groups the
+//! arguments are all it reads ([`shares_constants`]) and nothing groups the
 //! rows, and only from a 64-bit integer, so the kept rows take no more
 //! memory. A later round over the same rows that reads such a column in
 //! any other way cannot use them ([`Doubles::rewrite`] says so), and the
@@ -30,7 +30,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_plan::aggregates::AggregateExec;
 
-use super::SHARES_CONSTANTS;
+use super::shares_constants;
 use crate::error::Result;
 
 /// The columns of a fit's kept rows held as `Float64` in place of the
@@ -118,9 +118,7 @@ fn cast_column(expr: &Arc<dyn PhysicalExpr>) -> Option<&Column> {
 fn may_fold(partial: &AggregateExec) -> bool {
     partial.group_expr().is_empty()
         && partial.aggr_expr().iter().all(|a| {
-            SHARES_CONSTANTS.contains(&a.fun().name())
-                && a.order_bys().is_empty()
-                && !a.is_distinct()
+            shares_constants(a.fun().name()) && a.order_bys().is_empty() && !a.is_distinct()
         })
 }
 

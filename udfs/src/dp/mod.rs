@@ -35,20 +35,12 @@ use rand_core::{CryptoRng, RngCore};
 pub use aggregate::{Kind, Params};
 use sampler::{Scale, discrete_laplace};
 
-/// The names of the DP aggregates.
-pub const NAMES: &[&str] = &["dp_count", "dp_sum", "dp_avg", "dp_var", "dp_histogram"];
-
 /// Grid levels: the largest magnitude of a quantized value.
 pub const LEVELS: u64 = 1 << 20;
 
 /// Denominator of the rational ε a sampler uses: ε is rounded *down* to a
 /// multiple of 2^-20, so the noise is never smaller than ε asks.
 const EPSILON_DENOMINATOR: f64 = (1u64 << 20) as f64;
-
-/// Whether `name` is a DP aggregate.
-pub fn is_dp(name: &str) -> bool {
-    NAMES.iter().any(|dp| dp.eq_ignore_ascii_case(name))
-}
 
 /// The noise of one state column.
 #[derive(Debug, Clone, PartialEq)]

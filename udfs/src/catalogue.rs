@@ -1,0 +1,556 @@
+//! The one catalogue of what may run over a site's rows: for every
+//! aggregate and scalar function fedsql lets run beside the data, the facts
+//! a site needs to reason about it. What is not here is not run: a site
+//! refuses any function it does not find (in process and at workers
+//! alike), and every other part of fedsql asks this table instead of
+//! keeping a list of names.
+//!
+//! The facts of an aggregate ([`Aggregate`]): its state is bounded
+//! whatever the rows (every catalogued aggregate's is); whether its state
+//! is one row's value or a bit pattern of values (`extremes`); whether it
+//! adds its inputs (a zero input then adds nothing, and the site counts
+//! only non-zero inputs against k) or counts them; whether its state
+//! identifies the values it summarizes; whether it is differentially
+//! private or a secure (maskable) sum; how many model parameters it
+//! estimates; which cells of its state count rows; whether a fit's rounds
+//! over kept rows may share its constants between batches.
+//!
+//! The facts of a scalar function ([`Scalar`]): whether it can fail on a
+//! row's values. A site under a disclosure policy evaluates every
+//! catalogued function NULL-on-error (a failure on one row gives NULL for
+//! that row), so the facts here say which calls need the wrapper; a
+//! function whose work or output grows with an argument's value (`repeat`,
+//! `lpad`, `range`, `array_repeat`, ...) or that makes rows from one row is
+//! not catalogued, and so never runs at a site.
+
+/// How a catalogued function may fail on a row's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnData {
+    /// It never fails on data (only on argument types, which planning
+    /// checks before any row is read).
+    Never,
+    /// It may fail on some values: a site under a policy evaluates it
+    /// NULL-on-error.
+    NullOnError,
+}
+
+/// What an aggregate's state is, for the privacy rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privacy {
+    /// An exact state, held to the disclosure policy's thresholds.
+    Exact,
+    /// A differentially private state: the site adds noise and debits ε.
+    Dp,
+    /// A quantized sum mod 2^64 the sites may mask (secure aggregation).
+    Secure,
+}
+
+/// Where, in the state of a call with `args` arguments, the counts of rows
+/// per cell are: `None` when the state does not have the expected shape.
+pub type Cells = fn(args: usize, state: &[f64]) -> Option<Vec<f64>>;
+
+/// The facts of one aggregate function.
+#[derive(Debug, Clone, Copy)]
+pub struct Aggregate {
+    /// Its name, as DataFusion's registry keys it.
+    pub name: &'static str,
+    /// Its state is one row's value or a bit pattern of values (refused
+    /// under a policy with `extremes = refuse`).
+    pub extremes: bool,
+    /// It adds its inputs: a zero input adds nothing, so only non-zero
+    /// inputs count towards k. Otherwise it counts its (non-NULL) inputs.
+    pub adds_inputs: bool,
+    /// Its state identifies the values it summarizes (refused under any
+    /// policy).
+    pub identifying: bool,
+    /// Exact, DP or secure.
+    pub privacy: Privacy,
+    /// For a model round or matrix aggregate: the number of leading
+    /// arguments that are not design columns (the rest are parameters).
+    pub model_leading: Option<usize>,
+    /// The cells its state releases counts of (each held to k).
+    pub cells: Option<Cells>,
+    /// A fit's rounds over kept rows may share its literal arguments
+    /// between batches (it reads a literal only through
+    /// `constant_argument::literal_value`, or reads none).
+    pub shares_constants: bool,
+    /// The argument that sizes its state (a histogram's bins): a constant
+    /// of at most [`MAX_BINS`], checked before anything is allocated.
+    pub sized_by: Option<usize>,
+}
+
+impl Aggregate {
+    /// An exact aggregate that adds its inputs, with no other facts.
+    const fn adding(name: &'static str) -> Self {
+        Self {
+            name,
+            extremes: false,
+            adds_inputs: true,
+            identifying: false,
+            privacy: Privacy::Exact,
+            model_leading: None,
+            cells: None,
+            shares_constants: false,
+            sized_by: None,
+        }
+    }
+
+    /// An exact aggregate that counts its inputs.
+    const fn counting(name: &'static str) -> Self {
+        Self {
+            adds_inputs: false,
+            ..Self::adding(name)
+        }
+    }
+
+    const fn extremes(self) -> Self {
+        Self {
+            extremes: true,
+            ..self
+        }
+    }
+
+    const fn identifying(self) -> Self {
+        Self {
+            identifying: true,
+            ..self
+        }
+    }
+
+    const fn privacy(self, privacy: Privacy) -> Self {
+        Self { privacy, ..self }
+    }
+
+    const fn model(self, leading: usize) -> Self {
+        Self {
+            model_leading: Some(leading),
+            ..self
+        }
+    }
+
+    const fn cells(self, cells: Cells) -> Self {
+        Self {
+            cells: Some(cells),
+            ..self
+        }
+    }
+
+    const fn sized_by(self, argument: usize) -> Self {
+        Self {
+            sized_by: Some(argument),
+            ..self
+        }
+    }
+
+    const fn shares_constants(self) -> Self {
+        Self {
+            shares_constants: true,
+            ..self
+        }
+    }
+
+    /// Whether the state is differentially private.
+    pub fn is_dp(&self) -> bool {
+        self.privacy == Privacy::Dp
+    }
+
+    /// Whether the state is a maskable secure sum.
+    pub fn is_secure(&self) -> bool {
+        self.privacy == Privacy::Secure
+    }
+
+    /// How many model parameters a call with `args` arguments estimates;
+    /// `None` for an aggregate that fits no model.
+    pub fn parameters(&self, args: usize) -> Option<usize> {
+        self.model_leading
+            .map(|leading| args.saturating_sub(leading))
+    }
+}
+
+/// The facts of one scalar function.
+#[derive(Debug, Clone, Copy)]
+pub struct Scalar {
+    /// Its name, as DataFusion's registry keys it.
+    pub name: &'static str,
+    /// Whether it can fail on a row's values.
+    pub on_data: OnData,
+}
+
+use Privacy::{Dp, Secure};
+
+/// The most bins a state may have (see `Aggregate::sized_by`).
+pub use crate::histogram::MAX_BINS;
+
+/// Every aggregate that may run over a site's rows.
+pub const AGGREGATES: &[Aggregate] = &[
+    // DataFusion's bounded aggregates.
+    // Reads no literal: a fit's rounds share it as they are.
+    Aggregate::counting("count").shares_constants(),
+    Aggregate::adding("sum"),
+    Aggregate::adding("avg"),
+    Aggregate::adding("min").extremes(),
+    Aggregate::adding("max").extremes(),
+    Aggregate::adding("var"),
+    Aggregate::adding("var_pop"),
+    Aggregate::adding("stddev"),
+    Aggregate::adding("stddev_pop"),
+    Aggregate::adding("covar_samp"),
+    Aggregate::adding("covar_pop"),
+    Aggregate::adding("corr"),
+    Aggregate::adding("regr_slope"),
+    Aggregate::adding("regr_intercept"),
+    Aggregate::adding("regr_count"),
+    Aggregate::adding("regr_r2"),
+    Aggregate::adding("regr_avgx"),
+    Aggregate::adding("regr_avgy"),
+    Aggregate::adding("regr_sxx"),
+    Aggregate::adding("regr_syy"),
+    Aggregate::adding("regr_sxy"),
+    Aggregate::adding("bool_and").extremes(),
+    Aggregate::adding("bool_or").extremes(),
+    Aggregate::adding("bit_and").extremes(),
+    Aggregate::adding("bit_or").extremes(),
+    Aggregate::adding("bit_xor").extremes(),
+    Aggregate::adding("first_value").extremes(),
+    Aggregate::adding("last_value").extremes(),
+    Aggregate::adding("any_value").extremes(),
+    Aggregate::counting("grouping"),
+    // HyperLogLog registers are hashes of the values.
+    Aggregate::adding("approx_distinct").identifying(),
+    // t-digests: a site coarsens their centroids to k values each.
+    Aggregate::counting("approx_percentile_cont"),
+    Aggregate::counting("approx_median"),
+    // Centroids weighted by the analyst's expression single out values.
+    Aggregate::adding("approx_percentile_cont_with_weight").identifying(),
+    // fedsql's matrix aggregates (y, x... or x...).
+    Aggregate::adding("covariance_matrix").model(0),
+    Aggregate::adding("correlation_matrix").model(0),
+    Aggregate::adding("centered_moments").model(0),
+    Aggregate::adding("normal_equations").model(0),
+    Aggregate::adding("normal_equations_no_intercept").model(1),
+    // Model rounds: config, y, trials, offset, weight, x...
+    Aggregate::adding("irls_step").model(5).shares_constants(),
+    // config, y, offset, x...
+    Aggregate::adding("sgd_gradient")
+        .model(3)
+        .shares_constants(),
+    Aggregate::adding("sgd_newton").model(3).shares_constants(),
+    // config, stratum, time, event, weight, x...
+    Aggregate::adding("cox_step").model(5).shares_constants(),
+    Aggregate::counting("kmeans_step")
+        .cells(kmeans_cells)
+        .shares_constants(),
+    Aggregate::counting("life_table")
+        .cells(life_table_cells)
+        .shares_constants(),
+    Aggregate::counting("histogram").sized_by(3),
+    // Secure sums: quantized sums mod 2^64 that sites mask.
+    Aggregate::adding("secure_sum").privacy(Secure),
+    Aggregate::adding("secure_avg").privacy(Secure),
+    Aggregate::counting("secure_count").privacy(Secure),
+    Aggregate::adding("secure_sum_vec").privacy(Secure),
+    // Differentially private aggregates: noised at the site.
+    Aggregate::counting("dp_count").privacy(Dp),
+    Aggregate::adding("dp_sum").privacy(Dp),
+    Aggregate::adding("dp_avg").privacy(Dp),
+    Aggregate::adding("dp_var").privacy(Dp),
+    Aggregate::counting("dp_histogram").privacy(Dp).sized_by(3),
+];
+
+/// The rows of each cluster in a `kmeans_step` state: blocks of (count,
+/// sums of the coordinates, sum of squared distances) and a last value.
+fn kmeans_cells(args: usize, state: &[f64]) -> Option<Vec<f64>> {
+    let width = args.checked_sub(1)? + 2;
+    let blocks = state.len().checked_sub(1)?;
+    (blocks % width == 0).then(|| state[..blocks].chunks(width).map(|b| b[0]).collect())
+}
+
+/// The events and the censorings per interval of a `life_table` state, and
+/// the rows before and beyond its grid.
+fn life_table_cells(_args: usize, state: &[f64]) -> Option<Vec<f64>> {
+    let table = (state.len() >= 5 && state.len() % 2 == 1)
+        .then(|| crate::life_table::LifeTable::from_slice(state))?;
+    let mut cells = table.events;
+    cells.extend(table.censored);
+    cells.extend([table.before, table.beyond]);
+    Some(cells)
+}
+
+/// The facts of aggregate `name` (any case); `None`: not catalogued, so
+/// refused at a site.
+pub fn aggregate(name: &str) -> Option<&'static Aggregate> {
+    AGGREGATES
+        .iter()
+        .find(|a| a.name.eq_ignore_ascii_case(name))
+}
+
+/// The facts of scalar function `name` (any case); `None`: not
+/// catalogued, so refused at a site.
+pub fn scalar(name: &str) -> Option<&'static Scalar> {
+    SCALARS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+}
+
+/// Whether `name` is a differentially private aggregate.
+pub fn is_dp(name: &str) -> bool {
+    aggregate(name).is_some_and(Aggregate::is_dp)
+}
+
+/// Whether `name` is a secure (maskable) aggregate.
+pub fn is_secure(name: &str) -> bool {
+    aggregate(name).is_some_and(Aggregate::is_secure)
+}
+
+const fn never(name: &'static str) -> Scalar {
+    Scalar {
+        name,
+        on_data: OnData::Never,
+    }
+}
+
+const fn may_fail(name: &'static str) -> Scalar {
+    Scalar {
+        name,
+        on_data: OnData::NullOnError,
+    }
+}
+
+/// Every scalar function that may run over a site's rows. Functions whose
+/// output or work grows with an argument's value, that read files or the
+/// clock's state in ways a site does not model, or that build rows, are
+/// left out on purpose (see the module docs); so is anything DataFusion
+/// adds in a later version until it is looked at.
+pub const SCALARS: &[Scalar] = &[
+    // Conditionals and NULL handling.
+    never("coalesce"),
+    never("nullif"),
+    never("nvl"),
+    never("nvl2"),
+    never("ifnull"),
+    never("greatest"),
+    never("least"),
+    // Arithmetic and mathematics (NaN, not an error, for domain errors of
+    // floats; integer forms can overflow).
+    may_fail("abs"),
+    never("acos"),
+    never("acosh"),
+    never("asin"),
+    never("asinh"),
+    never("atan"),
+    never("atan2"),
+    never("atanh"),
+    never("cbrt"),
+    may_fail("ceil"),
+    never("cos"),
+    never("cosh"),
+    never("cot"),
+    never("degrees"),
+    never("exp"),
+    may_fail("floor"),
+    may_fail("gcd"),
+    never("isnan"),
+    never("iszero"),
+    may_fail("lcm"),
+    never("ln"),
+    may_fail("log"),
+    never("log10"),
+    never("log2"),
+    never("nanvl"),
+    never("pi"),
+    may_fail("power"),
+    never("radians"),
+    may_fail("round"),
+    may_fail("signum"),
+    never("sin"),
+    never("sinh"),
+    never("sqrt"),
+    never("tan"),
+    never("tanh"),
+    may_fail("trunc"),
+    // Text of bounded length: at most its inputs' length (or a constant
+    // factor of it).
+    never("ascii"),
+    never("bit_length"),
+    never("btrim"),
+    never("char_length"),
+    never("character_length"),
+    never("concat"),
+    never("concat_ws"),
+    may_fail("contains"),
+    never("ends_with"),
+    may_fail("initcap"),
+    may_fail("left"),
+    never("length"),
+    never("levenshtein"),
+    never("lower"),
+    never("ltrim"),
+    never("octet_length"),
+    may_fail("replace"),
+    never("reverse"),
+    may_fail("right"),
+    never("rtrim"),
+    may_fail("split_part"),
+    never("starts_with"),
+    may_fail("strpos"),
+    may_fail("substr"),
+    may_fail("substring"),
+    may_fail("substr_index"),
+    never("trim"),
+    may_fail("translate"),
+    never("upper"),
+    may_fail("md5"),
+    may_fail("sha224"),
+    may_fail("sha256"),
+    may_fail("sha384"),
+    may_fail("sha512"),
+    // Dates and times: parsing and arithmetic can fail on values.
+    may_fail("date_bin"),
+    may_fail("date_part"),
+    may_fail("date_trunc"),
+    may_fail("datepart"),
+    may_fail("datetrunc"),
+    may_fail("make_date"),
+    may_fail("to_date"),
+    may_fail("to_timestamp"),
+    may_fail("to_timestamp_seconds"),
+    may_fail("to_timestamp_millis"),
+    may_fail("to_timestamp_micros"),
+    may_fail("to_timestamp_nanos"),
+    may_fail("to_unixtime"),
+    may_fail("from_unixtime"),
+    may_fail("make_time"),
+    may_fail("to_char"),
+    may_fail("to_time"),
+    never("to_hex"),
+    never("now"),
+    never("current_date"),
+    never("current_time"),
+    never("today"),
+    // fedsql's own scalar helpers, the struct access the planner makes,
+    // and the literal lists of model configs.
+    never("get_field"),
+    never("named_struct"),
+    never("struct"),
+    may_fail("make_array"),
+    may_fail("make_list"),
+    may_fail("array_element"),
+    never("array_length"),
+    never("cardinality"),
+    never("array_has"),
+    never("arrow_typeof"),
+];
+
+/// The catalogue as a Markdown page (`docs/reference/site-functions.md`,
+/// checked by a test to be current).
+pub fn reference_markdown() -> String {
+    let yes = |b: bool| if b { "yes" } else { "" };
+    let mut page = String::from(
+        "# What a site runs: the function catalogue\n\n\
+         Generated from `udfs/src/catalogue.rs` (run `FEDSQL_BLESS=1 cargo test -p fedsql-udfs catalogue` \
+         after changing it). A site runs no aggregate and no scalar function that is not listed here, \
+         in process and at workers alike; see [the threat model](../security/threat-model.md).\n\n\
+         ## Aggregates\n\n\
+         | aggregate | inputs count towards k when | extremes | identifying | kind | model parameters | cells held to k | sized by argument |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for a in AGGREGATES {
+        page.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            a.name,
+            if a.adds_inputs {
+                "non-NULL and non-zero"
+            } else {
+                "non-NULL"
+            },
+            yes(a.extremes),
+            yes(a.identifying),
+            match a.privacy {
+                Privacy::Exact => "exact",
+                Privacy::Dp => "DP",
+                Privacy::Secure => "secure sum",
+            },
+            a.model_leading
+                .map(|l| format!("arguments after the first {l}"))
+                .unwrap_or_default(),
+            yes(a.cells.is_some()),
+            a.sized_by
+                .map(|i| format!("argument {} (at most {MAX_BINS})", i + 1))
+                .unwrap_or_default(),
+        ));
+    }
+    page.push_str(
+        "\n## Scalar functions\n\n\
+         Under a disclosure policy a site evaluates those that can fail on a row's values \
+         NULL-on-error (a row it fails on gives NULL), so whether a query fails never depends \
+         on one row.\n\n| function | can fail on data |\n|---|---|\n",
+    );
+    let mut scalars: Vec<&Scalar> = SCALARS.iter().collect();
+    scalars.sort_by_key(|s| s.name);
+    for s in scalars {
+        page.push_str(&format!(
+            "| `{}` | {} |\n",
+            s.name,
+            match s.on_data {
+                OnData::Never => "no",
+                OnData::NullOnError => "yes: NULL-on-error",
+            }
+        ));
+    }
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn the_reference_page_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs/reference/site-functions.md");
+        let page = reference_markdown();
+        if std::env::var_os("FEDSQL_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &page).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == page,
+            "{} is not current: run FEDSQL_BLESS=1 cargo test -p fedsql-udfs catalogue",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn names_are_unique_and_lower_case() {
+        let mut seen = HashSet::new();
+        for name in AGGREGATES
+            .iter()
+            .map(|a| a.name)
+            .chain(SCALARS.iter().map(|s| s.name))
+        {
+            assert!(seen.insert(name), "{name} is catalogued twice");
+            assert_eq!(name, name.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn every_fedsql_aggregate_is_catalogued() {
+        for f in crate::all() {
+            assert!(
+                aggregate(f.name()).is_some(),
+                "{} is not catalogued",
+                f.name()
+            );
+        }
+    }
+
+    #[test]
+    fn cells_of_a_kmeans_state() {
+        let facts = aggregate("kmeans_step").unwrap();
+        // Two arguments (config, one coordinate): blocks of 3 and a last value.
+        let cells = (facts.cells.unwrap())(2, &[4.0, 1.0, 0.5, 6.0, 2.0, 0.1, 9.0]).unwrap();
+        assert_eq!(cells, vec![4.0, 6.0]);
+        assert_eq!(aggregate("irls_step").unwrap().parameters(7), Some(2));
+        assert_eq!(aggregate("sum").unwrap().parameters(1), None);
+    }
+}

@@ -6,6 +6,11 @@
 use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::parser::ParserError;
 
+/// What a site under a disclosure policy answers for any failure while it
+/// evaluates a query: the same words for every failure, so that neither
+/// whether a query fails nor how tells one row's values.
+pub const EVALUATION_REFUSAL: &str = "a site could not evaluate the query; under a disclosure policy a site says nothing more about a failure (its data owner can)";
+
 /// Errors raised by fedsql.
 #[derive(Debug, thiserror::Error)]
 pub enum FedError {
@@ -25,6 +30,11 @@ pub enum FedError {
         rule: String,
         hint: Option<String>,
     },
+    /// A site under a disclosure policy failed while evaluating a query:
+    /// the analyst sees one fixed refusal, whatever failed; `detail` stays
+    /// at the site (a worker logs it under a reference id).
+    #[error("refused: {EVALUATION_REFUSAL}")]
+    Withheld { detail: String },
     /// A client's data could not be read, or does not fit the federated
     /// schema, or the client failed while running an encoder.
     #[error("client '{client}' ({location}): {message}")]

@@ -63,6 +63,10 @@ pub fn error_info(error: &FedError) -> ErrorInfo {
             format!("client '{client}' refused: {rule}"),
             hint.clone(),
         ),
+        FedError::Withheld { .. } => info(
+            code::INSUFFICIENT_PRIVILEGE,
+            crate::error::EVALUATION_REFUSAL.to_string(),
+        ),
         FedError::Client { .. } => info(code::SYSTEM_ERROR, error.to_string()),
         FedError::Timeout {
             client,

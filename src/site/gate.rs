@@ -161,7 +161,7 @@ fn check_aggregate(expr: &Expr) -> Result<()> {
             })
         } else {
             Err(refused(format!(
-                "aggregate `{}` is not in the catalogue of functions a site runs",
+                "aggregate `{}`: it is not in the catalogue of functions a site runs",
                 f.func.name()
             )))
         };
@@ -193,7 +193,7 @@ fn check_node(e: &Expr) -> Result<()> {
     match e {
         Expr::ScalarFunction(f) if catalogue::scalar(f.func.name()).is_some() => Ok(()),
         Expr::ScalarFunction(f) => Err(refused(format!(
-            "function `{}` is not in the catalogue of functions a site runs",
+            "function `{}`: it is not in the catalogue of functions a site runs",
             f.func.name()
         ))),
         Expr::AggregateFunction(f) => Err(refused(format!(

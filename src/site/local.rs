@@ -86,10 +86,7 @@ pub fn site_session() -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
-/// What a site under a disclosure policy answers for any failure while
-/// it evaluates a query: the same words for every failure, so that neither
-/// whether a query fails nor how tells one row's values.
-pub const EVALUATION_REFUSAL: &str = "a site could not evaluate the query; under a disclosure policy a site says nothing more about a failure (its data owner can)";
+pub use crate::error::EVALUATION_REFUSAL;
 
 /// A site whose rows are local files or in-memory batches.
 pub struct LocalClient {
@@ -333,7 +330,7 @@ impl LocalClient {
             // Under a policy: one fixed refusal, whatever failed and
             // wherever (no kind, no position): whether and how a query
             // fails must not tell one row's values.
-            (Some(_), _) => FedError::refused(EVALUATION_REFUSAL, None),
+            (Some(_), _) => FedError::Withheld { detail: message },
         }
     }
 
@@ -506,7 +503,7 @@ impl LocalClient {
     /// A policy refusal as it is; any other error names this site.
     fn site_error(&self, e: FedError) -> FedError {
         match e {
-            FedError::Policy { .. } | FedError::Refused { .. } => e,
+            FedError::Policy { .. } | FedError::Refused { .. } | FedError::Withheld { .. } => e,
             other => self.error(other),
         }
     }

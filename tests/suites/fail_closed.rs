@@ -145,7 +145,7 @@ async fn every_registered_function_is_catalogued_or_refused() {
             let e = admitted.unwrap_err().to_string();
             assert!(
                 e.contains(&format!(
-                    "function `{}` is not in the catalogue",
+                    "function `{}`: it is not in the catalogue",
                     udf.name()
                 )),
                 "{name}: {e}"
@@ -176,7 +176,7 @@ async fn every_registered_function_is_catalogued_or_refused() {
             refused += 1;
             assert!(
                 e.contains(&format!(
-                    "aggregate `{}` is not in the catalogue",
+                    "aggregate `{}`: it is not in the catalogue",
                     udaf.name()
                 )),
                 "{name}: {e}"

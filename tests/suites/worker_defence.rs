@@ -351,6 +351,54 @@ async fn a_request_whose_caller_went_away_stops_at_the_worker() {
     assert_eq!(n as usize, demo_rows().1.len() * 1000);
 }
 
+/// A call that timed out is not sent again: the worker, which counts the
+/// encoders it runs, ran the slow one once (and stopped it when the
+/// coordinator gave up), not once per attempt.
+#[tokio::test]
+async fn a_call_that_timed_out_is_not_sent_again() {
+    let dir = TempDir::new().unwrap();
+    let token = token_file(dir.path());
+    let big = big_file(dir.path(), 300);
+    let workers = Workers::start(std::slice::from_ref(&big), "clinic").await;
+    let ctx = FedContext::new();
+    let clients = [(
+        "w".to_string(),
+        format!("grpc://{}", workers.workers[0].addr()),
+    )];
+    run(
+        &ctx,
+        &create_table("clinic", &clients, &token, ", 'timeout' '1s'"),
+    )
+    .await
+    .unwrap();
+    let ran = || {
+        workers
+            .logs()
+            .iter()
+            .filter(|l| l.contains("running encoder"))
+            .count()
+    };
+    let slower = SLOW_QUERY.replace("120", "300");
+    let e = run(&ctx, &slower).await.unwrap_err().to_string();
+    assert!(
+        e.contains("client 'w'") && e.contains("no answer within"),
+        "{e}"
+    );
+    // Time for a second attempt to arrive, had there been one.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(ran(), 1, "{:#?}", workers.logs());
+    let cancelled = workers
+        .logs()
+        .iter()
+        .filter(|l| l.contains("CANCELLED"))
+        .count();
+    assert_eq!(cancelled, 1, "{:#?}", workers.logs());
+    // The next query is one more request.
+    let n = scalar(&run(&ctx, "SELECT count(*) FROM clinic").await.unwrap());
+    assert_eq!(n as usize, demo_rows().1.len() * 300);
+    assert_eq!(ran(), 2, "{:#?}", workers.logs());
+}
+
 /// In-process workers with limits: one running past its request_timeout
 /// or memory_limit is refused with the limit's name, and the next query
 /// is answered.

@@ -268,7 +268,7 @@ pub async fn run_per_client(
             .ok_or_else(|| FedError::Internal(format!("client {i} chosen of {}", clients.len())))?;
         let start = Instant::now();
         let encoder = round.encoder_for(client.name())?;
-        let (client_state, traffic) = encode_retrying(client.as_ref(), &encoder).await?;
+        let (client_state, traffic) = client.encode_with_traffic(&encoder).await?;
         let figures = (
             client.name().to_string(),
             client_state.batch().num_rows(),
@@ -335,7 +335,7 @@ impl ClientsRun {
         let start = Instant::now();
         let encoder = &self.encoders[i];
         let (state, traffic) = if self.measured || !client.in_process() {
-            encode_retrying(client, encoder).await?
+            client.encode_with_traffic(encoder).await?
         } else {
             // Nothing crosses a wire, and no one asks what would have.
             (client.encode(encoder).await?, Traffic::default())
@@ -363,21 +363,6 @@ fn join_error(e: tokio::task::JoinError) -> FedError {
         FedError::Internal(format!("a client's encode panicked: {e}"))
     } else {
         FedError::Internal(format!("a client's encode was cancelled: {e}"))
-    }
-}
-
-/// One client's encode, tried once more when a client across a network
-/// fails with anything but a refusal (a worker restarted, a connection
-/// dropped): its connection is remade and the same encoder sent again.
-async fn encode_retrying(
-    client: &dyn ClientRunner,
-    encoder: &Encoder,
-) -> Result<(StateBatch, Traffic)> {
-    match client.encode_with_traffic(encoder).await {
-        Err(FedError::Client { .. }) if client.retries() => {
-            client.encode_with_traffic(encoder).await
-        }
-        other => other,
     }
 }
 

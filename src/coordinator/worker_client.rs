@@ -6,7 +6,10 @@
 //! carries the worker's token and runs under the client's timeout; any
 //! failure — unreachable, refused, timed out, cut off mid-answer — is a
 //! [`FedError::Client`] naming this client, and the round fails as a whole
-//! (no partial result).
+//! (no partial result). A call is sent again only when it never left: its
+//! connection could not be made ([`never_sent`]). One that timed out, was
+//! cut off or may otherwise have reached the worker is not, since the
+//! worker could be running it still (and would do its work twice).
 
 use std::fmt;
 
@@ -68,6 +71,22 @@ fn error_chain(status: &Status) -> String {
         source = e.source();
     }
     out
+}
+
+/// Whether a failed call never reached the worker: its connection could
+/// not be made (refused, unreachable, its TLS handshake failed), so the
+/// request was never sent. Tonic says so by a [`tonic::ConnectError`] among
+/// the status's causes; a timeout, a cancellation or a connection cut
+/// after the request went out has none.
+fn never_sent(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// A client served by a remote worker.
@@ -304,10 +323,6 @@ impl ClientRunner for RemoteClient {
         .into()
     }
 
-    fn retries(&self) -> bool {
-        true
-    }
-
     async fn check_reachable(&self) -> std::result::Result<(), String> {
         match self.observe_schema().await {
             Ok(_) => Ok(()),
@@ -329,15 +344,17 @@ impl ClientRunner for RemoteClient {
             }
             .encode_to_vec();
             let sent = ticket.len();
-            let request = self.request(Ticket {
+            let ticket = Ticket {
                 ticket: ticket.into(),
-            })?;
-            let stream = self
-                .flight()
-                .do_get(request)
-                .await
-                .map_err(|s| self.status_error(&s))?
-                .into_inner();
+            };
+            let mut answer = self.flight().do_get(self.request(ticket.clone())?).await;
+            // A request that never left (its connection could not be made:
+            // a worker restarting) is sent once more, on a connection made
+            // anew; one that may have reached the worker never is.
+            if answer.as_ref().is_err_and(never_sent) {
+                answer = self.flight().do_get(self.request(ticket)?).await;
+            }
+            let stream = answer.map_err(|s| self.status_error(&s))?.into_inner();
             let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let counter = std::sync::Arc::clone(&received);
             let counted = stream
@@ -458,5 +475,40 @@ impl ClientRunner for RemoteClient {
         runtime.spawn(async move {
             let _ = tokio::time::timeout(timeout, flight.do_action(request)).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a call whose connection could not be made counts as never
+    /// sent; a timeout, a cancellation or a cut connection may have
+    /// reached the worker.
+    #[tokio::test]
+    async fn only_a_call_that_could_not_connect_was_never_sent() {
+        // Nobody listens on this port any more.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let channel = Endpoint::from_shared(format!("http://{closed}"))
+            .unwrap()
+            .connect_lazy();
+        let refused = FlightServiceClient::new(channel)
+            .get_schema(FlightDescriptor::new_path(vec!["t".into()]))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+        assert!(never_sent(&refused), "{refused:?}");
+        for status in [
+            Status::cancelled("Timeout expired"),
+            Status::deadline_exceeded("deadline exceeded"),
+            Status::unavailable("connection reset by peer"),
+            Status::unknown("h2 protocol error: stream closed"),
+            Status::internal("worker error"),
+        ] {
+            assert!(!never_sent(&status), "{status:?}");
+        }
     }
 }

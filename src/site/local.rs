@@ -47,6 +47,7 @@ use crate::site::never_fail::never_fail_on_data;
 use crate::site::policy::{DisclosurePolicy, describe_policy};
 use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
+use crate::site::shown_plan;
 use crate::site::sketches;
 use crate::site::yielding::yield_after_each_batch;
 use crate::wire::encoder::{self, Encoder, StateBatch};
@@ -110,6 +111,8 @@ pub struct LocalClient {
     policy: Option<DisclosurePolicy>,
     /// Identity keys of the peers this site masks with (none listed: any).
     peers: Arc<[[u8; 32]]>,
+    /// How far this site trusts the process it answers: see [`Served`].
+    served: Served,
     /// The most memory one request may use here (`None`: no limit).
     memory_limit: Option<usize>,
     /// DP settings and budget ledger (DP aggregates are noised even
@@ -119,6 +122,18 @@ pub struct LocalClient {
     files: Vec<std::path::PathBuf>,
     /// Whether its CSV files start with a header line (for file lines).
     has_header: bool,
+}
+
+/// Whom a site answers. An in-process site answers the analyst's own
+/// process, which holds its files and its masks' keys anyway; a site that
+/// a worker serves answers a coordinator elsewhere, which learns nothing
+/// of the site's machine (its files' names are withheld from what it
+/// explains) and, under a policy, gets no secure sum without listed
+/// peers unless the data owner trusts it not to invent participants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    InProcess,
+    Remotely { secure_without_peers: bool },
 }
 
 impl fmt::Debug for LocalClient {
@@ -216,6 +231,7 @@ impl LocalClient {
             secrets: ClientSecrets::default(),
             policy: None,
             peers: Arc::new([]),
+            served: Served::InProcess,
             memory_limit: None,
             dp: Arc::default(),
             files: files.files.clone(),
@@ -242,6 +258,42 @@ impl LocalClient {
         self.secrets = ClientSecrets::with_identity(identity);
         self.peers = peers;
         self
+    }
+
+    /// The same site served by a worker to coordinators in other
+    /// processes: what it explains names none of its files, and under a
+    /// policy it takes part in secure sums only with listed peers, unless
+    /// `secure_without_peers` (the data owner's `secure_without_peers`
+    /// setting) trusts the coordinator to relay real participants.
+    pub fn served_remotely(mut self, secure_without_peers: bool) -> Self {
+        self.served = Served::Remotely {
+            secure_without_peers,
+        };
+        self
+    }
+
+    /// Refuses a secure session at a site served remotely under a policy
+    /// with no peers listed (and no `secure_without_peers`): the
+    /// coordinator relays every participant's session key, so without
+    /// signed keys of listed peers it could make up the others and unmask
+    /// this site's state.
+    fn check_secure_peers(&self) -> Result<()> {
+        let unauthenticated = self.policy.is_some()
+            && self.peers.is_empty()
+            && self.served
+                == Served::Remotely {
+                    secure_without_peers: false,
+                };
+        if unauthenticated {
+            return Err(FedError::Policy {
+                client: self.name.clone(),
+                rule: "a secure sum here needs the other sites listed as this worker's `peers` (its peers policy): with none listed, the coordinator could invent the other participants and unmask this site's state".into(),
+                hint: Some(
+                    "the data owner lists the other sites' identity keys in [policy] peers (--peer KEY), or sets [policy] secure_without_peers = true (--secure-without-peers) to trust the coordinator not to invent participants".into(),
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The same site with each request's memory capped at `limit` bytes (a
@@ -303,6 +355,7 @@ impl LocalClient {
             secrets: ClientSecrets::default(),
             policy: None,
             peers: Arc::new([]),
+            served: Served::InProcess,
             memory_limit: None,
             dp: Arc::default(),
             files: Vec::new(),
@@ -567,6 +620,7 @@ impl ClientRunner for LocalClient {
         encoder: &Encoder,
         session: &SecureSession,
     ) -> Result<SecureSetup> {
+        self.check_secure_peers()?;
         if let Some(policy) = &self.policy {
             policy.check_secure_session(&self.name, session)?;
         }
@@ -585,6 +639,7 @@ impl ClientRunner for LocalClient {
     }
 
     async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+        self.check_secure_peers()?;
         let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
         let own = self.secrets.identity();
         let admit = |me_at: usize| {
@@ -612,6 +667,11 @@ impl ClientRunner for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.site_error(e))?;
+        // What a worker answers, or a site under a policy shows, names
+        // none of its files; the analyst's own files are shown as they are.
+        if self.served != Served::InProcess || self.policy.is_some() {
+            return Ok(shown_plan::without_files(&plan.plan, &self.files));
+        }
         Ok(displayable(plan.plan.as_ref()).indent(false).to_string())
     }
 }

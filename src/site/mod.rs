@@ -27,6 +27,7 @@ pub mod never_fail;
 pub mod policy;
 pub mod runner;
 pub mod secure;
+pub mod shown_plan;
 pub mod sketches;
 pub mod small_parquet;
 pub mod worker;

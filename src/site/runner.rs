@@ -38,11 +38,6 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
         false
     }
 
-    /// Whether a failed exchange may be tried once more: a client across
-    /// a network, whose connection is remade on the next call.
-    fn retries(&self) -> bool {
-        false
-    }
     /// Whether the client can be reached now, and if not, why (for `\\clients`).
     async fn check_reachable(&self) -> std::result::Result<(), String> {
         Ok(())

@@ -22,6 +22,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::CsvReadOptions;
 use fedsql::FedContext;
+use fedsql::site::policy::DisclosurePolicy;
 use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 use fedsql::wire::codec::{CoordinatorCodec, plan_to_bytes};
 use fedsql::wire::protocol::{EncodeRequest, TicketCommand, ticket_command};
@@ -1005,6 +1006,139 @@ async fn secure_sums_run_over_workers_and_leave_them_only_masked() {
     run(&remote, "SELECT secure_sum(age, 0, 120) FROM clinic")
         .await
         .unwrap();
+}
+
+/// A worker under a disclosure policy takes part in secure sums only with
+/// listed peers: with none, the coordinator that relays the session keys
+/// could invent the other participants and unmask the worker's state. It
+/// refuses at the key exchange, before its encoder runs, naming the
+/// settings that change this; with `secure_without_peers` (the data owner
+/// trusting the coordinator) it answers as before. (Workers with no policy,
+/// above, and in-process sites under one, in policy.rs, answer as before.)
+#[tokio::test]
+async fn a_worker_under_a_policy_refuses_secure_sums_without_peers() {
+    let n = demo_rows().1.len();
+    // Three sites, each with enough rows for the default policy's k.
+    let f = federation(&[n / 3, n / 3, n - 2 * (n / 3)], Format::Csv).await;
+    let sql = "SELECT secure_sum(age, 0, 120) AS s, secure_count(1) AS n FROM clinic";
+    let guarded = Workers::start_with(&f.client_files, "clinic", |mut c| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let remote = remote_context(&guarded).await;
+    let e = run(&remote, sql).await.unwrap_err().to_string();
+    assert!(
+        e.contains("refused")
+            && e.contains("`peers`")
+            && e.contains("invent the other participants")
+            && e.contains("secure_without_peers = true"),
+        "{e}"
+    );
+    let logs = guarded.logs();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("REFUSED") && l.contains("peers policy")),
+        "{logs:#?}"
+    );
+    assert!(
+        !logs
+            .iter()
+            .any(|l| l.contains("key pair made") || l.contains("released")),
+        "nothing ran, nothing left: {logs:#?}"
+    );
+    // Plain aggregates are answered as ever.
+    run(&remote, "SELECT count(*), avg(age) FROM clinic")
+        .await
+        .unwrap();
+
+    let trusting = Workers::start_with(&f.client_files, "clinic", |mut c| {
+        c.policy = Some(DisclosurePolicy::default());
+        c.secure_without_peers = true;
+        c
+    })
+    .await;
+    let got = run(&remote_context(&trusting).await, sql).await.unwrap();
+    let want = run(&f.fed, sql).await.unwrap();
+    assert_same_result(sql, &got, &want, true, 0.0);
+}
+
+/// Nothing a worker answers names its machine: `EXPLAIN FEDERATED` over a
+/// worker shows the plan it would run with its files withheld, and its
+/// errors (a file gone bad, a table it does not serve) name neither the
+/// data file's folder nor its name — with a policy or without, CSV or
+/// Parquet.
+#[tokio::test]
+async fn nothing_a_worker_answers_names_its_files() {
+    let n = demo_rows().1.len();
+    let explain =
+        "EXPLAIN FEDERATED SELECT region, avg(bmi) FROM clinic WHERE age > 30 GROUP BY region";
+    for format in [Format::Csv, Format::Parquet] {
+        for policy in [None, Some(DisclosurePolicy::default())] {
+            let f = federation(&split_sizes(n, 2), format).await;
+            let file = &f.client_files[0];
+            let folder = file.parent().unwrap().display().to_string();
+            let name = file.file_name().unwrap().to_string_lossy().to_string();
+            let secrets = [
+                folder.clone(),
+                folder.trim_start_matches('/').to_string(),
+                name.clone(),
+            ];
+            let leaks = |text: &str| secrets.iter().any(|s| text.contains(s.as_str()));
+            let workers = Workers::start_with(&f.client_files, "clinic", |mut c| {
+                c.policy = policy.clone();
+                c
+            })
+            .await;
+            let remote = remote_context(&workers).await;
+            let explained = run(&remote, explain).await.unwrap();
+            let text = explained[0]
+                .column(0)
+                .as_string::<i32>()
+                .value(0)
+                .to_string();
+            assert!(
+                text.contains("(at worker grpc://")
+                    && text.contains("mode=Partial")
+                    && text.contains("<files withheld>"),
+                "{text}"
+            );
+            assert!(!leaks(&text), "{format:?}, {policy:?}: {text}");
+            // The in-process site, the analyst's own files, shows them.
+            let own = run(&f.fed, explain).await.unwrap();
+            let own = own[0].column(0).as_string::<i32>().value(0).to_string();
+            assert!(own.contains(&name), "{own}");
+
+            // A table the worker does not serve.
+            let url = format!("grpc://{}/nosuch", workers.workers[0].addr());
+            let e = run(
+                &remote,
+                &format!(
+                    "CREATE OR REPLACE FEDERATED TABLE other CLIENTS ('h0' = '{url}') OPTIONS ('token_file' '{}')",
+                    workers.token_file.display()
+                ),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("serves no table"), "{e}");
+            assert!(!leaks(&e), "{e}");
+            // Its file gone bad, then gone.
+            std::fs::write(file, "not,the,same\nfile,at,all\n").unwrap();
+            let e = run(&remote, "SELECT count(*), sum(age) FROM clinic")
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("client 'h0'"), "{e}");
+            assert!(!leaks(&e), "{format:?}, {policy:?}: {e}");
+            std::fs::remove_file(file).unwrap();
+            for sql in ["SELECT count(*), sum(age) FROM clinic", explain] {
+                let e = run(&remote, sql).await.unwrap_err().to_string();
+                assert!(e.contains("client 'h0'"), "{e}");
+                assert!(!leaks(&e), "{format:?}, {policy:?}: {e}");
+            }
+        }
+    }
 }
 
 /// FedSGD over workers: the per-client rounds (weighting, sampling) go

@@ -30,8 +30,9 @@ pub struct WorkerArgs {
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
     /// `memory_limit`, `max_shared_rows`, a `[tables]` section of
-    /// name = "path", and a `[policy]` section with `peers` and
-    /// `[policy.tables.NAME]` overrides); command-line flags take precedence.
+    /// name = "path", and a `[policy]` section with `peers`,
+    /// `secure_without_peers` and `[policy.tables.NAME]` overrides);
+    /// command-line flags take precedence.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key, the worker speaks TLS.
@@ -79,6 +80,14 @@ pub struct WorkerArgs {
     /// only with keys signed by listed peers. May be repeated.
     #[arg(long = "peer", value_name = "KEY")]
     pub peers: Vec<String>,
+    /// Under a disclosure policy, take part in secure sums although no
+    /// `--peer` is listed. This trusts the coordinator not to invent
+    /// participants: it relays every participant's session key, and with
+    /// keys of its own making it can unmask this site's state. Without
+    /// this flag (or `secure_without_peers = true` in `[policy]`), a
+    /// worker under a policy refuses secure sums until peers are listed.
+    #[arg(long)]
+    pub secure_without_peers: bool,
     /// Longest one request may run here (default 10m; `none`: no limit).
     #[arg(long, value_name = "DURATION")]
     pub request_timeout: Option<String>,
@@ -152,8 +161,13 @@ pub struct WorkerConfig {
     pub table_policies: BTreeMap<String, Option<DisclosurePolicy>>,
     /// The site's identity key, which signs its secure-session keys.
     pub identity: Option<Arc<SiteIdentity>>,
-    /// Identity keys of the peers secure sums mask with (empty: any).
+    /// Identity keys of the peers secure sums mask with (empty: any, and
+    /// then under a policy only with [`WorkerConfig::secure_without_peers`]).
     pub peers: Vec<[u8; 32]>,
+    /// Whether tables under a policy take part in secure sums with no
+    /// peers listed, trusting the coordinator not to invent participants
+    /// (`--secure-without-peers`, `[policy] secure_without_peers`).
+    pub secure_without_peers: bool,
     /// Each request's time, memory and shared-row limits.
     pub limits: RequestLimits,
     /// Named tokens (analyst, token), besides `token` (analyst `default`).
@@ -175,6 +189,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("table_policies", &self.table_policies)
             .field("identity", &self.identity)
             .field("peers", &self.peers.len())
+            .field("secure_without_peers", &self.secure_without_peers)
             .field("limits", &self.limits)
             .finish()
     }
@@ -196,6 +211,7 @@ impl WorkerConfig {
             table_policies: BTreeMap::new(),
             identity: None,
             peers: Vec::new(),
+            secure_without_peers: false,
             limits: RequestLimits::default(),
         }
     }
@@ -290,8 +306,12 @@ impl WorkerConfig {
             }
         };
         let (dp, dp_ledger) = worker_dp(args, file.policy.as_ref(), &base)?;
-        let (policy, table_policies, mut peers) =
-            worker_policy(args, without_dp(file.policy.as_ref()).as_ref())?;
+        let PolicySettings {
+            policy,
+            table_policies,
+            mut peers,
+            secure_without_peers,
+        } = worker_policy(args, without_dp(file.policy.as_ref()).as_ref())?;
         for name in table_policies.keys() {
             if !tables.iter().any(|(n, _)| n == name) {
                 return Err(FedError::Syntax(format!(
@@ -352,6 +372,7 @@ impl WorkerConfig {
             table_policies,
             identity,
             peers,
+            secure_without_peers,
             limits,
             named_tokens,
             dp,
@@ -414,25 +435,32 @@ pub fn parse_bytes(text: &str) -> Option<usize> {
     number.checked_mul(scale)
 }
 
-/// The policy flags and the TOML `policy` give: the defaults, changed by
-/// the file's `[policy]` settings, then by the flags; or none, when either
-/// says `none`.
-///
-/// Also returns the per-table policies of `[policy.tables.NAME]` (the
-/// worker's policy with that section's settings changed, or none for
-/// `NAME = "none"`) and the peers of `[policy] peers`.
-#[allow(clippy::type_complexity)]
-fn worker_policy(
-    args: &WorkerArgs,
-    file: Option<&toml::Value>,
-) -> Result<(
-    Option<DisclosurePolicy>,
-    BTreeMap<String, Option<DisclosurePolicy>>,
-    Vec<[u8; 32]>,
-)> {
+/// What the policy flags and the TOML `policy` give.
+struct PolicySettings {
+    /// The worker's policy: the defaults, changed by the file's `[policy]`
+    /// settings, then by the flags; or none, when either says `none`.
+    policy: Option<DisclosurePolicy>,
+    /// The per-table policies of `[policy.tables.NAME]` (the worker's
+    /// policy with that section's settings changed, or none for
+    /// `NAME = "none"`).
+    table_policies: BTreeMap<String, Option<DisclosurePolicy>>,
+    /// The peers of `[policy] peers`.
+    peers: Vec<[u8; 32]>,
+    /// `[policy] secure_without_peers` or `--secure-without-peers`.
+    secure_without_peers: bool,
+}
+
+/// The worker's policy settings from its flags and the TOML `policy`; see
+/// [`PolicySettings`].
+fn worker_policy(args: &WorkerArgs, file: Option<&toml::Value>) -> Result<PolicySettings> {
     let none = |v: &str| v.trim().eq_ignore_ascii_case("none");
     if args.policy.as_deref().is_some_and(none) || file.and_then(|v| v.as_str()).is_some_and(none) {
-        return Ok((None, BTreeMap::new(), Vec::new()));
+        return Ok(PolicySettings {
+            policy: None,
+            table_policies: BTreeMap::new(),
+            peers: Vec::new(),
+            secure_without_peers: args.secure_without_peers,
+        });
     }
     if let Some(other) = args.policy.as_deref() {
         return Err(FedError::InvalidArgument(format!(
@@ -442,6 +470,7 @@ fn worker_policy(
     let mut policy = DisclosurePolicy::default();
     let mut tables = None;
     let mut peers = Vec::new();
+    let mut secure_without_peers = args.secure_without_peers;
     match file {
         None => {}
         Some(toml::Value::Table(settings)) => {
@@ -459,13 +488,16 @@ fn worker_policy(
                             peers.push(parse_peer(text)?);
                         }
                     }
-                    ("tables" | "peers", other) => {
+                    ("secure_without_peers", toml::Value::Boolean(trust)) => {
+                        secure_without_peers |= *trust;
+                    }
+                    ("tables" | "peers" | "secure_without_peers", other) => {
                         return Err(FedError::Syntax(format!(
                             "worker config: [policy] {key} = {other}: expected {}",
-                            if key == "peers" {
-                                "a list of base64 public keys"
-                            } else {
-                                "[policy.tables.NAME] sections"
+                            match key.as_str() {
+                                "peers" => "a list of base64 public keys",
+                                "secure_without_peers" => "true or false",
+                                _ => "[policy.tables.NAME] sections",
                             }
                         )));
                     }
@@ -516,7 +548,12 @@ fn worker_policy(
         };
         table_policies.insert(name.clone(), table_policy);
     }
-    Ok((Some(policy), table_policies, peers))
+    Ok(PolicySettings {
+        policy: Some(policy),
+        table_policies,
+        peers,
+        secure_without_peers,
+    })
 }
 
 /// A TOML setting's value as text for [`DisclosurePolicy::set`].
@@ -732,5 +769,59 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("--dp-ledger"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn secure_without_peers_comes_from_the_toml_or_the_flag() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+        let config = dir.path().join("worker.toml");
+        let toml = |policy: &str| {
+            std::fs::write(
+                &config,
+                format!("listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\n{policy}"),
+            )
+            .unwrap();
+        };
+        let args = WorkerArgs {
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        toml("");
+        let c = WorkerConfig::from_args(&args).await.unwrap();
+        assert!(!c.secure_without_peers, "secure sums need peers by default");
+        toml("[policy]\nsecure_without_peers = true\n");
+        let c = WorkerConfig::from_args(&args).await.unwrap();
+        assert!(c.secure_without_peers);
+        assert!(c.policy.is_some());
+        toml("[policy]\nsecure_without_peers = false\n");
+        assert!(
+            !WorkerConfig::from_args(&args)
+                .await
+                .unwrap()
+                .secure_without_peers
+        );
+        let flagged = WorkerArgs {
+            secure_without_peers: true,
+            ..args.clone()
+        };
+        assert!(
+            WorkerConfig::from_args(&flagged)
+                .await
+                .unwrap()
+                .secure_without_peers
+        );
+        toml("[policy]\nsecure_without_peers = \"yes\"\n");
+        let err = WorkerConfig::from_args(&args)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("secure_without_peers") && err.contains("true or false"),
+            "{err}"
+        );
+        // Not a table's setting: the peers are the worker's.
+        toml("[policy.tables.clinic]\nsecure_without_peers = true\n");
+        assert!(WorkerConfig::from_args(&args).await.is_err());
     }
 }

@@ -98,6 +98,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 policy: config.policy_of(name),
                 identity: config.identity.clone(),
                 peers: Arc::clone(&peers),
+                secure_without_peers: config.secure_without_peers,
                 memory_limit: config.limits.memory,
             };
             ServedTable::open(name, path, site).map(|t| {

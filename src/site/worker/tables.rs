@@ -21,7 +21,7 @@ use crate::error::{FedError, Result};
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
-use crate::site::policy::{DisclosurePolicy, describe_policy};
+use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
 use crate::wire::codec::{InlineTable, TableBinder};
 use crate::wire::federated_scan::FederatedScan;
 use crate::wire::protocol::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
@@ -44,12 +44,14 @@ pub struct ServedTable {
 
 /// What every local client of a served table is given besides its files:
 /// the table's disclosure policy, the site's identity and peers for secure
-/// sessions, and the memory limit of a request.
+/// sessions (and whether, under a policy, it takes part in them with no
+/// peers listed), and the memory limit of a request.
 #[derive(Debug, Clone)]
 pub struct SiteOptions {
     pub policy: Option<DisclosurePolicy>,
     pub identity: Option<Arc<SiteIdentity>>,
     pub peers: Arc<[[u8; 32]]>,
+    pub secure_without_peers: bool,
     pub memory_limit: Option<usize>,
 }
 
@@ -128,10 +130,23 @@ impl ServedTable {
         if let Some((_, client)) = clients.iter().find(|(s, _)| s == schema) {
             return Ok(Arc::clone(client));
         }
+        // Whatever failed names none of the worker's files in what leaves.
+        let unopened = |e: FedError| {
+            FedError::refused(
+                format!(
+                    "this worker cannot open table `{}` now ({} error)",
+                    self.name,
+                    error_kind(&e.to_string())
+                ),
+                None,
+            )
+        };
         let client = Arc::new(
-            LocalClient::from_files(&self.files, Arc::clone(schema))?
+            LocalClient::from_files(&self.files, Arc::clone(schema))
+                .map_err(unopened)?
                 .with_policy(self.site.policy.clone())
                 .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
+                .served_remotely(self.site.secure_without_peers)
                 .with_memory_limit(self.site.memory_limit)
                 .with_dp(Arc::clone(&self.dp)),
         );

@@ -18,6 +18,7 @@
 //! expressions a site evaluates, and a pattern (`LIKE`, `SIMILAR TO`, `~`)
 //! must be a constant: a pattern taken from the rows can fail on them.
 
+use datafusion::common::NullEquality;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan, Operator};
 use fedsql_udfs::catalogue;
@@ -57,6 +58,13 @@ fn rows(plan: &LogicalPlan) -> Result<()> {
         }
         LogicalPlan::Join(join) => {
             plan.expressions().iter().try_for_each(check_expr)?;
+            // NULL keys that match each other (`IS NOT DISTINCT FROM`)
+            // would let one row meet every NULL key of the shared side.
+            if join.null_equality == NullEquality::NullEqualsNull {
+                return Err(refused(
+                    "a join whose NULL keys match each other (IS NOT DISTINCT FROM): one row would meet every NULL key of the shared side".into(),
+                ));
+            }
             let (left, right) = (
                 touches_federated(&join.left),
                 touches_federated(&join.right),

@@ -86,9 +86,20 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
 
 /// Whether an arithmetic operator can fail on its operands' values.
 fn may_fail(binary: &BinaryExpr, schema: &DFSchema) -> bool {
+    // Integers and floats wrap or saturate; dates, times and decimals
+    // can overflow with an error.
     let temporal = |e: &Expr| {
         e.get_type(schema).is_ok_and(|t| {
-            t.is_temporal() || matches!(t, DataType::Interval(_) | DataType::Duration(_))
+            t.is_temporal()
+                || matches!(
+                    t,
+                    DataType::Interval(_)
+                        | DataType::Duration(_)
+                        | DataType::Decimal32(..)
+                        | DataType::Decimal64(..)
+                        | DataType::Decimal128(..)
+                        | DataType::Decimal256(..)
+                )
         })
     };
     match binary.op {
@@ -172,9 +183,9 @@ impl ScalarUDFImpl for NullOnError {
 }
 
 /// An arithmetic operator that may fail on data (integer division by zero
-/// or of the smallest integer by -1, a float divided by -0.0, date and
-/// time arithmetic past its range), evaluated by DataFusion's own operator
-/// NULL-on-error.
+/// or of the smallest integer by -1, a float divided by -0.0, date, time
+/// and decimal arithmetic past its range), evaluated by DataFusion's own
+/// operator NULL-on-error.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SiteArithmetic {
     op: Operator,

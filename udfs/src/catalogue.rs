@@ -217,9 +217,11 @@ pub const AGGREGATES: &[Aggregate] = &[
     Aggregate::counting("grouping"),
     // HyperLogLog registers are hashes of the values.
     Aggregate::adding("approx_distinct").identifying(),
-    // t-digests: a site coarsens their centroids to k values each.
-    Aggregate::counting("approx_percentile_cont"),
-    Aggregate::counting("approx_median"),
+    // t-digests: a site coarsens their centroids to k values each. A
+    // centroid's mean adds its values, so a zero counts for nothing (`CASE
+    // WHEN id = 17 THEN x ELSE 0 END` would otherwise be one of k).
+    Aggregate::adding("approx_percentile_cont"),
+    Aggregate::adding("approx_median"),
     // Centroids weighted by the analyst's expression single out values.
     Aggregate::adding("approx_percentile_cont_with_weight").identifying(),
     // fedsql's matrix aggregates (y, x... or x...).
@@ -237,7 +239,8 @@ pub const AGGREGATES: &[Aggregate] = &[
     Aggregate::adding("sgd_newton").model(3).shares_constants(),
     // config, stratum, time, event, weight, x...
     Aggregate::adding("cox_step").model(5).shares_constants(),
-    Aggregate::counting("kmeans_step")
+    // Its state sums each cluster's coordinates: it adds its inputs.
+    Aggregate::adding("kmeans_step")
         .cells(kmeans_cells)
         .shares_constants(),
     Aggregate::counting("life_table")

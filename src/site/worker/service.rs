@@ -276,6 +276,17 @@ impl WorkerService {
                 hint.map(|h| format!("\nhint: {h}")).unwrap_or_default()
             )),
             refused @ FedError::Refused { .. } => Status::permission_denied(refused.to_string()),
+            // Under a policy: the same words for every failure; the detail
+            // stays in this worker's log, found by a reference that carries
+            // nothing of the failure.
+            FedError::Withheld { detail } => {
+                let reference = format!("{:08x}", rand::random::<u32>());
+                self.log(peer, &format!("error {reference} (table={table}): {detail}"));
+                Status::permission_denied(format!(
+                    "refused: {} (reference {reference} in the worker's log)",
+                    crate::error::EVALUATION_REFUSAL
+                ))
+            }
             other => {
                 let full = other.to_string();
                 let reference = format!("{:08x}", rand::random::<u32>());

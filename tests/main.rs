@@ -54,3 +54,5 @@ mod tables;
 mod vcov;
 #[path = "suites/worker_defence.rs"]
 mod worker_defence;
+#[path = "suites/attacks.rs"]
+mod attacks;

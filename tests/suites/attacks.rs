@@ -426,3 +426,49 @@ async fn a_failing_dp_query_is_a_free_oracle() {
     let found = differential(&local, "in process, budget spent", &[probe]).await;
     assert!(found.is_empty(), "findings:\n{}", found.join("\n"));
 }
+
+/// `IS NOT DISTINCT FROM` makes an equi-join whose NULL keys match: the
+/// uniqueness check leaves NULL keys out, so five NULL rows on the shared
+/// side make one person (whose key is NULL) five rows.
+#[tokio::test]
+async fn null_equal_join_amplifies_one_person() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let local = in_process(&files).await;
+    let (workers, remote) = at_workers(&files).await;
+    let probes = [
+        "SELECT count(*) AS n, sum(t.x) AS s FROM t JOIN (VALUES (CAST(NULL AS BIGINT)), (NULL), (NULL), (NULL), (NULL)) s(k) ON (CASE WHEN {} THEN NULL ELSE -1 END) IS NOT DISTINCT FROM s.k",
+    ];
+    let mut found = differential(&local, "in process", &probes).await;
+    found.extend(differential(&remote, "worker", &probes).await);
+    // As a hostile coordinator, too.
+    let sql = probes[0].replace("{}", YES);
+    let got = send(&workers, &remote, &sql).await;
+    eprintln!("hostile: {got:?}");
+    if let Ok(b) = got {
+        found.push(format!("hostile coordinator: released {:?}", rows_of(&b)));
+    }
+    assert!(found.is_empty(), "findings:\n{}", found.join("\n"));
+}
+
+/// The same NULL-equal join under require_dp: 1000 copies of one person
+/// answer a yes/no question far above the noise of dp_count.
+#[tokio::test]
+async fn null_equal_join_amplifies_dp() {
+    let dir = TempDir::new().unwrap();
+    let files = write_sites(dir.path());
+    let local = in_process_with(
+        &files,
+        "'min_group_rows' '5', 'require_dp' 'true', 'dp_budget' '10'",
+    )
+    .await;
+    let nulls: Vec<&str> = std::iter::repeat_n("(NULL)", 999).collect();
+    let sql = format!(
+        "SELECT dp_count(*, 0.5) AS n FROM t JOIN (VALUES (CAST(NULL AS BIGINT)), {}) s(k) ON (CASE WHEN {{}} THEN NULL ELSE -1 END) IS NOT DISTINCT FROM s.k",
+        nulls.join(", ")
+    );
+    let yes = answer(&local, &sql.replace("{}", YES)).await;
+    let no = answer(&local, &sql.replace("{}", NO)).await;
+    eprintln!("dp null-equal amplification: yes {yes:?} no {no:?}");
+    assert!(yes.is_err(), "answered under require_dp: yes {yes:?}, no {no:?}");
+}

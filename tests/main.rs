@@ -4,6 +4,8 @@
 #[path = "suites/support.rs"]
 mod support;
 
+#[path = "suites/attacks.rs"]
+mod attacks;
 #[path = "suites/client_column.rs"]
 mod client_column;
 #[path = "suites/consistency.rs"]
@@ -54,5 +56,3 @@ mod tables;
 mod vcov;
 #[path = "suites/worker_defence.rs"]
 mod worker_defence;
-#[path = "suites/attacks.rs"]
-mod attacks;

@@ -117,7 +117,8 @@ fn merge_to_weight(pairs: &[f64], k: f64) -> Vec<(f64, f64)> {
 }
 
 /// `batch` with every `histogram` state's below- and above-range counts
-/// folded into its end bins; refused if a bin then counts 1 to k-1 values.
+/// folded into its end bins; refused if a bin, or the count of missing
+/// values, then counts 1 to k-1 values.
 /// The state is `bins` counts, then below, above and missing.
 pub fn fold_histograms(batch: &RecordBatch, k: i64) -> std::result::Result<RecordBatch, FoldError> {
     let schema = batch.schema();
@@ -147,7 +148,12 @@ pub fn fold_histograms(batch: &RecordBatch, k: i64) -> std::result::Result<Recor
                 .ok_or(FoldError::NotAList)?;
             counts[0] += std::mem::take(&mut counts[bins]);
             counts[bins - 1] += std::mem::take(&mut counts[bins + 1]);
-            if counts[..bins].iter().any(|&n| n > 0 && n < k) {
+            // The missing values' count leaves too: it is a cell like a bin.
+            if counts[..bins]
+                .iter()
+                .chain(&counts[bins + 2..])
+                .any(|&n| n > 0 && n < k)
+            {
                 return Err(FoldError::SmallBin);
             }
             folded.values().append_slice(&counts);

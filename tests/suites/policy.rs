@@ -421,7 +421,10 @@ async fn worker_errors_carry_no_data() {
     let e = refusal(&remote, "SELECT count(*), sum(x) FROM t").await;
     assert!(e.contains(fedsql::site::local::EVALUATION_REFUSAL), "{e}");
     assert!(e.contains("(reference "), "{e}");
-    assert!(!e.contains("secret-value-42") && !e.contains("parse"), "{e}");
+    assert!(
+        !e.contains("secret-value-42") && !e.contains("parse"),
+        "{e}"
+    );
     let folder = dir.path().display().to_string();
     assert!(!e.contains(&folder), "{e}");
     // The full message stays in the worker's log, under the reference.
@@ -542,7 +545,10 @@ async fn in_process_errors_under_a_policy_carry_no_data() {
     assert!(shown.contains("client 'b'"), "{shown}");
     let e = refusal(&guarded, sql).await;
     assert!(e.contains(fedsql::site::local::EVALUATION_REFUSAL), "{e}");
-    assert!(!e.contains("secret-value-42") && !e.contains("parse"), "{e}");
+    assert!(
+        !e.contains("secret-value-42") && !e.contains("parse"),
+        "{e}"
+    );
     assert!(!e.contains(&dir.path().display().to_string()), "{e}");
 }
 

@@ -399,7 +399,7 @@ async fn a_call_that_timed_out_is_not_sent_again() {
             .filter(|l| l.contains("running encoder"))
             .count()
     };
-    let slower = SLOW_QUERY.replace("120", "300");
+    let slower = slow_query(300);
     let e = run(&ctx, &slower).await.unwrap_err().to_string();
     assert!(
         e.contains("client 'w'") && e.contains("no answer within"),

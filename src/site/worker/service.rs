@@ -281,7 +281,10 @@ impl WorkerService {
             // nothing of the failure.
             FedError::Withheld { detail } => {
                 let reference = format!("{:08x}", rand::random::<u32>());
-                self.log(peer, &format!("error {reference} (table={table}): {detail}"));
+                self.log(
+                    peer,
+                    &format!("error {reference} (table={table}): {detail}"),
+                );
                 Status::permission_denied(format!(
                     "refused: {} (reference {reference} in the worker's log)",
                     crate::error::EVALUATION_REFUSAL

@@ -22,6 +22,7 @@ use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::explain;
+use crate::coordinator::gate::StatementGate;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
 use crate::coordinator::rounds::RoundLog;
@@ -174,7 +175,14 @@ impl FedContext {
     /// its exposure check (a refused query runs nothing at any client).
     pub async fn sql(&self, sql: &str) -> Result<FedDataFrame> {
         let sql = sql.trim().trim_end_matches(';').trim();
+        // A gated session (`fedsql serve` without --allow-ddl) is checked
+        // on what runs: the statement fedsql dispatches on below, or the
+        // plan DataFusion's parser makes of it.
+        let gate = StatementGate::of(&self.ctx.state_ref().read());
         if ddl::is_create_federated(sql) {
+            if let Some(gate) = &gate {
+                return Err(gate.refuse_create_federated());
+            }
             let stmt = ddl::parse_create_federated(sql)?;
             self.create_federated(&stmt).await?;
             return self.empty();
@@ -198,7 +206,11 @@ impl FedContext {
             return self.batch_result(explain::analyze_batch(&reports)?);
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
-            let df = self.ctx.sql(rest).await?;
+            let plan = self.ctx.state().create_logical_plan(rest).await?;
+            if let Some(gate) = &gate {
+                gate.check_plan(&plan)?;
+            }
+            let df = self.ctx.execute_logical_plan(plan).await?;
             if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
                 return self.text_result("plan", &text);
             }
@@ -223,6 +235,9 @@ impl FedContext {
 
         let state = self.ctx.state();
         let plan = state.create_logical_plan(sql).await?;
+        if let Some(gate) = &gate {
+            gate.check_plan(&plan)?;
+        }
         match &plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if exposure::touches_federated(&create.input) => {
                 let input = FedDataFrame::new(self.clone(), DataFrame::new(state.clone(), (*create.input).clone()));

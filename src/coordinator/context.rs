@@ -21,10 +21,11 @@ use futures::future::try_join_all;
 use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
+use crate::coordinator::dp::LedgerFolder;
 use crate::coordinator::explain;
-use crate::coordinator::gate::StatementGate;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
+use crate::coordinator::gate::StatementGate;
 use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
@@ -134,6 +135,24 @@ impl FedContext {
         if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
             notices.push_summary(summary);
         }
+    }
+
+    /// Keeps the privacy-budget ledgers of the in-process tables created
+    /// from now on in files in `folder` (one per table and client), rather
+    /// than in memory: `fedsql serve --dp-ledgers DIR`.
+    pub fn keep_dp_ledgers_in(&self, folder: &std::path::Path) -> Result<()> {
+        std::fs::create_dir_all(folder).map_err(|e| {
+            FedError::InvalidArgument(format!(
+                "cannot create the ledger folder {}: {e}",
+                folder.display()
+            ))
+        })?;
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(LedgerFolder(folder.to_path_buf())));
+        Ok(())
     }
 
     /// Reports the progress of long fits (iteration, deviance) through `progress`.
@@ -382,18 +401,30 @@ impl FedContext {
         let policy = DisclosurePolicy::from_options(&stmt.options)?;
         // Its DP settings, and a ledger per client for this session.
         let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
+        let ledgers = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<LedgerFolder>();
         let runners = sites
             .into_iter()
             .map(|site| {
                 Ok(match site {
-                    Site::Local(c) => Arc::new(
-                        LocalClient::from_files(&c, Arc::clone(&schema))?
-                            .with_policy(policy.clone())
-                            .with_dp(Arc::new(crate::site::dp::DpSite::new(
-                                dp_policy.clone(),
-                                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
-                            ))),
-                    ) as Arc<dyn ClientRunner>,
+                    Site::Local(c) => {
+                        let ledger = match &ledgers {
+                            Some(folder) => folder.open(&stmt.name, &c.name)?,
+                            None => crate::site::dp_budget::Ledger::in_memory(),
+                        };
+                        Arc::new(
+                            LocalClient::from_files(&c, Arc::clone(&schema))?
+                                .with_policy(policy.clone())
+                                .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                                    dp_policy.clone(),
+                                    Arc::new(ledger),
+                                ))),
+                        ) as Arc<dyn ClientRunner>
+                    }
                     Site::Remote(r) => r as Arc<dyn ClientRunner>,
                 })
             })

@@ -220,7 +220,13 @@ mod tests {
         }
         assert!(!dir.path().join("out.csv").exists());
         // Nothing was dropped or added.
-        let tables: Vec<String> = ctx.tables().await.unwrap().into_iter().map(|t| t.name).collect();
+        let tables: Vec<String> = ctx
+            .tables()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         assert_eq!(tables, ["clinic", "shared"]);
     }
 
@@ -242,7 +248,13 @@ mod tests {
             assert!(ctx.sql(sql).await.is_err(), "{sql}");
         }
         assert!(!out.exists());
-        let tables: Vec<String> = ctx.tables().await.unwrap().into_iter().map(|t| t.name).collect();
+        let tables: Vec<String> = ctx
+            .tables()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         assert_eq!(tables, ["clinic", "shared"]);
     }
 

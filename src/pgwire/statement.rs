@@ -204,7 +204,6 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
 /// `SHOW` forms that DataFusion or fedsql answer.
 fn is_fed_show(name: &str) -> bool {
     name.starts_with("datafusion.")
-        || name.starts_with("fedsql.")
         || name.starts_with("clients")
         || matches!(name, "all" | "tables" | "functions")
         || name.starts_with("columns")

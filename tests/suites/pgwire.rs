@@ -595,38 +595,52 @@ fn users_of(dir: &std::path::Path, names: &[&str]) -> Arc<auth::Users> {
     Arc::new(auth::Users::load(&file).unwrap())
 }
 
+/// A server over `t` (clients a and b, dp_budget 1) whose ledgers are
+/// kept in `ledgers`, with the users of `users`.
+async fn dp_server(
+    data: &std::path::Path,
+    ledgers: &std::path::Path,
+    users: Arc<auth::Users>,
+) -> Server {
+    let ctx = FedContext::new();
+    ctx.keep_dp_ledgers_in(ledgers).unwrap();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ('dp_budget' '1')",
+        data.display()
+    ))
+    .await
+    .unwrap();
+    start(
+        ctx,
+        ServerOptions {
+            listen: "127.0.0.1:0".into(),
+            users: Some(users),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// Through the endpoint an in-process table's privacy budget is kept per
 /// authenticated user: one user's spending leaves another's budget whole,
-/// and a user who reconnects finds what they spent.
+/// a user who reconnects finds what they spent, and so does a user of the
+/// restarted server (the ledgers are files).
 #[tokio::test]
 async fn privacy_budgets_are_kept_per_connection_user() {
     let dir = tempfile::TempDir::new().unwrap();
     std::fs::write(dir.path().join("a.csv"), "x\n1\n2\n3\n").unwrap();
     std::fs::write(dir.path().join("b.csv"), "x\n4\n5\n").unwrap();
-    let ctx = FedContext::new();
-    ctx.sql(&format!(
-        "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ('dp_budget' '1')",
-        dir.path().display()
-    ))
-    .await
-    .unwrap();
+    let ledgers = tempfile::TempDir::new().unwrap();
     let users = tempfile::TempDir::new().unwrap();
-    let server = start(
-        ctx,
-        ServerOptions {
-            listen: "127.0.0.1:0".into(),
-            users: Some(users_of(users.path(), &["alice", "bob"])),
-            ..ServerOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let user = |name: &str| {
-        let mut config = config(&server, name);
+    let users = users_of(users.path(), &["alice", "bob"]);
+    let server = dp_server(dir.path(), ledgers.path(), Arc::clone(&users)).await;
+    let user = |server: &Server, name: &str| {
+        let mut config = config(server, name);
         config.password(name);
         config
     };
-    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
     for _ in 0..2 {
         simple_rows(&alice, "SELECT dp_count(*, 0.4) FROM t").await;
     }
@@ -637,10 +651,10 @@ async fn privacy_budgets_are_kept_per_connection_user() {
     let text = format!("{e:?}");
     assert!(text.contains("dp_budget"), "{text}");
     // Bob's budget is his own.
-    let (bob, _) = connect_with_notices(&user("bob")).await.unwrap();
+    let (bob, _) = connect_with_notices(&user(&server, "bob")).await.unwrap();
     simple_rows(&bob, "SELECT dp_count(*, 0.9) FROM t").await;
     // Alice again, on a new connection, through the extended protocol.
-    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
     let e = alice
         .query("SELECT dp_count(*, 0.3) FROM t", &[])
         .await
@@ -651,6 +665,29 @@ async fn privacy_budgets_are_kept_per_connection_user() {
         .query("SELECT dp_count(*, 0.2) FROM t", &[])
         .await
         .unwrap();
+
+    // A restarted server reads what each user spent.
+    drop((alice, bob, server));
+    let mut files: Vec<String> = std::fs::read_dir(ledgers.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["t.a.toml", "t.b.toml"]);
+    let server = dp_server(dir.path(), ledgers.path(), users).await;
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
+    let e = alice
+        .simple_query("SELECT dp_count(*, 0.1) FROM t")
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("dp_budget"), "{e:?}");
+    let (bob, _) = connect_with_notices(&user(&server, "bob")).await.unwrap();
+    let e = bob
+        .simple_query("SELECT dp_count(*, 0.2) FROM t")
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("dp_budget"), "{e:?}");
+    simple_rows(&bob, "SELECT dp_count(*, 0.1) FROM t").await;
 }
 
 /// Without --users a connection may call itself anyone, and every name
@@ -691,7 +728,11 @@ async fn dp_tables_are_not_served_without_users() {
 /// The refusal of a statement by the gate of a server without --allow-ddl.
 fn assert_refused(e: &tokio_postgres::Error, sql: &str, what: &str) {
     let db = db_error(e);
-    assert_eq!(db.code(), &SqlState::INSUFFICIENT_PRIVILEGE, "{sql}: {db:?}");
+    assert_eq!(
+        db.code(),
+        &SqlState::INSUFFICIENT_PRIVILEGE,
+        "{sql}: {db:?}"
+    );
     assert!(
         db.message().contains(&format!("`{what}`")) && db.message().contains("--allow-ddl"),
         "{sql}: {}",
@@ -736,9 +777,14 @@ async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
             format!("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{root}/sub/../explain.csv'"),
             "COPY",
         ),
-        (format!("EXPLAIN COPY shared TO '{root}/explain2.csv'"), "COPY"),
-        (format!("/*!COPY*/ (SELECT 1 AS x) TO '{root}/hint.csv'"), "COPY"),
-        (format!("/*!COPY (SELECT 1 AS x) TO '{root}/hint2.csv' */"), "COPY"),
+        (
+            format!("EXPLAIN COPY shared TO '{root}/explain2.csv'"),
+            "COPY",
+        ),
+        (
+            format!("/*!COPY*/ (SELECT 1 AS x) TO '{root}/hint.csv'"),
+            "COPY",
+        ),
         (
             format!("COPY (SELECT count(*) AS n FROM clinic) TO '{root}/sub/../../escaped.csv'"),
             "COPY",
@@ -751,7 +797,10 @@ async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
             "CREATE EXTERNAL TABLE p STORED AS CSV LOCATION '/etc/passwd'".into(),
             "CREATE EXTERNAL TABLE",
         ),
-        ("CREATE VIEW leak AS SELECT * FROM shared".into(), "CREATE VIEW"),
+        (
+            "CREATE VIEW leak AS SELECT * FROM shared".into(),
+            "CREATE VIEW",
+        ),
         (
             format!(
                 "CREATE FEDERATED TABLE stolen CLIENTS ('a' = 'grpc://127.0.0.1:{attacker_port}/t') \
@@ -801,9 +850,14 @@ async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
     // A quote the PostgreSQL tokenizer reads as unbalanced (the old gate
     // let through what it could not tokenize) is read by the generic
     // dialect, which DataFusion cannot plan: an error, nothing runs.
-    let sql = format!("COPY (SELECT q'[it's]' AS x) TO '{root}/quote.csv'");
-    client.simple_query(&sql).await.unwrap_err();
-    client.prepare(&sql).await.unwrap_err();
+    // A whole statement in a comment hint does not read to its end.
+    for sql in [
+        format!("COPY (SELECT q'[it's]' AS x) TO '{root}/quote.csv'"),
+        format!("/*!COPY (SELECT 1 AS x) TO '{root}/hint2.csv' */"),
+    ] {
+        client.simple_query(&sql).await.unwrap_err();
+        client.prepare(&sql).await.unwrap_err();
+    }
     // Unbalanced in every reading: a syntax error, never a pass.
     for sql in ["SELECT q'[abc' FROM clinic", "COPY (SELECT 1) TO 'x.csv"] {
         let e = client.simple_query(sql).await.unwrap_err();
@@ -817,7 +871,10 @@ async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
         .collect();
     names.sort();
     assert_eq!(names, ["secret.txt", "shared.csv", "sub"]);
-    assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("sub")).unwrap().count(),
+        0
+    );
     assert!(!dir.path().parent().unwrap().join("escaped.csv").exists());
     assert!(!std::path::Path::new("../fedsql-gate-escaped.csv").exists());
     // Nobody called the attacker's address.
@@ -872,10 +929,6 @@ async fn without_allow_ddl_questions_and_settings_still_run() {
         simple_rows(&client, "SHOW datestyle").await,
         [[Some("ISO, MDY".to_string())]]
     );
-    assert_eq!(
-        simple_rows(&client, "SHOW fedsql.dp_epsilon").await[0][1],
-        Some("0.5".to_string())
-    );
     let n = client
         .query_one("SELECT count(*) AS n FROM clinic WHERE age > $1", &[&40i64])
         .await
@@ -909,9 +962,15 @@ async fn with_allow_ddl_copy_create_and_drop_run() {
         ))
         .await
         .unwrap();
-    assert_eq!(simple_rows(&client, "SELECT count(*) FROM n").await, [[Some("1".to_string())]]);
+    assert_eq!(
+        simple_rows(&client, "SELECT count(*) FROM n").await,
+        [[Some("1".to_string())]]
+    );
     client.simple_query("DROP TABLE n").await.unwrap();
-    let e = client.simple_query("SELECT count(*) FROM n").await.unwrap_err();
+    let e = client
+        .simple_query("SELECT count(*) FROM n")
+        .await
+        .unwrap_err();
     assert_eq!(db_error(&e).code(), &SqlState::UNDEFINED_TABLE);
 }
 
@@ -952,7 +1011,11 @@ fn scram_salt(addr: std::net::SocketAddr, user: &str) -> (String, String) {
     message.extend(body);
     socket.write_all(&message).unwrap();
     let (kind, body) = read_message(&mut socket);
-    assert_eq!((kind, &body[..4]), (b'R', &11i32.to_be_bytes()[..]), "SASL continue");
+    assert_eq!(
+        (kind, &body[..4]),
+        (b'R', &11i32.to_be_bytes()[..]),
+        "SASL continue"
+    );
     let server_first = String::from_utf8(body[4..].to_vec()).unwrap();
     let attr = |name: &str| {
         server_first

@@ -21,9 +21,11 @@ use futures::future::try_join_all;
 use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
+use crate::coordinator::dp::LedgerFolder;
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
+use crate::coordinator::gate::StatementGate;
 use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
@@ -135,6 +137,24 @@ impl FedContext {
         }
     }
 
+    /// Keeps the privacy-budget ledgers of the in-process tables created
+    /// from now on in files in `folder` (one per table and client), rather
+    /// than in memory: `fedsql serve --dp-ledgers DIR`.
+    pub fn keep_dp_ledgers_in(&self, folder: &std::path::Path) -> Result<()> {
+        std::fs::create_dir_all(folder).map_err(|e| {
+            FedError::InvalidArgument(format!(
+                "cannot create the ledger folder {}: {e}",
+                folder.display()
+            ))
+        })?;
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(LedgerFolder(folder.to_path_buf())));
+        Ok(())
+    }
+
     /// Reports the progress of long fits (iteration, deviance) through `progress`.
     pub fn set_progress(&self, progress: Progress) {
         self.ctx
@@ -174,7 +194,14 @@ impl FedContext {
     /// its exposure check (a refused query runs nothing at any client).
     pub async fn sql(&self, sql: &str) -> Result<FedDataFrame> {
         let sql = sql.trim().trim_end_matches(';').trim();
+        // A gated session (`fedsql serve` without --allow-ddl) is checked
+        // on what runs: the statement fedsql dispatches on below, or the
+        // plan DataFusion's parser makes of it.
+        let gate = StatementGate::of(&self.ctx.state_ref().read());
         if ddl::is_create_federated(sql) {
+            if let Some(gate) = &gate {
+                return Err(gate.refuse_create_federated());
+            }
             let stmt = ddl::parse_create_federated(sql)?;
             self.create_federated(&stmt).await?;
             return self.empty();
@@ -198,7 +225,11 @@ impl FedContext {
             return self.batch_result(explain::analyze_batch(&reports)?);
         }
         if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
-            let df = self.ctx.sql(rest).await?;
+            let plan = self.ctx.state().create_logical_plan(rest).await?;
+            if let Some(gate) = &gate {
+                gate.check_plan(&plan)?;
+            }
+            let df = self.ctx.execute_logical_plan(plan).await?;
             if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
                 return self.text_result("plan", &text);
             }
@@ -223,6 +254,9 @@ impl FedContext {
 
         let state = self.ctx.state();
         let plan = state.create_logical_plan(sql).await?;
+        if let Some(gate) = &gate {
+            gate.check_plan(&plan)?;
+        }
         match &plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if exposure::touches_federated(&create.input) => {
                 let input = FedDataFrame::new(self.clone(), DataFrame::new(state.clone(), (*create.input).clone()));
@@ -367,18 +401,30 @@ impl FedContext {
         let policy = DisclosurePolicy::from_options(&stmt.options)?;
         // Its DP settings, and a ledger per client for this session.
         let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
+        let ledgers = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<LedgerFolder>();
         let runners = sites
             .into_iter()
             .map(|site| {
                 Ok(match site {
-                    Site::Local(c) => Arc::new(
-                        LocalClient::from_files(&c, Arc::clone(&schema))?
-                            .with_policy(policy.clone())
-                            .with_dp(Arc::new(crate::site::dp::DpSite::new(
-                                dp_policy.clone(),
-                                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
-                            ))),
-                    ) as Arc<dyn ClientRunner>,
+                    Site::Local(c) => {
+                        let ledger = match &ledgers {
+                            Some(folder) => folder.open(&stmt.name, &c.name)?,
+                            None => crate::site::dp_budget::Ledger::in_memory(),
+                        };
+                        Arc::new(
+                            LocalClient::from_files(&c, Arc::clone(&schema))?
+                                .with_policy(policy.clone())
+                                .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                                    dp_policy.clone(),
+                                    Arc::new(ledger),
+                                ))),
+                        ) as Arc<dyn ClientRunner>
+                    }
                     Site::Remote(r) => r as Arc<dyn ClientRunner>,
                 })
             })

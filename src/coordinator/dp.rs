@@ -27,6 +27,33 @@ use crate::site::runner::ClientRunner;
 use crate::wire::dp::dp_calls;
 use crate::wire::encoder::StateBatch;
 
+/// Where a session keeps the privacy-budget ledgers of the in-process
+/// tables it creates: one file per table and client in a folder
+/// (`fedsql serve --dp-ledgers DIR`), so that what each user spent
+/// survives a restart. Without it, an in-process table's ledgers live as
+/// long as the process.
+#[derive(Debug, Clone)]
+pub struct LedgerFolder(pub std::path::PathBuf);
+
+impl LedgerFolder {
+    /// The ledger of `client` of `table`, read from its file if there is one.
+    pub fn open(&self, table: &str, client: &str) -> Result<crate::site::dp_budget::Ledger> {
+        let file = format!("{}.{}.toml", file_part(table), file_part(client));
+        crate::site::dp_budget::Ledger::open(&self.0.join(file))
+    }
+}
+
+/// A name as a file name part: letters, digits, `-` and `_` as they are,
+/// every other byte `%XX` (so two names never share a file).
+fn file_part(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Appends the session's `fedsql.dp_epsilon` to every DP aggregate call
 /// without an explicit epsilon, keeping the call's output name.
 #[derive(Debug, Default)]

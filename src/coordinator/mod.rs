@@ -3,8 +3,8 @@
 //!
 //! The data path, in the order a query takes it:
 //! - [`context`]: the catalog and SQL entry point ([`context::FedContext`]),
-//!   with [`ddl`] for `CREATE FEDERATED TABLE` and [`statements`] for
-//!   splitting scripts;
+//!   with [`ddl`] for `CREATE FEDERATED TABLE`, [`statements`] for
+//!   splitting scripts and [`gate`] for what a served session may run;
 //! - [`federated_table`]: a federated table's schema and its sites, with
 //!   [`client_column`] for its virtual `_client` column;
 //! - the exposure check ([`crate::wire::exposure`]), then [`split`]: the
@@ -25,6 +25,7 @@ pub mod dp;
 pub mod explain;
 pub mod federated_table;
 pub mod fit_scope;
+pub mod gate;
 pub mod merge;
 pub mod rounds;
 pub mod secure;

@@ -163,6 +163,42 @@ impl Users {
         self.users.get(name)
     }
 
+    /// The salt and iteration count a SCRAM exchange offers `name`.
+    ///
+    /// A known user gets their verifier's. An unknown user gets, as from
+    /// PostgreSQL, a salt derived from a server secret and the name —
+    /// HMAC-SHA-256(secret, name), cut to the length of the users' salts —
+    /// and the users' iteration count: the same answer on every attempt,
+    /// of the same shape as a real one, so that the exchange does not tell
+    /// who exists. The secret is derived from every verifier's keys, which
+    /// only the server holds (the users file is readable by its owner
+    /// only): it needs no file of its own, and stays the same across
+    /// restarts as long as no password changes.
+    pub fn salt_and_iterations(&self, name: &str) -> (Vec<u8>, u32) {
+        if let Some(verifier) = self.users.get(name) {
+            return (verifier.salt.clone(), verifier.iterations);
+        }
+        let salt_len = most_common(self.users.values().map(|v| v.salt.len())).unwrap_or(16);
+        let iterations =
+            most_common(self.users.values().map(|v| v.iterations)).unwrap_or(SCRAM_ITERATIONS);
+        let mut secret = digest::Context::new(&digest::SHA256);
+        secret.update(b"fedsql SCRAM salt of unknown users\0");
+        for (user, verifier) in &self.users {
+            for part in [
+                user.as_bytes(),
+                &verifier.salt,
+                &verifier.stored_key,
+                &verifier.server_key,
+            ] {
+                secret.update(&(part.len() as u64).to_be_bytes());
+                secret.update(part);
+            }
+        }
+        let mut salt = hmac_sha256(secret.finish().as_ref(), name.as_bytes());
+        salt.truncate(salt_len.clamp(1, salt.len()));
+        (salt, iterations)
+    }
+
     /// Sets a user's verifier.
     pub fn set(&mut self, name: &str, verifier: Verifier) {
         self.users.insert(name.to_string(), verifier);
@@ -241,6 +277,16 @@ fn salted_password(password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
     out
 }
 
+/// The value that occurs most often (the smallest of those that tie).
+fn most_common<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Option<T> {
+    let mut counts = BTreeMap::new();
+    for value in values {
+        *counts.entry(value).or_insert(0usize) += 1;
+    }
+    let most = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, n)| *n == most).map(|(v, _)| v)
+}
+
 fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
     let key = hmac::Key::new(hmac::HMAC_SHA256, key);
     hmac::sign(&key, message).as_ref().to_vec()
@@ -249,8 +295,9 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
 /// The server's side of one SCRAM exchange (RFC 5802, RFC 7677).
 #[derive(Debug)]
 struct ScramExchange {
-    /// `None` for an unknown user: the exchange runs to the end with a
-    /// made-up salt and fails there, so that it does not tell who exists.
+    /// `None` for an unknown user: the exchange runs to the end with the
+    /// salt [`Users::salt_and_iterations`] derives and fails there, so
+    /// that it does not tell who exists.
     verifier: Option<Verifier>,
     client_first_bare: String,
     server_first: String,
@@ -259,8 +306,14 @@ struct ScramExchange {
 }
 
 impl ScramExchange {
-    /// Answers the client-first message with the server-first message.
-    fn start(client_first: &str, verifier: Option<Verifier>) -> PgWireResult<Self> {
+    /// Answers the client-first message with the server-first message,
+    /// which offers `salt` and `iterations` (the verifier's, for a known
+    /// user).
+    fn start(
+        client_first: &str,
+        verifier: Option<Verifier>,
+        (salt, iterations): (Vec<u8>, u32),
+    ) -> PgWireResult<Self> {
         let invalid = || PgWireError::InvalidScramMessage("malformed client-first-message".into());
         // gs2-header: "n,," or "y,," (no channel binding); "p=..." asks for
         // channel binding, which is not offered.
@@ -282,10 +335,6 @@ impl ScramExchange {
             .fill(&mut random)
             .map_err(|_| invalid())?;
         let nonce = format!("{client_nonce}{}", B64.encode(random));
-        let (salt, iterations) = match &verifier {
-            Some(v) => (v.salt.clone(), v.iterations),
-            None => (random[..16].to_vec(), SCRAM_ITERATIONS),
-        };
         let server_first = format!("r={nonce},s={},i={iterations}", B64.encode(salt));
         Ok(Self {
             verifier,
@@ -415,8 +464,11 @@ impl<P: ServerParameterProvider> StartupHandler for Startup<P> {
                         let data = initial.data.unwrap_or_default();
                         let client_first = std::str::from_utf8(&data)
                             .map_err(|_| PgWireError::InvalidScramMessage("not UTF-8".into()))?;
-                        let exchange =
-                            ScramExchange::start(client_first, users.get(&user).cloned())?;
+                        let exchange = ScramExchange::start(
+                            client_first,
+                            users.get(&user).cloned(),
+                            users.salt_and_iterations(&user),
+                        )?;
                         let server_first = exchange.server_first.clone();
                         *step = AuthStep::ServerFirstSent(Box::new(exchange));
                         client
@@ -515,14 +567,50 @@ mod tests {
     #[test]
     fn scram_accepts_the_password_and_refuses_others() {
         let verifier = Verifier::new("pencil").unwrap();
+        let mut users = Users::default();
+        users.set("user", verifier.clone());
         let bare = "n=,r=rOprNGfwEbeRWgbNEkqO";
-        let exchange = ScramExchange::start(&format!("n,,{bare}"), Some(verifier.clone())).unwrap();
+        let exchange = ScramExchange::start(
+            &format!("n,,{bare}"),
+            Some(verifier.clone()),
+            users.salt_and_iterations("user"),
+        )
+        .unwrap();
         let good = client_final("pencil", bare, &exchange.server_first);
         assert!(exchange.finish(&good).unwrap().starts_with("v="));
         let bad = client_final("pen", bare, &exchange.server_first);
         assert!(exchange.finish(&bad).is_none());
-        let unknown = ScramExchange::start(&format!("n,,{bare}"), None).unwrap();
+        let unknown = ScramExchange::start(
+            &format!("n,,{bare}"),
+            None,
+            users.salt_and_iterations("nobody"),
+        )
+        .unwrap();
         let guess = client_final("pencil", bare, &unknown.server_first);
         assert!(unknown.finish(&guess).is_none());
+    }
+
+    /// The salt offered to an unknown name is stable, differs between
+    /// names and between servers, and looks like a known user's.
+    #[test]
+    fn unknown_users_get_a_stable_salt_shaped_like_a_known_one() {
+        let mut users = Users::default();
+        users.set("alice", Verifier::with_salt("a", vec![7; 16], 4096));
+        users.set("bob", Verifier::with_salt("b", vec![9; 16], 4096));
+        let (salt, iterations) = users.salt_and_iterations("mallory");
+        assert_eq!(users.salt_and_iterations("mallory"), (salt.clone(), 4096));
+        assert_eq!(salt.len(), 16);
+        assert_eq!(iterations, 4096);
+        assert_ne!(users.salt_and_iterations("eve").0, salt);
+        assert_eq!(users.salt_and_iterations("alice"), (vec![7; 16], 4096));
+        // Another server (other verifiers) answers the same name otherwise.
+        let mut other = Users::default();
+        other.set("alice", Verifier::with_salt("a", vec![7; 16], 4096));
+        assert_ne!(other.salt_and_iterations("mallory").0, salt);
+        // The users' own iteration count, not the default.
+        let mut slow = Users::default();
+        slow.set("carol", Verifier::with_salt("c", vec![1; 20], 10000));
+        let (salt, iterations) = slow.salt_and_iterations("mallory");
+        assert_eq!((salt.len(), iterations), (20, 10000));
     }
 }

@@ -66,6 +66,12 @@ pub struct ServeArgs {
     /// and other statements that change the catalog or name a path.
     #[arg(long)]
     pub allow_ddl: bool,
+    /// Folder for the privacy-budget ledgers of the in-process tables the
+    /// setup scripts create (one file per table and client, keyed by the
+    /// authenticated user), so that what each user spent survives a
+    /// restart. Without it the ledgers are kept in memory.
+    #[arg(long, value_name = "DIR")]
+    pub dp_ledgers: Option<PathBuf>,
 }
 
 /// Command-line arguments of `fedsql passwd`.
@@ -82,6 +88,9 @@ pub struct PasswdArgs {
 /// the setup scripts.
 pub async fn setup_context(args: &ServeArgs) -> Result<FedContext> {
     let ctx = FedContext::new();
+    if let Some(folder) = &args.dp_ledgers {
+        ctx.keep_dp_ledgers_in(folder)?;
+    }
     if !args.no_demo {
         crate::coordinator::demo::register_demo(&ctx)?;
     }

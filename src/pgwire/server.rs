@@ -21,6 +21,7 @@ use super::auth::{Startup, Users};
 use super::catalog;
 use super::session::{Connection, Extended, ServerState};
 use crate::coordinator::context::FedContext;
+use crate::coordinator::federated_table::FederatedTable;
 use crate::error::{FedError, Result};
 
 /// How to serve.
@@ -83,6 +84,9 @@ pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
     {
         return Err(not_loopback(&options.listen));
     }
+    if options.users.is_none() {
+        dp_tables_need_users(&ctx).await?;
+    }
     let listener = TcpListener::bind(&options.listen).await.map_err(|e| {
         FedError::InvalidArgument(format!("cannot listen on {}: {e}", options.listen))
     })?;
@@ -116,6 +120,37 @@ pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
         }
     });
     Ok(Server { addr, handle })
+}
+
+/// Refuses to serve, without `--users`, a table whose in-process clients
+/// keep a DP budget (`dp_budget`) or answer only DP (`require_dp`): their
+/// ledgers are kept per connection user, and without a users file a
+/// connection may call itself anyone — every new name would bring a fresh
+/// budget. (A worker's ledger is keyed by the coordinator's token, which
+/// every connection shares: it is not multiplied by names.)
+async fn dp_tables_need_users(ctx: &FedContext) -> Result<()> {
+    for table in ctx.tables().await? {
+        if table.clients.is_none() {
+            continue;
+        }
+        let provider = ctx.federated_table(&table.name).await?;
+        let Some(federated) = FederatedTable::from_provider(provider.as_ref()) else {
+            continue;
+        };
+        let dp = federated.clients().iter().any(|c| {
+            c.dp_policy()
+                .is_some_and(|p| p.budget.is_some() || p.require_dp)
+        });
+        if dp {
+            return Err(FedError::InvalidArgument(format!(
+                "table `{}` has a DP policy (dp_budget or require_dp) whose budget is kept per user: \
+                 serving it needs --users, so that every connection is a known user spending their own budget \
+                 (write the users file with `fedsql passwd USER --users users.toml`)",
+                table.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A TLS acceptor from PEM files.

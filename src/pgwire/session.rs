@@ -6,7 +6,10 @@
 //! answered by the connection (transactions, PostgreSQL settings) or run
 //! through [`FedContext::sql`] and [`FedDataFrame::collect`] — the same
 //! path as the REPL's, so a federated table is never read without the
-//! exposure check and the split into encoder, merge and decoder. Notices a
+//! exposure check and the split into encoder, merge and decoder. Without
+//! `--allow-ddl` the connection's session carries a [`StatementGate`]:
+//! `FedContext::sql` then refuses, from the plan it is about to run, every
+//! COPY, DDL, DML and file-naming statement. Notices a
 //! statement leaves (a model's summary, warnings) are sent as PostgreSQL
 //! `NOTICE` messages, never as rows.
 
@@ -35,6 +38,7 @@ use super::statement::{self, FedKind, SessionStatement, Statement};
 use super::{catalog, encode, sqlstate};
 use crate::coordinator::context::FedContext;
 use crate::coordinator::dataframe::FedDataFrame;
+use crate::coordinator::gate::StatementGate;
 use crate::error::FedError;
 use crate::notices::Notices;
 
@@ -73,6 +77,11 @@ impl Connection {
         state
             .config_mut()
             .set_extension(Arc::new(Notices::default()));
+        if !server.allow_ddl {
+            state
+                .config_mut()
+                .set_extension(StatementGate::without_ddl());
+        }
         Arc::new(Self {
             ctx: FedContext::from_state(state),
             allow_ddl: server.allow_ddl,

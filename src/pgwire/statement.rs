@@ -11,14 +11,18 @@
 //! [`FedContext::sql`](crate::FedContext::sql) ([`Statement::Fed`]), with
 //! catalog queries first rewritten from PostgreSQL's dialect.
 //!
-//! A statement that defines tables or names a path (`CREATE [FEDERATED |
-//! EXTERNAL] TABLE`, `COPY`, `DROP`, `INSERT`, ...) runs only on a server
-//! started with `--allow-ddl`: an analyst connecting remotely must not be
-//! able to make the server read arbitrary paths.
+//! Whether a statement may run is not decided here: on a server started
+//! without `--allow-ddl`, [`FedContext::sql`](crate::FedContext::sql)
+//! refuses COPY, DDL, DML and statements that name files from the plan it
+//! is about to run ([`crate::coordinator::gate`]), so that no reading of
+//! the text (a comment hint, a quote, an `EXPLAIN` in front) can differ
+//! from what runs. Here the statement is only read, with the tokenizer of
+//! the dialect that runs it, for what the connection answers itself and
+//! for the command tag a DDL statement answers with.
 
 use std::time::Duration;
 
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use super::catalog;
@@ -74,7 +78,7 @@ struct Words {
 
 impl Words {
     fn new(sql: &str) -> Result<Self> {
-        let dialect = PostgreSqlDialect {};
+        let dialect = GenericDialect {};
         let tokens = Tokenizer::new(&dialect, sql)
             .tokenize()
             .map_err(|e| FedError::Syntax(format!("cannot read the SQL: {e}")))?
@@ -118,7 +122,8 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
     let sql = sql.trim().trim_end_matches(';').trim();
     let words = match Words::new(sql) {
         Ok(words) => words,
-        // Let fedsql's own parser say what is wrong.
+        // Let fedsql's own parser say what is wrong (it runs nothing it
+        // cannot read).
         Err(_) => {
             return Ok(Statement::Fed {
                 sql: sql.to_string(),
@@ -152,61 +157,47 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
             ));
         }
         "SHOW" => {
-            let name = words.value_from(1).to_ascii_lowercase();
+            // `a.b.c` is three words and two periods.
+            let name = words.value_from(1).replace(" . ", ".").to_ascii_lowercase();
             if !is_fed_show(&name) {
                 return session(SessionStatement::Show(name));
             }
         }
         _ => {}
     }
-    let changes_catalog = matches!(
-        first.as_str(),
-        "CREATE"
-            | "DROP"
-            | "ALTER"
-            | "COPY"
-            | "INSERT"
-            | "UPDATE"
-            | "DELETE"
-            | "TRUNCATE"
-            | "MERGE"
-            | "REPLACE"
-            | "LOAD"
-            | "UNLOAD"
-            | "ATTACH"
-            | "DETACH"
-            | "INSTALL"
-            | "GRANT"
-            | "REVOKE"
-            | "PREPARE"
-            | "EXECUTE"
-    );
-    if changes_catalog && !allow_ddl {
-        return Err(FedError::refused(
-            format!(
-                "`{}` statements are not accepted by this server: it was started without --allow-ddl",
-                [first.as_str(), second.as_str()].join(" ").trim()
-            ),
-            Some(
-                "tables are registered by the server's setup scripts (fedsql serve -f setup.sql); \
-                 start it with --allow-ddl to let connections create and drop tables",
-            ),
-        ));
-    }
-    if !changes_catalog {
-        let sql = if catalog::is_catalog_query(sql) {
-            catalog::compat_rewrite(sql).unwrap_or_else(|| sql.to_string())
-        } else {
-            sql.to_string()
-        };
+    // Statements that answer with a command tag rather than rows run when
+    // executed. Without --allow-ddl they are planned like queries, so that
+    // the gate refuses them when they are parsed (`Parse` of the extended
+    // protocol), not later.
+    let command = allow_ddl
+        && matches!(
+            first.as_str(),
+            "CREATE"
+                | "DROP"
+                | "ALTER"
+                | "COPY"
+                | "INSERT"
+                | "UPDATE"
+                | "DELETE"
+                | "TRUNCATE"
+                | "MERGE"
+                | "PREPARE"
+                | "EXECUTE"
+        );
+    if command {
         return Ok(Statement::Fed {
-            sql,
-            kind: FedKind::Query,
+            sql: sql.to_string(),
+            kind: FedKind::Command(command_tag(&words)),
         });
     }
+    let sql = if catalog::is_catalog_query(sql) {
+        catalog::compat_rewrite(sql).unwrap_or_else(|| sql.to_string())
+    } else {
+        sql.to_string()
+    };
     Ok(Statement::Fed {
-        sql: sql.to_string(),
-        kind: FedKind::Command(command_tag(&words)),
+        sql,
+        kind: FedKind::Query,
     })
 }
 
@@ -257,7 +248,7 @@ fn classify_set(sql: &str, words: &Words) -> Result<Statement> {
     }
     let name = name.to_ascii_lowercase();
     let value = words.value_from(i + 1);
-    if name.starts_with("datafusion.") {
+    if name.starts_with("datafusion.") || name.starts_with("fedsql.") {
         return Ok(Statement::Fed {
             sql: sql.to_string(),
             kind: FedKind::Command("SET".into()),
@@ -397,15 +388,21 @@ mod tests {
     }
 
     #[test]
-    fn ddl_needs_allow_ddl() {
+    fn ddl_is_a_command_only_with_allow_ddl() {
+        // Without --allow-ddl it is planned at once, where the gate of
+        // `FedContext::sql` refuses it (see `coordinator::gate`).
         for sql in [
             "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '/etc/'",
-            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/etc/passwd'",
             "COPY (SELECT 1) TO '/tmp/x.csv'",
             "DROP TABLE clinic",
         ] {
-            let e = classify(sql, false).unwrap_err();
-            assert!(matches!(e, FedError::Refused { .. }), "{sql}: {e}");
+            assert_eq!(
+                classify(sql, false).unwrap(),
+                Statement::Fed {
+                    sql: sql.into(),
+                    kind: FedKind::Query
+                }
+            );
         }
         assert_eq!(
             classify("CREATE FEDERATED TABLE t STORED AS CSV LOCATION 'x/'", true).unwrap(),

@@ -588,6 +588,10 @@ impl ClientRunner for LocalClient {
         true
     }
 
+    fn dp_policy(&self) -> Option<dp::DpPolicy> {
+        Some(self.dp.policy().clone())
+    }
+
     async fn check_reachable(&self) -> std::result::Result<(), String> {
         match self.files.iter().find(|f| !f.is_file()) {
             None => Ok(()),

@@ -32,6 +32,12 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// The DP settings the client enforces, when it runs in this process
+    /// (a worker's settings are its own, not known to the coordinator).
+    fn dp_policy(&self) -> Option<crate::site::dp::DpPolicy> {
+        None
+    }
+
     /// Whether the client runs in this process (its rounds use this
     /// machine's cores, not a network's latency).
     fn in_process(&self) -> bool {

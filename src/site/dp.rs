@@ -131,18 +131,16 @@ impl DpPolicy {
                         })?,
                 )
             }
-            "dp_max_epsilon" => {
-                self.max_epsilon = value
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|e| *e > 0.0 && *e <= MAX_EPSILON)
-                    .ok_or_else(|| {
-                        bad(&format!(
-                            "expected the most ε one query may spend, above 0 and at most {MAX_EPSILON}"
-                        ))
-                    })?
-            }
+            "dp_max_epsilon" => self.max_epsilon = value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|e| *e > 0.0 && *e <= MAX_EPSILON)
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "expected the most ε one query may spend, above 0 and at most {MAX_EPSILON}"
+                    ))
+                })?,
             "require_dp" => {
                 self.require_dp = match value.trim().to_ascii_lowercase().as_str() {
                     "true" | "yes" | "on" => true,
@@ -718,6 +716,17 @@ mod tests {
             None
         );
         assert!(DpPolicy::from_options(&[("dp_budget".into(), "-1".into())]).is_err());
+        assert_eq!(p.max_epsilon, DEFAULT_MAX_EPSILON);
+        let capped = DpPolicy::from_options(&[("DP_MAX_EPSILON".into(), "0.5".into())])
+            .unwrap()
+            .unwrap();
+        assert_eq!(capped.max_epsilon, 0.5);
+        for bad in ["0", "-1", "inf", "NaN", "1e300", "x"] {
+            assert!(
+                DpPolicy::default().set("dp_max_epsilon", bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

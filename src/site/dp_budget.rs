@@ -231,9 +231,16 @@ mod tests {
                 "{asked}"
             );
         }
-        assert_eq!(ledger.spent("ana", "t"), 0.0, "refused debits spend nothing");
+        assert_eq!(
+            ledger.spent("ana", "t"),
+            0.0,
+            "refused debits spend nothing"
+        );
         // The unlimited total stops at MAX_EPSILON rather than wrapping.
-        ledger.debit("ana", "t", MAX_EPSILON, None).unwrap().unwrap();
+        ledger
+            .debit("ana", "t", MAX_EPSILON, None)
+            .unwrap()
+            .unwrap();
         assert!(ledger.debit("ana", "t", 1.0, None).unwrap().is_err());
         assert_eq!(ledger.spent("ana", "t"), MAX_EPSILON);
         assert!(ledger.spent("ana", "t").is_finite());

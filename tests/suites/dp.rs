@@ -643,7 +643,11 @@ async fn dp_aggregates_may_group_by_client() {
 /// that is a number for everyone but persons 7 and 17.
 fn people_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let row = |id: usize| {
-        let note = if id % 10 == 7 { "text".to_string() } else { id.to_string() };
+        let note = if id % 10 == 7 {
+            "text".to_string()
+        } else {
+            id.to_string()
+        };
         format!("{id},{},{note}\n", 100 + id)
     };
     let mut files = Vec::new();
@@ -685,7 +689,6 @@ async fn spent(ctx: &FedContext, table: &str) -> Vec<f64> {
     lines.into_iter().map(|(_, spent, _)| spent).collect()
 }
 
-
 #[tokio::test]
 async fn a_query_past_the_sites_epsilon_cap_is_refused_before_it_runs() {
     let dir = tempfile::TempDir::new().unwrap();
@@ -694,16 +697,27 @@ async fn a_query_past_the_sites_epsilon_cap_is_refused_before_it_runs() {
     for (sql, asked) in [
         ("SELECT dp_count(*, 1.5) FROM t", "1.5"),
         ("SELECT dp_count(*), dp_sum(systolic, 0, 200) FROM t", "2"),
-        ("SELECT dp_sum(systolic, 0, 1000, 1e9) FROM t WHERE id = 3", "1000000000"),
+        (
+            "SELECT dp_sum(systolic, 0, 1000, 1e9) FROM t WHERE id = 3",
+            "1000000000",
+        ),
         ("SELECT dp_count(*, 4e12) FROM t", "4000000000000"),
     ] {
         let err = refusal(&ctx, sql).await;
         assert!(err.contains("its dp_max_epsilon=1 policy"), "{sql}: {err}");
         assert!(err.contains(&format!("ε = {asked} here")), "{sql}: {err}");
     }
-    assert_eq!(spent(&ctx, "t").await, [0.0, 0.0], "refused before any debit");
+    assert_eq!(
+        spent(&ctx, "t").await,
+        [0.0, 0.0],
+        "refused before any debit"
+    );
     // Within the cap: answered, and debited. 0.2 + 0.7 + 0.1 = 1 exactly.
-    one_row(&ctx, "SELECT dp_count(*, 0.2), dp_sum(systolic, 0, 200, 0.7), dp_count(id, 0.1) FROM t").await;
+    one_row(
+        &ctx,
+        "SELECT dp_count(*, 0.2), dp_sum(systolic, 0, 200, 0.7), dp_count(id, 0.1) FROM t",
+    )
+    .await;
     assert_eq!(spent(&ctx, "t").await, [1.0, 1.0]);
 
     // A table's own cap, lower or higher.
@@ -752,7 +766,11 @@ async fn dp_state_is_exempt_from_k_only_under_a_finite_budget() {
     let ctx = people(dir.path(), "'min_group_rows' '5'").await;
     let err = refusal(&ctx, one_person).await;
     assert!(err.contains("min_group_rows"), "{err}");
-    one_row(&ctx, "SELECT dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id > 2").await;
+    one_row(
+        &ctx,
+        "SELECT dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id > 2",
+    )
+    .await;
     // Under a finite budget, DP-only state is exempt (the noise and the
     // budget protect it)...
     let dir = tempfile::TempDir::new().unwrap();
@@ -886,7 +904,11 @@ async fn workers_refuse_epsilon_past_their_cap_and_hold_unbudgeted_dp_to_k() {
     .await;
     let err = refusal(&ctx, "SELECT dp_count(*, 0.6) FROM t").await;
     assert!(err.contains("its dp_max_epsilon=0.5 policy"), "{err}");
-    one_row(&ctx, "SELECT dp_sum(systolic, 0, 1000, 0.5) FROM t WHERE id = 3").await;
+    one_row(
+        &ctx,
+        "SELECT dp_sum(systolic, 0, 1000, 0.5) FROM t WHERE id = 3",
+    )
+    .await;
     let err = refusal(
         &ctx,
         "SELECT dp_sum(systolic, 0, 1000, 0.25), count(*) FROM t WHERE id = 3",

@@ -240,7 +240,11 @@ impl WorkerConfig {
         }
         Err(FedError::Syntax(format!(
             "dp_budget and require_dp need a disclosure policy, but {} served with policy = none: differential privacy relies on the policy's join and error checks; drop `none` (for {}), or drop the DP settings",
-            if bare.len() == 1 { "table `".to_string() + bare[0] + "` is" } else { format!("tables `{}` are", bare.join("`, `")) },
+            if bare.len() == 1 {
+                "table `".to_string() + bare[0] + "` is"
+            } else {
+                format!("tables `{}` are", bare.join("`, `"))
+            },
             bare.join(", ")
         )))
     }
@@ -837,7 +841,10 @@ mod tests {
             "listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\nopen = \"o.csv\"\n[policy]\nrequire_dp = true\n[policy.tables]\nopen = \"none\"\n",
         )
         .unwrap();
-        let err = WorkerConfig::from_args(&args).await.unwrap_err().to_string();
+        let err = WorkerConfig::from_args(&args)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("table `open`"), "{err}");
         // The cap alone changes no protection: it is allowed without a policy.
         assert!(

@@ -3,17 +3,25 @@
 //! it debits (see [`crate::site::dp_budget`]).
 //!
 //! The DP aggregates' accumulators keep exact integer state; a site runs
-//! them like any aggregate, and then, on the one state batch it is about
-//! to release ([`DpSite::release`]):
+//! them like any aggregate. *Before* it runs a plan with DP calls
+//! ([`DpSite::pay`]) it checks their constants, refuses a query whose ε
+//! (the sum over its DP calls: sequential composition; disjoint groups
+//! compose in parallel) passes the site's per-query cap
+//! (`dp_max_epsilon`, default 1), and debits that ε to the analyst's
+//! ledger for the table, or refuses, naming what is left: a run that then
+//! fails has spent its ε all the same, so whether a query fails is no
+//! free question about the rows. Then, on the one state batch it is about
+//! to release ([`DpSite::release`]), it
 //! 1. keeps only the groups of declared public keys, and adds an empty
 //!    state for every declared key it does not hold (which groups exist is
 //!    itself a disclosure);
-//! 2. debits the query's ε (the sum over its DP calls: sequential
-//!    composition; disjoint groups compose in parallel) to the analyst's
-//!    ledger for the table, or refuses, naming what is left;
-//! 3. adds exact discrete Laplace noise, from a ChaCha20 generator seeded
+//! 2. adds exact discrete Laplace noise, from a ChaCha20 generator seeded
 //!    by the operating system, once to every value of every DP state
 //!    column of every row.
+//!
+//! DP state is exempt from the disclosure policy's thresholds only where
+//! the table has a finite budget ([`DpSite::exempts_from_thresholds`]);
+//! with an unlimited one it meets them like exact state.
 //!
 //! The analyst is the worker's token name ([`as_analyst`]); an in-process
 //! client's ledger is its session's.
@@ -33,7 +41,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::error::{FedError, Result};
-use crate::site::dp_budget::Ledger;
+use crate::site::dp_budget::{Ledger, MAX_EPSILON, units};
 use crate::wire::dp::{DpCall, dp_calls, top_aggregate};
 
 tokio::task_local! {
@@ -57,11 +65,16 @@ pub fn current_analyst() -> String {
 }
 
 /// The DP settings of a table at a site (beside its disclosure policy).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DpPolicy {
     /// Total ε per analyst and table; `None`: unlimited (spending is still
-    /// recorded).
+    /// recorded). Only under a finite budget is DP state exempt from the
+    /// disclosure policy's thresholds.
     pub budget: Option<f64>,
+    /// The most ε one query may spend here (the sum over its DP calls);
+    /// a query asking for more is refused before it runs. Default
+    /// [`DEFAULT_MAX_EPSILON`].
+    pub max_epsilon: f64,
     /// Answer only DP aggregates.
     pub require_dp: bool,
     /// Columns whose values are public, with their values: DP queries may
@@ -69,17 +82,37 @@ pub struct DpPolicy {
     pub domains: BTreeMap<String, Vec<String>>,
 }
 
+/// The per-query ε cap of a site that sets none.
+pub const DEFAULT_MAX_EPSILON: f64 = 1.0;
+
+impl Default for DpPolicy {
+    fn default() -> Self {
+        Self {
+            budget: None,
+            max_epsilon: DEFAULT_MAX_EPSILON,
+            require_dp: false,
+            domains: BTreeMap::new(),
+        }
+    }
+}
+
 /// The setting keys (`OPTIONS`, the worker's `[policy]`); a domain is
 /// `dp_domain.<column>` = comma-separated values.
-pub const DP_KEYS: &[&str] = &["dp_budget", "require_dp", "dp_domain.<column>"];
+pub const DP_KEYS: &[&str] = &[
+    "dp_budget",
+    "dp_max_epsilon",
+    "require_dp",
+    "dp_domain.<column>",
+];
 
 /// The DP settings of table OPTIONS (besides `dp_domain.<column>`).
-pub const DP_OPTION_KEYS: &[&str] = &["dp_budget", "require_dp"];
+pub const DP_OPTION_KEYS: &[&str] = &["dp_budget", "dp_max_epsilon", "require_dp"];
 
 impl DpPolicy {
     /// Whether `key` is a DP setting.
     pub fn is_key(key: &str) -> bool {
-        matches!(key, "dp_budget" | "require_dp") || key.starts_with("dp_domain.")
+        matches!(key, "dp_budget" | "dp_max_epsilon" | "require_dp")
+            || key.starts_with("dp_domain.")
     }
 
     /// Changes one setting.
@@ -92,10 +125,22 @@ impl DpPolicy {
                         .trim()
                         .parse::<f64>()
                         .ok()
-                        .filter(|b| *b >= 0.0 && b.is_finite())
-                        .ok_or_else(|| bad("expected a total ε ≥ 0"))?,
+                        .filter(|b| *b >= 0.0 && *b <= MAX_EPSILON)
+                        .ok_or_else(|| {
+                            bad(&format!("expected a total ε between 0 and {MAX_EPSILON}"))
+                        })?,
                 )
             }
+            "dp_max_epsilon" => self.max_epsilon = value
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|e| *e > 0.0 && *e <= MAX_EPSILON)
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "expected the most ε one query may spend, above 0 and at most {MAX_EPSILON}"
+                    ))
+                })?,
             "require_dp" => {
                 self.require_dp = match value.trim().to_ascii_lowercase().as_str() {
                     "true" | "yes" | "on" => true,
@@ -150,6 +195,7 @@ impl std::fmt::Display for DpPolicy {
             Some(b) => write!(f, "dp_budget={b}")?,
             None => write!(f, "dp_budget=unlimited")?,
         }
+        write!(f, ", dp_max_epsilon={}", self.max_epsilon)?;
         write!(f, ", require_dp={}", self.require_dp)?;
         for (column, values) in &self.domains {
             write!(f, ", dp_domain.{column}={}", values.join("|"))?;
@@ -312,28 +358,92 @@ impl DpSite {
         Ok(())
     }
 
-    /// The state batches as they may leave: declared keys completed, the
-    /// query's ε debited, noise added (see the module docs). `plan` is the
-    /// physical plan that made them; `encoder` its logical plan.
-    pub fn release(
+    /// Checks the DP calls of `plan` and debits their ε, *before* the plan
+    /// runs, so that a run that fails spends like one that succeeds (a
+    /// failure cannot be a free question), in this order:
+    /// 1. the constants of every call (bounds, bins, ε, and bounds that
+    ///    would change a call's type) are checked: nothing is debited for
+    ///    a query that cannot run;
+    /// 2. the query's ε (the sum over its calls) must be at most the
+    ///    site's `dp_max_epsilon`;
+    /// 3. the ε is debited to the analyst's ledger for `table`, or the
+    ///    query is refused, naming what is left.
+    ///
+    /// `dropped` are the plan's state columns the site takes out before
+    /// release (the policy's counts). What it returns is what
+    /// [`DpSite::release`] noises.
+    pub fn pay(
         &self,
         client: &str,
         table: &str,
-        encoder: &LogicalPlan,
         (plan, dropped): (&Arc<dyn ExecutionPlan>, &[usize]),
-        state_schema: &SchemaRef,
-        batches: Vec<RecordBatch>,
-    ) -> Result<Vec<RecordBatch>> {
+    ) -> Result<Paid> {
         let Some(agg) = top_aggregate(plan) else {
-            return Ok(batches);
+            return Ok(Paid::default());
         };
         let mut calls = dp_calls(agg)?;
+        if calls.is_empty() {
+            return Ok(Paid::default());
+        }
         // The plan's state also holds the policy's counts, which the site
-        // has already taken out of `batches` (`dropped`, plan positions).
+        // takes out of the batches before release.
         for call in &mut calls {
             let before = dropped.iter().filter(|&&d| d < call.first_column).count();
             call.first_column -= before;
         }
+        let refuse = |rule: String, hint: &str| FedError::Policy {
+            client: client.to_string(),
+            rule,
+            hint: Some(hint.to_string()),
+        };
+        let cost: f64 = calls.iter().map(|c| c.release.epsilon).sum();
+        let cap = self.policy.max_epsilon;
+        let within_cap = match (units(cost), units(cap)) {
+            (Some(cost), Some(cap)) => cost <= cap,
+            _ => false,
+        };
+        if !within_cap {
+            return Err(refuse(
+                format!(
+                    "the query asks for ε = {} here, more than one query may spend (its dp_max_epsilon={} policy)",
+                    trim(cost),
+                    trim(cap)
+                ),
+                &format!(
+                    "ask for ε ≤ {} in all (the ε of a query's DP calls add up): SET fedsql.dp_epsilon, or give each call a smaller last argument",
+                    trim(cap)
+                ),
+            ));
+        }
+        let analyst = current_analyst();
+        if let Err(over) = self
+            .ledger
+            .debit(&analyst, table, cost, self.policy.budget)?
+        {
+            return Err(refuse(
+                format!(
+                    "the query would spend ε = {} of the privacy budget for `{table}`, but only ε = {} of {} remains (its dp_budget policy)",
+                    trim(over.asked),
+                    trim(over.remaining()),
+                    trim(over.budget)
+                ),
+                "SHOW PRIVACY BUDGET shows what each client has left; ask for a smaller epsilon",
+            ));
+        }
+        Ok(Paid { calls })
+    }
+
+    /// The state batches as they may leave: declared keys completed and
+    /// noise added to the DP state of `paid` (see the module docs).
+    /// `encoder` is the logical plan that made them.
+    pub fn release(
+        &self,
+        encoder: &LogicalPlan,
+        paid: &Paid,
+        state_schema: &SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
+        let calls = &paid.calls;
         if calls.is_empty() {
             return Ok(batches);
         }
@@ -350,30 +460,13 @@ impl DpSite {
             if let Some(own) = bound_client_name(encoder) {
                 domains.insert(CLIENT_COLUMN.to_string(), vec![own]);
             }
-            batch = self.complete_keys(&batch, &columns, &calls, &domains)?;
+            batch = self.complete_keys(&batch, &columns, calls, &domains)?;
             // A policy's row count (already split off) is not in `calls`.
             schema = batch.schema();
         }
-        let cost: f64 = calls.iter().map(|c| c.release.epsilon).sum();
-        let analyst = current_analyst();
-        if let Err(over) = self
-            .ledger
-            .debit(&analyst, table, cost, self.policy.budget)?
-        {
-            return Err(FedError::Policy {
-                client: client.to_string(),
-                rule: format!(
-                    "the query would spend ε = {} of the privacy budget for `{table}`, but only ε = {} of {} remains (its dp_budget policy)",
-                    trim(over.asked),
-                    trim(over.remaining()),
-                    trim(over.budget)
-                ),
-                hint: Some("SHOW PRIVACY BUDGET shows what each client has left; ask for a smaller epsilon".into()),
-            });
-        }
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         let mut noise_all = |rng: &mut ChaCha20Rng| -> Result<()> {
-            for call in &calls {
+            for call in calls {
                 for (i, noise) in call.release.columns.iter().enumerate() {
                     let at = call.first_column + i;
                     columns[at] = fedsql_udfs::dp::add_noise(&columns[at], noise, rng)?;
@@ -470,19 +563,78 @@ impl DpSite {
     }
 }
 
-/// Whether a site's state under a disclosure policy holds DP state only:
-/// its aggregates, but the policy's row count (always the last), are all
-/// DP. Such a state is exempt from `min_group_rows`, the non-zero rule and
-/// `max_groups`: the noise protects it (issue 14's exemption hook).
-pub fn dp_only_under_policy(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    top_aggregate(plan)
-        .and_then(|agg| agg.aggr_expr().split_last())
-        .is_some_and(|(_, rest)| {
-            !rest.is_empty()
-                && rest
-                    .iter()
-                    .all(|e| fedsql_udfs::catalogue::is_dp(e.fun().name()))
-        })
+impl DpSite {
+    /// Whether this site's state for `encoder` is exempt from its
+    /// disclosure policy's thresholds (`min_group_rows`, the input counts,
+    /// the non-zero rule, `max_groups`), the noise protecting it instead:
+    /// only where the table has a finite `dp_budget` (an unlimited one
+    /// bounds nothing over many queries), and only when every aggregate
+    /// the encoder asked for is DP. `plan` is the site's physical plan and
+    /// `site_rows` says whether the site added its own row count to it
+    /// (as the last aggregate, [`crate::site::group_rows::counted`]): that
+    /// one is told by construction, never by its name or place alone, so
+    /// an exact `count(*)` the query asked for (wherever it stands) is
+    /// never taken for it.
+    pub fn exempts_from_thresholds(
+        &self,
+        encoder: &LogicalPlan,
+        plan: &Arc<dyn ExecutionPlan>,
+        site_rows: bool,
+    ) -> bool {
+        self.policy.budget.is_some() && asks_only_dp(encoder) && states_only_dp(plan, site_rows)
+    }
+}
+
+/// Whether every aggregate function of the encoder's root aggregate is a
+/// DP aggregate (and it has one).
+fn asks_only_dp(encoder: &LogicalPlan) -> bool {
+    let LogicalPlan::Aggregate(agg) = encoder else {
+        return false;
+    };
+    let (mut dp, mut other) = (0, 0);
+    for expr in &agg.aggr_expr {
+        let mut found = false;
+        let _ = expr.apply(|e| {
+            let Expr::AggregateFunction(f) = e else {
+                return Ok(TreeNodeRecursion::Continue);
+            };
+            found = true;
+            if fedsql_udfs::catalogue::is_dp(f.func.name()) {
+                dp += 1;
+            } else {
+                other += 1;
+            }
+            Ok(TreeNodeRecursion::Jump)
+        });
+        // An aggregate expression with no aggregate in it: not DP.
+        other += usize::from(!found);
+    }
+    dp > 0 && other == 0
+}
+
+/// Whether the physical plan's top aggregate holds DP aggregates only,
+/// besides the site's own row count when it added one (the last).
+fn states_only_dp(plan: &Arc<dyn ExecutionPlan>, site_rows: bool) -> bool {
+    let Some(agg) = top_aggregate(plan) else {
+        return false;
+    };
+    let all = agg.aggr_expr();
+    let asked = match (site_rows, all.split_last()) {
+        (true, Some((_, rest))) => rest,
+        (true, None) => return false,
+        (false, _) => all,
+    };
+    !asked.is_empty()
+        && asked
+            .iter()
+            .all(|e| fedsql_udfs::catalogue::is_dp(e.fun().name()))
+}
+
+/// A query's DP calls, checked and paid for by [`DpSite::pay`] before its
+/// encoder ran: what [`DpSite::release`] adds noise to.
+#[derive(Debug, Default)]
+pub struct Paid {
+    calls: Vec<DpCall>,
 }
 
 /// The virtual column of client names.
@@ -567,6 +719,17 @@ mod tests {
             None
         );
         assert!(DpPolicy::from_options(&[("dp_budget".into(), "-1".into())]).is_err());
+        assert_eq!(p.max_epsilon, DEFAULT_MAX_EPSILON);
+        let capped = DpPolicy::from_options(&[("DP_MAX_EPSILON".into(), "0.5".into())])
+            .unwrap()
+            .unwrap();
+        assert_eq!(capped.max_epsilon, 0.5);
+        for bad in ["0", "-1", "inf", "NaN", "1e300", "x"] {
+            assert!(
+                DpPolicy::default().set("dp_max_epsilon", bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

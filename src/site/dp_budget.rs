@@ -21,15 +21,26 @@ use crate::error::{FedError, Result};
 /// Units per ε.
 const UNITS: f64 = 1e9;
 
-/// ε in whole units, rounded up (but an ε given with nine decimals is exact).
-fn units(epsilon: f64) -> u64 {
+/// The largest ε the ledger counts, in one debit, one budget or one
+/// analyst's total: 2^33 ε, so that any two such amounts add up without
+/// leaving `u64` and a spent total never saturates (or reaches inf/NaN as
+/// a float). No sensible ε comes near it.
+pub const MAX_EPSILON: f64 = (1u64 << 33) as f64;
+
+/// ε in whole units, rounded up (but an ε given with nine decimals is
+/// exact); `None` for an ε that is not finite, is negative, or is above
+/// [`MAX_EPSILON`].
+pub fn units(epsilon: f64) -> Option<u64> {
+    if !(epsilon.is_finite() && (0.0..=MAX_EPSILON).contains(&epsilon)) {
+        return None;
+    }
     let x = epsilon * UNITS;
     let nearest = x.round();
-    if (x - nearest).abs() < 1e-3 {
+    Some(if (x - nearest).abs() < 1e-3 {
         nearest as u64
     } else {
         x.ceil() as u64
-    }
+    })
 }
 
 fn epsilon(units: u64) -> f64 {
@@ -120,6 +131,9 @@ impl Ledger {
 
     /// Debits `asked` ε to `analyst` on `table`, unless that would pass
     /// `budget`; with a file, the debit is on disk when this returns `Ok`.
+    /// An `asked` that is not a positive finite ε, or a total past
+    /// [`MAX_EPSILON`], is refused as an overspend: the ledger never
+    /// saturates.
     pub fn debit(
         &self,
         analyst: &str,
@@ -130,16 +144,18 @@ impl Ledger {
         let mut spent = self.spent.lock().expect("not poisoned");
         let key = (analyst.to_string(), table.to_string());
         let before = spent.get(&key).copied().unwrap_or(0);
-        let after = before.saturating_add(units(asked));
-        if let Some(budget) = budget
-            && after > units(budget)
-        {
+        let most = units(MAX_EPSILON).expect("MAX_EPSILON fits");
+        let limit = budget.map_or(most, |b| units(b).unwrap_or(most).min(most));
+        let after = units(asked)
+            .filter(|_| asked > 0.0)
+            .and_then(|a| before.checked_add(a));
+        let Some(after) = after.filter(|a| *a <= limit) else {
             return Ok(Err(Overspend {
                 asked,
                 spent: epsilon(before),
-                budget,
+                budget: budget.unwrap_or(MAX_EPSILON),
             }));
-        }
+        };
         spent.insert(key.clone(), after);
         if let Some(path) = &self.file
             && let Err(e) = write_atomically(path, &spent)
@@ -204,6 +220,30 @@ mod tests {
             "a refused query spends nothing"
         );
         assert_eq!(ledger.spent("bob", "t"), 0.0);
+    }
+
+    #[test]
+    fn no_epsilon_saturates_the_ledger_or_makes_it_inf() {
+        let ledger = Ledger::in_memory();
+        for asked in [f64::INFINITY, f64::NAN, -1.0, 0.0, 4e12, MAX_EPSILON * 2.0] {
+            assert!(
+                ledger.debit("ana", "t", asked, None).unwrap().is_err(),
+                "{asked}"
+            );
+        }
+        assert_eq!(
+            ledger.spent("ana", "t"),
+            0.0,
+            "refused debits spend nothing"
+        );
+        // The unlimited total stops at MAX_EPSILON rather than wrapping.
+        ledger
+            .debit("ana", "t", MAX_EPSILON, None)
+            .unwrap()
+            .unwrap();
+        assert!(ledger.debit("ana", "t", 1.0, None).unwrap().is_err());
+        assert_eq!(ledger.spent("ana", "t"), MAX_EPSILON);
+        assert!(ledger.spent("ana", "t").is_finite());
     }
 
     #[test]

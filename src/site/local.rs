@@ -513,6 +513,12 @@ impl LocalClient {
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
     async fn run(&self, encoder: &Encoder, plan: SitePlan) -> Result<StateBatch> {
+        // DP state: its constants checked and its ε debited before the
+        // plan runs, so that a run that fails has spent it too.
+        let dropped = plan.counts.as_ref().map(|c| c.all()).unwrap_or_default();
+        let paid = self
+            .dp
+            .pay(&self.name, encoder.table(), (&plan.plan, &dropped))?;
         let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
         let batches = collect(physical, self.task_ctx()?).await.map_err(|e| {
             self.memory_refusal(&e)
@@ -523,8 +529,13 @@ impl LocalClient {
             (Some(policy), Some(columns)) => {
                 let (batches, counts) = group_rows::split_off(&batches, columns)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
-                // DP state only: exempt from the thresholds (the noise protects it).
-                if !dp::dp_only_under_policy(&plan.plan) {
+                // DP state only, under a finite budget: exempt from the
+                // thresholds (the noise protects it).
+                let site_rows = !columns.rows_asked;
+                if !self
+                    .dp
+                    .exempts_from_thresholds(encoder.plan(), &plan.plan, site_rows)
+                {
                     policy.check_counts(&self.name, &counts, parameters)?;
                     policy.check_cells(&self.name, &batches, &columns.cells)?;
                 }
@@ -540,16 +551,10 @@ impl LocalClient {
             }
             _ => batches,
         };
-        // DP state: declared keys completed, budget debited, noise added.
-        let dropped = plan.counts.as_ref().map(|c| c.all()).unwrap_or_default();
-        let batches = self.dp.release(
-            &self.name,
-            encoder.table(),
-            encoder.plan(),
-            (&plan.plan, &dropped),
-            encoder.state_schema(),
-            batches,
-        )?;
+        // DP state: declared keys completed, noise added.
+        let batches = self
+            .dp
+            .release(encoder.plan(), &paid, encoder.state_schema(), batches)?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 

@@ -128,7 +128,10 @@ async fn dp_count_and_sum_are_unbiased_with_the_stated_variance_for_1_3_and_7_cl
 
 #[tokio::test]
 async fn the_notice_states_the_noise_and_explain_shows_the_mechanism() {
-    let ctx = dp_federation(3, &DpPolicy::default(), None);
+    // ε = 1 + 0.25 in one query: past the default cap of 1.
+    let mut policy = DpPolicy::default();
+    policy.set("dp_max_epsilon", "2").unwrap();
+    let ctx = dp_federation(3, &policy, None);
     ctx.take_notices();
     let b = one_row(
         &ctx,
@@ -332,7 +335,12 @@ async fn require_dp_answers_only_dp_aggregates() {
 }
 
 async fn budget(ctx: &FedContext) -> Vec<(String, f64, f64)> {
-    let b = one_row(ctx, "SHOW PRIVACY BUDGET clinic").await;
+    budget_of(ctx, "clinic").await
+}
+
+/// Each client's line of `SHOW PRIVACY BUDGET table`: (client, spent, remaining).
+async fn budget_of(ctx: &FedContext, table: &str) -> Vec<(String, f64, f64)> {
+    let b = one_row(ctx, &format!("SHOW PRIVACY BUDGET {table}")).await;
     (0..b.num_rows())
         .map(|r| {
             (
@@ -629,4 +637,313 @@ async fn dp_aggregates_may_group_by_client() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not declared public"), "{err}");
+}
+
+/// Two client files of 12 and 8 people: `id`, `systolic` and a `note`
+/// that is a number for everyone but persons 7 and 17.
+fn people_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let row = |id: usize| {
+        let note = if id % 10 == 7 {
+            "text".to_string()
+        } else {
+            id.to_string()
+        };
+        format!("{id},{},{note}\n", 100 + id)
+    };
+    let mut files = Vec::new();
+    for (name, ids) in [("a.csv", 1..13), ("b.csv", 13..21)] {
+        let path = dir.join(name);
+        let mut text = "id,systolic,note\n".to_string();
+        ids.for_each(|id| text.push_str(&row(id)));
+        std::fs::write(&path, text).unwrap();
+        files.push(path);
+    }
+    files
+}
+
+/// The people as an in-process table `t` with these OPTIONS.
+async fn people(dir: &std::path::Path, options: &str) -> FedContext {
+    people_files(dir);
+    let ctx = FedContext::new();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t (id BIGINT, systolic BIGINT, note VARCHAR) STORED AS CSV LOCATION '{}' OPTIONS ({options})",
+        dir.display()
+    ))
+    .await
+    .unwrap();
+    ctx
+}
+
+async fn refusal(ctx: &FedContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Ok(df) => match df.collect().await {
+            Ok(_) => panic!("{sql}: answered"),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    }
+}
+
+async fn spent(ctx: &FedContext, table: &str) -> Vec<f64> {
+    let lines = budget_of(ctx, table).await;
+    lines.into_iter().map(|(_, spent, _)| spent).collect()
+}
+
+#[tokio::test]
+async fn a_query_past_the_sites_epsilon_cap_is_refused_before_it_runs() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let ctx = people(dir.path(), "'dp_budget' '100', 'min_group_rows' '5'").await;
+    // The default cap is 1 per query, summed over the query's DP calls.
+    for (sql, asked) in [
+        ("SELECT dp_count(*, 1.5) FROM t", "1.5"),
+        ("SELECT dp_count(*), dp_sum(systolic, 0, 200) FROM t", "2"),
+        (
+            "SELECT dp_sum(systolic, 0, 1000, 1e9) FROM t WHERE id = 3",
+            "1000000000",
+        ),
+        ("SELECT dp_count(*, 4e12) FROM t", "4000000000000"),
+    ] {
+        let err = refusal(&ctx, sql).await;
+        assert!(err.contains("its dp_max_epsilon=1 policy"), "{sql}: {err}");
+        assert!(err.contains(&format!("ε = {asked} here")), "{sql}: {err}");
+    }
+    assert_eq!(
+        spent(&ctx, "t").await,
+        [0.0, 0.0],
+        "refused before any debit"
+    );
+    // Within the cap: answered, and debited. 0.2 + 0.7 + 0.1 = 1 exactly.
+    one_row(
+        &ctx,
+        "SELECT dp_count(*, 0.2), dp_sum(systolic, 0, 200, 0.7), dp_count(id, 0.1) FROM t",
+    )
+    .await;
+    assert_eq!(spent(&ctx, "t").await, [1.0, 1.0]);
+
+    // A table's own cap, lower or higher.
+    let low = tempfile::TempDir::new().unwrap();
+    let ctx = people(low.path(), "'dp_max_epsilon' '0.5'").await;
+    let err = refusal(&ctx, "SELECT dp_count(*, 0.6) FROM t").await;
+    assert!(err.contains("its dp_max_epsilon=0.5 policy"), "{err}");
+    one_row(&ctx, "SELECT dp_count(*, 0.5) FROM t").await;
+    let high = tempfile::TempDir::new().unwrap();
+    let ctx = people(high.path(), "'dp_max_epsilon' '3'").await;
+    one_row(&ctx, "SELECT dp_count(*), dp_sum(systolic, 0, 200) FROM t").await;
+    // Even the largest cap keeps the ledger far from saturating.
+    let most = tempfile::TempDir::new().unwrap();
+    let ctx = people(most.path(), "'dp_max_epsilon' '8589934592'").await;
+    let err = refusal(&ctx, "SELECT dp_count(*, 4e12) FROM t").await;
+    assert!(err.contains("dp_max_epsilon"), "{err}");
+    // Caps and budgets that are not a positive finite ε are refused.
+    for bad in [
+        "'dp_max_epsilon' '0'",
+        "'dp_max_epsilon' '-1'",
+        "'dp_max_epsilon' 'inf'",
+        "'dp_max_epsilon' 'NaN'",
+        "'dp_max_epsilon' '1e300'",
+        "'dp_budget' '1e300'",
+    ] {
+        let dir = tempfile::TempDir::new().unwrap();
+        people_files(dir.path());
+        let err = FedContext::new()
+            .sql(&format!(
+                "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}' OPTIONS ({bad})",
+                dir.path().display()
+            ))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{bad}: accepted"))
+            .to_string();
+        assert!(err.contains("expected"), "{bad}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn dp_state_is_exempt_from_k_only_under_a_finite_budget() {
+    let one_person = "SELECT dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id = 3";
+    // The default budget is unlimited: k applies to DP state too.
+    let dir = tempfile::TempDir::new().unwrap();
+    let ctx = people(dir.path(), "'min_group_rows' '5'").await;
+    let err = refusal(&ctx, one_person).await;
+    assert!(err.contains("min_group_rows"), "{err}");
+    one_row(
+        &ctx,
+        "SELECT dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id > 2",
+    )
+    .await;
+    // Under a finite budget, DP-only state is exempt (the noise and the
+    // budget protect it)...
+    let dir = tempfile::TempDir::new().unwrap();
+    let ctx = people(dir.path(), "'min_group_rows' '5', 'dp_budget' '10'").await;
+    one_row(&ctx, one_person).await;
+    // ... but not a query that also asks for an exact aggregate, wherever
+    // it stands: the site's own row count is told by identity.
+    for sql in [
+        "SELECT dp_sum(systolic, 0, 200, 0.5), count(*) FROM t WHERE id = 3",
+        "SELECT count(*), dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id = 3",
+        "SELECT dp_count(id, 1.0), count(*) FROM t WHERE id = 3",
+        "SELECT dp_count(id, 0.5), sum(systolic) FROM t WHERE id = 3",
+    ] {
+        let err = refusal(&ctx, sql).await;
+        assert!(err.contains("min_group_rows"), "{sql}: {err}");
+    }
+    // Over enough rows, the mix answers.
+    one_row(
+        &ctx,
+        "SELECT count(*), dp_sum(systolic, 0, 200, 0.5) FROM t WHERE id > 2",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_dp_query_pays_before_it_runs_and_a_failed_run_spends_too() {
+    // One client (the file of person 7), no disclosure policy: the cast
+    // fails at run time on person 7's note.
+    let dir = tempfile::TempDir::new().unwrap();
+    people_files(dir.path());
+    std::fs::remove_file(dir.path().join("b.csv")).unwrap();
+    let ctx = FedContext::new();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t (id BIGINT, systolic BIGINT, note VARCHAR) STORED AS CSV LOCATION '{}' OPTIONS ('dp_budget' '1')",
+        dir.path().display()
+    ))
+    .await
+    .unwrap();
+    let failing = "SELECT dp_sum(CAST(note AS BIGINT), 0, 100, 0.25) FROM t";
+    let err = refusal(&ctx, failing).await;
+    assert!(!err.contains("dp_budget"), "a run-time failure: {err}");
+    assert_eq!(spent(&ctx, "t").await, [0.25], "the failed run paid");
+    // Until the budget is spent, and then the same question is refused
+    // before it runs, failing or not: no answer, not even a failure, for
+    // free.
+    for _ in 0..3 {
+        let err = refusal(&ctx, failing).await;
+        assert!(!err.contains("dp_budget"), "{err}");
+    }
+    assert_eq!(spent(&ctx, "t").await, [1.0]);
+    for sql in [
+        failing,
+        "SELECT dp_sum(CAST(note AS BIGINT), 0, 100, 0.25) FROM t WHERE id <> 7",
+    ] {
+        let err = refusal(&ctx, sql).await;
+        assert!(err.contains("only ε = 0 of 1 remains"), "{sql}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn bounds_that_would_change_a_dp_sums_type_are_refused_before_any_debit() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let ctx = people(dir.path(), "'dp_budget' '1'").await;
+    let err = refusal(&ctx, "SELECT dp_sum(systolic, 0, 2000000, 0.1) FROM t").await;
+    assert!(err.contains("2^20"), "{err}");
+    assert_eq!(spent(&ctx, "t").await, [0.0, 0.0]);
+    // As a DOUBLE, wide bounds are fine.
+    one_row(
+        &ctx,
+        "SELECT dp_sum(CAST(systolic AS DOUBLE), 0, 2000000, 0.1) FROM t",
+    )
+    .await;
+    let b = one_row(&ctx, "SELECT dp_sum(systolic, 0, 1048576, 0.1) FROM t").await;
+    assert_eq!(
+        b.schema().field(0).data_type(),
+        &datafusion::arrow::datatypes::DataType::Int64
+    );
+}
+
+/// Workers over the people files under their default disclosure policy,
+/// with `configure` changing the DP settings.
+async fn people_workers(
+    files: &[std::path::PathBuf],
+    configure: impl Fn(&mut fedsql::site::worker::WorkerConfig) + Send + Sync + 'static,
+) -> (crate::remote::Workers, FedContext) {
+    let workers = crate::remote::Workers::start_with(files, "t", move |mut config| {
+        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        configure(&mut config);
+        config
+    })
+    .await;
+    let ctx = FedContext::new();
+    ctx.sql(&workers.create("t")).await.unwrap();
+    (workers, ctx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_refuse_epsilon_past_their_cap_and_hold_unbudgeted_dp_to_k() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = people_files(dir.path());
+    // Default settings: cap 1, unlimited budget, k = 5.
+    let (_workers, ctx) = people_workers(&files, |_| {}).await;
+    for sql in [
+        "SELECT dp_sum(systolic, 0, 1000, 1e9) FROM t WHERE id = 3",
+        "SELECT dp_count(*, 4e12) FROM t",
+        "SELECT dp_count(*, 0.6), dp_count(id, 0.6) FROM t",
+    ] {
+        let err = refusal(&ctx, sql).await;
+        assert!(err.contains("its dp_max_epsilon=1 policy"), "{sql}: {err}");
+    }
+    for sql in [
+        "SELECT dp_sum(systolic, 0, 1000, 0.5) FROM t WHERE id = 3",
+        "SELECT dp_sum(systolic, 0, 1000, 0.5), count(*) FROM t WHERE id = 3",
+        "SELECT count(*), dp_count(id, 0.5) FROM t WHERE id = 3",
+    ] {
+        let err = refusal(&ctx, sql).await;
+        assert!(err.contains("min_group_rows"), "{sql}: {err}");
+    }
+    let b = one_row(&ctx, "SELECT dp_count(*, 0.5) FROM t").await;
+    assert!((int(&b, 0, 0) - 20).abs() < 40, "{}", int(&b, 0, 0));
+
+    // A lower cap of the worker's own; a finite budget exempts DP state.
+    let ledgers = tempfile::TempDir::new().unwrap();
+    let at = ledgers.path().to_path_buf();
+    let (_workers, ctx) = people_workers(&files, move |config| {
+        config.dp.set("dp_max_epsilon", "0.5").unwrap();
+        config.dp.set("dp_budget", "5").unwrap();
+        let stem = config.tables[0].1.file_stem().unwrap().to_owned();
+        config.dp_ledger = Some(at.join(stem).with_extension("ledger"));
+    })
+    .await;
+    let err = refusal(&ctx, "SELECT dp_count(*, 0.6) FROM t").await;
+    assert!(err.contains("its dp_max_epsilon=0.5 policy"), "{err}");
+    one_row(
+        &ctx,
+        "SELECT dp_sum(systolic, 0, 1000, 0.5) FROM t WHERE id = 3",
+    )
+    .await;
+    let err = refusal(
+        &ctx,
+        "SELECT dp_sum(systolic, 0, 1000, 0.25), count(*) FROM t WHERE id = 3",
+    )
+    .await;
+    assert!(err.contains("min_group_rows"), "{err}");
+    // 0.5 for the answer, 0.25 for the refused mix: it ran (and was
+    // refused by k) at h0, which holds person 3; h1 may have been stopped
+    // before it paid when h0's refusal came back.
+    let lines = budget_of(&ctx, "t").await;
+    assert_eq!(lines[0].0, "h0");
+    assert_eq!(lines[0].1, 0.75, "{lines:?}");
+    assert!([0.5, 0.75].contains(&lines[1].1), "{lines:?}");
+}
+
+#[tokio::test]
+async fn a_worker_without_a_disclosure_policy_refuses_to_start_with_dp_settings() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = people_files(dir.path());
+    for setting in ["dp_budget", "require_dp"] {
+        let mut config = fedsql::site::worker::WorkerConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            vec![("t".into(), files[0].clone())],
+            "token",
+        );
+        config.policy = None;
+        config
+            .dp
+            .set(setting, if setting == "dp_budget" { "1" } else { "true" })
+            .unwrap();
+        let err = fedsql::site::worker::start(config)
+            .await
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("policy = none"), "{setting}: {err}");
+    }
 }

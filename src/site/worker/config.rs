@@ -31,7 +31,9 @@ pub struct WorkerArgs {
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
     /// `memory_limit`, `max_shared_rows`, a `[tables]` section of
     /// name = "path", and a `[policy]` section with `peers`,
-    /// `secure_without_peers` and `[policy.tables.NAME]` overrides);
+    /// `secure_without_peers`, the DP settings `dp_budget`,
+    /// `dp_max_epsilon`, `dp_ledger`, `require_dp`, `dp_domain.COLUMN`,
+    /// and `[policy.tables.NAME]` overrides);
     /// command-line flags take precedence.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -42,7 +44,10 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
     /// `none` serves without a disclosure policy (only for data you may
-    /// show in full); by default the worker enforces one.
+    /// show in full); by default the worker enforces one. DP settings
+    /// (--dp-budget, require_dp) need the policy: with `none` they are a
+    /// start-up error, since DP relies on the policy's join and
+    /// error-message protections.
     #[arg(long, value_name = "none")]
     pub policy: Option<String>,
     /// Every released group covers 0 or at least this many rows (default 5).
@@ -61,9 +66,15 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "N")]
     pub min_secure_clients: Option<u64>,
     /// Total differential-privacy ε each analyst may spend per table
-    /// (needs --dp-ledger); default unlimited.
+    /// (needs --dp-ledger); default unlimited. Only under a budget are DP
+    /// aggregates exempt from --min-group-rows and the other thresholds.
     #[arg(long, value_name = "EPSILON")]
     pub dp_budget: Option<f64>,
+    /// The most differential-privacy ε one query may spend here, summed
+    /// over its DP calls (default 1); a query asking for more is refused
+    /// before it runs.
+    #[arg(long, value_name = "EPSILON")]
+    pub dp_max_epsilon: Option<f64>,
     /// The file that keeps what each analyst has spent (survives restarts).
     #[arg(long, value_name = "FILE")]
     pub dp_ledger: Option<PathBuf>,
@@ -172,7 +183,8 @@ pub struct WorkerConfig {
     pub limits: RequestLimits,
     /// Named tokens (analyst, token), besides `token` (analyst `default`).
     pub named_tokens: Vec<(String, String)>,
-    /// DP settings of every served table (budget, require_dp, domains).
+    /// DP settings of every served table (budget, per-query ε cap,
+    /// require_dp, domains).
     pub dp: DpPolicy,
     /// The privacy-budget ledger file; `None`: kept in memory.
     pub dp_ledger: Option<PathBuf>,
@@ -222,6 +234,35 @@ impl WorkerConfig {
             Some(policy) => policy.clone(),
             None => self.policy.clone(),
         }
+    }
+
+    /// Refuses DP settings (`dp_budget`, `require_dp`) over a table served
+    /// without a disclosure policy: DP relies on the policy's checks
+    /// (no join amplification, no values in errors, evaluation that cannot
+    /// fail on data), which `policy = none` turns off. Checked when the
+    /// worker starts.
+    pub fn check_dp_has_policy(&self) -> Result<()> {
+        if self.dp.budget.is_none() && !self.dp.require_dp {
+            return Ok(());
+        }
+        let bare: Vec<&str> = self
+            .tables
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| self.policy_of(name).is_none())
+            .collect();
+        if bare.is_empty() {
+            return Ok(());
+        }
+        Err(FedError::Syntax(format!(
+            "dp_budget and require_dp need a disclosure policy, but {} served with policy = none: differential privacy relies on the policy's join and error checks; drop `none` (for {}), or drop the DP settings",
+            if bare.len() == 1 {
+                "table `".to_string() + bare[0] + "` is"
+            } else {
+                format!("tables `{}` are", bare.join("`, `"))
+            },
+            bare.join(", ")
+        )))
     }
 
     /// The configuration the command line (and its `--config` file) gives.
@@ -362,7 +403,7 @@ impl WorkerConfig {
                 .or(file.max_shared_rows)
                 .unwrap_or(defaults.max_shared_rows),
         };
-        Ok(Self {
+        let config = Self {
             listen,
             tables,
             token,
@@ -377,7 +418,9 @@ impl WorkerConfig {
             named_tokens,
             dp,
             dp_ledger,
-        })
+        };
+        config.check_dp_has_policy()?;
+        Ok(config)
     }
 }
 
@@ -579,7 +622,8 @@ fn without_dp(file: Option<&toml::Value>) -> Option<toml::Value> {
 }
 
 /// The DP settings and ledger file of the TOML `[policy]` (`dp_budget`,
-/// `require_dp`, `dp_ledger`, `dp_domain.<column>`), then the flags.
+/// `dp_max_epsilon`, `require_dp`, `dp_ledger`, `dp_domain.<column>`),
+/// then the flags.
 fn worker_dp(
     args: &WorkerArgs,
     file: Option<&toml::Value>,
@@ -612,6 +656,9 @@ fn worker_dp(
     }
     if let Some(budget) = args.dp_budget {
         dp.set("dp_budget", &budget.to_string())?;
+    }
+    if let Some(cap) = args.dp_max_epsilon {
+        dp.set("dp_max_epsilon", &cap.to_string())?;
     }
     if let Some(path) = &args.dp_ledger {
         ledger = Some(path.clone());
@@ -823,5 +870,85 @@ mod tests {
         // Not a table's setting: the peers are the worker's.
         toml("[policy.tables.clinic]\nsecure_without_peers = true\n");
         assert!(WorkerConfig::from_args(&args).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_epsilon_cap_comes_from_the_toml_and_the_flag_and_dp_needs_a_policy() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+        let config = dir.path().join("worker.toml");
+        std::fs::write(
+            &config,
+            "listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\n[policy]\ndp_max_epsilon = 0.25\n",
+        )
+        .unwrap();
+        let args = WorkerArgs {
+            config: Some(config.clone()),
+            ..Default::default()
+        };
+        let c = WorkerConfig::from_args(&args).await.unwrap();
+        assert_eq!(c.dp.max_epsilon, 0.25);
+        let c = WorkerConfig::from_args(&WorkerArgs {
+            dp_max_epsilon: Some(0.5),
+            ..args.clone()
+        })
+        .await
+        .unwrap();
+        assert_eq!(c.dp.max_epsilon, 0.5, "the flag wins");
+        let plain = WorkerConfig::from_args(&WorkerArgs {
+            listen: Some("127.0.0.1:0".into()),
+            token_file: Some(dir.path().join("t")),
+            tables: vec!["clinic=c.csv".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(plain.dp.max_epsilon, 1.0, "the default cap");
+        for bad in [0.0, -1.0, f64::INFINITY, f64::NAN, 1e300] {
+            assert!(
+                WorkerConfig::from_args(&WorkerArgs {
+                    dp_max_epsilon: Some(bad),
+                    ..args.clone()
+                })
+                .await
+                .is_err(),
+                "{bad}"
+            );
+        }
+        // DP settings under `policy = none` are a start-up error, from the
+        // flags or the file, and a table of its own without a policy too.
+        let err = WorkerConfig::from_args(&WorkerArgs {
+            policy: Some("none".into()),
+            dp_budget: Some(1.0),
+            dp_ledger: Some(dir.path().join("ledger.toml")),
+            ..args.clone()
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("policy = none"), "{err}");
+        std::fs::write(
+            &config,
+            "listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\nopen = \"o.csv\"\n[policy]\nrequire_dp = true\n[policy.tables]\nopen = \"none\"\n",
+        )
+        .unwrap();
+        let err = WorkerConfig::from_args(&args)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("table `open`"), "{err}");
+        // The cap alone changes no protection: it is allowed without a policy.
+        assert!(
+            WorkerConfig::from_args(&WorkerArgs {
+                policy: Some("none".into()),
+                dp_max_epsilon: Some(0.5),
+                listen: Some("127.0.0.1:0".into()),
+                token_file: Some(dir.path().join("t")),
+                tables: vec!["clinic=c.csv".into()],
+                ..Default::default()
+            })
+            .await
+            .is_ok()
+        );
     }
 }

@@ -84,6 +84,7 @@ impl Drop for RunningWorker {
 
 /// Opens the tables and starts serving them.
 pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
+    config.check_dp_has_policy()?;
     let peers: Arc<[[u8; 32]]> = config.peers.clone().into();
     // One privacy-budget ledger for every served table (DP, issue 14).
     let ledger = std::sync::Arc::new(match &config.dp_ledger {

@@ -159,10 +159,16 @@ impl Params {
         }
         params.lower = lower;
         params.upper = upper;
-        params.integer = kind == Kind::Sum
-            && matches!(literals[0], ScalarValue::Int64(_))
-            && matches!(literals[1], ScalarValue::Int64(_))
-            && params.magnitude() <= LEVELS as f64;
+        // Whole-number bounds are those of a call typed BIGINT (see
+        // `coerce_types`): its result stays BIGINT only on the exact grid.
+        let whole = matches!(literals[0], ScalarValue::Int64(_))
+            && matches!(literals[1], ScalarValue::Int64(_));
+        if kind == Kind::Sum && whole && params.magnitude() > LEVELS as f64 {
+            return plan_err!(
+                "{name}: whole-number bounds [{lower}, {upper}] reach beyond ±{LEVELS} (2^20), where a BIGINT sum is no longer exact; give bounds within ±{LEVELS}, or sum a DOUBLE, e.g. {name}(CAST(x AS DOUBLE), {lower}, {upper})"
+            );
+        }
+        params.integer = kind == Kind::Sum && whole;
         if kind == Kind::Histogram {
             let bins = match &literals[2] {
                 ScalarValue::Int64(Some(b)) => *b,
@@ -662,6 +668,13 @@ mod tests {
         assert!(Params::from_literals(Kind::Sum, &[lit(3.0), lit(1.0)]).is_err());
         assert!(Params::from_literals(Kind::Sum, &[lit(0.0), lit(1.0), lit(-1.0)]).is_err());
         assert!(Params::from_literals(Kind::Sum, &[lit(0.0)]).is_err());
+        // Whole-number bounds past 2^20 would change the BIGINT result's
+        // type: refused as a constant, before any site debits for it.
+        let int = |v: i64| ScalarValue::Int64(Some(v));
+        let err = Params::from_literals(Kind::Sum, &[int(0), int(2_000_000)]).unwrap_err();
+        assert!(err.to_string().contains("2^20"), "{err}");
+        assert!(Params::from_literals(Kind::Sum, &[int(-(1 << 20)), int(1 << 20)]).is_ok());
+        assert!(Params::from_literals(Kind::Sum, &[lit(0.0), lit(2e6)]).is_ok());
         let (p, e) = Params::from_literals(Kind::Avg, &[lit(0.0), lit(10.0), lit(0.3)]).unwrap();
         assert_eq!(e, Some(0.3));
         let noise = p.noise(0.3).unwrap();

@@ -398,9 +398,16 @@ impl FedContext {
         };
         // In-process sites have no data owner: a policy is a rehearsal the
         // table's OPTIONS ask for.
-        let policy = DisclosurePolicy::from_options(&stmt.options)?;
+        let mut policy = DisclosurePolicy::from_options(&stmt.options)?;
         // Its DP settings, and a ledger per client for this session.
         let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
+        // DP relies on the policy's checks (no row amplification, no
+        // evaluation failure as an oracle): `dp_budget` or `require_dp`
+        // without a policy key bring a worker's default policy, as a
+        // worker refuses to run them without one.
+        if policy.is_none() && (dp_policy.budget.is_some() || dp_policy.require_dp) {
+            policy = Some(DisclosurePolicy::default());
+        }
         let ledgers = self
             .ctx
             .state_ref()

@@ -6,6 +6,8 @@ mod support;
 
 #[path = "suites/attacks.rs"]
 mod attacks;
+#[path = "suites/attacks2.rs"]
+mod attacks2;
 #[path = "suites/client_column.rs"]
 mod client_column;
 #[path = "suites/consistency.rs"]

@@ -109,7 +109,10 @@ impl Connection {
                 sql,
                 kind: FedKind::Query,
             } => {
-                let df = self.ctx.sql(&sql).await?;
+                // Planning may already run rounds (EXPLAIN ANALYZE
+                // FEDERATED, table functions): for this user's ledger.
+                let ctx = self.ctx.clone();
+                let df = self.as_user(async move { ctx.sql(&sql).await }).await?;
                 let schema = df.schema().inner().clone();
                 let params = parameter_types(&df)?;
                 Action::Rows {

@@ -159,14 +159,16 @@ fn check_aggregate(expr: &Expr) -> Result<()> {
                 .iter()
                 .any(|a| catalogue::aggregate(a).is_some());
         result = if known {
-            check_sizes(f).and_then(|()| {
-                f.params
-                    .args
-                    .iter()
-                    .chain(f.params.filter.as_deref())
-                    .chain(f.params.order_by.iter().map(|s| &s.expr))
-                    .try_for_each(check_expr)
-            })
+            check_sizes(f)
+                .and_then(|()| check_fixed_list(f))
+                .and_then(|()| {
+                    f.params
+                        .args
+                        .iter()
+                        .chain(f.params.filter.as_deref())
+                        .chain(f.params.order_by.iter().map(|s| &s.expr))
+                        .try_for_each(check_expr)
+                })
         } else {
             Err(refused(format!(
                 "aggregate `{}`: it is not in the catalogue of functions a site runs",
@@ -179,6 +181,36 @@ fn check_aggregate(expr: &Expr) -> Result<()> {
         })
     })?;
     result
+}
+
+/// The catalogue's `fixed_list` argument of an aggregate must be a list
+/// written out (`[a, b]`): its length is then the plan's, not a row's.
+fn check_fixed_list(f: &datafusion::logical_expr::expr::AggregateFunction) -> Result<()> {
+    let facts = catalogue::aggregate(f.func.name()).or_else(|| {
+        f.func
+            .aliases()
+            .iter()
+            .find_map(|a| catalogue::aggregate(a))
+    });
+    let Some(at) = facts.and_then(|a| a.fixed_list) else {
+        return Ok(());
+    };
+    let mut arg = f.params.args.get(at);
+    while let Some(Expr::Alias(a)) = arg {
+        arg = Some(&a.expr);
+    }
+    match arg {
+        Some(Expr::ScalarFunction(list))
+            if matches!(list.func.name(), "make_array" | "make_list") =>
+        {
+            Ok(())
+        }
+        Some(Expr::Literal(..)) | None => Ok(()),
+        Some(_) => Err(refused(format!(
+            "`{}` over a list that is not written out: write it as [a, b], so that no row decides its length",
+            f.func.name()
+        ))),
+    }
 }
 
 /// A row expression: catalogued scalar functions over the row's values.

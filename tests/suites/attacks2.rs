@@ -12,8 +12,8 @@ use tempfile::TempDir;
 use tokio_postgres::NoTls;
 
 use crate::remote::{Workers, run};
-use fedsql::site::policy::DisclosurePolicy;
 use crate::support::rows_of;
+use fedsql::site::policy::DisclosurePolicy;
 
 fn write_sites(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -70,7 +70,9 @@ async fn differential(ctx: &FedContext, where_: &str, probes: &[&str]) -> Vec<St
         let no = answer(ctx, &probe.replace("{}", NO)).await;
         eprintln!("[{where_}] {probe}\n    yes: {yes:?}\n    no:  {no:?}");
         if yes != no {
-            found.push(format!("[{where_}] {probe}\n    yes: {yes:?}\n    no:  {no:?}"));
+            found.push(format!(
+                "[{where_}] {probe}\n    yes: {yes:?}\n    no:  {no:?}"
+            ));
         }
     }
     found
@@ -146,12 +148,17 @@ async fn replace_multiplies_a_value_past_the_memory_limit() {
     }
     let sql = format!("SELECT count(*) AS n, sum(length({e})) AS len FROM t");
     let mut found = Vec::new();
-    for (where_, ctx) in [("in process", &local), ("worker, memory_limit 1 MiB", &remote)] {
+    for (where_, ctx) in [
+        ("in process", &local),
+        ("worker, memory_limit 1 MiB", &remote),
+    ] {
         let started = Instant::now();
         let got = answer(ctx, &sql).await;
         eprintln!("[{where_}] {sql}\n  -> {got:?} in {:?}", started.elapsed());
         if got.is_ok() {
-            found.push(format!("[{where_}] one 1-character value became 1,048,576 characters: {got:?}"));
+            found.push(format!(
+                "[{where_}] one 1-character value became 1,048,576 characters: {got:?}"
+            ));
         }
     }
     assert!(found.is_empty(), "findings:\n{}", found.join("\n"));
@@ -169,10 +176,15 @@ async fn levenshtein_over_amplified_strings_takes_quadratic_time() {
     for n in [1000usize, 2000, 4000] {
         let to = "p".repeat(n);
         let e = format!("replace(g, 'p', '{to}')");
-        let sql = format!("SELECT count(*) AS n, sum(levenshtein({e}, reverse(concat({e}, 'q')))) AS d FROM t");
+        let sql = format!(
+            "SELECT count(*) AS n, sum(levenshtein({e}, reverse(concat({e}, 'q')))) AS d FROM t"
+        );
         let started = Instant::now();
         let got = answer(&local, &sql).await;
-        eprintln!("levenshtein of {n}-char strings x 20 rows: {got:?} in {:?}", started.elapsed());
+        eprintln!(
+            "levenshtein of {n}-char strings x 20 rows: {got:?} in {:?}",
+            started.elapsed()
+        );
         took.push((n, started.elapsed(), got.is_ok()));
     }
     assert!(took.iter().all(|t| !t.2), "answered: {took:?}");
@@ -240,14 +252,19 @@ async fn explain_analyze_federated_spends_someone_elses_budget() {
     }
     eprintln!("alice's EXPLAIN ANALYZE FEDERATED x3: {outcomes:?}");
     // Alice's own budget.
-    let own = alice.simple_query("SELECT dp_count(*, 0.9) AS n FROM t").await;
+    let own = alice
+        .simple_query("SELECT dp_count(*, 0.9) AS n FROM t")
+        .await;
     eprintln!("alice's own query after: {:?}", own.as_ref().map(|_| ()));
     // The user called `session`.
     let session = connect("session").await;
     let theirs = session
         .simple_query("SELECT dp_count(*, 0.5) AS n FROM t")
         .await;
-    eprintln!("user `session` after: {:?}", theirs.as_ref().map(|_| ()).map_err(|e| format!("{e:?}")));
+    eprintln!(
+        "user `session` after: {:?}",
+        theirs.as_ref().map(|_| ()).map_err(|e| format!("{e:?}"))
+    );
     let ran = outcomes.iter().filter(|o| o.is_ok()).count();
     assert!(
         ran <= 1 && own.is_err() == (ran == 1) && theirs.is_ok(),

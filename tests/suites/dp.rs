@@ -797,19 +797,20 @@ async fn dp_state_is_exempt_from_k_only_under_a_finite_budget() {
 
 #[tokio::test]
 async fn a_dp_query_pays_before_it_runs_and_a_failed_run_spends_too() {
-    // One client (the file of person 7), no disclosure policy: the cast
-    // fails at run time on person 7's note.
+    // One client (the file of person 7): its `note` read as a number fails
+    // at run time on person 7's text. (A cast would not fail: DP options
+    // bring the disclosure policy, under which casts are NULL-on-error.)
     let dir = tempfile::TempDir::new().unwrap();
     people_files(dir.path());
     std::fs::remove_file(dir.path().join("b.csv")).unwrap();
     let ctx = FedContext::new();
     ctx.sql(&format!(
-        "CREATE FEDERATED TABLE t (id BIGINT, systolic BIGINT, note VARCHAR) STORED AS CSV LOCATION '{}' OPTIONS ('dp_budget' '1')",
+        "CREATE FEDERATED TABLE t (id BIGINT, systolic BIGINT, note BIGINT) STORED AS CSV LOCATION '{}' OPTIONS ('dp_budget' '1')",
         dir.path().display()
     ))
     .await
     .unwrap();
-    let failing = "SELECT dp_sum(CAST(note AS BIGINT), 0, 100, 0.25) FROM t";
+    let failing = "SELECT dp_sum(note, 0, 100, 0.25) FROM t";
     let err = refusal(&ctx, failing).await;
     assert!(!err.contains("dp_budget"), "a run-time failure: {err}");
     assert_eq!(spent(&ctx, "t").await, [0.25], "the failed run paid");
@@ -823,7 +824,7 @@ async fn a_dp_query_pays_before_it_runs_and_a_failed_run_spends_too() {
     assert_eq!(spent(&ctx, "t").await, [1.0]);
     for sql in [
         failing,
-        "SELECT dp_sum(CAST(note AS BIGINT), 0, 100, 0.25) FROM t WHERE id <> 7",
+        "SELECT dp_sum(note, 0, 100, 0.25) FROM t WHERE id <> 7",
     ] {
         let err = refusal(&ctx, sql).await;
         assert!(err.contains("only ε = 0 of 1 remains"), "{sql}: {err}");

@@ -119,6 +119,9 @@ pub fn lowest_cut(plan: &LogicalPlan) -> Option<LogicalPlan> {
 pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round> {
     let provider = federated_provider(cut)?;
     let (encoder, partial) = Encoder::split(state, cut).await?;
+    // The sites' own allow-lists, checked early to explain (every site
+    // checks again, and its check is the one that counts).
+    crate::site::gate::admit(encoder.plan())?;
     let scope = state
         .config()
         .get_extension::<FitScope>()

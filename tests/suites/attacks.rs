@@ -27,7 +27,7 @@ use crate::support::rows_of;
 
 /// Three sites: `a` with 30 rows, `b` with 10, `c` with none; `id` is
 /// unique, `x` a measurement (person 3 has x = 161.5).
-fn write_sites(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn write_sites(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut id = 0;
     for (site, rows) in [("a", 30), ("b", 10), ("c", 0)] {
@@ -44,7 +44,7 @@ fn write_sites(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-async fn in_process_with(files: &[PathBuf], options: &str) -> FedContext {
+pub(crate) async fn in_process_with(files: &[PathBuf], options: &str) -> FedContext {
     let ctx = FedContext::new();
     let clients: Vec<String> = files
         .iter()
@@ -66,12 +66,12 @@ async fn in_process_with(files: &[PathBuf], options: &str) -> FedContext {
 }
 
 /// The table in process under a worker's default policy (k = 5).
-async fn in_process(files: &[PathBuf]) -> FedContext {
+pub(crate) async fn in_process(files: &[PathBuf]) -> FedContext {
     in_process_with(files, "'min_group_rows' '5'").await
 }
 
 /// The table at workers with their default policy.
-async fn at_workers(files: &[PathBuf]) -> (Workers, FedContext) {
+pub(crate) async fn at_workers(files: &[PathBuf]) -> (Workers, FedContext) {
     let workers = Workers::start_with(files, "t", |mut c| {
         c.policy = Some(DisclosurePolicy::default());
         c
@@ -82,19 +82,19 @@ async fn at_workers(files: &[PathBuf]) -> (Workers, FedContext) {
     (workers, ctx)
 }
 
-async fn answer(ctx: &FedContext, sql: &str) -> Result<String, String> {
+pub(crate) async fn answer(ctx: &FedContext, sql: &str) -> Result<String, String> {
     run(ctx, sql)
         .await
         .map(|b| format!("{:?}", rows_of(&b)))
         .map_err(|e| e.to_string())
 }
 
-const YES: &str = "id = 3 AND x > 100";
-const NO: &str = "id = 3 AND x > 1000";
+pub(crate) const YES: &str = "id = 3 AND x > 100";
+pub(crate) const NO: &str = "id = 3 AND x > 1000";
 
 /// Runs each probe with the condition true and false; returns the probes
 /// whose outcome differs (a finding each).
-async fn differential(ctx: &FedContext, where_: &str, probes: &[&str]) -> Vec<String> {
+pub(crate) async fn differential(ctx: &FedContext, where_: &str, probes: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for probe in probes {
         let yes = answer(ctx, &probe.replace("{}", YES)).await;
@@ -358,7 +358,7 @@ async fn a_worker_never_shows_its_path() {
 }
 
 /// The first aggregate node of a plan (its root aggregate).
-fn aggregate_of(plan: &LogicalPlan) -> LogicalPlan {
+pub(crate) fn aggregate_of(plan: &LogicalPlan) -> LogicalPlan {
     let mut found = None;
     plan.apply(|node| {
         if matches!(node, LogicalPlan::Aggregate(_)) {

@@ -2,7 +2,7 @@
 //! outcome, so a failing test is a finding. Differential probes: a
 //! condition `{}` on one person (id = 3 at site `a`) is made true or false.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,72 +11,9 @@ use fedsql::pgwire::{ServerOptions, auth, start};
 use tempfile::TempDir;
 use tokio_postgres::NoTls;
 
+use crate::attacks::{NO, YES, answer, differential, in_process_with, write_sites};
 use crate::remote::{Workers, run};
-use crate::support::rows_of;
 use fedsql::site::policy::DisclosurePolicy;
-
-fn write_sites(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut id = 0;
-    for (site, rows) in [("a", 30), ("b", 10), ("c", 0)] {
-        let mut csv = String::from("id,g,x\n");
-        for r in 0..rows {
-            id += 1;
-            let g = if r % 2 == 0 { "p" } else { "q" };
-            csv.push_str(&format!("{id},{g},{}.5\n", (id * 7) % 23 + 140));
-        }
-        let path = dir.join(format!("{site}.csv"));
-        std::fs::write(&path, csv).unwrap();
-        files.push(path);
-    }
-    files
-}
-
-async fn in_process_with(files: &[PathBuf], options: &str) -> FedContext {
-    let ctx = FedContext::new();
-    let clients: Vec<String> = files
-        .iter()
-        .map(|f| {
-            let name = f.file_stem().unwrap().to_string_lossy();
-            format!("'{name}' = '{}'", f.display())
-        })
-        .collect();
-    run(
-        &ctx,
-        &format!(
-            "CREATE FEDERATED TABLE t (id BIGINT, g VARCHAR, x DOUBLE) CLIENTS ({}) OPTIONS ({options})",
-            clients.join(", ")
-        ),
-    )
-    .await
-    .unwrap();
-    ctx
-}
-
-async fn answer(ctx: &FedContext, sql: &str) -> Result<String, String> {
-    run(ctx, sql)
-        .await
-        .map(|b| format!("{:?}", rows_of(&b)))
-        .map_err(|e| e.to_string())
-}
-
-const YES: &str = "id = 3 AND x > 100";
-const NO: &str = "id = 3 AND x > 1000";
-
-async fn differential(ctx: &FedContext, where_: &str, probes: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for probe in probes {
-        let yes = answer(ctx, &probe.replace("{}", YES)).await;
-        let no = answer(ctx, &probe.replace("{}", NO)).await;
-        eprintln!("[{where_}] {probe}\n    yes: {yes:?}\n    no:  {no:?}");
-        if yes != no {
-            found.push(format!(
-                "[{where_}] {probe}\n    yes: {yes:?}\n    no:  {no:?}"
-            ));
-        }
-    }
-    found
-}
 
 /// Aggregates whose own update fails on a row's *shape*: a list whose
 /// length depends on one person. The never-fail rewrite covers scalar

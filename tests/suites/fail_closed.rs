@@ -6,7 +6,6 @@
 //! would (plain SQL) and, where it needs a hand-made plan, as a hostile
 //! coordinator would (the worker's token and a plan of its own).
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_flight::Ticket;
@@ -15,7 +14,6 @@ use arrow_flight::error::FlightError;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::DFSchema;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::expr::{AggregateFunction, ScalarFunction};
 use datafusion::logical_expr::{Aggregate, EmptyRelation, Expr, LogicalPlan, lit};
 use fedsql::FedContext;
@@ -27,69 +25,8 @@ use futures::TryStreamExt;
 use prost::Message;
 use tempfile::TempDir;
 
+use crate::attacks::{aggregate_of, answer, at_workers, in_process, write_sites};
 use crate::remote::{TOKEN, Workers, flight, run, with_token};
-use crate::support::rows_of;
-
-/// Three sites: `a` with 30 rows, `b` with 10, `c` with none; `id` is
-/// unique (a near-identifier), `x` a measurement.
-fn write_sites(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut id = 0;
-    for (site, rows) in [("a", 30), ("b", 10), ("c", 0)] {
-        let mut csv = String::from("id,g,x\n");
-        for r in 0..rows {
-            id += 1;
-            let g = if r % 2 == 0 { "p" } else { "q" };
-            csv.push_str(&format!("{id},{g},{}.5\n", (id * 7) % 23 + 140));
-        }
-        let path = dir.join(format!("{site}.csv"));
-        std::fs::write(&path, csv).unwrap();
-        files.push(path);
-    }
-    files
-}
-
-/// The table in process under a worker's default policy (k = 5).
-async fn in_process(files: &[PathBuf]) -> FedContext {
-    let ctx = FedContext::new();
-    let clients: Vec<String> = files
-        .iter()
-        .map(|f| {
-            let name = f.file_stem().unwrap().to_string_lossy();
-            format!("'{name}' = '{}'", f.display())
-        })
-        .collect();
-    run(
-        &ctx,
-        &format!(
-            "CREATE FEDERATED TABLE t (id BIGINT, g VARCHAR, x DOUBLE) CLIENTS ({}) OPTIONS ('min_group_rows' '5')",
-            clients.join(", ")
-        ),
-    )
-    .await
-    .unwrap();
-    ctx
-}
-
-/// The table at workers with their default policy.
-async fn at_workers(files: &[PathBuf]) -> (Workers, FedContext) {
-    let workers = Workers::start_with(files, "t", |mut c| {
-        c.policy = Some(DisclosurePolicy::default());
-        c
-    })
-    .await;
-    let ctx = FedContext::new();
-    run(&ctx, &workers.create("t")).await.unwrap();
-    (workers, ctx)
-}
-
-/// The answer to `sql`, or its error's text.
-async fn answer(ctx: &FedContext, sql: &str) -> Result<String, String> {
-    run(ctx, sql)
-        .await
-        .map(|b| format!("{:?}", rows_of(&b)))
-        .map_err(|e| e.to_string())
-}
 
 #[tokio::test]
 async fn every_registered_function_is_catalogued_or_refused() {
@@ -297,20 +234,6 @@ async fn no_error_oracle_depends_on_one_row() {
             }
         }
     }
-}
-
-/// The first aggregate node of a plan (its root aggregate).
-fn aggregate_of(plan: &LogicalPlan) -> LogicalPlan {
-    let mut found = None;
-    plan.apply(|node| {
-        if matches!(node, LogicalPlan::Aggregate(_)) {
-            found = Some(node.clone());
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })
-    .unwrap();
-    found.unwrap()
 }
 
 /// A hostile coordinator sends a worker an encoder whose join side is an

@@ -624,6 +624,39 @@ mod tests {
         assert!(Users::parse("[users]\nalice = \"plain\"\n").is_err());
     }
 
+    /// A user's table form holds their worker token file (relative to the
+    /// users file); `fedsql passwd` keeps it; a user without one, or a key
+    /// the file does not know, is refused.
+    #[test]
+    fn users_file_tables_hold_the_worker_token_file() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("bob.token"), "bob-token\n").unwrap();
+        let file = dir.path().join("users.toml");
+        let verifier = Verifier::new("b").unwrap().encode();
+        std::fs::write(
+            &file,
+            format!(
+                "[users]\nalice = \"{verifier}\"\n[users.bob]\nverifier = \"{verifier}\"\ntoken_file = \"bob.token\"\n"
+            ),
+        )
+        .unwrap();
+        let users = Users::load(&file).unwrap();
+        assert!(matches!(users.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
+        assert!(matches!(users.worker_token("alice"), UserToken::Missing { user } if user == "alice"));
+        set_password(&file, "alice", "a").unwrap();
+        let again = Users::load(&file).unwrap();
+        assert!(matches!(again.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
+        assert_ne!(again.get("alice"), users.get("alice"));
+        assert!(Users::parse(&format!("[users.bob]\nverifier = \"{verifier}\"\ntokenfile = \"x\"\n")).is_err());
+        std::fs::write(
+            &file,
+            format!("[users.bob]\nverifier = \"{verifier}\"\ntoken_file = \"missing.token\"\n"),
+        )
+        .unwrap();
+        let e = Users::load(&file).unwrap_err().to_string();
+        assert!(e.contains("token_file of user `bob`"), "{e}");
+    }
+
     /// The client side of RFC 5802, to check the server against.
     fn client_final(password: &str, client_first_bare: &str, server_first: &str) -> String {
         let attrs: BTreeMap<&str, &str> = server_first

@@ -319,9 +319,8 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<()> {
     }
     let mut users = if path.exists() {
         let text = std::fs::read_to_string(path)?;
-        Users::parse(&text).map_err(|e| {
-            FedError::InvalidArgument(format!("users file {}: {e}", path.display()))
-        })?
+        Users::parse(&text)
+            .map_err(|e| FedError::InvalidArgument(format!("users file {}: {e}", path.display())))?
     } else {
         Users::default()
     };
@@ -642,12 +641,19 @@ mod tests {
         .unwrap();
         let users = Users::load(&file).unwrap();
         assert!(matches!(users.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
-        assert!(matches!(users.worker_token("alice"), UserToken::Missing { user } if user == "alice"));
+        assert!(
+            matches!(users.worker_token("alice"), UserToken::Missing { user } if user == "alice")
+        );
         set_password(&file, "alice", "a").unwrap();
         let again = Users::load(&file).unwrap();
         assert!(matches!(again.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
         assert_ne!(again.get("alice"), users.get("alice"));
-        assert!(Users::parse(&format!("[users.bob]\nverifier = \"{verifier}\"\ntokenfile = \"x\"\n")).is_err());
+        assert!(
+            Users::parse(&format!(
+                "[users.bob]\nverifier = \"{verifier}\"\ntokenfile = \"x\"\n"
+            ))
+            .is_err()
+        );
         std::fs::write(
             &file,
             format!("[users.bob]\nverifier = \"{verifier}\"\ntoken_file = \"missing.token\"\n"),

@@ -88,9 +88,9 @@ impl Connection {
         }
         if server.users.is_some() {
             // A round that finds no user's token refuses its workers.
-            state
-                .config_mut()
-                .set_extension(Arc::new(crate::coordinator::worker_token::UserTokensRequired));
+            state.config_mut().set_extension(Arc::new(
+                crate::coordinator::worker_token::UserTokensRequired,
+            ));
         }
         Arc::new(Self {
             ctx: FedContext::from_state(state),

@@ -1063,7 +1063,12 @@ async fn spent_through(client: &Client) -> Vec<(String, f64)> {
     simple_rows(client, "SHOW PRIVACY BUDGET t")
         .await
         .into_iter()
-        .map(|r| (r[0].clone().unwrap(), r[2].as_ref().unwrap().parse().unwrap()))
+        .map(|r| {
+            (
+                r[0].clone().unwrap(),
+                r[2].as_ref().unwrap().parse().unwrap(),
+            )
+        })
         .collect()
 }
 

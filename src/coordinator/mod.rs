@@ -33,4 +33,5 @@ pub mod settings;
 pub mod split;
 pub mod statements;
 pub mod worker_client;
+pub mod worker_token;
 pub mod worker_url;

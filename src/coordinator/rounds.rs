@@ -25,6 +25,7 @@ use futures::future::try_join_all;
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
+use crate::coordinator::worker_token;
 use crate::error::{FedError, Result};
 use crate::notices::{RoundEvent, RoundProgress};
 use crate::site::runner::{ClientRunner, Traffic};
@@ -368,7 +369,27 @@ fn join_error(e: tokio::task::JoinError) -> FedError {
 
 /// Runs one round: the encoder at every client, [`clients_at_once`] at a
 /// time, each state merged as it arrives, then the decode.
+///
+/// Its worker calls carry the token of the user the statement runs for
+/// ([`worker_token`]): in a session that requires one
+/// ([`worker_token::UserTokensRequired`], `serve --users`), a round that
+/// finds none refuses its workers rather than fall back on the table's.
 pub async fn run_round(
+    state: &SessionState,
+    round: &Round,
+) -> Result<(Vec<RecordBatch>, RoundReport)> {
+    let token = worker_token::current().or_else(|| {
+        state
+            .config()
+            .get_extension::<worker_token::UserTokensRequired>()
+            .map(|_| worker_token::UserToken::Missing {
+                user: crate::site::dp::current_analyst(),
+            })
+    });
+    worker_token::with_user_token(token, run_round_as_user(state, round)).await
+}
+
+async fn run_round_as_user(
     state: &SessionState,
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
@@ -431,13 +452,18 @@ pub async fn run_round(
         // here, as a task costs a small round a wake-up of another thread.
         // The first failure ends the round, and dropping the round (a
         // failure, a cancelled query) aborts the runners. The analyst a DP
-        // ledger debits is carried into each runner.
+        // ledger debits, and the user's worker token, are carried into
+        // each runner.
         let at_once = clients_at_once(clients);
         let spawn = clients.len() > at_once;
         let analyst = crate::site::dp::current_analyst();
+        let token = worker_token::current();
         let runs = (0..at_once.min(clients.len())).map(|_| {
-            let (run, analyst) = (Arc::clone(&run), analyst.clone());
-            let work = async move { crate::site::dp::as_analyst(&analyst, run.run()).await };
+            let (run, analyst, token) = (Arc::clone(&run), analyst.clone(), token.clone());
+            let work = async move {
+                let run = crate::site::dp::as_analyst(&analyst, run.run());
+                worker_token::with_user_token(token, run).await
+            };
             async move {
                 match spawn {
                     true => SpawnedTask::spawn(work).join().await.map_err(join_error)?,

@@ -169,9 +169,14 @@ impl RemoteClient {
             };
         }
         self.error(match status.code() {
-            Code::Unauthenticated => format!(
-                "the worker refused our token ({message}); check the table's token_file option"
-            ),
+            Code::Unauthenticated => match crate::coordinator::worker_token::current() {
+                Some(_) => format!(
+                    "the worker refused our token ({message}); check the user's token_file in the users file"
+                ),
+                None => format!(
+                    "the worker refused our token ({message}); check the table's token_file option"
+                ),
+            },
             Code::PermissionDenied => format!("the worker refused the plan: {message}"),
             Code::Unavailable => format!("worker unreachable: {message}"),
             Code::DeadlineExceeded | Code::Cancelled => format!(
@@ -218,7 +223,8 @@ impl RemoteClient {
 
     fn request<T>(&self, message: T) -> Result<Request<T>> {
         let mut request = Request::new(message);
-        let value = MetadataValue::try_from(format!("{BEARER}{}", self.options.token))
+        let token = crate::coordinator::worker_token::token_for_call(&self.options.token)?;
+        let value = MetadataValue::try_from(format!("{BEARER}{token}"))
             .map_err(|_| self.error("the token is not a valid header value"))?;
         request.metadata_mut().insert(AUTHORIZATION, value);
         request.set_timeout(self.options.timeout);

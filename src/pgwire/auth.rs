@@ -7,7 +7,18 @@
 //! ```toml
 //! [users]
 //! alice = "SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>"
+//!
+//! [users.bob]
+//! verifier = "SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>"
+//! token_file = "bob.token"
 //! ```
+//!
+//! A user's `token_file` (relative to the users file's folder) holds their
+//! own bearer token for the workers: their queries over workers carry it
+//! instead of the table's `token_file`, so that each worker debits their
+//! own privacy budget (the worker's `[tokens]` section names the analyst
+//! of each token). A user without one is refused every table over workers
+//! (see [`crate::coordinator::worker_token`]).
 //!
 //! A verifier holds `StoredKey = H(ClientKey)` and `ServerKey`, never the
 //! password nor the salted password: someone who reads the file can neither
@@ -21,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -44,6 +55,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::sync::Mutex;
 
+use crate::coordinator::worker_token::UserToken;
 use crate::error::{FedError, Result};
 
 /// PBKDF2 rounds of a new verifier (PostgreSQL's default).
@@ -121,13 +133,33 @@ impl Verifier {
 #[derive(Debug, Clone, Default)]
 pub struct Users {
     users: BTreeMap<String, Verifier>,
+    /// Each user's `token_file`, as written in the file.
+    token_files: BTreeMap<String, PathBuf>,
+    /// The tokens those files hold (read by [`Users::load`]).
+    tokens: BTreeMap<String, Arc<str>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct UsersFile {
     #[serde(default)]
-    users: BTreeMap<String, String>,
+    users: BTreeMap<String, UserEntry>,
+}
+
+/// A user's entry: the verifier alone, or a table with the verifier and
+/// the user's worker token file.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum UserEntry {
+    Verifier(String),
+    Table(UserTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserTable {
+    verifier: String,
+    token_file: Option<PathBuf>,
 }
 
 impl Users {
@@ -139,23 +171,55 @@ impl Users {
                 path.display()
             ))
         })?;
-        Self::parse(&text)
-            .map_err(|e| FedError::InvalidArgument(format!("users file {}: {e}", path.display())))
+        let mut users = Self::parse(&text).map_err(|e| {
+            FedError::InvalidArgument(format!("users file {}: {e}", path.display()))
+        })?;
+        let folder = path.parent().unwrap_or(Path::new(""));
+        for (name, file) in &users.token_files {
+            let token = crate::site::worker::read_token(&folder.join(file)).map_err(|e| {
+                FedError::InvalidArgument(format!(
+                    "users file {}: the token_file of user `{name}`: {e}",
+                    path.display()
+                ))
+            })?;
+            users.tokens.insert(name.clone(), Arc::from(token));
+        }
+        Ok(users)
     }
 
+    /// The file's entries (the token files are not read).
     fn parse(text: &str) -> std::result::Result<Self, String> {
-        let file: UsersFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        let users = file
-            .users
-            .into_iter()
-            .map(|(name, text)| match Verifier::parse(&text) {
-                Some(v) => Ok((name, v)),
-                None => Err(format!(
+        let file: UsersFile = toml::from_str(text).map_err(|e| {
+            format!("{e} (an entry is `NAME = \"<verifier>\"`, or a table `[users.NAME]` with `verifier` and `token_file`)")
+        })?;
+        let mut users = Self::default();
+        for (name, entry) in file.users {
+            let (text, token_file) = match entry {
+                UserEntry::Verifier(text) => (text, None),
+                UserEntry::Table(table) => (table.verifier, table.token_file),
+            };
+            let Some(verifier) = Verifier::parse(&text) else {
+                return Err(format!(
                     "user `{name}`: not a SCRAM-SHA-256 verifier (write it with `fedsql passwd {name}`)"
-                )),
-            })
-            .collect::<std::result::Result<_, _>>()?;
-        Ok(Self { users })
+                ));
+            };
+            users.users.insert(name.clone(), verifier);
+            if let Some(file) = token_file {
+                users.token_files.insert(name, file);
+            }
+        }
+        Ok(users)
+    }
+
+    /// The worker token a user's queries carry: their own, or none (then
+    /// they are refused every table over workers).
+    pub fn worker_token(&self, name: &str) -> UserToken {
+        match self.tokens.get(name) {
+            Some(token) => UserToken::Own(Arc::clone(token)),
+            None => UserToken::Missing {
+                user: name.to_string(),
+            },
+        }
     }
 
     /// The verifier of a user.
@@ -214,16 +278,31 @@ impl Users {
         let mut text = String::from(
             "# fedsql users: SCRAM-SHA-256 verifiers written by `fedsql passwd USER`.\n[users]\n",
         );
-        for (name, verifier) in &self.users {
-            let key = if name
+        let key = |name: &str| {
+            if name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                name.clone()
+                name.to_string()
             } else {
                 format!("{name:?}")
+            }
+        };
+        for (name, verifier) in &self.users {
+            if !self.token_files.contains_key(name) {
+                text.push_str(&format!("{} = \"{}\"\n", key(name), verifier.encode()));
+            }
+        }
+        for (name, file) in &self.token_files {
+            let Some(verifier) = self.users.get(name) else {
+                continue;
             };
-            text.push_str(&format!("{key} = \"{}\"\n", verifier.encode()));
+            text.push_str(&format!(
+                "\n[users.{}]\nverifier = \"{}\"\ntoken_file = {}\n",
+                key(name),
+                verifier.encode(),
+                toml::Value::String(file.to_string_lossy().into_owned())
+            ));
         }
         text
     }
@@ -239,7 +318,9 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<()> {
         return Err(FedError::InvalidArgument("the password is empty".into()));
     }
     let mut users = if path.exists() {
-        Users::load(path)?
+        let text = std::fs::read_to_string(path)?;
+        Users::parse(&text)
+            .map_err(|e| FedError::InvalidArgument(format!("users file {}: {e}", path.display())))?
     } else {
         Users::default()
     };
@@ -540,6 +621,46 @@ mod tests {
         assert_eq!(back.get("alice"), users.get("alice"));
         assert_eq!(back.get("bob smith"), users.get("bob smith"));
         assert!(Users::parse("[users]\nalice = \"plain\"\n").is_err());
+    }
+
+    /// A user's table form holds their worker token file (relative to the
+    /// users file); `fedsql passwd` keeps it; a user without one, or a key
+    /// the file does not know, is refused.
+    #[test]
+    fn users_file_tables_hold_the_worker_token_file() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join("bob.token"), "bob-token\n").unwrap();
+        let file = dir.path().join("users.toml");
+        let verifier = Verifier::new("b").unwrap().encode();
+        std::fs::write(
+            &file,
+            format!(
+                "[users]\nalice = \"{verifier}\"\n[users.bob]\nverifier = \"{verifier}\"\ntoken_file = \"bob.token\"\n"
+            ),
+        )
+        .unwrap();
+        let users = Users::load(&file).unwrap();
+        assert!(matches!(users.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
+        assert!(
+            matches!(users.worker_token("alice"), UserToken::Missing { user } if user == "alice")
+        );
+        set_password(&file, "alice", "a").unwrap();
+        let again = Users::load(&file).unwrap();
+        assert!(matches!(again.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
+        assert_ne!(again.get("alice"), users.get("alice"));
+        assert!(
+            Users::parse(&format!(
+                "[users.bob]\nverifier = \"{verifier}\"\ntokenfile = \"x\"\n"
+            ))
+            .is_err()
+        );
+        std::fs::write(
+            &file,
+            format!("[users.bob]\nverifier = \"{verifier}\"\ntoken_file = \"missing.token\"\n"),
+        )
+        .unwrap();
+        let e = Users::load(&file).unwrap_err().to_string();
+        assert!(e.contains("token_file of user `bob`"), "{e}");
     }
 
     /// The client side of RFC 5802, to check the server against.

@@ -53,7 +53,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_demo: bool,
     /// Users file (SCRAM-SHA-256 verifiers written by `fedsql passwd`):
-    /// connections must log in as one of them.
+    /// connections must log in as one of them. A user's table
+    /// `[users.NAME]` with `verifier` and `token_file` gives their own
+    /// token for the workers; a user without one is refused tables over
+    /// workers.
     #[arg(long, value_name = "FILE")]
     pub users: Option<PathBuf>,
     /// TLS certificate chain (PEM); with --tls-key the server offers TLS.

@@ -99,6 +99,7 @@ pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
         state: ServerState {
             ctx,
             allow_ddl: options.allow_ddl,
+            users: options.users.clone(),
         },
         users: options.users,
         parameters: Arc::new(parameters(options.allow_ddl)),

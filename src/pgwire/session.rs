@@ -50,6 +50,8 @@ pub struct ServerState {
     pub ctx: FedContext,
     /// `--allow-ddl`.
     pub allow_ddl: bool,
+    /// `--users`: then every user queries workers with their own token.
+    pub users: Option<Arc<super::auth::Users>>,
 }
 
 /// One connection's session.
@@ -60,6 +62,8 @@ pub struct Connection {
     /// The connection's user: the analyst whose privacy budget the
     /// in-process tables' ledgers debit.
     user: Mutex<String>,
+    /// `--users`: whose worker tokens the user's queries carry.
+    users: Option<Arc<super::auth::Users>>,
 }
 
 /// `SET` values of PostgreSQL settings, and the statement timeout.
@@ -82,11 +86,18 @@ impl Connection {
                 .config_mut()
                 .set_extension(StatementGate::without_ddl());
         }
+        if server.users.is_some() {
+            // A round that finds no user's token refuses its workers.
+            state.config_mut().set_extension(Arc::new(
+                crate::coordinator::worker_token::UserTokensRequired,
+            ));
+        }
         Arc::new(Self {
             ctx: FedContext::from_state(state),
             allow_ddl: server.allow_ddl,
             settings: Mutex::new(Settings::default()),
             user: Mutex::new(crate::site::dp::SESSION_ANALYST.to_string()),
+            users: server.users.clone(),
         })
     }
 
@@ -132,7 +143,8 @@ impl Connection {
         }
     }
 
-    /// `work` run for the connection's user (the DP ledger's analyst).
+    /// `work` run for the connection's user (the DP ledger's analyst, and
+    /// under --users the worker token).
     fn as_user<F: Future + Send + 'static>(
         &self,
         work: F,
@@ -141,7 +153,13 @@ impl Connection {
         F::Output: Send,
     {
         let user = self.user.lock().expect("not poisoned").clone();
-        async move { crate::site::dp::as_analyst(&user, work).await }
+        // Under --users, worker calls carry the user's own token (or are
+        // refused when they have none).
+        let token = self.users.as_ref().map(|users| users.worker_token(&user));
+        async move {
+            let work = crate::site::dp::as_analyst(&user, work);
+            crate::coordinator::worker_token::with_user_token(token, work).await
+        }
     }
 
     /// Runs a prepared statement, with the statement timeout.

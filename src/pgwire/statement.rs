@@ -207,6 +207,7 @@ fn is_fed_show(name: &str) -> bool {
         || name.starts_with("clients")
         || matches!(name, "all" | "tables" | "functions")
         || name.starts_with("columns")
+        || name.starts_with("privacy budget")
 }
 
 fn classify_set(sql: &str, words: &Words) -> Result<Statement> {

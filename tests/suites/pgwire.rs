@@ -1057,3 +1057,141 @@ async fn scram_offers_unknown_users_a_stable_salt() {
     assert_eq!(mallory.1, alice.1);
     assert_eq!(mallory.0.len(), alice.0.len());
 }
+
+/// `SHOW PRIVACY BUDGET t` through a connection: (client, spent) per client.
+async fn spent_through(client: &Client) -> Vec<(String, f64)> {
+    simple_rows(client, "SHOW PRIVACY BUDGET t")
+        .await
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].clone().unwrap(),
+                r[2].as_ref().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Through `serve --users`, each pg user queries the workers with their
+/// own token (`[users.NAME] token_file`), so each worker debits each
+/// user's own budget: alice spends hers to nothing and bob still gets
+/// answers; the coordinator's table token is not debited at all; and a
+/// user without a token of their own is refused the table, not let
+/// through on the table's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_spends_their_own_budget_at_the_workers() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = vec![dir.path().join("a.csv"), dir.path().join("b.csv")];
+    std::fs::write(&files[0], "x\n1\n2\n3\n4\n5\n6\n").unwrap();
+    std::fs::write(&files[1], "x\n7\n8\n9\n10\n11\n").unwrap();
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut config| {
+        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.dp.set("dp_budget", "1").unwrap();
+        config.named_tokens = vec![
+            ("alice".into(), "alice-token".into()),
+            ("bob".into(), "bob-token".into()),
+        ];
+        config
+    })
+    .await;
+    let ctx = FedContext::new();
+    // Created with the table's token (the coordinator's).
+    ctx.sql(&workers.create("t")).await.unwrap();
+
+    let users_dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(users_dir.path().join("alice.token"), "alice-token\n").unwrap();
+    std::fs::write(users_dir.path().join("bob.token"), "bob-token\n").unwrap();
+    let verifier = |name: &str| auth::Verifier::new(name).unwrap().encode();
+    let users_file = users_dir.path().join("users.toml");
+    std::fs::write(
+        &users_file,
+        format!(
+            "[users]\ncarol = \"{}\"\n\n[users.alice]\nverifier = \"{}\"\ntoken_file = \"alice.token\"\n\n[users.bob]\nverifier = \"{}\"\ntoken_file = \"{}\"\n",
+            verifier("carol"),
+            verifier("alice"),
+            verifier("bob"),
+            users_dir.path().join("bob.token").display()
+        ),
+    )
+    .unwrap();
+    let users = Arc::new(auth::Users::load(&users_file).unwrap());
+    let server = start(
+        ctx.clone(),
+        ServerOptions {
+            listen: "127.0.0.1:0".into(),
+            users: Some(users),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let login = |name: &str| {
+        let mut config = config(&server, name);
+        config.password(name);
+        config
+    };
+    let (alice, _) = connect_with_notices(&login("alice")).await.unwrap();
+    for _ in 0..2 {
+        simple_rows(&alice, "SELECT dp_count(*, 0.5) FROM t").await;
+    }
+    let e = alice
+        .simple_query("SELECT dp_count(*, 0.1) FROM t")
+        .await
+        .unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("budget"), "{text}");
+    assert_eq!(
+        spent_through(&alice).await,
+        [("h0".to_string(), 1.0), ("h1".into(), 1.0)]
+    );
+
+    // Bob's budget at the workers is his own.
+    let (bob, _) = connect_with_notices(&login("bob")).await.unwrap();
+    assert_eq!(
+        spent_through(&bob).await,
+        [("h0".to_string(), 0.0), ("h1".into(), 0.0)]
+    );
+    let rows = simple_rows(&bob, "SELECT dp_count(*, 0.25) FROM t").await;
+    assert_eq!(rows.len(), 1);
+    bob.query("SELECT dp_count(*, 0.5) FROM t", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        spent_through(&bob).await,
+        [("h0".to_string(), 0.75), ("h1".into(), 0.75)]
+    );
+    // Alice's is still spent.
+    let (alice, _) = connect_with_notices(&login("alice")).await.unwrap();
+    assert!(
+        alice
+            .query("SELECT dp_count(*, 0.1) FROM t", &[])
+            .await
+            .is_err()
+    );
+
+    // Carol has no token of her own: refused, naming the users-file key;
+    // the table's token is not used for her.
+    let (carol, _) = connect_with_notices(&login("carol")).await.unwrap();
+    for sql in ["SELECT dp_count(*, 0.1) FROM t", "SHOW PRIVACY BUDGET t"] {
+        let e = carol.simple_query(sql).await.unwrap_err();
+        let text = db_error(&e).message().to_string();
+        assert!(
+            text.contains("carol") && text.contains("[users.carol]") && text.contains("token_file"),
+            "{text}"
+        );
+    }
+    // The coordinator's own token (the table's) spent nothing.
+    let own = ctx
+        .sql("SHOW PRIVACY BUDGET t")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let spent = own[0]
+        .column(2)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Float64Array>()
+        .unwrap();
+    assert!(spent.iter().all(|s| s == Some(0.0)), "{spent:?}");
+}

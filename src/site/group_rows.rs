@@ -18,7 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
-use crate::site::guarded::{Counted, Guarded, Tally};
+use crate::site::guarded::{Counted, Guarded, MODE_WIDTH, Modes, Tally};
 use fedsql_udfs::catalogue;
 
 /// The name of the row count the site adds.
@@ -38,6 +38,10 @@ pub struct CountColumns {
     pub rows: usize,
     /// Whether `rows` is the query's own `count(*)`, which stays.
     pub rows_asked: bool,
+    /// The first of the [`MODE_WIDTH`] columns of each numeric input of
+    /// an adding aggregate whose values must not all but 1 to k-1 share
+    /// one value (see [`Modes`]).
+    pub modes: Vec<usize>,
     /// State columns whose cells the policy holds to k: (the column's
     /// name, the aggregate's name, its number of arguments).
     pub cells: Vec<(String, String, usize)>,
@@ -47,9 +51,11 @@ impl CountColumns {
     /// Every count column the site added, ascending: the ones it drops.
     pub fn all(&self) -> Vec<usize> {
         let mut all = self.inputs.clone();
+        all.extend(self.modes.iter().flat_map(|&at| at..at + MODE_WIDTH));
         if !self.rows_asked {
             all.push(self.rows);
         }
+        all.sort_unstable();
         all
     }
 }
@@ -61,6 +67,10 @@ pub struct StateCounts {
     pub rows: Vec<i64>,
     /// For every state row and guarded input, the values that count.
     pub inputs: Vec<i64>,
+    /// For every state row and numeric input of an adding aggregate, the
+    /// values that differ from a value at least k of them share
+    /// ([`Modes::odd`]).
+    pub odd: Vec<i64>,
 }
 
 /// `partial` with every aggregate counting its inputs and one more
@@ -102,13 +112,17 @@ pub fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, CountCo
             columns.rows = at;
             columns.rows_asked = true;
         }
-        let (guarded, counts) = guard(expr, filter.is_some(), (tally, enough), &schema)?;
+        let (guarded, counts, modes) = guard(expr, filter.is_some(), (tally, enough), &schema)?;
         let inputs = at + width..at + width + counts;
         if tally == Tally::Missing {
             columns.missing.extend(inputs.clone());
         }
         columns.inputs.extend(inputs);
         at += width + counts;
+        columns
+            .modes
+            .extend((0..modes).map(|m| at + m * MODE_WIDTH));
+        at += modes * MODE_WIDTH;
         aggregates.push(guarded);
     }
     let mut filters = partial.filter_expr().to_vec();
@@ -145,16 +159,16 @@ fn counts_rows(expr: &AggregateFunctionExpr) -> bool {
         && matches!(expr.expressions().as_slice(), [arg] if constant(arg))
 }
 
-/// One aggregate wrapped to count its inputs, and how many counts it adds
-/// to the state. A constant argument counts the group's rows, which the
-/// row count checks already, unless a FILTER picks some of them
-/// (`count(*) FILTER (WHERE id = 17)`).
+/// One aggregate wrapped to count its inputs, how many counts it adds to
+/// the state, and of how many inputs it adds [`Modes`]. A constant
+/// argument counts the group's rows, which the row count checks already,
+/// unless a FILTER picks some of them (`count(*) FILTER (WHERE id = 17)`).
 fn guard(
     expr: &Arc<AggregateFunctionExpr>,
     filtered: bool,
     (tally, enough): (Tally, i64),
     schema: &datafusion::arrow::datatypes::SchemaRef,
-) -> Result<(Arc<AggregateFunctionExpr>, usize)> {
+) -> Result<(Arc<AggregateFunctionExpr>, usize, usize)> {
     let name = expr.fun().name().to_ascii_lowercase();
     let Some(facts) = catalogue::aggregate(&name) else {
         return Err(FedError::refused(
@@ -164,7 +178,7 @@ fn guard(
     };
     // DP state: the noise protects it (see `site::dp`).
     if facts.is_dp() {
-        return Ok((Arc::clone(expr), 0));
+        return Ok((Arc::clone(expr), 0, 0));
     }
     let counted = if facts.adds_inputs {
         Counted::NonZero
@@ -179,14 +193,26 @@ fn guard(
         .map(|(i, _)| (i, counted))
         .collect();
     if inputs.is_empty() {
-        return Ok((Arc::clone(expr), 0));
+        return Ok((Arc::clone(expr), 0, 0));
+    }
+    // The numeric inputs of an adding aggregate, not constant: an analyst
+    // may make all their values but one a value other than zero.
+    let mut modes = Vec::new();
+    if facts.adds_inputs {
+        for (i, arg) in args.iter().enumerate() {
+            if arg.downcast_ref::<Literal>().is_none() && arg.data_type(schema)?.is_numeric() {
+                modes.push(i);
+            }
+        }
     }
     let width = inputs.len();
+    let modes_width = modes.len();
     let udf = AggregateUDF::new_from_impl(Guarded::new(
         Arc::new(expr.fun().clone()),
         inputs,
         tally,
         enough,
+        modes,
     ));
     let mut builder = AggregateExprBuilder::new(Arc::new(udf), args)
         .schema(Arc::clone(schema))
@@ -198,14 +224,16 @@ fn guard(
     if let Some(display) = expr.human_display() {
         builder = builder.human_display(display);
     }
-    Ok((Arc::new(builder.build()?), width))
+    Ok((Arc::new(builder.build()?), width, modes_width))
 }
 
 /// The state batches without their count columns, and the counts.
 pub fn split_off(
     batches: &[RecordBatch],
     columns: &CountColumns,
+    k: u64,
 ) -> Result<(Vec<RecordBatch>, StateCounts)> {
+    let k = i64::try_from(k).unwrap_or(i64::MAX);
     let mut counts = StateCounts::default();
     let mut states = Vec::with_capacity(batches.len());
     let count_column = |batch: &RecordBatch, i: usize| {
@@ -235,6 +263,16 @@ pub fn split_off(
                 }
             } else {
                 counts.inputs.extend(tallies);
+            }
+        }
+        for &at in &columns.modes {
+            let mode_columns: Vec<_> = (at..at + MODE_WIDTH)
+                .map(|i| count_column(batch, i))
+                .collect::<Result<_>>()?;
+            for row in 0..batch.num_rows() {
+                let modes =
+                    Modes::from_columns(std::array::from_fn(|c| mode_columns[c].value(row)));
+                counts.odd.push(modes.odd(k));
             }
         }
         let keep: Vec<usize> = (0..batch.num_columns())

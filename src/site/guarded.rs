@@ -9,12 +9,23 @@
 //! Why per input and not per row: `sum(x) FILTER (WHERE id = 17)` and
 //! `sum(CASE WHEN id = 17 THEN x ELSE 0 END)` summarize one person inside a
 //! large group; a one-person dummy column in a model round does the same.
+//!
+//! Zero is not the only value an analyst can make every other row take:
+//! `sum(CASE WHEN id = 17 THEN x ELSE 1 END) - count(*) + 1`, `ELSE 1e-9`
+//! or glm weights of 1e-12 for all rows but one isolate one value while
+//! every row counts. So for the numeric inputs of adding aggregates a
+//! guard also keeps, per group, the [`Modes`] of the input: how many
+//! values it has, and two reference values with how many values equal
+//! each. The policy refuses an input whose values all but 1 to k-1 share
+//! one value, shared by at least k of them and four times as many as the
+//! others (see [`Modes::odd`]).
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
 use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::cmp::neq;
 use datafusion::arrow::datatypes::{
     DataType, Field, FieldRef, Float16Type, Float32Type, Float64Type, Int64Type,
@@ -58,6 +69,10 @@ pub struct Guarded {
     /// A count this high answers the policy's question (0, or at least k?):
     /// an accumulator without groups stops counting an input there.
     enough: i64,
+    /// The arguments (numeric inputs of an adding aggregate) whose
+    /// [`Modes`] the state carries after the counts, [`MODE_WIDTH`]
+    /// columns each.
+    modes: Vec<usize>,
 }
 
 impl Guarded {
@@ -66,18 +81,20 @@ impl Guarded {
         inputs: Vec<(usize, Counted)>,
         tally: Tally,
         enough: i64,
+        modes: Vec<usize>,
     ) -> Self {
         Self {
             inner,
             inputs,
             tally,
             enough,
+            modes,
         }
     }
 
     /// How many count columns the state carries after the inner state.
     pub fn width(&self) -> usize {
-        self.inputs.len()
+        self.inputs.len() + MODE_WIDTH * self.modes.len()
     }
 }
 
@@ -87,6 +104,7 @@ impl PartialEq for Guarded {
             && self.inputs == other.inputs
             && self.tally == other.tally
             && self.enough == other.enough
+            && self.modes == other.modes
     }
 }
 
@@ -98,6 +116,7 @@ impl Hash for Guarded {
         self.inputs.hash(state);
         self.tally.hash(state);
         self.enough.hash(state);
+        self.modes.hash(state);
     }
 }
 
@@ -140,6 +159,21 @@ impl AggregateUDFImpl for Guarded {
                 false,
             )));
         }
+        for i in &self.modes {
+            for what in [
+                "values",
+                "first reference",
+                "values equal to the first reference",
+                "second reference",
+                "values equal to the second reference",
+            ] {
+                fields.push(Arc::new(Field::new(
+                    format!("{name}[{what} of argument {i}]"),
+                    DataType::Int64,
+                    false,
+                )));
+            }
+        }
         Ok(fields)
     }
 
@@ -156,6 +190,7 @@ impl AggregateUDFImpl for Guarded {
             inputs: self.inputs.clone(),
             enough: self.enough,
             counts: vec![0; self.inputs.len()],
+            modes: self.modes.iter().map(|&i| (i, Modes::default())).collect(),
         }))
     }
 
@@ -172,6 +207,7 @@ impl AggregateUDFImpl for Guarded {
             inputs: self.inputs.clone(),
             tally: self.tally,
             counts: vec![Vec::new(); self.inputs.len()],
+            modes: self.modes.iter().map(|&i| (i, Vec::new())).collect(),
         }))
     }
 }
@@ -247,6 +283,148 @@ mod nonzero {
     }
 }
 
+/// The state columns of one input's [`Modes`].
+pub const MODE_WIDTH: usize = 5;
+
+/// What a guard keeps of one numeric input per group, for the rule that
+/// all but fewer than k of its values must not share one value: the
+/// values (not NULL, not filtered out), and two reference values, each
+/// with how many values equal it. A count of 0 means no reference yet.
+///
+/// Within one pass the counts are exact: the first reference is the first
+/// value, the second the first value unlike it. When the common value is
+/// not one of the two (the first two distinct values seen were both odd
+/// ones: `CASE WHEN id IN (1, 2) THEN x ELSE 1 END` where rows 1 and 2
+/// come first) the rule does not see it; isolating one row is always
+/// seen. Merged states keep the two references counted most, with counts
+/// that are then lower bounds (a value may have gone uncounted in a state
+/// where it was no reference): the rule may miss, but never refuses an
+/// input that the exact rule would release.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Modes {
+    pub values: i64,
+    pub refs: [(u64, i64); 2],
+}
+
+impl Modes {
+    /// One more value, as its key ([`keys`]).
+    #[inline]
+    fn add(&mut self, key: u64) {
+        self.values += 1;
+        let [(v0, e0), (v1, e1)] = &mut self.refs;
+        if *e0 > 0 && key == *v0 {
+            *e0 += 1;
+        } else if *e1 > 0 && key == *v1 {
+            *e1 += 1;
+        } else if *e0 == 0 {
+            (*v0, *e0) = (key, 1);
+        } else if *e1 == 0 {
+            (*v1, *e1) = (key, 1);
+        }
+    }
+
+    /// Another state of the same group merged in: the values add up, and
+    /// the two references counted most stay (equal references adding up;
+    /// on a tie, the earlier).
+    pub fn merge(&mut self, other: &Modes) {
+        self.values += other.values;
+        let mut refs = [self.refs[0], self.refs[1], other.refs[0], other.refs[1]];
+        for i in 1..refs.len() {
+            for j in 0..i {
+                if refs[i].1 > 0 && refs[j].1 > 0 && refs[i].0 == refs[j].0 {
+                    refs[j].1 += refs[i].1;
+                    refs[i].1 = 0;
+                }
+            }
+        }
+        refs.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
+        self.refs = [refs[0], refs[1]];
+    }
+
+    /// How many values differ from the one most of them share, or 0 when
+    /// that value is no background to them: shared by fewer than `k`, or
+    /// by fewer than four times as many values as differ from it. The
+    /// policy refuses 1 to k-1 of them: everything else is one value the
+    /// analyst may know (`ELSE 1`), so the sum gives away the few.
+    ///
+    /// Ordinary data has common values too: a group of exactly k distinct
+    /// values is k-1 values and one other; a small group of counts (8
+    /// rows, 5 of them 3 visits) or a 0/1 column with 4 of 13 zeros is no
+    /// attack the rule can tell from one. So the rule asks the common
+    /// value to be shared by at least k values and four times as many as
+    /// the others: isolating one row is seen in any group of more than k
+    /// rows (max(k, 4) + 1); isolating 2 to k-1 rows needs a group of 5
+    /// times as many. Smaller isolations pass this rule (the row count
+    /// rule still holds the group to k rows, and `ELSE 0` is refused in
+    /// any group).
+    pub fn odd(&self, k: i64) -> i64 {
+        let shared = self.refs[0].1.max(self.refs[1].1);
+        let odd = self.values - shared;
+        if shared >= k.max(1) && shared >= 4 * odd {
+            odd
+        } else {
+            0
+        }
+    }
+
+    /// The state columns' values.
+    fn columns(&self) -> [i64; MODE_WIDTH] {
+        let [(v0, e0), (v1, e1)] = self.refs;
+        [self.values, v0 as i64, e0, v1 as i64, e1]
+    }
+
+    /// From the state columns' values.
+    pub fn from_columns(c: [i64; MODE_WIDTH]) -> Self {
+        Self {
+            values: c[0],
+            refs: [(c[1] as u64, c[2]), (c[3] as u64, c[4])],
+        }
+    }
+}
+
+/// A float's key: its bits, with -0.0 as 0.0 (NaN is a value of its own).
+#[inline]
+fn float_key(v: f64) -> u64 {
+    (v + 0.0).to_bits()
+}
+
+/// Calls `f` with the row and key of every value of a numeric `values`
+/// whose row is in `rows` (all rows when `None`) and not NULL: integers
+/// compare exactly, everything else as f64.
+fn for_each_key(
+    values: &ArrayRef,
+    rows: Option<&BooleanBuffer>,
+    mut f: impl FnMut(usize, u64),
+) -> DFResult<()> {
+    let nulls = values.logical_nulls();
+    let rows = match (rows, nulls) {
+        (Some(rows), Some(nulls)) => Some(rows & nulls.inner()),
+        (Some(rows), None) => Some(rows.clone()),
+        (None, Some(nulls)) => Some(nulls.into_inner()),
+        (None, None) => None,
+    };
+    let mut each = |key: &dyn Fn(usize) -> u64| match &rows {
+        Some(rows) => rows.set_indices().for_each(|row| f(row, key(row))),
+        None => (0..values.len()).for_each(|row| f(row, key(row))),
+    };
+    match values.data_type() {
+        DataType::Int64 => {
+            let ints = values.as_primitive::<Int64Type>().values();
+            each(&|row| ints[row] as u64);
+        }
+        DataType::Float64 => {
+            let floats = values.as_primitive::<Float64Type>().values();
+            each(&|row| float_key(floats[row]));
+        }
+        _ => {
+            let floats = cast(values, &DataType::Float64)?;
+            let floats = floats.as_primitive::<Float64Type>().values();
+            each(&|row| float_key(floats[row]));
+        }
+    }
+    Ok(())
+}
+
 /// A comparison's result with its NULLs as false.
 fn nonzero_and_valid(result: &BooleanArray) -> BooleanBuffer {
     match result.nulls() {
@@ -263,6 +441,8 @@ struct GuardedAccumulator {
     inputs: Vec<(usize, Counted)>,
     enough: i64,
     counts: Vec<i64>,
+    /// (argument index, its modes).
+    modes: Vec<(usize, Modes)>,
 }
 
 impl Accumulator for GuardedAccumulator {
@@ -273,6 +453,9 @@ impl Accumulator for GuardedAccumulator {
                 *count += count_values(&values[*i], *counted)? as i64;
             }
         }
+        for (i, modes) in &mut self.modes {
+            for_each_key(&values[*i], None, |_, key| modes.add(key))?;
+        }
         Ok(())
     }
 
@@ -281,27 +464,44 @@ impl Accumulator for GuardedAccumulator {
     }
 
     fn size(&self) -> usize {
-        self.inner.size() + self.counts.len() * 8
+        self.inner.size()
+            + self.counts.len() * 8
+            + self.modes.len() * std::mem::size_of::<(usize, Modes)>()
     }
 
     fn state(&mut self) -> DFResult<Vec<ScalarValue>> {
         let mut state = self.inner.state()?;
         state.extend(self.counts.iter().map(|&n| ScalarValue::Int64(Some(n))));
+        for (_, modes) in &self.modes {
+            state.extend(modes.columns().map(|n| ScalarValue::Int64(Some(n))));
+        }
         Ok(state)
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> DFResult<()> {
-        let inner = states.len() - self.counts.len();
+        let inner = states.len() - self.counts.len() - MODE_WIDTH * self.modes.len();
         self.inner.merge_batch(&states[..inner])?;
-        for (count, column) in self.counts.iter_mut().zip(&states[inner..]) {
+        let (counts, modes) = states[inner..].split_at(self.counts.len());
+        for (count, column) in self.counts.iter_mut().zip(counts) {
             *count += column
                 .as_primitive::<Int64Type>()
                 .iter()
                 .flatten()
                 .sum::<i64>();
         }
+        for ((_, mine), columns) in self.modes.iter_mut().zip(modes.chunks(MODE_WIDTH)) {
+            let columns = mode_columns(columns);
+            for row in 0..columns[0].len() {
+                mine.merge(&Modes::from_columns(columns.map(|c| c[row])));
+            }
+        }
         Ok(())
     }
+}
+
+/// The value slices of one input's [`MODE_WIDTH`] state columns.
+fn mode_columns(columns: &[ArrayRef]) -> [&[i64]; MODE_WIDTH] {
+    std::array::from_fn(|c| &**columns[c].as_primitive::<Int64Type>().values())
 }
 
 /// The groups accumulator: the inner one, and per guarded input a count per
@@ -311,6 +511,8 @@ struct GuardedGroups {
     inputs: Vec<(usize, Counted)>,
     tally: Tally,
     counts: Vec<Vec<i64>>,
+    /// (argument index, its modes per group).
+    modes: Vec<(usize, Vec<Modes>)>,
 }
 
 impl GuardedGroups {
@@ -357,12 +559,22 @@ impl GroupsAccumulator for GuardedGroups {
                 counts[group_indices[row]] += 1;
             }
         }
+        let filter = opt_filter.map(nonzero_and_valid);
+        for (i, modes) in &mut self.modes {
+            modes.resize(total_num_groups, Modes::default());
+            for_each_key(&values[*i], filter.as_ref(), |row, key| {
+                modes[group_indices[row]].add(key)
+            })?;
+        }
         Ok(())
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> DFResult<ArrayRef> {
         for counts in &mut self.counts {
             emit_to.take_needed(counts);
+        }
+        for (_, modes) in &mut self.modes {
+            emit_to.take_needed(modes);
         }
         self.inner.evaluate(emit_to)
     }
@@ -373,6 +585,13 @@ impl GroupsAccumulator for GuardedGroups {
             let taken = emit_to.take_needed(counts);
             state.push(Arc::new(Int64Array::from(taken)));
         }
+        for (_, modes) in &mut self.modes {
+            let taken = emit_to.take_needed(modes);
+            for c in 0..MODE_WIDTH {
+                let column: Int64Array = taken.iter().map(|m| Some(m.columns()[c])).collect();
+                state.push(Arc::new(column));
+            }
+        }
         Ok(state)
     }
 
@@ -382,14 +601,22 @@ impl GroupsAccumulator for GuardedGroups {
         group_indices: &[usize],
         total_num_groups: usize,
     ) -> DFResult<()> {
-        let inner = values.len() - self.counts.len();
+        let inner = values.len() - self.counts.len() - MODE_WIDTH * self.modes.len();
         self.inner
             .merge_batch(&values[..inner], group_indices, total_num_groups)?;
-        for (counts, column) in self.counts.iter_mut().zip(&values[inner..]) {
+        let (counts_columns, mode_states) = values[inner..].split_at(self.counts.len());
+        for (counts, column) in self.counts.iter_mut().zip(counts_columns) {
             counts.resize(total_num_groups, 0);
             let column = column.as_primitive::<Int64Type>();
             for (&group, n) in group_indices.iter().zip(column.values()) {
                 counts[group] += n;
+            }
+        }
+        for ((_, modes), columns) in self.modes.iter_mut().zip(mode_states.chunks(MODE_WIDTH)) {
+            modes.resize(total_num_groups, Modes::default());
+            let columns = mode_columns(columns);
+            for (row, &group) in group_indices.iter().enumerate() {
+                modes[group].merge(&Modes::from_columns(columns.map(|c| c[row])));
             }
         }
         Ok(())
@@ -412,11 +639,26 @@ impl GroupsAccumulator for GuardedGroups {
             };
             state.push(Arc::new(ones));
         }
+        let filter = opt_filter.map(nonzero_and_valid);
+        for (i, _) in &self.modes {
+            let mut modes = vec![Modes::default(); values[*i].len()];
+            for_each_key(&values[*i], filter.as_ref(), |row, key| modes[row].add(key))?;
+            for c in 0..MODE_WIDTH {
+                let column: Int64Array = modes.iter().map(|m| Some(m.columns()[c])).collect();
+                state.push(Arc::new(column));
+            }
+        }
         Ok(state)
     }
 
     fn size(&self) -> usize {
-        self.inner.size() + self.counts.iter().map(|c| c.capacity() * 8).sum::<usize>()
+        self.inner.size()
+            + self.counts.iter().map(|c| c.capacity() * 8).sum::<usize>()
+            + self
+                .modes
+                .iter()
+                .map(|(_, m)| m.capacity() * std::mem::size_of::<Modes>())
+                .sum::<usize>()
     }
 }
 
@@ -460,5 +702,109 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod mode_tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, Int64Array};
+
+    fn modes_of(values: ArrayRef) -> Modes {
+        let mut modes = Modes::default();
+        for_each_key(&values, None, |_, key| modes.add(key)).unwrap();
+        modes
+    }
+
+    fn floats(v: Vec<f64>) -> ArrayRef {
+        Arc::new(Float64Array::from(v))
+    }
+
+    #[test]
+    fn a_common_value_with_a_few_others_is_seen() {
+        // ELSE 1, ELSE 1e-9, ELSE -0.0 mixed with 0.0: one odd value.
+        for (common, odd) in [(1.0, 42.5), (1e-9, 3.0), (-0.0, 7.0), (1e-12, 1.0)] {
+            for at in [0, 1, 5, 9] {
+                let mut v = vec![common; 10];
+                v[at] = odd;
+                if common == -0.0 {
+                    v[3] = 0.0;
+                }
+                assert_eq!(modes_of(floats(v)).odd(5), 1, "{common} {at}");
+            }
+        }
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![5, 5, 9, 5, 5, 5, 7, 5, 5, 5, 5, 5]));
+        assert_eq!(modes_of(ints).odd(5), 2);
+        // NULLs are no values.
+        let with_nulls: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(2.0),
+            None,
+            Some(1.0),
+            Some(1.0),
+            None,
+            Some(1.0),
+            Some(1.0),
+        ]));
+        assert_eq!(modes_of(with_nulls).odd(3), 1);
+    }
+
+    #[test]
+    fn ordinary_columns_have_no_odd_values() {
+        // Continuous, a group of exactly k distinct values, constant, a
+        // binary column with many of each value.
+        let continuous = floats((0..5).map(|i| i as f64 * 1.5).collect());
+        assert_eq!(modes_of(continuous).odd(5), 0);
+        assert_eq!(modes_of(floats(vec![3.0; 7])).odd(5), 0);
+        let binary = floats((0..20).map(|i| (i % 2) as f64).collect());
+        assert_eq!(modes_of(binary).odd(5), 0);
+        assert_eq!(modes_of(floats(vec![f64::NAN; 6])).odd(5), 0);
+        // A small group of counts: the common value is shared by fewer
+        // than k.
+        assert_eq!(
+            modes_of(floats(vec![1.0, 1.0, 3.0, 1.0, 1.0, 5.0])).odd(5),
+            0
+        );
+        let visits = floats(vec![3.0, 2.0, 3.0, 3.0, 4.0, 3.0, 1.0, 3.0]);
+        assert_eq!(modes_of(visits).odd(5), 0);
+        // One row apart from 5 others is seen; 2 apart from 7 are not.
+        assert_eq!(
+            modes_of(floats(vec![2.0, 2.0, 9.0, 2.0, 2.0, 2.0])).odd(5),
+            1
+        );
+        let mut two = vec![2.0; 9];
+        two[4] = 9.0;
+        two[7] = 8.0;
+        assert_eq!(modes_of(floats(two)).odd(5), 0);
+    }
+
+    #[test]
+    fn merged_states_keep_the_common_value() {
+        let mut a = modes_of(floats(vec![9.0, 1.0, 1.0, 1.0]));
+        let b = modes_of(floats(vec![1.0, 1.0, 1.0]));
+        let c = modes_of(floats(vec![4.0, 6.0, 1.0, 1.0]));
+        a.merge(&b);
+        a.merge(&c);
+        assert_eq!(a.values, 11);
+        // c's first two values were odd ones, its references: its 1.0s go
+        // uncounted, so 1.0 counts 6 of 8 times (a lower bound) and 5 odd
+        // values are seen where the exact rule sees 3 (the documented
+        // limit: a miss, never a refusal the exact rule would not make).
+        assert_eq!(a.refs, [(float_key(1.0), 6), (float_key(9.0), 1)]);
+        // In the order of a site's usual partitions, exact.
+        let mut f = modes_of(floats(vec![1.0, 4.0, 6.0, 1.0]));
+        f.merge(&modes_of(floats(vec![9.0, 1.0, 1.0, 1.0])));
+        f.merge(&modes_of(floats(vec![1.0, 1.0, 1.0])));
+        assert_eq!(f.values, 11);
+        assert_eq!(f.refs[0], (float_key(1.0), 8));
+        // An empty state merges as nothing.
+        let mut d = Modes::default();
+        d.merge(&modes_of(floats(vec![2.0, 2.0, 8.0])));
+        assert_eq!(d.refs, [(float_key(2.0), 2), (float_key(8.0), 1)]);
+        // Round trip through the state columns.
+        assert_eq!(Modes::from_columns(d.columns()), d);
+        // Partitions of distinct values never make a majority.
+        let mut e = modes_of(floats(vec![1.0, 2.0, 3.0]));
+        e.merge(&modes_of(floats(vec![4.0, 5.0, 6.0])));
+        assert_eq!(e.odd(5), 0);
     }
 }

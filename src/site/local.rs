@@ -527,7 +527,8 @@ impl LocalClient {
         check_site_only_fields(&batches)?;
         let batches = match (&self.policy, &plan.counts) {
             (Some(policy), Some(columns)) => {
-                let (batches, counts) = group_rows::split_off(&batches, columns)?;
+                let (batches, counts) =
+                    group_rows::split_off(&batches, columns, policy.min_group_rows)?;
                 let parameters = DisclosurePolicy::parameters(encoder.plan());
                 // DP state only, under a finite budget: exempt from the
                 // thresholds (the noise protects it).

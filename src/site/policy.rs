@@ -13,6 +13,9 @@
 //!   aggregate's FILTER and, for aggregates that add their inputs,
 //!   non-zero (`sum(x) FILTER (WHERE id = 17)`, `sum(CASE WHEN id = 17
 //!   THEN x ELSE 0 END)` and a one-person dummy column are refused).
+//!   Nor may all but 1 to k-1 of a numeric input's values to an adding
+//!   aggregate share one value, shared by most of them (`ELSE 1`, `ELSE
+//!   1e-9`, glm weights of 1e-12 for all rows but one).
 //! - `max_groups`: a state of more groups than this is refused.
 //! - `extremes`: `refuse` turns away aggregates whose state is one row's
 //!   value or a bit pattern of values (min, max, first_value, last_value,
@@ -347,6 +350,17 @@ impl DisclosurePolicy {
                 ),
                 hint: Some(
                     "aggregate over a wider subset, without CASE/FILTER that single out rows, or with fewer dummy columns".into(),
+                ),
+            });
+        }
+        if counts.odd.iter().any(|&n| n > 0 && n < k) {
+            return Err(FedError::Policy {
+                client: client.to_string(),
+                rule: format!(
+                    "an aggregate would add fewer than {k} of its rows' values that differ from a value the others share (its min_group_rows policy)"
+                ),
+                hint: Some(
+                    "aggregate over a wider subset, without CASE that sets all rows but a few to one value".into(),
                 ),
             });
         }

@@ -565,6 +565,12 @@ const INPUTS_PASS: &[&str] = &[
     "SELECT * FROM lm('SELECT x, CASE WHEN id > 5 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
     "SELECT g, sum(x) FILTER (WHERE id > 3) AS s, count(*) FILTER (WHERE id > 3) AS n, avg(CASE WHEN id > 3 THEN x END) AS m FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
     "SELECT g, regr_slope(CASE WHEN id > 3 THEN x END, id) AS b FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
+    // Ordinary columns under the rule on values all but a few share: a
+    // continuous one, a 0/1 one with 5 of each at a site, two values 5 and
+    // 5 per group, counts by group.
+    "SELECT sum(x) AS s, sum(CASE WHEN id > 5 THEN 1 ELSE 0 END) AS d, avg(y) AS m FROM t",
+    "SELECT g, sum(CASE WHEN id > 10 THEN 1 ELSE 2 END) AS s, count(*) AS n, sum(x) AS x FROM t WHERE g <> 'rare' GROUP BY g ORDER BY g",
+    "SELECT * FROM glm('SELECT y, x, CASE WHEN id > 5 THEN 1.0 ELSE 0.5 END AS w FROM t', 'y ~ x', 'poisson', 'weights=w')",
 ];
 
 const INPUTS_REFUSED: &[&str] = &[
@@ -583,6 +589,16 @@ const INPUTS_REFUSED: &[&str] = &[
     "SELECT * FROM lm('SELECT x, CASE WHEN id = 17 THEN 1 ELSE 0 END AS d FROM t', 'x ~ d')",
     "SELECT * FROM glm('SELECT y, x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END AS w FROM t', 'y ~ x', 'poisson', 'weights=w')",
     "SELECT normal_equations(x, CASE WHEN id = 17 THEN 1.0 ELSE 0.0 END) AS ne FROM t",
+    // All rows but a few set to one value other than zero: every row
+    // counts, and the sum less the known rest is the few's.
+    "SELECT sum(CASE WHEN id = 17 THEN x ELSE 1 END) - count(*) + 1 AS s FROM t",
+    "SELECT sum(CASE WHEN id = 17 THEN x ELSE 1e-9 END) AS s FROM t",
+    "SELECT avg(CASE WHEN id = 17 THEN x ELSE 5 END) AS m FROM t",
+    "SELECT sum(CASE WHEN id IN (16, 17) THEN y ELSE 2 END) AS s FROM t",
+    "SELECT g, sum(CASE WHEN id = 17 THEN x ELSE 1 END) AS s FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT g, avg(CASE WHEN id = 17 THEN x ELSE -0.0 END) AS m, count(*) AS n FROM t WHERE g <> 'rare' GROUP BY g",
+    "SELECT * FROM glm('SELECT y, x, CASE WHEN id = 17 THEN 1.0 ELSE 1e-12 END AS w FROM t', 'y ~ x', 'poisson', 'weights=w')",
+    "SELECT * FROM lm('SELECT x, CASE WHEN id = 17 THEN 2 ELSE 1 END AS d FROM t', 'x ~ d')",
 ];
 
 async fn check_inputs_rule(guarded: &FedContext, open: &FedContext, sites: [&str; 2]) {

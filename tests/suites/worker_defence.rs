@@ -278,13 +278,17 @@ impl Drop for ChildWorker {
 }
 
 /// Expensive per row and cheap per batch (so that a cancelled task stops
-/// at its next batch): the MD5 of `copies` copies of a row's region,
-/// whose cost grows with `copies` (catalogued functions only: a site runs
-/// nothing else). On the big file it runs for many seconds, well past the
-/// 2 s timeouts below.
-fn slow_query(copies: usize) -> String {
-    let region = vec!["region"; copies].join(", ");
-    format!("SELECT sum(length(md5(concat({region})))) AS s FROM clinic")
+/// at its next batch): `depth` nested MD5s of a row's region copied 20
+/// times, whose cost grows with `depth` while a row stays small (catalogued
+/// functions only: a site runs nothing else). On the big file it runs for
+/// many seconds, well past the 2 s timeouts below.
+fn slow_query(depth: usize) -> String {
+    let region = vec!["region"; 20].join(", ");
+    format!(
+        "SELECT sum(length({}concat({region}){})) AS s FROM clinic",
+        "md5(".repeat(depth),
+        ")".repeat(depth)
+    )
 }
 
 /// A coordinator that times out cancels the request at the worker: its
@@ -316,7 +320,7 @@ async fn a_request_whose_caller_went_away_stops_at_the_worker() {
     .unwrap();
     let before = w.cpu();
     let started = Instant::now();
-    let e = run(&ctx, &slow_query(1200)).await.unwrap_err().to_string();
+    let e = run(&ctx, &slow_query(8)).await.unwrap_err().to_string();
     let gave_up = Instant::now();
     assert!(
         e.contains("client 'w'") && e.contains("no answer within"),
@@ -398,7 +402,7 @@ async fn a_call_that_timed_out_is_not_sent_again() {
             .filter(|l| l.contains("running encoder"))
             .count()
     };
-    let slower = slow_query(1200);
+    let slower = slow_query(8);
     let e = run(&ctx, &slower).await.unwrap_err().to_string();
     assert!(
         e.contains("client 'w'") && e.contains("no answer within"),
@@ -446,7 +450,7 @@ async fn requests_past_their_time_or_memory_limit_are_refused() {
     let ctx = FedContext::new();
     run(&ctx, &workers.create("clinic")).await.unwrap();
     let started = Instant::now();
-    let slower = slow_query(1200);
+    let slower = slow_query(8);
     let e = run(&ctx, &slower).await.unwrap_err().to_string();
     assert!(
         e.contains("refused") && e.contains("(its request_timeout)"),

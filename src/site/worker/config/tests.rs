@@ -1,0 +1,242 @@
+use super::*;
+
+#[tokio::test]
+async fn config_file_and_flags_combine() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "tok\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:50051\"\ntoken_file = \"secret.txt\"\n[tables]\nclinic = \"data/clinic.parquet\"\n",
+    )
+    .unwrap();
+    let args = WorkerArgs {
+        config: Some(config.clone()),
+        tables: vec!["visits=/srv/visits/".into()],
+        ..Default::default()
+    };
+    let c = WorkerConfig::from_args(&args).await.unwrap();
+    assert_eq!(c.listen, "127.0.0.1:50051".parse().unwrap());
+    assert_eq!(c.token, "tok");
+    assert_eq!(
+        c.tables,
+        [
+            ("clinic".to_string(), dir.path().join("data/clinic.parquet")),
+            ("visits".to_string(), PathBuf::from("/srv/visits/"))
+        ]
+    );
+    // The flag wins over the file.
+    let args = WorkerArgs {
+        listen: Some("127.0.0.1:7".into()),
+        ..args
+    };
+    assert_eq!(
+        WorkerConfig::from_args(&args).await.unwrap().listen.port(),
+        7
+    );
+
+    std::fs::write(&config, "listen = \"x\"\nport = 3\n").unwrap();
+    let err = WorkerConfig::from_args(&WorkerArgs {
+        config: Some(config),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("port"), "{err}");
+    let err = WorkerConfig::from_args(&WorkerArgs {
+        listen: Some("127.0.0.1:0".into()),
+        token_file: Some(dir.path().join("secret.txt")),
+        tables: vec!["no-equals-sign".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("NAME=PATH"), "{err}");
+}
+
+#[tokio::test]
+async fn dp_settings_and_named_tokens_come_from_the_toml_and_the_flags() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("ana.token"), "tok-ana\n").unwrap();
+    std::fs::write(dir.path().join("bob.token"), "tok-bob\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\n[tables]\nclinic = \"c.csv\"\n[tokens]\nana = \"ana.token\"\nbob = \"bob.token\"\n[policy]\nmin_group_rows = 10\ndp_budget = 4\ndp_ledger = \"ledger.toml\"\nrequire_dp = true\ndp_domain.region = [\"east\", \"west\"]\n",
+    )
+    .unwrap();
+    let args = WorkerArgs {
+        config: Some(config.clone()),
+        ..Default::default()
+    };
+    let c = WorkerConfig::from_args(&args).await.unwrap();
+    assert_eq!(c.policy.as_ref().unwrap().min_group_rows, 10);
+    assert_eq!(c.dp.budget, Some(4.0));
+    assert!(c.dp.require_dp);
+    assert_eq!(c.dp.domains["region"], ["east", "west"]);
+    assert_eq!(c.dp_ledger, Some(dir.path().join("ledger.toml")));
+    assert_eq!(
+        c.named_tokens,
+        [
+            ("ana".to_string(), "tok-ana".to_string()),
+            ("bob".to_string(), "tok-bob".to_string())
+        ]
+    );
+    assert_eq!(c.token, "", "no single token: the named ones only");
+    // The flag wins; a budget without a ledger is refused.
+    let c = WorkerConfig::from_args(&WorkerArgs {
+        dp_budget: Some(2.5),
+        ..args
+    })
+    .await
+    .unwrap();
+    assert_eq!(c.dp.budget, Some(2.5));
+    std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+    let err = WorkerConfig::from_args(&WorkerArgs {
+        listen: Some("127.0.0.1:0".into()),
+        token_file: Some(dir.path().join("t")),
+        tables: vec!["clinic=c.csv".into()],
+        dp_budget: Some(1.0),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--dp-ledger"), "{err}");
+}
+
+#[tokio::test]
+async fn secure_without_peers_comes_from_the_toml_or_the_flag() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    let toml = |policy: &str| {
+        std::fs::write(
+            &config,
+            format!("listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\n{policy}"),
+        )
+        .unwrap();
+    };
+    let args = WorkerArgs {
+        config: Some(config.clone()),
+        ..Default::default()
+    };
+    toml("");
+    let c = WorkerConfig::from_args(&args).await.unwrap();
+    assert!(!c.secure_without_peers, "secure sums need peers by default");
+    toml("[policy]\nsecure_without_peers = true\n");
+    let c = WorkerConfig::from_args(&args).await.unwrap();
+    assert!(c.secure_without_peers);
+    assert!(c.policy.is_some());
+    toml("[policy]\nsecure_without_peers = false\n");
+    assert!(
+        !WorkerConfig::from_args(&args)
+            .await
+            .unwrap()
+            .secure_without_peers
+    );
+    let flagged = WorkerArgs {
+        secure_without_peers: true,
+        ..args.clone()
+    };
+    assert!(
+        WorkerConfig::from_args(&flagged)
+            .await
+            .unwrap()
+            .secure_without_peers
+    );
+    toml("[policy]\nsecure_without_peers = \"yes\"\n");
+    let err = WorkerConfig::from_args(&args)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("secure_without_peers") && err.contains("true or false"),
+        "{err}"
+    );
+    // Not a table's setting: the peers are the worker's.
+    toml("[policy.tables.clinic]\nsecure_without_peers = true\n");
+    assert!(WorkerConfig::from_args(&args).await.is_err());
+}
+
+#[tokio::test]
+async fn the_epsilon_cap_comes_from_the_toml_and_the_flag_and_dp_needs_a_policy() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("t"), "tok\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\n[policy]\ndp_max_epsilon = 0.25\n",
+    )
+    .unwrap();
+    let args = WorkerArgs {
+        config: Some(config.clone()),
+        ..Default::default()
+    };
+    let c = WorkerConfig::from_args(&args).await.unwrap();
+    assert_eq!(c.dp.max_epsilon, 0.25);
+    let c = WorkerConfig::from_args(&WorkerArgs {
+        dp_max_epsilon: Some(0.5),
+        ..args.clone()
+    })
+    .await
+    .unwrap();
+    assert_eq!(c.dp.max_epsilon, 0.5, "the flag wins");
+    let plain = WorkerConfig::from_args(&WorkerArgs {
+        listen: Some("127.0.0.1:0".into()),
+        token_file: Some(dir.path().join("t")),
+        tables: vec!["clinic=c.csv".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(plain.dp.max_epsilon, 1.0, "the default cap");
+    for bad in [0.0, -1.0, f64::INFINITY, f64::NAN, 1e300] {
+        assert!(
+            WorkerConfig::from_args(&WorkerArgs {
+                dp_max_epsilon: Some(bad),
+                ..args.clone()
+            })
+            .await
+            .is_err(),
+            "{bad}"
+        );
+    }
+    // DP settings under `policy = none` are a start-up error, from the
+    // flags or the file, and a table of its own without a policy too.
+    let err = WorkerConfig::from_args(&WorkerArgs {
+        policy: Some("none".into()),
+        dp_budget: Some(1.0),
+        dp_ledger: Some(dir.path().join("ledger.toml")),
+        ..args.clone()
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("policy = none"), "{err}");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\ntoken_file = \"t\"\n[tables]\nclinic = \"c.csv\"\nopen = \"o.csv\"\n[policy]\nrequire_dp = true\n[policy.tables]\nopen = \"none\"\n",
+    )
+    .unwrap();
+    let err = WorkerConfig::from_args(&args)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("table `open`"), "{err}");
+    // The cap alone changes no protection: it is allowed without a policy.
+    assert!(
+        WorkerConfig::from_args(&WorkerArgs {
+            policy: Some("none".into()),
+            dp_max_epsilon: Some(0.5),
+            listen: Some("127.0.0.1:0".into()),
+            token_file: Some(dir.path().join("t")),
+            tables: vec!["clinic=c.csv".into()],
+            ..Default::default()
+        })
+        .await
+        .is_ok()
+    );
+}

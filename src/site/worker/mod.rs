@@ -29,6 +29,7 @@ pub mod config;
 pub mod log;
 pub mod service;
 pub mod tables;
+pub mod token_check;
 pub mod tokens;
 
 use std::net::SocketAddr;

@@ -31,14 +31,16 @@ use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
+pub use crate::site::worker::token_check::TokenCheck;
+use crate::site::worker::token_check::bearer;
 use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
 use crate::wire::codec::{self, TableBinder};
 use crate::wire::encoder::Encoder;
 use crate::wire::protocol::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL,
-    ReleaseFit, SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand,
-    batch_from_ipc, batch_to_ipc, public_key, ticket_command,
+    ACTION_SECURE_SETUP, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit,
+    SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc,
+    batch_to_ipc, public_key, ticket_command,
 };
 use crate::wire::secure::{MaskRequest, SecureSession, SignedKey};
 
@@ -152,12 +154,7 @@ impl WorkerService {
         let peer = request
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.to_string());
-        let given = request
-            .metadata()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix(BEARER));
-        match given {
+        match bearer(request.metadata()) {
             None => Err(self.refuse(
                 &peer,
                 call,
@@ -732,39 +729,6 @@ impl Drop for CallWatch {
     }
 }
 
-/// Checks the token of every call before its body is read (a tonic
-/// interceptor runs on the headers alone): an unauthenticated request of
-/// any size is refused without being buffered.
-#[derive(Clone)]
-pub struct TokenCheck {
-    tokens: Arc<Tokens>,
-    log: WorkerLog,
-}
-
-impl TokenCheck {
-    /// The check for `token`, logging refusals to `log`.
-    pub fn new(token: &str, log: Option<LogSink>) -> Self {
-        Self {
-            tokens: Arc::new(Tokens::new(token, &[])),
-            log: WorkerLog::new(log),
-        }
-    }
-
-    /// The same check accepting these (named) tokens.
-    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
-        self.tokens = Arc::new(tokens);
-        self
-    }
-}
-
-/// The bearer token of a request's headers.
-fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
-    metadata
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix(BEARER))
-}
-
 /// The reply of [`ACTION_PRIVACY_BUDGET`]: `<budget or unlimited> <spent>`.
 fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
     format!(
@@ -773,25 +737,6 @@ fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
             .map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
         line.spent
     )
-}
-
-impl tonic::service::Interceptor for TokenCheck {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let given = request
-            .metadata()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix(BEARER));
-        let refusal = match given {
-            Some(token) if self.tokens.analyst(token.as_bytes()).is_some() => return Ok(request),
-            Some(_) => Status::unauthenticated("wrong token"),
-            None => Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
-        };
-        let peer = request
-            .remote_addr()
-            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
-        Err(self.log.refuse(&peer, "request", refusal))
-    }
 }
 
 /// The names of the aggregate functions at the plan's root, for the log.

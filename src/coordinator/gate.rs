@@ -220,14 +220,17 @@ mod tests {
         }
         assert!(!dir.path().join("out.csv").exists());
         // Nothing was dropped or added.
-        let tables: Vec<String> = ctx
-            .tables()
+        assert_eq!(table_names(&ctx).await, ["clinic", "shared"]);
+    }
+
+    /// The tables the session has.
+    async fn table_names(ctx: &FedContext) -> Vec<String> {
+        ctx.tables()
             .await
             .unwrap()
             .into_iter()
             .map(|t| t.name)
-            .collect();
-        assert_eq!(tables, ["clinic", "shared"]);
+            .collect()
     }
 
     #[tokio::test]
@@ -248,14 +251,7 @@ mod tests {
             assert!(ctx.sql(sql).await.is_err(), "{sql}");
         }
         assert!(!out.exists());
-        let tables: Vec<String> = ctx
-            .tables()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        assert_eq!(tables, ["clinic", "shared"]);
+        assert_eq!(table_names(&ctx).await, ["clinic", "shared"]);
     }
 
     #[tokio::test]

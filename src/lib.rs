@@ -4,16 +4,17 @@
 //! and query them with SQL (or the [`FedDataFrame`] API) as if they were one
 //! table. DataFusion plans each query; fedsql splits every aggregate over
 //! federated rows into an **encoder** run at each client over its own rows
-//! ([`wire::encoder`], [`site`]), a **merge** of the clients' fixed-size
+//! ([`protocol::encoder`], [`site`]), a **merge** of the clients' fixed-size
 //! states (a commutative monoid), and a shared-only **decoder**
 //! ([`coordinator::merge`]). The answer equals the same query on all rows
 //! put together, and only aggregate states ever leave a client; queries that
 //! would need raw rows are refused before anything runs
-//! ([`wire::exposure`]).
+//! ([`protocol::exposure`]).
 //!
 //! The code is laid out along the trust boundary: [`site`] is everything
 //! that runs beside the data, [`coordinator`] is the analyst's process, and
-//! [`wire`] is what the two agree on.
+//! [`protocol`] is what the two agree on: the [`protocol::site::Site`]
+//! interface, its request, and the messages between them.
 //!
 //! ```no_run
 //! # async fn demo() -> fedsql::Result<()> {
@@ -34,12 +35,12 @@ pub mod models;
 pub mod notices;
 pub mod pgwire;
 pub mod print;
+pub mod protocol;
 pub mod r_format;
 pub mod repl;
 pub mod site;
 pub mod stats;
 pub mod suggest;
-pub mod wire;
 
 pub use coordinator::context::{FedContext, TableInfo};
 pub use coordinator::dataframe::FedDataFrame;

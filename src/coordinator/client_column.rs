@@ -21,8 +21,8 @@ use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan, TableScanBuilder, lit};
 
 use crate::error::Result;
-use crate::wire::encoder::Encoder;
-use crate::wire::federated_scan::FederatedScan;
+use crate::protocol::encoder::Encoder;
+use crate::protocol::federated_scan::FederatedScan;
 
 /// The virtual column's name.
 pub const CLIENT_COLUMN: &str = "_client";

@@ -23,6 +23,7 @@ use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::ddl::{self, ClientList, CreateFederatedTable};
 use crate::coordinator::dp::LedgerFolder;
 use crate::coordinator::explain;
+use crate::coordinator::fed_statement::{self, FedStatement};
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
 use crate::coordinator::gate::StatementGate;
@@ -33,11 +34,10 @@ use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
 use crate::models::fit_table::FitTable;
 use crate::notices::{Notices, Progress};
+use crate::protocol::exposure;
+use crate::protocol::site::Site;
 use crate::site::files::{self, ClientFiles, unify_schemas};
-use crate::site::local::LocalClient;
-use crate::site::policy::DisclosurePolicy;
-use crate::site::runner::ClientRunner;
-use crate::wire::exposure;
+use crate::site::in_process::{Rows, SiteSettings};
 
 /// The coordinator: register federated and shared tables, run SQL.
 ///
@@ -198,58 +198,66 @@ impl FedContext {
         // on what runs: the statement fedsql dispatches on below, or the
         // plan DataFusion's parser makes of it.
         let gate = StatementGate::of(&self.ctx.state_ref().read());
-        if ddl::is_create_federated(sql) {
-            if let Some(gate) = &gate {
-                return Err(gate.refuse_create_federated());
+        match fed_statement::recognise(sql) {
+            Some(FedStatement::CreateFederatedTable) => {
+                if let Some(gate) = &gate {
+                    return Err(gate.refuse_create_federated());
+                }
+                let stmt = ddl::parse_create_federated(sql)?;
+                self.create_federated(&stmt).await?;
+                return self.empty();
             }
-            let stmt = ddl::parse_create_federated(sql)?;
-            self.create_federated(&stmt).await?;
-            return self.empty();
-        }
-        if let Some(rest) = strip_words(sql, &["EXPLAIN", "ANALYZE", "FEDERATED"]) {
-            // Every round the statement runs, a model fit's included, is logged.
-            let log = Arc::new(RoundLog::default());
-            let mut state = self.ctx.state();
-            state.config_mut().set_extension(Arc::clone(&log));
-            Box::pin(FedContext::from_state(state).sql(rest))
-                .await?
-                .collect()
-                .await?;
-            let reports = log.take();
-            if reports.is_empty() {
-                return Err(FedError::InvalidArgument(
-                    "EXPLAIN ANALYZE FEDERATED: the statement ran no federated round (use EXPLAIN ANALYZE)".into(),
-                ));
+            Some(FedStatement::ExplainFederated {
+                analyze: true,
+                statement,
+            }) => {
+                // Every round the statement runs, a model fit's included, is logged.
+                let log = Arc::new(RoundLog::default());
+                let mut state = self.ctx.state();
+                state.config_mut().set_extension(Arc::clone(&log));
+                Box::pin(FedContext::from_state(state).sql(statement))
+                    .await?
+                    .collect()
+                    .await?;
+                let reports = log.take();
+                if reports.is_empty() {
+                    return Err(FedError::InvalidArgument(
+                        "EXPLAIN ANALYZE FEDERATED: the statement ran no federated round (use EXPLAIN ANALYZE)".into(),
+                    ));
+                }
+                self.notice(explain::analyze_summary(&reports));
+                return self.batch_result(explain::analyze_batch(&reports)?);
             }
-            self.notice(explain::analyze_summary(&reports));
-            return self.batch_result(explain::analyze_batch(&reports)?);
-        }
-        if let Some(rest) = strip_words(sql, &["EXPLAIN", "FEDERATED"]) {
-            let plan = self.ctx.state().create_logical_plan(rest).await?;
-            if let Some(gate) = &gate {
-                gate.check_plan(&plan)?;
-            }
-            let df = self.ctx.execute_logical_plan(plan).await?;
-            if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
+            Some(FedStatement::ExplainFederated {
+                analyze: false,
+                statement,
+            }) => {
+                let plan = self.ctx.state().create_logical_plan(statement).await?;
+                if let Some(gate) = &gate {
+                    gate.check_plan(&plan)?;
+                }
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                if let Some(text) = FitTable::explain_fits(self, df.logical_plan()).await? {
+                    return self.text_result("plan", &text);
+                }
+                let text = self.explain_plan(df, &query_label(statement)).await?;
                 return self.text_result("plan", &text);
             }
-            let text = self.explain_plan(df, &query_label(rest)).await?;
-            return self.text_result("plan", &text);
-        }
-        if let Some(rest) = strip_words(sql, &["SHOW", "CLIENTS"]) {
-            let name = strip_words(rest, &["FROM"])
-                .or_else(|| strip_words(rest, &["IN"]))
-                .unwrap_or(rest);
-            let batch = self.clients_batch(name.trim()).await?;
-            return self.batch_result(batch);
-        }
-
-        if let Some(rest) = strip_words(sql, &["SHOW", "PRIVACY", "BUDGET"]) {
-            let name = strip_words(rest, &["FOR"]).unwrap_or(rest).trim();
-            let provider = self.federated_table(name).await?;
-            let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
-            let batch = crate::coordinator::dp::budget_batch(name, table.clients()).await?;
-            return self.batch_result(batch);
+            Some(FedStatement::ShowClients { table }) => {
+                let batch = self.clients_batch(table).await?;
+                return self.batch_result(batch);
+            }
+            Some(FedStatement::ShowPrivacyBudget { table }) => {
+                let provider = self.federated_table(table).await?;
+                let federated =
+                    FederatedTable::from_provider(provider.as_ref()).expect("checked above");
+                let analyst = self.analyst();
+                let batch =
+                    crate::coordinator::dp::budget_batch(table, federated.clients(), &analyst)
+                        .await?;
+                return self.batch_result(batch);
+            }
+            None => {}
         }
 
         let state = self.ctx.state();
@@ -316,6 +324,7 @@ impl FedContext {
 
     /// Registers a federated table from a parsed `CREATE FEDERATED TABLE`.
     pub async fn create_federated(&self, stmt: &CreateFederatedTable) -> Result<()> {
+        let analyst = self.analyst();
         if self.ctx.table_exist(stmt.name.as_str())? {
             if stmt.if_not_exists {
                 return Ok(());
@@ -328,12 +337,12 @@ impl FedContext {
             }
         }
         let csv = files::csv_options(&stmt.options)?;
-        let sites: Vec<Site> = match &stmt.clients {
+        let sites: Vec<SiteSpec> = match &stmt.clients {
             ClientList::Location(dir) => {
                 remote::check_option_keys(&stmt.options, &[])?;
                 ClientFiles::discover(dir, stmt.format)?
                     .into_iter()
-                    .map(|c| Site::Local(Box::new(c.with_csv(csv.clone()))))
+                    .map(|c| SiteSpec::Local(Box::new(c.with_csv(csv.clone()))))
                     .collect()
             }
             ClientList::Named(named) => {
@@ -346,11 +355,11 @@ impl FedContext {
                         if remote::is_url(&location) {
                             let url = remote::WorkerUrl::parse(&location, &stmt.name)?;
                             let options = remote::RemoteOptions::for_client(&stmt.options, name)?;
-                            Ok(Site::Remote(Arc::new(RemoteClient::new(
+                            Ok(SiteSpec::Remote(Arc::new(RemoteClient::new(
                                 name, url, options,
                             )?)))
                         } else {
-                            Ok(Site::Local(Box::new(
+                            Ok(SiteSpec::Local(Box::new(
                                 ClientFiles::from_path(name, path, stmt.format)?
                                     .with_csv(csv.clone()),
                             )))
@@ -361,16 +370,16 @@ impl FedContext {
         };
         // Every worker reports its table's schema (all at once).
         let remote_schemas = try_join_all(sites.iter().filter_map(|s| match s {
-            Site::Remote(r) => Some(r.observe_schema()),
-            Site::Local(_) => None,
+            SiteSpec::Remote(r) => Some(r.observe_schema(&analyst)),
+            SiteSpec::Local(_) => None,
         }))
         .await?;
         let mut remote_schemas = remote_schemas.into_iter();
         let mut observed = Vec::new();
         for site in &sites {
             match site {
-                Site::Local(c) => observed.extend(files::observe_schemas(c)?),
-                Site::Remote(_) => observed.extend(remote_schemas.next()),
+                SiteSpec::Local(c) => observed.extend(files::observe_schemas(c)?),
+                SiteSpec::Remote(_) => observed.extend(remote_schemas.next()),
             }
         }
         // A column that reads as text because of NA tokens, at every client.
@@ -396,18 +405,9 @@ impl FedContext {
             }
             Arc::new(declared)
         };
-        // In-process sites have no data owner: a policy is a rehearsal the
-        // table's OPTIONS ask for.
-        let mut policy = DisclosurePolicy::from_options(&stmt.options)?;
-        // Its DP settings, and a ledger per client for this session.
-        let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
-        // DP relies on the policy's checks (no row amplification, no
-        // evaluation failure as an oracle): `dp_budget` or `require_dp`
-        // without a policy key bring a worker's default policy, as a
-        // worker refuses to run them without one.
-        if policy.is_none() && (dp_policy.budget.is_some() || dp_policy.require_dp) {
-            policy = Some(DisclosurePolicy::default());
-        }
+        // In-process sites have no data owner: their settings are the
+        // rehearsal the table's OPTIONS ask for, made by the site itself.
+        let settings = SiteSettings::from_options(&stmt.options)?;
         let ledgers = self
             .ctx
             .state_ref()
@@ -418,21 +418,11 @@ impl FedContext {
             .into_iter()
             .map(|site| {
                 Ok(match site {
-                    Site::Local(c) => {
-                        let ledger = match &ledgers {
-                            Some(folder) => folder.open(&stmt.name, &c.name)?,
-                            None => crate::site::dp_budget::Ledger::in_memory(),
-                        };
-                        Arc::new(
-                            LocalClient::from_files(&c, Arc::clone(&schema))?
-                                .with_policy(policy.clone())
-                                .with_dp(Arc::new(crate::site::dp::DpSite::new(
-                                    dp_policy.clone(),
-                                    Arc::new(ledger),
-                                ))),
-                        ) as Arc<dyn ClientRunner>
+                    SiteSpec::Local(c) => {
+                        let ledger = ledgers.as_ref().map(|f| f.file(&stmt.name, &c.name));
+                        settings.site(Rows::Files(&c), Arc::clone(&schema), ledger.as_deref())?
                     }
-                    Site::Remote(r) => r as Arc<dyn ClientRunner>,
+                    SiteSpec::Remote(r) => r as Arc<dyn Site>,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -443,6 +433,11 @@ impl FedContext {
             ));
         }
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
+    }
+
+    /// Who the session's statements run for (see [`crate::coordinator::analyst`]).
+    pub fn analyst(&self) -> crate::protocol::site::Analyst {
+        crate::coordinator::analyst::of(self.ctx.state_ref().read().config())
     }
 
     /// Leaves a notice for the statement's caller (shown after its result).
@@ -509,6 +504,7 @@ impl FedContext {
         let provider = self.federated_table(name).await?;
         let table = FederatedTable::from_provider(provider.as_ref()).expect("checked above");
         let clients = table.clients();
+        let analyst = self.analyst();
         let schema = Arc::new(Schema::new(vec![
             Field::new("client", DataType::Utf8, false),
             Field::new("format", DataType::Utf8, false),
@@ -520,7 +516,7 @@ impl FedContext {
         let reachable = try_join_all(
             clients
                 .iter()
-                .map(|c| async { Ok::<_, FedError>(c.check_reachable().await.err()) }),
+                .map(|c| async { Ok::<_, FedError>(c.check_reachable(&analyst).await.err()) }),
         )
         .await?;
         Ok(RecordBatch::try_new(
@@ -575,6 +571,7 @@ impl FedContext {
     /// Tells every client of every federated table that the fit `scope` has
     /// ended, so that they drop what they kept for it.
     pub async fn release_fit(&self, scope: u64) {
+        let analyst = self.analyst();
         for table in self.tables().await.unwrap_or_default() {
             if table.clients.is_some()
                 && let Ok(provider) = self.federated_table(&table.name).await
@@ -583,7 +580,7 @@ impl FedContext {
                 federated
                     .clients()
                     .iter()
-                    .for_each(|c| c.release_fit(scope));
+                    .for_each(|c| c.release_fit(scope, &analyst));
             }
         }
     }
@@ -620,27 +617,9 @@ impl FedContext {
 }
 
 /// Where one client of a table being created is.
-enum Site {
+enum SiteSpec {
     Local(Box<ClientFiles>),
     Remote(Arc<RemoteClient>),
-}
-
-/// Strips leading keywords (any case, any whitespace); `None` if absent.
-fn strip_words<'a>(sql: &'a str, words: &[&str]) -> Option<&'a str> {
-    let mut rest = sql;
-    for word in words {
-        let trimmed = rest.trim_start();
-        let head = trimmed.get(..word.len())?;
-        let boundary = trimmed[word.len()..]
-            .chars()
-            .next()
-            .is_none_or(|c| c.is_whitespace());
-        if !head.eq_ignore_ascii_case(word) || !boundary {
-            return None;
-        }
-        rest = &trimmed[word.len()..];
-    }
-    Some(rest.trim_start())
 }
 
 /// How to name a query in a raw-rows refusal: "`SELECT *`" when it selects

@@ -32,7 +32,7 @@ use crate::coordinator::context::FedContext;
 use crate::coordinator::rounds::{self, RoundReport};
 use crate::coordinator::split::Round;
 use crate::error::Result;
-use crate::wire::exposure;
+use crate::protocol::exposure;
 
 /// A lazily evaluated query over federated and shared tables.
 #[derive(Clone)]

@@ -3,7 +3,7 @@
 //! The four client files of `testdata/clinic/` (synthetic patient records,
 //! written by `testdata/generate_clinic.py`) are compiled into the binary, so
 //! the REPL and the example queries in `queries/` work from any directory
-//! without setup. Each file becomes one in-memory [`LocalClient`], exactly as
+//! without setup. Each file becomes one in-memory site ([`crate::site::in_process`]), exactly as
 //! a CSV client on disk would be, and together they form the federated table
 //! `clinic`. Tests can write [`DEMO_CLIENTS`] to disk to compare this bundled
 //! table with one created by `CREATE FEDERATED TABLE` over the same files.
@@ -18,9 +18,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::FedContext;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::error::{FedError, Result};
-use crate::site::local::LocalClient;
-use crate::site::policy::DisclosurePolicy;
-use crate::site::runner::ClientRunner;
+use crate::site::in_process::{Rows, SiteSettings};
 
 /// Name of the demo federated table.
 pub const DEMO_TABLE: &str = "clinic";
@@ -67,40 +65,42 @@ pub fn demo_schema() -> SchemaRef {
 /// with one client per bundled CSV file, each under a worker's default
 /// disclosure policy, so that a newcomer meets the rules a deployment has.
 pub fn register_demo(ctx: &FedContext) -> Result<()> {
-    register_demo_with(ctx, Some(DisclosurePolicy::default()))
+    register_demo_with(ctx, true)
 }
 
-/// Registers `clinic` as [`register_demo`] does, with every client under
-/// `policy` (`None`: no policy, for comparing every aggregate).
-pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) -> Result<()> {
+/// Registers `clinic` as [`register_demo`] does, with every client under a
+/// worker's default policy or (`with_policy` false, for comparing every
+/// aggregate) under none.
+pub fn register_demo_with(ctx: &FedContext, with_policy: bool) -> Result<()> {
     let schema = demo_schema();
+    // The demo's public domains, so that DP queries may group by region
+    // and sex (each client then releases a noisy state for every value);
+    // `min_group_rows` at its default brings a worker's default policy.
+    let mut options = vec![
+        (
+            "dp_domain.region".to_string(),
+            "east,north,south,west".to_string(),
+        ),
+        ("dp_domain.sex".to_string(), "F,M".to_string()),
+    ];
+    if with_policy {
+        options.push(("min_group_rows".to_string(), "5".to_string()));
+    }
+    let settings = SiteSettings::from_options(&options)?;
     let clients = DEMO_CLIENTS
         .iter()
         .map(|(name, csv)| {
             let location = bundled_location(name);
             let batches = parse_client(name, &location, csv, &schema)?;
-            let client = LocalClient::from_batches(name, &location, Arc::clone(&schema), batches)?
-                .with_policy(policy.clone())
-                .with_dp(Arc::new(crate::site::dp::DpSite::new(
-                    demo_dp_policy(),
-                    Arc::new(crate::site::dp_budget::Ledger::in_memory()),
-                )));
-            Ok(Arc::new(client) as Arc<dyn ClientRunner>)
+            let rows = Rows::Batches {
+                name,
+                location: &location,
+                batches,
+            };
+            settings.site(rows, Arc::clone(&schema), None)
         })
         .collect::<Result<Vec<_>>>()?;
     ctx.register_federated(FederatedTable::new(DEMO_TABLE, schema, clients))
-}
-
-/// The demo's public domains, so that DP queries may group by region and
-/// sex (each client then releases a noisy state for every value).
-fn demo_dp_policy() -> crate::site::dp::DpPolicy {
-    let mut policy = crate::site::dp::DpPolicy::default();
-    for (column, values) in [("region", "east,north,south,west"), ("sex", "F,M")] {
-        policy
-            .set(&format!("dp_domain.{column}"), values)
-            .expect("valid demo domains");
-    }
-    policy
 }
 
 /// Where a bundled client's rows came from, as `\clients` shows it.

@@ -23,9 +23,9 @@ use fedsql_udfs::dp::Kind;
 
 use crate::coordinator::settings::FedsqlOptions;
 use crate::error::Result;
-use crate::site::runner::ClientRunner;
-use crate::wire::dp::dp_calls;
-use crate::wire::encoder::StateBatch;
+use crate::protocol::dp::dp_calls;
+use crate::protocol::encoder::StateBatch;
+use crate::protocol::site::{Analyst, Site};
 
 /// Where a session keeps the privacy-budget ledgers of the in-process
 /// tables it creates: one file per table and client in a folder
@@ -36,10 +36,10 @@ use crate::wire::encoder::StateBatch;
 pub struct LedgerFolder(pub std::path::PathBuf);
 
 impl LedgerFolder {
-    /// The ledger of `client` of `table`, read from its file if there is one.
-    pub fn open(&self, table: &str, client: &str) -> Result<crate::site::dp_budget::Ledger> {
-        let file = format!("{}.{}.toml", file_part(table), file_part(client));
-        crate::site::dp_budget::Ledger::open(&self.0.join(file))
+    /// The ledger file of `client` of `table`.
+    pub fn file(&self, table: &str, client: &str) -> std::path::PathBuf {
+        self.0
+            .join(format!("{}.{}.toml", file_part(table), file_part(client)))
     }
 }
 
@@ -138,12 +138,16 @@ fn with_epsilon(expr: &Expr, epsilon: f64, changed: &mut bool) -> Expr {
 
 /// `SHOW PRIVACY BUDGET table`: per client, the analyst's total, spent and
 /// remaining ε (as each client reports it).
-pub async fn budget_batch(table: &str, clients: &[Arc<dyn ClientRunner>]) -> Result<RecordBatch> {
+pub async fn budget_batch(
+    table: &str,
+    clients: &[Arc<dyn Site>],
+    analyst: &Analyst,
+) -> Result<RecordBatch> {
     let mut names = Vec::new();
     let (mut budgets, mut spent, mut remaining) = (Vec::new(), Vec::new(), Vec::new());
     for client in clients {
         names.push(client.name().to_string());
-        match client.privacy_budget(table).await? {
+        match client.privacy_budget(table, analyst).await? {
             Some(line) => {
                 budgets.push(line.budget);
                 spent.push(Some(line.spent));

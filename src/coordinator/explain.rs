@@ -22,14 +22,14 @@ use datafusion::logical_expr::{
     EmptyRelation, Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore,
 };
 use datafusion::physical_plan::{ExecutionPlan, displayable};
-use fedsql_udfs::cox_step;
+use fedsql_udfs::{catalogue, cox_step};
 
 use crate::coordinator::rounds;
 use crate::coordinator::split::{self, Round};
 use crate::error::Result;
-use crate::site::runner::ClientRunner;
-use crate::wire::exposure;
-use crate::wire::secure::SecureLayout;
+use crate::protocol::exposure;
+use crate::protocol::secure::SecureLayout;
+use crate::protocol::site::Site;
 
 /// The explanation of an optimized plan that reads federated tables.
 pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
@@ -46,7 +46,8 @@ pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> 
     {
         round_no += 1;
         let round = split::plan_round(state, &cut).await?;
-        explain_round(&mut out, round_no, &round, &cut_shown).await?;
+        let analyst = crate::coordinator::analyst::of(state.config());
+        explain_round(&mut out, (round_no, &analyst), &round, &cut_shown).await?;
         let schema = Arc::clone(cut.schema());
         let placeholder = LogicalPlan::EmptyRelation(EmptyRelation {
             produce_one_row: false,
@@ -125,7 +126,7 @@ impl UserDefinedLogicalNodeCore for MergedRound {
 
 /// Which disclosure rules each client applies to the round's state before
 /// it leaves (the client enforces them; this only says so).
-fn write_policies(out: &mut String, clients: &[Arc<dyn ClientRunner>]) {
+fn write_policies(out: &mut String, clients: &[Arc<dyn Site>]) {
     let policies: Vec<(String, String)> = clients
         .iter()
         .map(|c| (c.name().to_string(), c.policy()))
@@ -148,7 +149,7 @@ fn write_policies(out: &mut String, clients: &[Arc<dyn ClientRunner>]) {
 
 async fn explain_round(
     out: &mut String,
-    round_no: usize,
+    (round_no, analyst): (usize, &crate::protocol::site::Analyst),
     round: &Round,
     shown: &LogicalPlan,
 ) -> Result<()> {
@@ -170,7 +171,12 @@ async fn explain_round(
         write!(
             out,
             "{}",
-            first.explain(&round.encoder_for(first.name())?).await?
+            first
+                .explain(&crate::protocol::site::SiteRequest::new(
+                    &round.encoder_for(first.name())?,
+                    analyst
+                ))
+                .await?
         )
         .ok();
     }
@@ -220,7 +226,7 @@ async fn explain_round(
         .ok();
     }
     // Differential privacy: the mechanism, ε and scale of each DP state column.
-    let dp_lines = crate::wire::dp::explain_lines(&round.partial, clients.len())?;
+    let dp_lines = crate::protocol::dp::explain_lines(&round.partial, clients.len())?;
     if !dp_lines.is_empty() {
         writeln!(out, "  noise added by each client before its state leaves:").ok();
         for line in dp_lines {
@@ -316,16 +322,14 @@ fn field_size(field: &Field) -> FieldSize {
         },
         DataType::Boolean => FieldSize::Fixed(1),
         DataType::Null => FieldSize::Fixed(0),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
-            if field.name().contains("approx_distinct") =>
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::List(_)
+        | DataType::LargeList(_)
+            if let Some(what) = catalogue::variable_state_of_field(field.name()) =>
         {
-            FieldSize::Variable("HyperLogLog registers, at most 16 KiB".into())
-        }
-        DataType::List(_) | DataType::LargeList(_)
-            if field.name().contains("approx_percentile")
-                || field.name().contains("approx_median") =>
-        {
-            FieldSize::Variable("t-digest centroids, at most 100".into())
+            FieldSize::Variable(what.into())
         }
         // cox_step: a partial stage hands its rows to the site's own reduce,
         // whose state (what leaves the site) has this list empty.

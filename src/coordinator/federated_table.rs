@@ -3,7 +3,7 @@
 //! A [`FederatedTable`] is *schema only*: DataFusion plans queries against
 //! it through its [`FederatedScan`] (registered in the catalog with this
 //! table attached), but it holds no rows and its scan can never run. The
-//! rows are reached only through its sites ([`ClientRunner`]s), which run a
+//! rows are reached only through its sites ([`Site`]s), which run a
 //! validated encoder over their own data and hand back aggregate states.
 
 use std::fmt;
@@ -13,14 +13,14 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 
 use crate::coordinator::client_column;
-use crate::site::runner::ClientRunner;
-use crate::wire::federated_scan::FederatedScan;
+use crate::protocol::federated_scan::FederatedScan;
+use crate::protocol::site::Site;
 
 /// The coordinator's view of a federated table: its schema and its clients.
 pub struct FederatedTable {
     name: String,
     schema: SchemaRef,
-    clients: Vec<Arc<dyn ClientRunner>>,
+    clients: Vec<Arc<dyn Site>>,
 }
 
 impl fmt::Debug for FederatedTable {
@@ -39,11 +39,7 @@ impl FederatedTable {
     /// A federated table over the given clients, all of which serve
     /// `schema`; plans see it with the virtual `_client` column added
     /// (see [`crate::coordinator::client_column`]).
-    pub fn new(
-        name: impl Into<String>,
-        schema: SchemaRef,
-        clients: Vec<Arc<dyn ClientRunner>>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, schema: SchemaRef, clients: Vec<Arc<dyn Site>>) -> Self {
         Self {
             name: name.into(),
             schema: client_column::with_client_column(schema),
@@ -59,7 +55,7 @@ impl FederatedTable {
         Arc::clone(&self.schema)
     }
 
-    pub fn clients(&self) -> &[Arc<dyn ClientRunner>] {
+    pub fn clients(&self) -> &[Arc<dyn Site>] {
         &self.clients
     }
 

@@ -68,7 +68,9 @@ mod tests {
         let round = split::plan_round(&state, &cut).await.unwrap();
         let client = &round.table().clients()[0];
         let encoder = round.encoder_for(client.name()).unwrap();
-        let batch = client.encode(&encoder).await?;
+        let analyst = crate::protocol::site::Analyst::session();
+        let request = crate::protocol::site::SiteRequest::new(&encoder, &analyst);
+        let batch = client.encode(&request).await?;
         let sum = datafusion::arrow::compute::cast(
             batch.batch().column(0),
             &datafusion::arrow::datatypes::DataType::Float64,

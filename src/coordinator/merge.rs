@@ -20,7 +20,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use crate::error::{FedError, Result};
-use crate::wire::encoder::StateBatch;
+use crate::protocol::encoder::StateBatch;
 
 /// The coordinator side: merge every client's states and decode them with
 /// the final aggregate. The merge is a commutative monoid, so the order in

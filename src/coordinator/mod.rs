@@ -7,15 +7,17 @@
 //!   splitting scripts and [`gate`] for what a served session may run;
 //! - [`federated_table`]: a federated table's schema and its sites, with
 //!   [`client_column`] for its virtual `_client` column;
-//! - the exposure check ([`crate::wire::exposure`]), then [`split`]: the
+//! - the exposure check ([`crate::protocol::exposure`]), then [`split`]: the
 //!   cuts of a plan and each round's encoder and merge;
 //! - [`rounds`]: every site encodes, then [`merge`] merges and decodes;
 //!   [`secure`] relays a secure round's masks;
-//! - [`worker_client`] and [`worker_url`]: the runner that talks to a
-//!   remote worker;
+//! - [`analyst`]: who a statement runs for, carried in every site request;
+//! - [`worker_client`] and [`worker_url`]: the [`crate::protocol::site::Site`]
+//!   that talks to a remote worker;
 //! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
 //!   [`fit_scope`] (the rounds of one fit), [`demo`] (the bundled table).
 
+pub mod analyst;
 pub mod client_column;
 pub mod context;
 pub mod dataframe;
@@ -23,6 +25,7 @@ pub mod ddl;
 pub mod demo;
 pub mod dp;
 pub mod explain;
+pub mod fed_statement;
 pub mod federated_table;
 pub mod fit_scope;
 pub mod gate;
@@ -33,5 +36,4 @@ pub mod settings;
 pub mod split;
 pub mod statements;
 pub mod worker_client;
-pub mod worker_token;
 pub mod worker_url;

@@ -1,6 +1,6 @@
 //! The rounds: a query run as rounds of encode → merge → decode.
 //!
-//! The optimized plan is checked (see [`crate::wire::exposure`]), then each *cut*
+//! The optimized plan is checked (see [`crate::protocol::exposure`]), then each *cut*
 //! (an aggregate over the rows of a federated table) becomes one round,
 //! lowest first: its [`Encoder`] runs at every client concurrently, the
 //! clients' state batches are merged and decoded by the final aggregate on
@@ -22,15 +22,15 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use futures::future::try_join_all;
 
+use crate::coordinator::analyst;
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
 use crate::coordinator::secure::collect_masked_states;
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
-use crate::coordinator::worker_token;
 use crate::error::{FedError, Result};
 use crate::notices::{RoundEvent, RoundProgress};
-use crate::site::runner::{ClientRunner, Traffic};
-use crate::wire::encoder::{Encoder, StateBatch};
-use crate::wire::{exposure, secure};
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::site::{Analyst, Site, SiteRequest, Traffic};
+use crate::protocol::{exposure, secure};
 
 /// How many clients across a network a round runs at once: enough to keep
 /// a network busy, few enough that a thousand clients do not hold a
@@ -43,7 +43,7 @@ const CLIENTS_AT_ONCE: usize = 64;
 const LOCAL_CLIENTS_PER_CORE: usize = 2;
 
 /// How many of these clients a round runs at once.
-fn clients_at_once(clients: &[Arc<dyn ClientRunner>]) -> usize {
+fn clients_at_once(clients: &[Arc<dyn Site>]) -> usize {
     if clients.iter().all(|c| c.in_process()) {
         LOCAL_CLIENTS_PER_CORE * cores()
     } else {
@@ -263,13 +263,16 @@ pub async fn run_per_client(
     let clients = round.table().clients();
     let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
     let chosen = choose(&names)?;
+    let analyst = &analyst::of(state.config());
     let answers = try_join_all(chosen.into_iter().map(|i| async move {
         let client = clients
             .get(i)
             .ok_or_else(|| FedError::Internal(format!("client {i} chosen of {}", clients.len())))?;
         let start = Instant::now();
         let encoder = round.encoder_for(client.name())?;
-        let (client_state, traffic) = client.encode_with_traffic(&encoder).await?;
+        let (client_state, traffic) = client
+            .encode_with_traffic(&SiteRequest::new(&encoder, analyst))
+            .await?;
         let figures = (
             client.name().to_string(),
             client_state.batch().num_rows(),
@@ -299,9 +302,11 @@ pub async fn run_per_client(
 /// A round's clients, run by a few runners that each take the next client
 /// until none is left (see [`run_round`]).
 struct ClientsRun {
-    clients: Vec<Arc<dyn ClientRunner>>,
+    clients: Vec<Arc<dyn Site>>,
     /// Per client, the encoder bound for it.
     encoders: Vec<Encoder>,
+    /// Who the round runs for.
+    analyst: Analyst,
     /// The next client to run.
     next: AtomicUsize,
     /// Where states are merged; `None` when they are kept (DP states).
@@ -332,14 +337,14 @@ impl ClientsRun {
     }
 
     /// Runs client `i` and merges (or keeps) its state.
-    async fn run_one(&self, i: usize, client: &dyn ClientRunner) -> Result<Answered> {
+    async fn run_one(&self, i: usize, client: &dyn Site) -> Result<Answered> {
         let start = Instant::now();
-        let encoder = &self.encoders[i];
+        let request = SiteRequest::new(&self.encoders[i], &self.analyst);
         let (state, traffic) = if self.measured || !client.in_process() {
-            client.encode_with_traffic(encoder).await?
+            client.encode_with_traffic(&request).await?
         } else {
             // Nothing crosses a wire, and no one asks what would have.
-            (client.encode(encoder).await?, Traffic::default())
+            (client.encode(&request).await?, Traffic::default())
         };
         let time = start.elapsed();
         if let Some(progress) = &self.progress {
@@ -370,29 +375,15 @@ fn join_error(e: tokio::task::JoinError) -> FedError {
 /// Runs one round: the encoder at every client, [`clients_at_once`] at a
 /// time, each state merged as it arrives, then the decode.
 ///
-/// Its worker calls carry the token of the user the statement runs for
-/// ([`worker_token`]): in a session that requires one
-/// ([`worker_token::UserTokensRequired`], `serve --users`), a round that
-/// finds none refuses its workers rather than fall back on the table's.
+/// Every site request carries the analyst the session runs for
+/// ([`analyst::of`]): their DP ledger at in-process sites, their token at
+/// workers (or, where the session requires a token of their own and they
+/// have none, a refusal).
 pub async fn run_round(
     state: &SessionState,
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {
-    let token = worker_token::current().or_else(|| {
-        state
-            .config()
-            .get_extension::<worker_token::UserTokensRequired>()
-            .map(|_| worker_token::UserToken::Missing {
-                user: crate::site::dp::current_analyst(),
-            })
-    });
-    worker_token::with_user_token(token, run_round_as_user(state, round)).await
-}
-
-async fn run_round_as_user(
-    state: &SessionState,
-    round: &Round,
-) -> Result<(Vec<RecordBatch>, RoundReport)> {
+    let analyst = analyst::of(state.config());
     let table = round.table();
     // The REPL's progress line (sites answered / total), when one listens.
     let progress = state.config().get_extension::<RoundProgress>();
@@ -408,7 +399,7 @@ async fn run_round_as_user(
     // Masked states and DP states are merged at the end, all at once (the
     // noise notices read every state); the others as they arrive.
     let masked = secure::check_round(&round.partial)?;
-    let dp = crate::wire::dp::has_dp(&round.partial);
+    let dp = crate::protocol::dp::has_dp(&round.partial);
     let mut kept: Vec<StateBatch> = Vec::new();
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
     let merge = Arc::new(StreamingMerge::new(
@@ -422,7 +413,7 @@ async fn run_round_as_user(
         .collect::<Result<Vec<_>>>()?;
     if masked {
         // Masked states: what arrives is the masked state itself.
-        let states = collect_masked_states(clients, &encoders).await?;
+        let states = collect_masked_states(clients, &encoders, &analyst).await?;
         for (i, (masked_state, time)) in states.into_iter().enumerate() {
             report(RoundEvent::SiteAnswered);
             let received = masked_state.size_bytes();
@@ -437,6 +428,7 @@ async fn run_round_as_user(
         let run = Arc::new(ClientsRun {
             clients: clients.to_vec(),
             encoders,
+            analyst,
             next: AtomicUsize::new(0),
             // DP states are merged at the end, all at once.
             merge: (!dp).then(|| Arc::clone(&merge)),
@@ -451,19 +443,12 @@ async fn run_round_as_user(
         // costs no wake-up of another thread. A few clients are polled
         // here, as a task costs a small round a wake-up of another thread.
         // The first failure ends the round, and dropping the round (a
-        // failure, a cancelled query) aborts the runners. The analyst a DP
-        // ledger debits, and the user's worker token, are carried into
-        // each runner.
+        // failure, a cancelled query) aborts the runners. The analyst
+        // travels in each request the runners make.
         let at_once = clients_at_once(clients);
         let spawn = clients.len() > at_once;
-        let analyst = crate::site::dp::current_analyst();
-        let token = worker_token::current();
         let runs = (0..at_once.min(clients.len())).map(|_| {
-            let (run, analyst, token) = (Arc::clone(&run), analyst.clone(), token.clone());
-            let work = async move {
-                let run = crate::site::dp::as_analyst(&analyst, run.run());
-                worker_token::with_user_token(token, run).await
-            };
+            let work = Arc::clone(&run).run();
             async move {
                 match spawn {
                     true => SpawnedTask::spawn(work).join().await.map_err(join_error)?,

@@ -1,6 +1,6 @@
 //! The coordinator's half of secure aggregation: it relays the sites'
 //! public keys and the union of their group keys, and sums the masked
-//! states (see [`crate::wire::secure`] for the protocol).
+//! states (see [`crate::protocol::secure`] for the protocol).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,25 +8,25 @@ use std::time::{Duration, Instant};
 use futures::future::{join_all, try_join_all};
 
 use crate::error::{FedError, Result};
-use crate::site::runner::ClientRunner;
-use crate::wire::encoder::{Encoder, StateBatch};
-use crate::wire::secure::{MaskRequest, SecureSession, union_groups};
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::{MaskRequest, SecureSession, union_groups};
+use crate::protocol::site::{Analyst, Site, SiteRequest};
 
 /// Runs a secure round's two exchanges with every client; returns each
 /// client's masked state and the time it took. `encoders` holds each
-/// client's encoder, in the order of `clients`.
+/// client's encoder, in the order of `clients`; every request runs for
+/// `analyst`.
 pub async fn collect_masked_states(
-    clients: &[Arc<dyn ClientRunner>],
+    clients: &[Arc<dyn Site>],
     encoders: &[Encoder],
+    analyst: &Analyst,
 ) -> Result<Vec<(StateBatch, Duration)>> {
     let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect());
     let start = Instant::now();
-    let setups = try_join_all(
-        clients
-            .iter()
-            .zip(encoders)
-            .map(|(c, encoder)| c.secure_setup(encoder, &session)),
-    )
+    let setups = try_join_all(clients.iter().zip(encoders).map(|(c, encoder)| async {
+        c.secure_setup(&SiteRequest::new(encoder, analyst), &session)
+            .await
+    }))
     .await?;
     let setup_time = start.elapsed();
     let groups = union_groups(
@@ -43,7 +43,9 @@ pub async fn collect_masked_states(
     };
     let answers = join_all(clients.iter().zip(encoders).map(|(c, encoder)| async {
         let start = Instant::now();
-        let state = c.encode_masked(encoder, &request).await;
+        let state = c
+            .encode_masked(&SiteRequest::new(encoder, analyst), &request)
+            .await;
         (state, start.elapsed())
     }))
     .await;

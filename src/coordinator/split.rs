@@ -2,7 +2,7 @@
 //! each round's encoder and merge are.
 //!
 //! A *cut* is an aggregate over the rows of a federated table (see
-//! [`crate::wire::exposure`]): the encoder ends there and the merge begins.
+//! [`crate::protocol::exposure`]): the encoder ends there and the merge begins.
 //! [`lowest_cut`] finds the next one to run, [`plan_round`] splits it, and
 //! once it has run, [`substitute`] puts its (shared) result in its place.
 
@@ -21,8 +21,8 @@ use crate::coordinator::client_column;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
 use crate::error::{FedError, Result};
-use crate::wire::encoder::Encoder;
-use crate::wire::{exposure, rebind};
+use crate::protocol::encoder::Encoder;
+use crate::protocol::{exposure, rebind};
 
 /// One planned round: the encoder, the coordinator's partial aggregate
 /// (whose final half merges and decodes the states) and the table whose
@@ -55,7 +55,7 @@ impl Round {
     /// The same round with the text of its string literal arguments that
     /// read `old` replaced by `new`: the next round of a fit, whose step
     /// config differs, without planning it again (see
-    /// [`crate::wire::rebind`]). `None` when no argument reads `old` or the
+    /// [`crate::protocol::rebind`]). `None` when no argument reads `old` or the
     /// planned aggregate cannot be rebound; then plan the round anew.
     pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Round>> {
         let Some(plan) = rebind::replace_text_argument(self.encoder.plan(), old, new) else {
@@ -218,7 +218,9 @@ mod tests {
         let mut states = Vec::new();
         for client in round.table().clients() {
             let encoder = round.encoder_for(client.name()).unwrap();
-            states.push(client.encode(&encoder).await.unwrap().batch().clone());
+            let analyst = crate::protocol::site::Analyst::session();
+            let request = crate::protocol::site::SiteRequest::new(&encoder, &analyst);
+            states.push(client.encode(&request).await.unwrap().batch().clone());
         }
         states
     }

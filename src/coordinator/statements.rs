@@ -152,7 +152,7 @@ fn cut(sql: &str, tokens: &[TokenWithSpan]) -> Cuts {
 /// Tokens come in order, so each location is counted on from the last one
 /// on its line: a script of one long line (a table of a thousand clients)
 /// is read once, not once per token.
-struct Offsets<'a> {
+pub(crate) struct Offsets<'a> {
     sql: &'a str,
     /// Byte offset where each line starts.
     line_starts: Vec<usize>,
@@ -162,7 +162,7 @@ struct Offsets<'a> {
 }
 
 impl<'a> Offsets<'a> {
-    fn new(sql: &'a str) -> Self {
+    pub(crate) fn new(sql: &'a str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
         Self {
@@ -172,7 +172,7 @@ impl<'a> Offsets<'a> {
         }
     }
 
-    fn byte(&mut self, location: Location) -> usize {
+    pub(crate) fn byte(&mut self, location: Location) -> usize {
         let line = usize::try_from(location.line).unwrap_or(usize::MAX).max(1);
         let Some(&line_start) = self.line_starts.get(line - 1) else {
             return self.sql.len();

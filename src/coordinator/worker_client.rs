@@ -1,7 +1,7 @@
 //! [`RemoteClient`]: a client that is a `fedsql worker` on another machine.
 //!
-//! It implements [`ClientRunner`] over Arrow Flight: an encoder travels as
-//! its serialized logical plan (see [`crate::wire::codec`]) with the fit it
+//! It implements [`Site`] over Arrow Flight: an encoder travels as
+//! its serialized logical plan (see [`crate::protocol::codec`]) with the fit it
 //! belongs to, and the state batch comes back as Arrow IPC. Every call
 //! carries the worker's token and runs under the client's timeout; any
 //! failure — unreachable, refused, timed out, cut off mid-answer — is a
@@ -27,18 +27,18 @@ use tonic::{Code, Request, Status};
 
 use crate::coordinator::worker_url::{RemoteOptions, WorkerUrl};
 use crate::error::{FedError, Result};
-use crate::site::files::ObservedSchema;
-use crate::site::runner::{ClientRunner, Traffic};
-use crate::wire::codec;
-use crate::wire::encoder::{Encoder, StateBatch};
-use crate::wire::protocol::{
+use crate::protocol::codec;
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
     ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY,
     MAX_MESSAGE_BYTES, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply,
     SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
     ticket_command,
 };
-use crate::wire::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
+use crate::protocol::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
+use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest, Traffic};
+use crate::site::files::ObservedSchema;
 
 /// Whether the server at `host:port` answers an HTTP/2 greeting with a TLS
 /// record (an alert): it expects a TLS handshake first.
@@ -151,7 +151,7 @@ impl RemoteClient {
     }
 
     /// What a failed call means, for the user.
-    fn status_error(&self, status: &Status) -> FedError {
+    fn status_error(&self, status: &Status, analyst: &Analyst) -> FedError {
         let message = status.message();
         if matches!(
             status.code(),
@@ -169,11 +169,11 @@ impl RemoteClient {
             };
         }
         self.error(match status.code() {
-            Code::Unauthenticated => match crate::coordinator::worker_token::current() {
-                Some(_) => format!(
+            Code::Unauthenticated => match analyst.has_own_credential() {
+                true => format!(
                     "the worker refused our token ({message}); check the user's token_file in the users file"
                 ),
-                None => format!(
+                false => format!(
                     "the worker refused our token ({message}); check the table's token_file option"
                 ),
             },
@@ -190,7 +190,7 @@ impl RemoteClient {
 
     /// A failed first call, with the likeliest cause of a transport
     /// failure named: a scheme that does not match the worker's TLS.
-    async fn connection_error(&self, status: &Status) -> FedError {
+    async fn connection_error(&self, status: &Status, analyst: &Analyst) -> FedError {
         let detail = format!("{}{}", status.message(), error_chain(status));
         let transport = matches!(status.code(), Code::Unknown | Code::Unavailable)
             && detail.contains("transport error");
@@ -211,19 +211,20 @@ impl RemoteClient {
                 self.url.host, self.url.port
             ));
         }
-        self.status_error(status)
+        self.status_error(status, analyst)
     }
 
-    fn flight_error(&self, e: FlightError) -> FedError {
+    fn flight_error(&self, e: FlightError, analyst: &Analyst) -> FedError {
         match e {
-            FlightError::Tonic(status) => self.status_error(&status),
+            FlightError::Tonic(status) => self.status_error(&status, analyst),
             other => self.error(format!("bad answer from the worker: {other}")),
         }
     }
 
-    fn request<T>(&self, message: T) -> Result<Request<T>> {
+    /// A call for `analyst`: with their token (or the table's).
+    fn request<T>(&self, message: T, analyst: &Analyst) -> Result<Request<T>> {
         let mut request = Request::new(message);
-        let token = crate::coordinator::worker_token::token_for_call(&self.options.token)?;
+        let token = analyst.token_for_call(&self.options.token)?;
         let value = MetadataValue::try_from(format!("{BEARER}{token}"))
             .map_err(|_| self.error("the token is not a valid header value"))?;
         request.metadata_mut().insert(AUTHORIZATION, value);
@@ -250,12 +251,13 @@ impl RemoteClient {
     }
 
     /// The served table's schema, as the worker sees its files.
-    pub async fn observe_schema(&self) -> Result<ObservedSchema> {
+    pub async fn observe_schema(&self, analyst: &Analyst) -> Result<ObservedSchema> {
         self.timed(async {
-            let request = self.request(FlightDescriptor::new_path(vec![self.url.table.clone()]))?;
+            let descriptor = FlightDescriptor::new_path(vec![self.url.table.clone()]);
+            let request = self.request(descriptor, analyst)?;
             let result = match self.flight().get_schema(request).await {
                 Ok(result) => result.into_inner(),
-                Err(status) => return Err(self.connection_error(&status).await),
+                Err(status) => return Err(self.connection_error(&status, analyst).await),
             };
             let schema = Schema::try_from(&result)
                 .map_err(|e| self.error(format!("bad schema from the worker: {e}")))?;
@@ -276,20 +278,21 @@ impl RemoteClient {
     }
 
     /// Runs a named action and returns the bodies of its results, joined.
-    async fn action(&self, name: &str, body: Vec<u8>) -> Result<Vec<u8>> {
-        let request = self.request(Action {
+    async fn action(&self, name: &str, body: Vec<u8>, analyst: &Analyst) -> Result<Vec<u8>> {
+        let action = Action {
             r#type: name.into(),
             body: body.into(),
-        })?;
+        };
+        let request = self.request(action, analyst)?;
         let mut results = self
             .flight()
             .do_action(request)
             .await
-            .map_err(|s| self.status_error(&s))?
+            .map_err(|s| self.status_error(&s, analyst))?
             .into_inner();
         let mut answer = Vec::new();
         while let Some(result) = results.next().await {
-            let result = result.map_err(|s| self.status_error(&s))?;
+            let result = result.map_err(|s| self.status_error(&s, analyst))?;
             answer.extend_from_slice(&result.body);
         }
         Ok(answer)
@@ -307,7 +310,7 @@ impl RemoteClient {
 }
 
 #[async_trait]
-impl ClientRunner for RemoteClient {
+impl Site for RemoteClient {
     fn name(&self) -> &str {
         &self.name
     }
@@ -329,19 +332,23 @@ impl ClientRunner for RemoteClient {
         .into()
     }
 
-    async fn check_reachable(&self) -> std::result::Result<(), String> {
-        match self.observe_schema().await {
+    async fn check_reachable(&self, analyst: &Analyst) -> std::result::Result<(), String> {
+        match self.observe_schema(analyst).await {
             Ok(_) => Ok(()),
             Err(FedError::Client { message, .. }) => Err(message),
             Err(e) => Err(e.to_string()),
         }
     }
 
-    async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
-        Ok(self.encode_with_traffic(encoder).await?.0)
+    async fn encode(&self, request: &SiteRequest<'_>) -> Result<StateBatch> {
+        Ok(self.encode_with_traffic(request).await?.0)
     }
 
-    async fn encode_with_traffic(&self, encoder: &Encoder) -> Result<(StateBatch, Traffic)> {
+    async fn encode_with_traffic(
+        &self,
+        request: &SiteRequest<'_>,
+    ) -> Result<(StateBatch, Traffic)> {
+        let (encoder, analyst) = (request.encoder, request.analyst);
         self.timed(async {
             let ticket = TicketCommand {
                 command: Some(ticket_command::Command::Encode(
@@ -353,14 +360,19 @@ impl ClientRunner for RemoteClient {
             let ticket = Ticket {
                 ticket: ticket.into(),
             };
-            let mut answer = self.flight().do_get(self.request(ticket.clone())?).await;
+            let mut answer = self
+                .flight()
+                .do_get(self.request(ticket.clone(), analyst)?)
+                .await;
             // A request that never left (its connection could not be made:
             // a worker restarting) is sent once more, on a connection made
             // anew; one that may have reached the worker never is.
             if answer.as_ref().is_err_and(never_sent) {
-                answer = self.flight().do_get(self.request(ticket)?).await;
+                answer = self.flight().do_get(self.request(ticket, analyst)?).await;
             }
-            let stream = answer.map_err(|s| self.status_error(&s))?.into_inner();
+            let stream = answer
+                .map_err(|s| self.status_error(&s, analyst))?
+                .into_inner();
             let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let counter = std::sync::Arc::clone(&received);
             let counted = stream
@@ -374,7 +386,7 @@ impl ClientRunner for RemoteClient {
             let batches: Vec<_> = FlightRecordBatchStream::new_from_flight_data(counted)
                 .try_collect()
                 .await
-                .map_err(|e| self.flight_error(e))?;
+                .map_err(|e| self.flight_error(e, analyst))?;
             let state = encoder.accept(&batches).map_err(|e| self.error(e))?;
             let traffic = Traffic {
                 sent: Some(sent),
@@ -385,10 +397,10 @@ impl ClientRunner for RemoteClient {
         .await
     }
 
-    async fn explain(&self, encoder: &Encoder) -> Result<String> {
+    async fn explain(&self, request: &SiteRequest<'_>) -> Result<String> {
         self.timed(async {
-            let body = self.encode_request(encoder).await?.encode_to_vec();
-            let text = self.action(ACTION_EXPLAIN, body).await?;
+            let body = self.encode_request(request.encoder).await?.encode_to_vec();
+            let text = self.action(ACTION_EXPLAIN, body, request.analyst).await?;
             Ok(format!(
                 "(at worker {})\n{}",
                 self.url,
@@ -398,10 +410,10 @@ impl ClientRunner for RemoteClient {
         .await
     }
 
-    async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
+    async fn privacy_budget(&self, _table: &str, analyst: &Analyst) -> Result<Option<BudgetLine>> {
         self.timed(async {
             let body = self.url.table.clone().into_bytes();
-            let text = self.action(ACTION_PRIVACY_BUDGET, body).await?;
+            let text = self.action(ACTION_PRIVACY_BUDGET, body, analyst).await?;
             let text = String::from_utf8_lossy(&text);
             let mut parts = text.split_whitespace();
             let budget = parts.next().and_then(|b| b.parse::<f64>().ok());
@@ -409,23 +421,25 @@ impl ClientRunner for RemoteClient {
                 .next()
                 .and_then(|s| s.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            Ok(Some(crate::site::dp::BudgetLine { budget, spent }))
+            Ok(Some(BudgetLine { budget, spent }))
         })
         .await
     }
 
     async fn secure_setup(
         &self,
-        encoder: &Encoder,
+        request: &SiteRequest<'_>,
         session: &SecureSession,
     ) -> Result<SecureSetup> {
         self.timed(async {
             let body = SecureSetupRequest {
-                encode: Some(self.encode_request(encoder).await?),
+                encode: Some(self.encode_request(request.encoder).await?),
                 session: Some(SessionMessage::of(session)),
             }
             .encode_to_vec();
-            let answer = self.action(ACTION_SECURE_SETUP, body).await?;
+            let answer = self
+                .action(ACTION_SECURE_SETUP, body, request.analyst)
+                .await?;
             let reply = SecureSetupReply::decode(answer.as_slice())
                 .map_err(|e| self.error(format!("bad secure setup answer: {e}")))?;
             Ok(SecureSetup {
@@ -438,7 +452,12 @@ impl ClientRunner for RemoteClient {
         .await
     }
 
-    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+    async fn encode_masked(
+        &self,
+        site_request: &SiteRequest<'_>,
+        request: &MaskRequest,
+    ) -> Result<StateBatch> {
+        let (encoder, analyst) = (site_request.encoder, site_request.analyst);
         self.timed(async {
             let body = EncodeMaskedRequest {
                 encode: Some(self.encode_request(encoder).await?),
@@ -457,7 +476,7 @@ impl ClientRunner for RemoteClient {
                     .collect(),
             }
             .encode_to_vec();
-            let answer = self.action(ACTION_ENCODE_MASKED, body).await?;
+            let answer = self.action(ACTION_ENCODE_MASKED, body, analyst).await?;
             let batch = batch_from_ipc(&answer).map_err(|e| self.error(e))?;
             encoder.accept(&[batch]).map_err(|e| self.error(e))
         })
@@ -466,14 +485,15 @@ impl ClientRunner for RemoteClient {
 
     /// Tells the worker in the background; a worker that misses it drops
     /// the rows when the next fit starts.
-    fn release_fit(&self, scope: u64) {
+    fn release_fit(&self, scope: u64, analyst: &Analyst) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Ok(request) = self.request(Action {
+        let action = Action {
             r#type: ACTION_RELEASE_FIT.into(),
             body: ReleaseFit { scope }.encode_to_vec().into(),
-        }) else {
+        };
+        let Ok(request) = self.request(action, analyst) else {
             return;
         };
         let mut flight = self.flight();

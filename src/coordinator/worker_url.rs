@@ -13,9 +13,9 @@
 //! ```
 //!
 //! [`crate::coordinator::worker_client::RemoteClient`] is the
-//! coordinator's side of a worker ([`crate::site::runner::ClientRunner`]),
-//! [`crate::wire::codec`] puts plans on the wire and
-//! [`crate::wire::protocol`] is the Flight contract.
+//! coordinator's side of a worker ([`crate::protocol::site::Site`]),
+//! [`crate::protocol::codec`] puts plans on the wire and
+//! [`crate::protocol::flight`] is the Flight contract.
 
 use std::fmt;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! differs from round to round only in the config text of its step
 //! aggregate (the coefficients or centers): the first round is planned
 //! from its SQL, the later ones rebind that config, at the coordinator and
-//! at the sites, instead of planning again (see [`crate::wire::rebind`]).
+//! at the sites, instead of planning again (see [`crate::protocol::rebind`]).
 
 use datafusion::arrow::record_batch::RecordBatch;
 

@@ -55,8 +55,8 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::sync::Mutex;
 
-use crate::coordinator::worker_token::UserToken;
 use crate::error::{FedError, Result};
+use crate::protocol::site::Credential;
 
 /// PBKDF2 rounds of a new verifier (PostgreSQL's default).
 pub const SCRAM_ITERATIONS: u32 = 4096;
@@ -213,12 +213,10 @@ impl Users {
 
     /// The worker token a user's queries carry: their own, or none (then
     /// they are refused every table over workers).
-    pub fn worker_token(&self, name: &str) -> UserToken {
+    pub fn worker_token(&self, name: &str) -> Credential {
         match self.tokens.get(name) {
-            Some(token) => UserToken::Own(Arc::clone(token)),
-            None => UserToken::Missing {
-                user: name.to_string(),
-            },
+            Some(token) => Credential::Own(Arc::clone(token)),
+            None => Credential::Missing,
         }
     }
 
@@ -640,13 +638,11 @@ mod tests {
         )
         .unwrap();
         let users = Users::load(&file).unwrap();
-        assert!(matches!(users.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
-        assert!(
-            matches!(users.worker_token("alice"), UserToken::Missing { user } if user == "alice")
-        );
+        assert!(matches!(users.worker_token("bob"), Credential::Own(t) if &*t == "bob-token"));
+        assert!(matches!(users.worker_token("alice"), Credential::Missing));
         set_password(&file, "alice", "a").unwrap();
         let again = Users::load(&file).unwrap();
-        assert!(matches!(again.worker_token("bob"), UserToken::Own(t) if &*t == "bob-token"));
+        assert!(matches!(again.worker_token("bob"), Credential::Own(t) if &*t == "bob-token"));
         assert_ne!(again.get("alice"), users.get("alice"));
         assert!(
             Users::parse(&format!(

@@ -138,10 +138,10 @@ async fn dp_tables_need_users(ctx: &FedContext) -> Result<()> {
         let Some(federated) = FederatedTable::from_provider(provider.as_ref()) else {
             continue;
         };
-        let dp = federated.clients().iter().any(|c| {
-            c.dp_policy()
-                .is_some_and(|p| p.budget.is_some() || p.require_dp)
-        });
+        let dp = federated
+            .clients()
+            .iter()
+            .any(|c| c.keeps_budget_per_analyst());
         if dp {
             return Err(FedError::InvalidArgument(format!(
                 "table `{}` has a DP policy (dp_budget or require_dp) whose budget is kept per user: \

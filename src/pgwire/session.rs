@@ -41,6 +41,7 @@ use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::gate::StatementGate;
 use crate::error::FedError;
 use crate::notices::Notices;
+use crate::protocol::site::Analyst;
 
 /// What every connection of a server shares.
 #[derive(Clone)]
@@ -59,9 +60,9 @@ pub struct Connection {
     ctx: FedContext,
     allow_ddl: bool,
     settings: Mutex<Settings>,
-    /// The connection's user: the analyst whose privacy budget the
-    /// in-process tables' ledgers debit.
-    user: Mutex<String>,
+    /// The connection's user, once its startup message is read: the
+    /// analyst whose privacy budget the in-process tables' ledgers debit.
+    user: Mutex<Option<String>>,
     /// `--users`: whose worker tokens the user's queries carry.
     users: Option<Arc<super::auth::Users>>,
 }
@@ -88,15 +89,15 @@ impl Connection {
         }
         if server.users.is_some() {
             // A round that finds no user's token refuses its workers.
-            state.config_mut().set_extension(Arc::new(
-                crate::coordinator::worker_token::UserTokensRequired,
-            ));
+            state
+                .config_mut()
+                .set_extension(Arc::new(crate::coordinator::analyst::UserTokensRequired));
         }
         Arc::new(Self {
             ctx: FedContext::from_state(state),
             allow_ddl: server.allow_ddl,
             settings: Mutex::new(Settings::default()),
-            user: Mutex::new(crate::site::dp::SESSION_ANALYST.to_string()),
+            user: Mutex::new(None),
             users: server.users.clone(),
         })
     }
@@ -123,7 +124,7 @@ impl Connection {
                 // Planning may already run rounds (EXPLAIN ANALYZE
                 // FEDERATED, table functions): for this user's ledger.
                 let ctx = self.ctx.clone();
-                let df = self.as_user(async move { ctx.sql(&sql).await }).await?;
+                let df = ctx.sql(&sql).await?;
                 let schema = df.schema().inner().clone();
                 let params = parameter_types(&df)?;
                 Action::Rows {
@@ -137,29 +138,30 @@ impl Connection {
     }
 
     /// Remembers the connection's user (from its startup message).
+    ///
+    /// The user is the analyst the session's statements run for (see
+    /// [`crate::coordinator::analyst`]): the DP ledger an in-process site
+    /// debits, and under `--users` the worker token every call carries (or,
+    /// for a user without one, a refusal).
     fn know_user(&self, client: &impl ClientInfo) {
-        if let Some(user) = client.metadata().get(METADATA_USER) {
-            *self.user.lock().expect("not poisoned") = user.clone();
+        let Some(user) = client.metadata().get(METADATA_USER) else {
+            return;
+        };
+        let mut known = self.user.lock().expect("not poisoned");
+        if known.as_ref() == Some(user) {
+            return;
         }
-    }
-
-    /// `work` run for the connection's user (the DP ledger's analyst, and
-    /// under --users the worker token).
-    fn as_user<F: Future + Send + 'static>(
-        &self,
-        work: F,
-    ) -> impl Future<Output = F::Output> + Send + 'static
-    where
-        F::Output: Send,
-    {
-        let user = self.user.lock().expect("not poisoned").clone();
-        // Under --users, worker calls carry the user's own token (or are
-        // refused when they have none).
-        let token = self.users.as_ref().map(|users| users.worker_token(&user));
-        async move {
-            let work = crate::site::dp::as_analyst(&user, work);
-            crate::coordinator::worker_token::with_user_token(token, work).await
+        *known = Some(user.clone());
+        let mut analyst = Analyst::named(user);
+        if let Some(users) = &self.users {
+            analyst = analyst.with_credential(users.worker_token(user));
         }
+        self.ctx
+            .session()
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(analyst));
     }
 
     /// Runs a prepared statement, with the statement timeout.
@@ -196,7 +198,7 @@ impl Connection {
                         .map_err(fed_error)?,
                     None => (**df).clone(),
                 };
-                let batches = run_apart(self.as_user(df.collect())).await?;
+                let batches = run_apart(df.collect()).await?;
                 Outcome::Rows {
                     schema: schema.clone(),
                     batches,
@@ -217,8 +219,7 @@ impl Connection {
             }
             Action::Command { sql, tag } => {
                 let (ctx, sql) = (self.ctx.clone(), sql.clone());
-                run_apart(self.as_user(async move { ctx.sql(&sql).await?.collect().await }))
-                    .await?;
+                run_apart(async move { ctx.sql(&sql).await?.collect().await }).await?;
                 Outcome::Tag(Response::Execution(Tag::new(tag)))
             }
             Action::Session(statement) => Outcome::Tag(self.run_session(statement)),
@@ -479,13 +480,14 @@ impl QueryParser for Planner {
 
     async fn parse_sql<C>(
         &self,
-        _client: &C,
+        client: &C,
         sql: &str,
         _types: &[Option<Type>],
     ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        self.connection.know_user(client);
         self.connection
             .prepare(sql)
             .await

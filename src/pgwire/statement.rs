@@ -26,6 +26,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use super::catalog;
+use crate::coordinator::fed_statement;
 use crate::error::{FedError, Result};
 
 /// One statement, classified.
@@ -159,7 +160,7 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
         "SHOW" => {
             // `a.b.c` is three words and two periods.
             let name = words.value_from(1).replace(" . ", ".").to_ascii_lowercase();
-            if !is_fed_show(&name) {
+            if fed_statement::recognise(sql).is_none() && !is_datafusion_show(&name) {
                 return session(SessionStatement::Show(name));
             }
         }
@@ -201,13 +202,12 @@ pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
     })
 }
 
-/// `SHOW` forms that DataFusion or fedsql answer.
-fn is_fed_show(name: &str) -> bool {
+/// `SHOW` forms that DataFusion answers (fedsql's own are
+/// [`fed_statement::recognise`]'s).
+fn is_datafusion_show(name: &str) -> bool {
     name.starts_with("datafusion.")
-        || name.starts_with("clients")
         || matches!(name, "all" | "tables" | "functions")
         || name.starts_with("columns")
-        || name.starts_with("privacy budget")
 }
 
 fn classify_set(sql: &str, words: &Words) -> Result<Statement> {

@@ -23,8 +23,8 @@
 //! the table has a finite budget ([`DpSite::exempts_from_thresholds`]);
 //! with an unlimited one it meets them like exact state.
 //!
-//! The analyst is the worker's token name ([`as_analyst`]); an in-process
-//! client's ledger is its session's.
+//! The analyst is the one the request names ([`crate::protocol::site::SiteRequest`]):
+//! at a worker, its token's name; in process, the session's user.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -41,28 +41,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 use crate::error::{FedError, Result};
+use crate::protocol::dp::{DpCall, dp_calls, top_aggregate};
+use crate::protocol::site::BudgetLine;
 use crate::site::dp_budget::{Ledger, MAX_EPSILON, units};
-use crate::wire::dp::{DpCall, dp_calls, top_aggregate};
-
-tokio::task_local! {
-    static ANALYST: String;
-}
-
-/// The analyst an in-process client's ledger is kept for.
-pub const SESSION_ANALYST: &str = "session";
-
-/// Runs `work` on behalf of `analyst` (a worker's token name): the DP
-/// ledger debits that analyst.
-pub async fn as_analyst<F: std::future::Future>(analyst: &str, work: F) -> F::Output {
-    ANALYST.scope(analyst.to_string(), work).await
-}
-
-/// The analyst the current request runs for.
-pub fn current_analyst() -> String {
-    ANALYST
-        .try_with(Clone::clone)
-        .unwrap_or_else(|_| SESSION_ANALYST.to_string())
-}
 
 /// The DP settings of a table at a site (beside its disclosure policy).
 #[derive(Debug, Clone, PartialEq)]
@@ -204,13 +185,6 @@ impl std::fmt::Display for DpPolicy {
     }
 }
 
-/// What `SHOW PRIVACY BUDGET` shows for one client.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BudgetLine {
-    pub budget: Option<f64>,
-    pub spent: f64,
-}
-
 /// A site's DP settings and its ledger.
 #[derive(Debug, Default)]
 pub struct DpSite {
@@ -249,11 +223,11 @@ impl DpSite {
         &self.policy
     }
 
-    /// The current analyst's budget line for `table`.
-    pub fn budget_line(&self, table: &str) -> BudgetLine {
+    /// `analyst`'s budget line for `table`.
+    pub fn budget_line(&self, table: &str, analyst: &str) -> BudgetLine {
         BudgetLine {
             budget: self.policy.budget,
-            spent: self.ledger.spent(&current_analyst(), table),
+            spent: self.ledger.spent(analyst, table),
         }
     }
 
@@ -374,7 +348,7 @@ impl DpSite {
     /// [`DpSite::release`] noises.
     pub fn pay(
         &self,
-        client: &str,
+        (client, analyst): (&str, &str),
         table: &str,
         (plan, dropped): (&Arc<dyn ExecutionPlan>, &[usize]),
     ) -> Result<Paid> {
@@ -415,10 +389,9 @@ impl DpSite {
                 ),
             ));
         }
-        let analyst = current_analyst();
         if let Err(over) = self
             .ledger
-            .debit(&analyst, table, cost, self.policy.budget)?
+            .debit(analyst, table, cost, self.policy.budget)?
         {
             return Err(refuse(
                 format!(

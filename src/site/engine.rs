@@ -39,9 +39,9 @@ use datafusion::object_store::path::Path as StorePath;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
+use crate::protocol::encoder::Encoder;
 use crate::site::group_rows::CountColumns;
 use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
-use crate::wire::encoder::Encoder;
 
 /// How many encoder templates the engine keeps (the oldest go first).
 const MAX_TEMPLATES: usize = 64;

@@ -24,7 +24,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Operator};
 use fedsql_udfs::catalogue;
 
 use crate::error::{FedError, Result};
-use crate::wire::exposure::{check_sizes, federated_scan, touches_federated};
+use crate::protocol::exposure::{check_sizes, federated_scan, touches_federated};
 
 /// Admits an encoder's plan, or refuses it naming the operator or function.
 pub fn admit(plan: &LogicalPlan) -> Result<()> {
@@ -201,7 +201,7 @@ fn check_fixed_list(f: &datafusion::logical_expr::expr::AggregateFunction) -> Re
     }
     match arg {
         Some(Expr::ScalarFunction(list))
-            if matches!(list.func.name(), "make_array" | "make_list") =>
+            if catalogue::scalar(list.func.name()).is_some_and(|s| s.writes_out_list) =>
         {
             Ok(())
         }

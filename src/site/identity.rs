@@ -20,7 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 
 use crate::error::{FedError, Result};
-use crate::wire::secure::{SignedKey, signed_message};
+use crate::protocol::secure::{SignedKey, signed_message};
 
 const PEM_BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
 const PEM_END: &str = "-----END PRIVATE KEY-----";

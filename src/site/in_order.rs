@@ -222,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_partition_without_groups_needs_no_reduce() {
-        use crate::wire::rebind::tests::{aggregate, partial};
+        use crate::protocol::rebind::tests::{aggregate, partial};
         let ctx = SessionContext::new_with_config(
             datafusion::prelude::SessionConfig::new().with_target_partitions(1),
         );

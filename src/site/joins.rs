@@ -12,7 +12,7 @@ use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, LogicalPlanBui
 use datafusion::prelude::SessionContext;
 
 use crate::error::{FedError, Result};
-use crate::wire::exposure::touches_federated;
+use crate::protocol::exposure::touches_federated;
 
 /// Refuses `plan` (an encoder, before its scans are bound) if any join of
 /// federated rows could repeat one of them.

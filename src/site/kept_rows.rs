@@ -42,10 +42,10 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning, collect_partitioned
 use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
+use crate::protocol::rebind;
 use crate::site::engine::SiteEngine;
 use crate::site::small_parquet::row_groups::RowGroupsExec;
 use crate::site::yielding::yield_after_each_batch;
-use crate::wire::rebind;
 
 mod doubles;
 use doubles::Doubles;
@@ -78,7 +78,7 @@ struct Kept {
     doubles: Doubles,
     /// The encoder of the round that planned `partial`, and its partial
     /// aggregate over the kept rows: later rounds that differ only in
-    /// their config rebind it instead of planning (see `wire::rebind`).
+    /// their config rebind it instead of planning (see `protocol::rebind`).
     planned: Option<(LogicalPlan, AggregateExec)>,
 }
 
@@ -285,9 +285,9 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
+    use crate::protocol::rebind::tests::{aggregate, partial, run};
     use crate::site::engine;
     use crate::site::in_order;
-    use crate::wire::rebind::tests::{aggregate, partial, run};
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";

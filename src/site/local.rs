@@ -33,8 +33,11 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use fedsql_udfs::cox_step;
 
 use crate::error::{FedError, Result};
+use crate::protocol::encoder::{self, Encoder, StateBatch};
+use crate::protocol::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
+use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
 use crate::site::covered::CountRowsExec;
-use crate::site::dp::{self, DpSite};
+use crate::site::dp::DpSite;
 use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
 use crate::site::gate;
@@ -45,13 +48,10 @@ use crate::site::joins;
 use crate::site::kept_rows::KeptRows;
 use crate::site::never_fail::never_fail_on_data;
 use crate::site::policy::{DisclosurePolicy, describe_policy};
-use crate::site::runner::ClientRunner;
 use crate::site::secure::ClientSecrets;
 use crate::site::shown_plan;
 use crate::site::sketches;
 use crate::site::yielding::yield_after_each_batch;
-use crate::wire::encoder::{self, Encoder, StateBatch};
-use crate::wire::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 
 /// Physical optimizer rules that must not run where a plan is split: the
 /// first answers `count(*)` from file metadata (so a client would not run
@@ -498,7 +498,7 @@ impl LocalClient {
 
     /// The physical plan of an encoder whose state may leave this site as
     /// it is: never one with a secure aggregate, whose state leaves only
-    /// masked (see [`crate::wire::secure`]).
+    /// masked (see [`crate::protocol::secure`]).
     async fn plain_plan(&self, encoder: &Encoder) -> Result<SitePlan> {
         let plan = self
             .physical_plan(encoder)
@@ -512,13 +512,17 @@ impl LocalClient {
 
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
-    async fn run(&self, encoder: &Encoder, plan: SitePlan) -> Result<StateBatch> {
-        // DP state: its constants checked and its ε debited before the
-        // plan runs, so that a run that fails has spent it too.
+    async fn run(&self, request: &SiteRequest<'_>, plan: SitePlan) -> Result<StateBatch> {
+        let encoder = request.encoder;
+        // DP state: its constants checked and its ε debited, to the
+        // request's analyst, before the plan runs, so that a run that fails
+        // has spent it too.
         let dropped = plan.counts.as_ref().map(|c| c.all()).unwrap_or_default();
-        let paid = self
-            .dp
-            .pay(&self.name, encoder.table(), (&plan.plan, &dropped))?;
+        let paid = self.dp.pay(
+            (&self.name, request.analyst.name()),
+            encoder.table(),
+            (&plan.plan, &dropped),
+        )?;
         let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
         let batches = collect(physical, self.task_ctx()?).await.map_err(|e| {
             self.memory_refusal(&e)
@@ -567,21 +571,21 @@ impl LocalClient {
         }
     }
 
-    /// Runs the encoder as [`ClientRunner::encode`] does, and also counts
+    /// Runs the encoder as [`Site::encode`] does, and also counts
     /// the rows its partial aggregate consumed: what a worker logs as the
     /// rows a released state covers.
-    pub async fn encode_counted(&self, encoder: &Encoder) -> Result<(StateBatch, u64)> {
-        let mut plan = self.plain_plan(encoder).await?;
+    pub async fn encode_counted(&self, request: &SiteRequest<'_>) -> Result<(StateBatch, u64)> {
+        let mut plan = self.plain_plan(request.encoder).await?;
         let rows;
         (plan.plan, rows) =
             CountRowsExec::under_partial_aggregates(plan.plan).map_err(|e| self.error(e))?;
-        let state = self.run(encoder, plan).await?;
+        let state = self.run(request, plan).await?;
         Ok((state, CountRowsExec::count(&rows)))
     }
 }
 
 #[async_trait]
-impl ClientRunner for LocalClient {
+impl Site for LocalClient {
     fn name(&self) -> &str {
         &self.name
     }
@@ -594,11 +598,12 @@ impl ClientRunner for LocalClient {
         true
     }
 
-    fn dp_policy(&self) -> Option<dp::DpPolicy> {
-        Some(self.dp.policy().clone())
+    fn keeps_budget_per_analyst(&self) -> bool {
+        let policy = self.dp.policy();
+        policy.budget.is_some() || policy.require_dp
     }
 
-    async fn check_reachable(&self) -> std::result::Result<(), String> {
+    async fn check_reachable(&self, _analyst: &Analyst) -> std::result::Result<(), String> {
         match self.files.iter().find(|f| !f.is_file()) {
             None => Ok(()),
             Some(_) if self.policy.is_some() => {
@@ -616,20 +621,21 @@ impl ClientRunner for LocalClient {
         describe_policy(self.policy.as_ref())
     }
 
-    async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
-        let plan = self.plain_plan(encoder).await?;
-        self.run(encoder, plan).await
+    async fn encode(&self, request: &SiteRequest<'_>) -> Result<StateBatch> {
+        let plan = self.plain_plan(request.encoder).await?;
+        self.run(request, plan).await
     }
 
-    async fn privacy_budget(&self, table: &str) -> Result<Option<dp::BudgetLine>> {
-        Ok(Some(self.dp.budget_line(table)))
+    async fn privacy_budget(&self, table: &str, analyst: &Analyst) -> Result<Option<BudgetLine>> {
+        Ok(Some(self.dp.budget_line(table, analyst.name())))
     }
 
     async fn secure_setup(
         &self,
-        encoder: &Encoder,
+        request: &SiteRequest<'_>,
         session: &SecureSession,
     ) -> Result<SecureSetup> {
+        let encoder = request.encoder;
         self.check_secure_peers()?;
         if let Some(policy) = &self.policy {
             policy.check_secure_session(&self.name, session)?;
@@ -642,18 +648,22 @@ impl ClientRunner for LocalClient {
         if let Some(counts) = &plan.counts {
             layout = layout.without_columns(&counts.all());
         }
-        let state = self.run(encoder, plan).await?;
+        let state = self.run(request, plan).await?;
         self.secrets
             .setup(session, &state, layout)
             .map_err(|e| self.error(e))
     }
 
-    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+    async fn encode_masked(
+        &self,
+        request: &SiteRequest<'_>,
+        mask: &MaskRequest,
+    ) -> Result<StateBatch> {
         self.check_secure_peers()?;
         let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
         let own = self.secrets.identity();
         let admit = |me_at: usize| {
-            crate::site::secure::check_participants(request, me_at, own, &self.peers, min).map_err(|rule| {
+            crate::site::secure::check_participants(mask, me_at, own, &self.peers, min).map_err(|rule| {
                 FedError::Policy {
                     client: self.name.clone(),
                     rule,
@@ -664,17 +674,17 @@ impl ClientRunner for LocalClient {
             })
         };
         self.secrets
-            .mask(encoder, request, admit)
+            .mask(request.encoder, mask, admit)
             .map_err(|e| self.site_error(e))
     }
 
-    fn release_fit(&self, scope: u64) {
+    fn release_fit(&self, scope: u64, _analyst: &Analyst) {
         self.kept.release(scope);
     }
 
-    async fn explain(&self, encoder: &Encoder) -> Result<String> {
+    async fn explain(&self, request: &SiteRequest<'_>) -> Result<String> {
         let plan = self
-            .physical_plan(encoder)
+            .physical_plan(request.encoder)
             .await
             .map_err(|e| self.site_error(e))?;
         // What a worker answers, or a site under a policy shows, names

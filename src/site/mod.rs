@@ -3,10 +3,11 @@
 //! A *site* holds the rows of a federated table: an embedded folder of
 //! files run in the analyst's process ([`local`]), or a `fedsql worker`
 //! run by the data owner ([`worker`]). A site answers the interface in
-//! [`runner`]: a validated encoder in, one aggregate state out. Whatever
+//! [`crate::protocol::site`]: a request (a validated encoder and the
+//! analyst it runs for) in, one aggregate state out. Whatever
 //! protects a data owner is enforced here, on the state before it leaves.
 //!
-//! This folder depends on [`crate::wire`] (what both sides agree on), the
+//! This folder depends on [`crate::protocol`] (what both sides agree on), the
 //! error type and the UDF crate only — never on the coordinator's modules
 //! (a test in this module checks that).
 
@@ -20,12 +21,12 @@ pub mod group_rows;
 pub mod guarded;
 pub mod identity;
 pub mod in_order;
+pub mod in_process;
 pub mod joins;
 pub mod kept_rows;
 pub mod local;
 pub mod never_fail;
 pub mod policy;
-pub mod runner;
 pub mod secure;
 pub mod shown_plan;
 pub mod sketches;
@@ -38,9 +39,9 @@ mod tests {
     use std::path::Path;
 
     /// Modules of the crate that a site may use.
-    const SITE_MAY_USE: &[&str] = &["site", "wire", "error"];
-    /// Modules of the crate that the wire may use.
-    const WIRE_MAY_USE: &[&str] = &["wire", "error"];
+    const SITE_MAY_USE: &[&str] = &["site", "protocol", "error"];
+    /// Modules of the crate that the protocol may use.
+    const PROTOCOL_MAY_USE: &[&str] = &["protocol", "error"];
 
     /// Every `crate::<module>` path a source file names.
     fn crate_modules(text: &str) -> Vec<String> {
@@ -83,10 +84,10 @@ mod tests {
     }
 
     #[test]
-    fn the_site_and_the_wire_use_no_coordinator_module() {
+    fn the_site_and_the_protocol_use_no_coordinator_module() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut bad = violations(&src.join("site"), SITE_MAY_USE);
-        bad.extend(violations(&src.join("wire"), WIRE_MAY_USE));
+        bad.extend(violations(&src.join("protocol"), PROTOCOL_MAY_USE));
         assert!(
             bad.is_empty(),
             "the site side must stand on its own:\n{}",
@@ -98,10 +99,10 @@ mod tests {
     fn the_check_sees_a_violation() {
         // Written so that this file does not name the module it tests for.
         let text = format!(
-            "use {0}::wire::encoder::Encoder;\nuse {0}::coordinator::rounds;",
+            "use {0}::protocol::encoder::Encoder;\nuse {0}::coordinator::rounds;",
             "crate"
         );
-        assert_eq!(crate_modules(&text), ["wire", "coordinator"]);
+        assert_eq!(crate_modules(&text), ["protocol", "coordinator"]);
         assert_eq!(crate_modules("fedsql_crate::x"), Vec::<String>::new());
     }
 }

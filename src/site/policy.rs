@@ -42,8 +42,8 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use fedsql_udfs::catalogue;
 
 use crate::error::{FedError, Result};
+use crate::protocol::secure::SecureSession;
 use crate::site::group_rows::StateCounts;
-use crate::wire::secure::SecureSession;
 
 /// The setting keys, as `OPTIONS`, flags and the TOML `[policy]` name them.
 pub const POLICY_KEYS: &[&str] = &[
@@ -284,27 +284,19 @@ impl DisclosurePolicy {
                     let Some(values) = values.as_primitive_opt::<Float64Type>() else {
                         continue;
                     };
-                    let small = catalogue::aggregate(aggregate)
-                        .and_then(|a| a.cells)
-                        .and_then(|cells| cells(*args, values.values()))
-                        .is_some_and(|cells| cells.iter().any(|&n| n > 0.0 && n < k));
+                    let Some(cells) = catalogue::aggregate(aggregate).and_then(|a| a.cells) else {
+                        continue;
+                    };
+                    let small = (cells.counts)(*args, values.values())
+                        .is_some_and(|counts| counts.iter().any(|&n| n > 0.0 && n < k));
                     if small {
-                        let what = if aggregate == "kmeans_step" {
-                            "a cluster would hold"
-                        } else {
-                            "a life-table interval would count events or censorings of"
-                        };
                         return Err(FedError::Policy {
                             client: client.to_string(),
                             rule: format!(
-                                "{what} fewer than {} of its rows (its min_group_rows policy)",
-                                self.min_group_rows
+                                "{} fewer than {} of its rows (its min_group_rows policy)",
+                                cells.holds, self.min_group_rows
                             ),
-                            hint: Some(if aggregate == "kmeans_step" {
-                                "use fewer clusters".into()
-                            } else {
-                                "use wider intervals (breaks or width)".into()
-                            }),
+                            hint: Some(cells.hint.into()),
                         });
                     }
                 }

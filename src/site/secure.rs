@@ -1,6 +1,6 @@
 //! A site's half of secure aggregation: its key pair for a session, its
 //! state kept between the two steps, and the pairwise masks it adds (see
-//! [`crate::wire::secure`] for the protocol).
+//! [`crate::protocol::secure`] for the protocol).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -14,9 +14,11 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::error::{FedError, Result};
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::{
+    MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter,
+};
 use crate::site::identity::SiteIdentity;
-use crate::wire::encoder::{Encoder, StateBatch};
-use crate::wire::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter};
 
 /// Domain separation of the pairwise key derivation.
 const KDF_INFO: &[u8] = b"fedsql secure aggregation v1: pairwise mask key";
@@ -399,7 +401,7 @@ fn align(state: &RecordBatch, layout: &SecureLayout, groups: &RecordBatch) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::secure::union_groups;
+    use crate::protocol::secure::union_groups;
     use datafusion::arrow::array::StringArray;
     use datafusion::arrow::datatypes::{Field, Schema};
 
@@ -469,7 +471,7 @@ mod tests {
             .collect();
         let keys = [[1u8; 32], [2u8; 32], [3u8; 32]];
         let peers = [ids[1].public_key(), ids[2].public_key()];
-        let request = |signed: Vec<Option<crate::wire::secure::SignedKey>>| MaskRequest {
+        let request = |signed: Vec<Option<crate::protocol::secure::SignedKey>>| MaskRequest {
             session: session.clone(),
             public_keys: keys.to_vec(),
             signed,

@@ -14,10 +14,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::FedContext;
 use fedsql::coordinator::demo::demo_schema;
 use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::site::Site;
 use fedsql::site::dp::{DpPolicy, DpSite};
 use fedsql::site::dp_budget::Ledger;
 use fedsql::site::local::LocalClient;
-use fedsql::site::runner::ClientRunner;
 
 use crate::support::{demo_rows, split_sizes};
 
@@ -27,7 +27,7 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
     let (header, rows) = demo_rows();
     let schema = demo_schema();
     let mut start = 0;
-    let mut runners: Vec<Arc<dyn ClientRunner>> = Vec::new();
+    let mut runners: Vec<Arc<dyn Site>> = Vec::new();
     for (i, size) in split_sizes(rows.len(), clients).into_iter().enumerate() {
         let csv = format!("{header}\n{}\n", rows[start..start + size].join("\n"));
         start += size;

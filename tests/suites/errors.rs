@@ -242,7 +242,7 @@ struct Flaky {
 }
 
 #[async_trait::async_trait]
-impl fedsql::site::runner::ClientRunner for Flaky {
+impl fedsql::protocol::site::Site for Flaky {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -254,8 +254,8 @@ impl fedsql::site::runner::ClientRunner for Flaky {
     }
     async fn encode(
         &self,
-        encoder: &fedsql::wire::encoder::Encoder,
-    ) -> fedsql::Result<fedsql::wire::encoder::StateBatch> {
+        request: &fedsql::protocol::site::SiteRequest<'_>,
+    ) -> fedsql::Result<fedsql::protocol::encoder::StateBatch> {
         let call = 1 + self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if (self.fail_from..self.fail_until).contains(&call) {
             return Err(fedsql::FedError::Client {
@@ -264,10 +264,13 @@ impl fedsql::site::runner::ClientRunner for Flaky {
                 message: "connection reset by peer".into(),
             });
         }
-        self.inner.encode(encoder).await
+        self.inner.encode(request).await
     }
-    async fn explain(&self, encoder: &fedsql::wire::encoder::Encoder) -> fedsql::Result<String> {
-        self.inner.explain(encoder).await
+    async fn explain(
+        &self,
+        request: &fedsql::protocol::site::SiteRequest<'_>,
+    ) -> fedsql::Result<String> {
+        self.inner.explain(request).await
     }
 }
 
@@ -283,7 +286,7 @@ fn flaky_context(
     let (header, rows) = crate::support::demo_rows();
     let half = rows.len() / 2;
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut runners: Vec<Arc<dyn fedsql::site::runner::ClientRunner>> = Vec::new();
+    let mut runners: Vec<Arc<dyn fedsql::protocol::site::Site>> = Vec::new();
     for (i, part) in [&rows[..half], &rows[half..]].into_iter().enumerate() {
         let csv = format!("{header}\n{}\n", part.join("\n"));
         let batches: Vec<RecordBatch> =

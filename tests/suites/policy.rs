@@ -729,7 +729,7 @@ async fn the_demo_teaches_under_its_policy() {
     let guarded = FedContext::new();
     fedsql::coordinator::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("queries");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -903,7 +903,7 @@ async fn chi_square_cells_need_k_rows_at_each_site() {
     let guarded = FedContext::new();
     fedsql::coordinator::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
     for sql in [
         "SELECT * FROM chisq_test('clinic', 'smoker', 'event')",
         "SELECT * FROM crosstab('clinic', 'region', 'sex')",

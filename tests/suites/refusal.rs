@@ -189,7 +189,7 @@ async fn refused_before_any_client_runs() {
 async fn the_dataframe_api_is_refused_too() {
     use datafusion::prelude::*;
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
     let err = ctx
         .table("clinic")
         .await
@@ -209,7 +209,7 @@ async fn the_dataframe_api_is_refused_too() {
 #[tokio::test]
 async fn aggregates_over_aggregates_and_shared_tables_are_not_refused() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
     for sql in [
         "SELECT 1 AS one",
         "SELECT region, count(*) AS n FROM clinic GROUP BY region ORDER BY n DESC LIMIT 2",

@@ -11,7 +11,7 @@ use fedsql::repl::{self, ReplOptions, ScriptSummary};
 
 fn demo() -> FedContext {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
     ctx
 }
 

@@ -15,10 +15,10 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::encoder::StateBatch;
+use fedsql::protocol::secure::{MaskRequest, SecureSession, SecureSetup};
+use fedsql::protocol::site::{Site, SiteRequest};
 use fedsql::site::local::LocalClient;
-use fedsql::site::runner::ClientRunner;
-use fedsql::wire::encoder::{Encoder, StateBatch};
-use fedsql::wire::secure::{MaskRequest, SecureSession, SecureSetup};
 use fedsql::{FedError, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -46,7 +46,7 @@ struct Recording {
 }
 
 #[async_trait]
-impl ClientRunner for Recording {
+impl Site for Recording {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -56,25 +56,29 @@ impl ClientRunner for Recording {
     fn format(&self) -> String {
         self.inner.format()
     }
-    async fn encode(&self, encoder: &Encoder) -> Result<StateBatch> {
+    async fn encode(&self, request: &SiteRequest<'_>) -> Result<StateBatch> {
         self.log.lock().unwrap().runs += 1;
-        self.inner.encode(encoder).await
+        self.inner.encode(request).await
     }
-    async fn explain(&self, encoder: &Encoder) -> Result<String> {
-        self.inner.explain(encoder).await
+    async fn explain(&self, request: &SiteRequest<'_>) -> Result<String> {
+        self.inner.explain(request).await
     }
     async fn secure_setup(
         &self,
-        encoder: &Encoder,
+        request: &SiteRequest<'_>,
         session: &SecureSession,
     ) -> Result<SecureSetup> {
-        let setup = self.inner.secure_setup(encoder, session).await?;
+        let setup = self.inner.secure_setup(request, session).await?;
         let mut log = self.log.lock().unwrap();
         log.runs += 1;
         log.public_keys.push(setup.public_key);
         Ok(setup)
     }
-    async fn encode_masked(&self, encoder: &Encoder, request: &MaskRequest) -> Result<StateBatch> {
+    async fn encode_masked(
+        &self,
+        request: &SiteRequest<'_>,
+        mask: &MaskRequest,
+    ) -> Result<StateBatch> {
         if self.drop_out {
             return Err(FedError::Client {
                 client: self.name().to_string(),
@@ -82,7 +86,7 @@ impl ClientRunner for Recording {
                 message: "connection reset".into(),
             });
         }
-        let state = self.inner.encode_masked(encoder, request).await?;
+        let state = self.inner.encode_masked(request, mask).await?;
         self.log.lock().unwrap().masked.push(state.batch().clone());
         Ok(state)
     }
@@ -184,7 +188,7 @@ struct Setup {
 fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
     let mut logs = Vec::new();
     let mut clients = Vec::new();
-    let mut runners: Vec<Arc<dyn ClientRunner>> = Vec::new();
+    let mut runners: Vec<Arc<dyn Site>> = Vec::new();
     for (c, part) in rows.iter().enumerate() {
         let name = format!("site{c}");
         let inner = Arc::new(
@@ -507,7 +511,9 @@ async fn a_client_never_sends_a_secure_state_in_plain() {
     let round = fedsql::coordinator::split::plan_round(&state, &cut)
         .await
         .unwrap();
-    let err = s.clients[0].encode(&round.encoder).await.unwrap_err();
+    let analyst = fedsql::protocol::site::Analyst::session();
+    let request = SiteRequest::new(&round.encoder, &analyst);
+    let err = s.clients[0].encode(&request).await.unwrap_err();
     assert!(
         err.to_string().contains("leaves the client only masked"),
         "{err}"

@@ -674,7 +674,7 @@ async fn errors_name_what_is_wrong() {
 #[tokio::test]
 async fn chart_after_hist_draws_bars() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
     let script =
         "SELECT * FROM hist('clinic', 'systolic', 'bins=12, lower=80, upper=200');\n\\chart\n";
     let mut out = Vec::new();
@@ -706,7 +706,7 @@ async fn summary_withholds_extremes_under_a_policy() {
     let guarded = FedContext::new();
     fedsql::coordinator::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
     let sql = "SELECT * FROM summary('clinic', 'age, bmi')";
     let a = guarded.sql(sql).await.unwrap().collect().await.unwrap();
     let b = open.sql(sql).await.unwrap().collect().await.unwrap();
@@ -752,7 +752,7 @@ async fn summary_withholds_extremes_under_a_policy() {
 #[tokio::test]
 async fn explain_federated_shows_each_functions_rounds() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, None).unwrap();
+    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
     for (call, rounds) in [
         ("t_test('clinic', 'systolic ~ smoker')", 1),
         ("t_test('clinic', 'systolic', 'mu=120')", 1),

@@ -45,9 +45,19 @@ pub enum Privacy {
     Secure,
 }
 
-/// Where, in the state of a call with `args` arguments, the counts of rows
-/// per cell are: `None` when the state does not have the expected shape.
-pub type Cells = fn(args: usize, state: &[f64]) -> Option<Vec<f64>>;
+/// The cells of an aggregate's state that count rows (each held to k), and
+/// how a refusal names them.
+#[derive(Debug, Clone, Copy)]
+pub struct Cells {
+    /// Where, in the state of a call with `args` arguments, the counts of
+    /// rows per cell are: `None` when the state does not have the expected
+    /// shape.
+    pub counts: fn(args: usize, state: &[f64]) -> Option<Vec<f64>>,
+    /// What a too-small cell would be ("a cluster would hold").
+    pub holds: &'static str,
+    /// How to ask for larger cells.
+    pub hint: &'static str,
+}
 
 /// The facts of one aggregate function.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +91,9 @@ pub struct Aggregate {
     /// (`[a, b]`): a list whose length came from the rows would make the
     /// aggregate fail on one row's value.
     pub fixed_list: Option<usize>,
+    /// For a state whose size varies (below a fixed bound): what it is
+    /// and its bound, as `EXPLAIN FEDERATED` states it.
+    pub variable_state: Option<&'static str>,
 }
 
 impl Aggregate {
@@ -97,6 +110,7 @@ impl Aggregate {
             shares_constants: false,
             sized_by: None,
             fixed_list: None,
+            variable_state: None,
         }
     }
 
@@ -154,6 +168,13 @@ impl Aggregate {
         }
     }
 
+    const fn variable_state(self, what: &'static str) -> Self {
+        Self {
+            variable_state: Some(what),
+            ..self
+        }
+    }
+
     const fn shares_constants(self) -> Self {
         Self {
             shares_constants: true,
@@ -186,6 +207,18 @@ pub struct Scalar {
     pub name: &'static str,
     /// Whether it can fail on a row's values.
     pub on_data: OnData,
+    /// It builds a list of its arguments, one element each (what a list
+    /// written out as `[a, b]` plans to): the length is the call's.
+    pub writes_out_list: bool,
+}
+
+impl Scalar {
+    const fn writes_out_list(self) -> Self {
+        Self {
+            writes_out_list: true,
+            ..self
+        }
+    }
 }
 
 use Privacy::{Dp, Secure};
@@ -228,14 +261,18 @@ pub const AGGREGATES: &[Aggregate] = &[
     Aggregate::adding("any_value").extremes(),
     Aggregate::counting("grouping"),
     // HyperLogLog registers are hashes of the values.
-    Aggregate::adding("approx_distinct").identifying(),
+    Aggregate::adding("approx_distinct")
+        .identifying()
+        .variable_state("HyperLogLog registers, at most 16 KiB"),
     // t-digests: a site coarsens their centroids to k values each. A
     // centroid's mean adds its values, so a zero counts for nothing (`CASE
     // WHEN id = 17 THEN x ELSE 0 END` would otherwise be one of k).
-    Aggregate::adding("approx_percentile_cont"),
-    Aggregate::adding("approx_median"),
+    Aggregate::adding("approx_percentile_cont").variable_state(T_DIGEST),
+    Aggregate::adding("approx_median").variable_state(T_DIGEST),
     // Centroids weighted by the analyst's expression single out values.
-    Aggregate::adding("approx_percentile_cont_with_weight").identifying(),
+    Aggregate::adding("approx_percentile_cont_with_weight")
+        .identifying()
+        .variable_state(T_DIGEST),
     // fedsql's matrix aggregates (y, x... or x...).
     Aggregate::adding("covariance_matrix").model(0),
     Aggregate::adding("correlation_matrix").model(0),
@@ -253,10 +290,18 @@ pub const AGGREGATES: &[Aggregate] = &[
     Aggregate::adding("cox_step").model(5).shares_constants(),
     // Its state sums each cluster's coordinates: it adds its inputs.
     Aggregate::adding("kmeans_step")
-        .cells(kmeans_cells)
+        .cells(Cells {
+            counts: kmeans_cells,
+            holds: "a cluster would hold",
+            hint: "use fewer clusters",
+        })
         .shares_constants(),
     Aggregate::counting("life_table")
-        .cells(life_table_cells)
+        .cells(Cells {
+            counts: life_table_cells,
+            holds: "a life-table interval would count events or censorings of",
+            hint: "use wider intervals (breaks or width)",
+        })
         .shares_constants(),
     Aggregate::counting("histogram").sized_by(3),
     // Secure sums: quantized sums mod 2^64 that sites mask.
@@ -293,6 +338,54 @@ fn life_table_cells(_args: usize, state: &[f64]) -> Option<Vec<f64>> {
     Some(cells)
 }
 
+/// A t-digest's state, as `EXPLAIN FEDERATED` states it.
+const T_DIGEST: &str = "t-digest centroids, at most 100";
+
+/// Aggregates a site refuses (their state grows with the rows) that have
+/// a bounded alternative, and the alternative: what a refusal suggests.
+const ALTERNATIVES: &[(&str, &str)] = &[
+    (
+        "median",
+        "use approx_median(x) (t-digest state of at most 100 centroids)",
+    ),
+    (
+        "percentile_cont",
+        "use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)",
+    ),
+    (
+        "quantile_cont",
+        "use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)",
+    ),
+    (
+        "array_agg",
+        "aggregate the values instead (count, sum, min, max, approx_distinct), or GROUP BY the column",
+    ),
+    (
+        "string_agg",
+        "aggregate the values instead (count, sum, min, max, approx_distinct), or GROUP BY the column",
+    ),
+];
+
+/// The bounded alternative to an aggregate a site refuses, where there is one.
+pub fn alternative(name: &str) -> Option<&'static str> {
+    ALTERNATIVES
+        .iter()
+        .find(|(refused, _)| refused.eq_ignore_ascii_case(name))
+        .map(|(_, alternative)| *alternative)
+}
+
+/// What a state field of variable size holds, and its bound: the
+/// `variable_state` of the aggregate whose call names the field
+/// (DataFusion names state fields `name(args)[part]`).
+pub fn variable_state_of_field(field: &str) -> Option<&'static str> {
+    let field = field.to_ascii_lowercase();
+    AGGREGATES
+        .iter()
+        .filter(|a| field.contains(&format!("{}(", a.name)))
+        .max_by_key(|a| a.name.len())
+        .and_then(|a| a.variable_state)
+}
+
 /// The facts of aggregate `name` (any case); `None`: not catalogued, so
 /// refused at a site.
 pub fn aggregate(name: &str) -> Option<&'static Aggregate> {
@@ -321,6 +414,7 @@ const fn never(name: &'static str) -> Scalar {
     Scalar {
         name,
         on_data: OnData::Never,
+        writes_out_list: false,
     }
 }
 
@@ -328,6 +422,7 @@ const fn may_fail(name: &'static str) -> Scalar {
     Scalar {
         name,
         on_data: OnData::NullOnError,
+        writes_out_list: false,
     }
 }
 
@@ -447,8 +542,8 @@ pub const SCALARS: &[Scalar] = &[
     never("get_field"),
     never("named_struct"),
     never("struct"),
-    may_fail("make_array"),
-    may_fail("make_list"),
+    may_fail("make_array").writes_out_list(),
+    may_fail("make_list").writes_out_list(),
     may_fail("array_element"),
     never("array_length"),
     never("cardinality"),
@@ -565,7 +660,7 @@ mod tests {
     fn cells_of_a_kmeans_state() {
         let facts = aggregate("kmeans_step").unwrap();
         // Two arguments (config, one coordinate): blocks of 3 and a last value.
-        let cells = (facts.cells.unwrap())(2, &[4.0, 1.0, 0.5, 6.0, 2.0, 0.1, 9.0]).unwrap();
+        let cells = (facts.cells.unwrap().counts)(2, &[4.0, 1.0, 0.5, 6.0, 2.0, 0.1, 9.0]).unwrap();
         assert_eq!(cells, vec![4.0, 6.0]);
         assert_eq!(aggregate("irls_step").unwrap().parameters(7), Some(2));
         assert_eq!(aggregate("sum").unwrap().parameters(1), None);

@@ -148,7 +148,7 @@ mod tests {
     #[tokio::test]
     async fn shared_statistics_agree_from_moments_and_per_column() {
         let ctx = FedContext::new();
-        register_demo_with(&ctx, None).unwrap();
+        register_demo_with(&ctx, false).unwrap();
         let args = [
             "clinic",
             "event ~ age + bmi + smoker",

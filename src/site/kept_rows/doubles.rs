@@ -235,10 +235,10 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
+    use crate::protocol::rebind::tests::{aggregate, partial};
     use crate::site::engine;
     use crate::site::in_order;
     use crate::site::kept_rows::KeptRows;
-    use crate::wire::rebind::tests::{aggregate, partial};
 
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
     /// A round that also reads the response as it is, in a filter.

@@ -14,8 +14,8 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 
 use crate::error::Result;
+use crate::protocol::encoder::Encoder;
 use crate::site::engine::reads_one_table;
-use crate::wire::encoder::Encoder;
 
 /// How many split plans a worker keeps (the oldest go first).
 const KEPT: usize = 32;

@@ -1,7 +1,7 @@
 //! `fedsql worker`: one site's tables served over Arrow Flight.
 //!
 //! A worker is run by the data owner. It holds a [`crate::site::local::LocalClient`] per served
-//! table and answers the calls of [`crate::wire::protocol`]. It decides
+//! table and answers the calls of [`crate::protocol::flight`]. It decides
 //! for itself what may leave: every plan it receives is decoded with a codec
 //! that only knows its served tables and inline shared rows, then checked
 //! *here*, whatever the coordinator checked —
@@ -12,7 +12,7 @@
 //!   anything (COPY, INSERT, DDL, extension nodes);
 //! * the root is an aggregate whose input reaches the served table only
 //!   through client-local operators, with bounded aggregates only — the
-//!   same [`crate::wire::encoder::Encoder`] validation the coordinator runs ([`crate::wire::exposure`]);
+//!   same [`crate::protocol::encoder::Encoder`] validation the coordinator runs ([`crate::protocol::exposure`]);
 //! * the answer is the one-state-row-per-group batch the encoder makes.
 //!
 //! Every call must carry the worker's token (compared in constant time);
@@ -48,7 +48,7 @@ pub use service::WorkerService;
 use tables::{ServedTable, SiteOptions};
 
 use crate::error::{FedError, Result};
-use crate::wire::protocol::MAX_MESSAGE_BYTES;
+use crate::protocol::flight::MAX_MESSAGE_BYTES;
 
 /// A worker serving in the background of this process.
 pub struct RunningWorker {

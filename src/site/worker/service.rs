@@ -23,10 +23,18 @@ use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{FedError, Result};
-use crate::site::dp::as_analyst;
+use crate::protocol::codec::{self, TableBinder};
+use crate::protocol::encoder::Encoder;
+use crate::protocol::flight::{
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
+    ACTION_SECURE_SETUP, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit,
+    SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc,
+    batch_to_ipc, public_key, ticket_command,
+};
+use crate::protocol::secure::{MaskRequest, SecureSession, SignedKey};
+use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
 use crate::site::policy::error_kind;
-use crate::site::runner::ClientRunner;
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
@@ -34,15 +42,6 @@ use crate::site::worker::tables::{Binder, ServedTable, check_scans};
 pub use crate::site::worker::token_check::TokenCheck;
 use crate::site::worker::token_check::bearer;
 use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
-use crate::wire::codec::{self, TableBinder};
-use crate::wire::encoder::Encoder;
-use crate::wire::protocol::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, EncodeMaskedRequest, EncodeRequest, POLICY_REFUSAL, ReleaseFit,
-    SecureSetupReply, SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc,
-    batch_to_ipc, public_key, ticket_command,
-};
-use crate::wire::secure::{MaskRequest, SecureSession, SignedKey};
 
 /// A plan that passed the worker's checks, bound to a served table.
 struct Checked {
@@ -133,11 +132,14 @@ impl WorkerService {
     }
 
     /// The analyst a request's token names (checked by [`Self::authorize`]).
-    fn analyst<T>(&self, request: &Request<T>) -> String {
-        bearer(request.metadata())
-            .and_then(|t| self.tokens.analyst(t.as_bytes()))
-            .unwrap_or(DEFAULT_ANALYST)
-            .to_string()
+    /// The request carries no other name: whatever a coordinator claims,
+    /// the ledger is the token's.
+    fn analyst<T>(&self, request: &Request<T>) -> Analyst {
+        Analyst::named(
+            bearer(request.metadata())
+                .and_then(|t| self.tokens.analyst(t.as_bytes()))
+                .unwrap_or(DEFAULT_ANALYST),
+        )
     }
 
     fn log(&self, peer: &str, line: &str) {
@@ -222,7 +224,7 @@ impl WorkerService {
     /// Checks and runs an encoder; logs the state it releases.
     async fn run_encoder(
         &self,
-        peer: &str,
+        (peer, analyst): (&str, &Analyst),
         request: EncodeRequest,
     ) -> Result<datafusion::arrow::record_batch::RecordBatch, Status> {
         let checked = match self.check(&request).await {
@@ -239,7 +241,7 @@ impl WorkerService {
         );
         let (state, rows) = checked
             .client
-            .encode_counted(&checked.encoder)
+            .encode_counted(&SiteRequest::new(&checked.encoder, analyst))
             .await
             .map_err(|e| self.site_status(peer, &format!("encode table={table}"), table, e))?;
         let batch = state.batch().clone();
@@ -331,7 +333,11 @@ impl WorkerService {
     }
 
     /// The physical plan an encoder would run here, for `EXPLAIN FEDERATED`.
-    async fn explain(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+    async fn explain(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
         let encode = self.decode_request(peer, ACTION_EXPLAIN, body)?;
         let checked = match self.check(&encode).await {
             Ok(checked) => checked,
@@ -339,7 +345,7 @@ impl WorkerService {
         };
         let text = checked
             .client
-            .explain(&checked.encoder)
+            .explain(&SiteRequest::new(&checked.encoder, analyst))
             .await
             .map_err(|e| self.site_status(peer, ACTION_EXPLAIN, &checked.table.name, e))?;
         self.log(peer, &format!("table={}: explain", checked.table.name));
@@ -349,7 +355,11 @@ impl WorkerService {
     /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
     /// state with a fresh key pair, and answers with the public key and
     /// the group keys.
-    async fn secure_setup(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+    async fn secure_setup(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
         let call = ACTION_SECURE_SETUP;
         let request =
             SecureSetupRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
@@ -358,7 +368,7 @@ impl WorkerService {
             .await?;
         let setup = checked
             .client
-            .secure_setup(&checked.encoder, &session)
+            .secure_setup(&SiteRequest::new(&checked.encoder, analyst), &session)
             .await
             .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
         self.log(
@@ -390,7 +400,11 @@ impl WorkerService {
 
     /// Secure aggregation, step 2: the kept state, aligned to the
     /// coordinator's groups and masked.
-    async fn encode_masked(&self, peer: &str, body: &[u8]) -> Result<Vec<u8>, Status> {
+    async fn encode_masked(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
         let call = ACTION_ENCODE_MASKED;
         let request =
             EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
@@ -431,7 +445,7 @@ impl WorkerService {
         };
         let state = checked
             .client
-            .encode_masked(&checked.encoder, &mask)
+            .encode_masked(&SiteRequest::new(&checked.encoder, analyst), &mask)
             .await
             .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
         self.log(
@@ -514,12 +528,8 @@ impl FlightService for WorkerService {
         })?;
         let batch = match command.command {
             Some(ticket_command::Command::Encode(encode)) => {
-                self.limited(
-                    &peer,
-                    "DoGet",
-                    as_analyst(&analyst, self.run_encoder(&peer, encode)),
-                )
-                .await?
+                self.limited(&peer, "DoGet", self.run_encoder((&peer, &analyst), encode))
+                    .await?
             }
             None => {
                 return Err(self.refuse(
@@ -544,8 +554,12 @@ impl FlightService for WorkerService {
         let action = request.into_inner();
         let body = match action.r#type.as_str() {
             ACTION_EXPLAIN => {
-                self.limited(&peer, ACTION_EXPLAIN, self.explain(&peer, &action.body))
-                    .await?
+                self.limited(
+                    &peer,
+                    ACTION_EXPLAIN,
+                    self.explain((&peer, &analyst), &action.body),
+                )
+                .await?
             }
             ACTION_RELEASE_FIT => {
                 let release = ReleaseFit::decode(action.body.as_ref()).map_err(|e| {
@@ -580,7 +594,7 @@ impl FlightService for WorkerService {
                 self.limited(
                     &peer,
                     ACTION_SECURE_SETUP,
-                    as_analyst(&analyst, self.secure_setup(&peer, &action.body)),
+                    self.secure_setup((&peer, &analyst), &action.body),
                 )
                 .await?
             }
@@ -593,10 +607,10 @@ impl FlightService for WorkerService {
                         Status::not_found(format!("this worker serves no table `{name}`")),
                     )
                 })?;
-                let line = as_analyst(&analyst, async { table.dp.budget_line(&name) }).await;
+                let line = table.dp.budget_line(&name, analyst.name());
                 self.log(
                     &peer,
-                    &format!("table={name}: privacy budget of analyst {analyst}"),
+                    &format!("table={name}: privacy budget of analyst {}", analyst.name()),
                 );
                 privacy_budget_body(&line).into_bytes()
             }
@@ -604,7 +618,7 @@ impl FlightService for WorkerService {
                 self.limited(
                     &peer,
                     ACTION_ENCODE_MASKED,
-                    self.encode_masked(&peer, &action.body),
+                    self.encode_masked((&peer, &analyst), &action.body),
                 )
                 .await?
             }
@@ -730,7 +744,7 @@ impl Drop for CallWatch {
 }
 
 /// The reply of [`ACTION_PRIVACY_BUDGET`]: `<budget or unlimited> <spent>`.
-fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
+fn privacy_budget_body(line: &BudgetLine) -> String {
     format!(
         "{} {}",
         line.budget

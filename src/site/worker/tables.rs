@@ -1,7 +1,7 @@
 //! The tables a worker serves, and how a received plan is bound to them.
 //!
 //! A plan arrives as bytes whose federated scans name a served table (see
-//! [`crate::wire::codec`]); the [`Binder`] turns each name into a
+//! [`crate::protocol::codec`]); the [`Binder`] turns each name into a
 //! [`FederatedScan`] after checking that the table is served and the plan
 //! reads it with its own columns. [`check_scans`] then refuses any scan of
 //! something other than a served table or rows shipped with the plan.
@@ -18,13 +18,13 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::LogicalPlan;
 
 use crate::error::{FedError, Result};
+use crate::protocol::codec::{InlineTable, TableBinder};
+use crate::protocol::federated_scan::FederatedScan;
+use crate::protocol::flight::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
 use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
-use crate::wire::codec::{InlineTable, TableBinder};
-use crate::wire::federated_scan::FederatedScan;
-use crate::wire::protocol::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
 
 /// One served table: its files, its own schema, and a local client per
 /// column list coordinators read it with.

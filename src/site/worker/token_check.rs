@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Status};
 
+use crate::protocol::flight::{AUTHORIZATION, BEARER};
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tokens::Tokens;
-use crate::wire::protocol::{AUTHORIZATION, BEARER};
 
 /// Checks the token of every call before its body is read (a tonic
 /// interceptor runs on the headers alone): an unauthenticated request of

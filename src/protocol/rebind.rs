@@ -198,7 +198,7 @@ pub(crate) mod tests {
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::wire::encoder::partial_aggregate;
+    use crate::protocol::encoder::partial_aggregate;
 
     /// A table `t(x, y, g)` and fedsql's aggregates.
     fn context() -> SessionContext {

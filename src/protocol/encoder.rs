@@ -2,11 +2,11 @@
 //! the only thing a client may hand back, its [`StateBatch`].
 //!
 //! An [`Encoder`] is a logical plan whose root is a cut aggregate (see
-//! [`crate::wire::exposure`]) and whose input reads exactly one federated table
+//! [`crate::protocol::exposure`]) and whose input reads exactly one federated table
 //! through client-local operators. It can only be built by validating such a
 //! plan, and a [`StateBatch`] can only be built by an encoder from batches
 //! whose schema is the encoder's partial-aggregate state schema. A
-//! `site::runner::ClientRunner` takes an `&Encoder` and returns a
+//! `protocol::site::Site` takes an `&Encoder` and returns a
 //! `StateBatch`, so "only states leave a client" holds by construction, and
 //! the same interface can be served over the network.
 //!
@@ -27,9 +27,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
-use crate::wire::exposure::{self, Locality};
-use crate::wire::federated_scan::FederatedScan;
-use crate::wire::secure;
+use crate::protocol::exposure::{self, Locality};
+use crate::protocol::federated_scan::FederatedScan;
+use crate::protocol::secure;
 
 /// A validated encoder: a cut aggregate over client-local operators on one
 /// federated table, and the state schema its clients must return.
@@ -88,7 +88,7 @@ impl Encoder {
             .await?;
         let partial = partial_aggregate(&physical)?;
         secure::check_round(&partial)?;
-        crate::wire::dp::check_round(&partial)?;
+        crate::protocol::dp::check_round(&partial)?;
         let encoder = Self::try_new(cut.clone(), partial.schema())?;
         Ok((encoder, partial))
     }
@@ -280,7 +280,7 @@ impl StateBatch {
                 .collect(),
             false => Vec::new(),
         };
-        crate::wire::protocol::batches_to_ipc(&schema, &batches)
+        crate::protocol::flight::batches_to_ipc(&schema, &batches)
             .map_or_else(|_| self.batch.get_array_memory_size(), |ipc| ipc.len())
     }
 }

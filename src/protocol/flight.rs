@@ -23,13 +23,13 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{FedError, Result};
-use crate::wire::secure::SecureSession;
+use crate::protocol::secure::SecureSession;
 
 /// How a worker's policy refusal begins (a `PermissionDenied` status):
 /// the rule and its hint follow, so that the coordinator names the client.
 pub const POLICY_REFUSAL: &str = "policy: ";
 
-/// DoAction: secure aggregation, step 1 (see [`crate::wire::secure`]).
+/// DoAction: secure aggregation, step 1 (see [`crate::protocol::secure`]).
 pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
 
 /// DoAction: secure aggregation, step 2: the masked state.
@@ -86,7 +86,7 @@ pub struct ReleaseFit {
 }
 
 /// A secure-aggregation session: its random id and the round's clients in
-/// order (see [`crate::wire::secure::SecureSession`]).
+/// order (see [`crate::protocol::secure::SecureSession`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SessionMessage {
     #[prost(bytes = "vec", tag = "1")]
@@ -139,7 +139,7 @@ pub struct SecureSetupReply {
     #[prost(bytes = "vec", tag = "3")]
     pub identity: Vec<u8>,
     /// Its signature of the session id and public key (see
-    /// [`crate::wire::secure::signed_message`]).
+    /// [`crate::protocol::secure::signed_message`]).
     #[prost(bytes = "vec", tag = "4")]
     pub signature: Vec<u8>,
 }

@@ -40,8 +40,8 @@ use datafusion_proto::bytes::{
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 
 use crate::error::{FedError, Result};
-use crate::wire::federated_scan::FederatedScan;
-use crate::wire::protocol;
+use crate::protocol::federated_scan::FederatedScan;
+use crate::protocol::flight;
 
 /// First byte of an encoded table provider: the federated table, by name.
 const FEDERATED_TAG: u8 = b'F';
@@ -67,11 +67,11 @@ impl InlineTable {
     }
 
     fn to_ipc(&self) -> DFResult<Vec<u8>> {
-        Ok(protocol::batches_to_ipc(&self.schema, &self.batches)?)
+        Ok(flight::batches_to_ipc(&self.schema, &self.batches)?)
     }
 
     fn from_ipc(bytes: &[u8]) -> DFResult<Self> {
-        let (schema, batches) = protocol::batches_from_ipc(bytes)?;
+        let (schema, batches) = flight::batches_from_ipc(bytes)?;
         Ok(Self { schema, batches })
     }
 }

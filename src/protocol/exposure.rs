@@ -17,7 +17,7 @@
 //! The same walk runs on the plan as the user wrote it (for messages in the
 //! user's terms), on the optimized plan that actually runs (so the guarantee
 //! holds whatever the optimizer did), and again at every site on the encoder
-//! it receives ([`crate::wire::encoder::Encoder::try_new`]): one checker for
+//! it receives ([`crate::protocol::encoder::Encoder::try_new`]): one checker for
 //! both sides of the boundary.
 
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{Aggregate, Distinct, Expr, JoinType, LogicalPlan, TableScan};
 
 use crate::error::{FedError, Result};
-use crate::wire::federated_scan::FederatedScan;
+use crate::protocol::federated_scan::FederatedScan;
 
 /// Whether an aggregate function may run over federated rows: it is in
 /// the catalogue of functions a site runs, whose every aggregate has a
@@ -39,16 +39,7 @@ pub fn is_bounded_aggregate(name: &str) -> bool {
 
 /// The bounded alternative to an unbounded aggregate, where there is one.
 fn bounded_alternative(name: &str) -> Option<&'static str> {
-    match name {
-        "median" => Some("use approx_median(x) (t-digest state of at most 100 centroids)"),
-        "percentile_cont" | "quantile_cont" => {
-            Some("use approx_percentile_cont(x, p) (t-digest state of at most 100 centroids)")
-        }
-        "array_agg" | "string_agg" => Some(
-            "aggregate the values instead (count, sum, min, max, approx_distinct), or GROUP BY the column",
-        ),
-        _ => None,
-    }
+    fedsql_udfs::catalogue::alternative(name)
 }
 
 /// What a part of a plan is: shared, or the rows of a federated table.

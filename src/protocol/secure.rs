@@ -6,12 +6,12 @@
 //! encoder runs as two request/response exchanges with every client, so that
 //! a network worker can serve it the same way as a local client:
 //!
-//! 1. **Setup** (`ClientRunner::secure_setup`): the coordinator sends a
+//! 1. **Setup** (`Site::secure_setup`): the coordinator sends a
 //!    fresh [`SecureSession`] (a random id and the names of the round's
 //!    clients, in order). Each client runs the encoder, keeps its state
 //!    under the session id, draws a fresh X25519 key pair for the session,
 //!    and answers with its public key and its group keys ([`SecureSetup`]).
-//! 2. **Masked state** (`ClientRunner::encode_masked`): the coordinator
+//! 2. **Masked state** (`Site::encode_masked`): the coordinator
 //!    relays every public key and the union of all group keys in a
 //!    canonical order ([`MaskRequest`]). Each client aligns its state to that
 //!    group list (the empty-accumulator state, the monoid's identity, for a

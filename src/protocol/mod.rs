@@ -10,7 +10,10 @@
 //! - [`secure`]: the messages and the state layout of secure aggregation;
 //! - [`rebind`]: a planned round with new constants (the later rounds of
 //!   a fit);
-//! - [`protocol`] and [`codec`]: the Flight protocol between a coordinator
+//! - [`site`]: the interface a site answers ([`site::Site`]) and the
+//!   request it takes ([`site::SiteRequest`]: an encoder and the analyst
+//!   it runs for);
+//! - [`flight`] and [`codec`]: the Flight protocol between a coordinator
 //!   and a worker, and plans as bytes.
 //!
 //! Nothing here depends on either side.
@@ -20,6 +23,7 @@ pub mod dp;
 pub mod encoder;
 pub mod exposure;
 pub mod federated_scan;
-pub mod protocol;
+pub mod flight;
 pub mod rebind;
 pub mod secure;
+pub mod site;

@@ -30,6 +30,8 @@ mod fedsgd;
 mod formulas;
 #[path = "suites/glm.rs"]
 mod glm;
+#[path = "suites/golden.rs"]
+mod golden;
 #[path = "suites/lm.rs"]
 mod lm;
 #[path = "suites/multivariate.rs"]

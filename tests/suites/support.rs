@@ -120,6 +120,12 @@ pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
 /// The demo rows split over clients by `sizes`, registered as federated
 /// table `clinic`; and the concatenated rows as `clinic` in a plain context.
 pub async fn federation(sizes: &[usize], format: Format) -> Federation {
+    federation_with(sizes, format, "").await
+}
+
+/// As [`federation`], with the federated table's OPTIONS (e.g. a policy's
+/// `'min_group_rows' '5'`); none when `options` is empty.
+pub async fn federation_with(sizes: &[usize], format: Format, options: &str) -> Federation {
     let (header, rows) = demo_rows();
     let dir = TempDir::new().unwrap();
     let clients = dir.path().join("clinic");
@@ -129,8 +135,13 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
         Format::Csv => "CSV",
         Format::Parquet => "PARQUET",
     };
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!(" OPTIONS ({options})")
+    };
     fed.sql(&format!(
-        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}'",
+        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}'{options}",
         clients.display()
     ))
     .await
@@ -229,6 +240,19 @@ pub fn assert_same_result(
     ordered: bool,
     rel: f64,
 ) {
+    if let Err(difference) = same_result(fed, central, ordered, rel) {
+        panic!("{what}: {difference}");
+    }
+}
+
+/// Whether two results are the same, as [`assert_same_result`] asks; the
+/// difference, if not.
+pub fn same_result(
+    fed: &[RecordBatch],
+    central: &[RecordBatch],
+    ordered: bool,
+    rel: f64,
+) -> Result<(), String> {
     let names = |b: &[RecordBatch]| -> Vec<String> {
         b.first()
             .map(|b| {
@@ -240,8 +264,12 @@ pub fn assert_same_result(
             })
             .unwrap_or_default()
     };
-    if !fed.is_empty() && !central.is_empty() {
-        assert_eq!(names(fed), names(central), "{what}: column names differ");
+    if !fed.is_empty() && !central.is_empty() && names(fed) != names(central) {
+        return Err(format!(
+            "column names differ: {:?} federated, {:?} centralized",
+            names(fed),
+            names(central)
+        ));
     }
     let mut a = rows_of(fed);
     let mut b = rows_of(central);
@@ -250,24 +278,26 @@ pub fn assert_same_result(
         a.sort_by_key(key);
         b.sort_by_key(key);
     }
-    assert_eq!(
-        a.len(),
-        b.len(),
-        "{what}: {} rows federated, {} centralized\nfed: {a:?}\ncentral: {b:?}",
-        a.len(),
-        b.len()
-    );
+    if a.len() != b.len() {
+        return Err(format!(
+            "{} rows federated, {} centralized\nfed: {a:?}\ncentral: {b:?}",
+            a.len(),
+            b.len()
+        ));
+    }
     for (i, (ra, rb)) in a.iter().zip(&b).enumerate() {
         let same = ra.len() == rb.len()
             && ra.iter().zip(rb).all(|(x, y)| match (x, y) {
                 (Cell::Float(x), Cell::Float(y)) => close(*x, *y, rel),
                 _ => x == y,
             });
-        assert!(
-            same,
-            "{what}: row {i} differs\nfederated:   {ra:?}\ncentralized: {rb:?}"
-        );
+        if !same {
+            return Err(format!(
+                "row {i} differs\nfederated:   {ra:?}\ncentralized: {rb:?}"
+            ));
+        }
     }
+    Ok(())
 }
 
 /// Runs one statement federated and centralized and compares the results.
@@ -290,10 +320,4 @@ pub async fn assert_consistent_to(f: &Federation, sql: &str, rel: f64) {
     .unwrap_or_else(|e| panic!("{what}: centralized run failed: {e}"));
     let ordered = sql.to_ascii_uppercase().contains("ORDER BY");
     assert_same_result(&what, &fed, &central, ordered, rel);
-}
-
-/// Runs a statement on both sides without comparing (setup: shared tables).
-pub async fn run_both(f: &Federation, sql: &str) {
-    f.fed.sql(sql).await.unwrap().collect().await.unwrap();
-    f.central.sql(sql).await.unwrap().collect().await.unwrap();
 }

@@ -69,7 +69,7 @@ use report::{median, print_report};
 use suite::{SuiteQuery, parse_suite};
 
 /// The benchmark suite shared with the reference measurements.
-const SUITE: &str = include_str!("../../../queries/bench/aggregate_suite.sql");
+const SUITE: &str = include_str!("../../queries/bench/aggregate_suite.sql");
 
 /// Per-cent of the rows at each client when there are 8 clients.
 const SHARES_OF_8: [u64; 8] = [25, 20, 15, 12, 10, 8, 6, 4];

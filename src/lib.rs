@@ -36,9 +36,11 @@ pub mod pgwire;
 pub mod print;
 pub mod r_format;
 pub mod repl;
+pub mod session;
 pub mod site;
 pub mod stats;
 pub mod suggest;
+pub mod table_function;
 pub mod wire;
 
 pub use coordinator::context::{FedContext, TableInfo};

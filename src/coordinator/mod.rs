@@ -25,6 +25,7 @@ pub mod dp;
 pub mod explain;
 pub mod federated_table;
 pub mod fit_scope;
+pub mod fit_table;
 pub mod gate;
 pub mod merge;
 pub mod rounds;

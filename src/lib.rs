@@ -31,6 +31,8 @@ pub mod error;
 pub mod formula;
 pub mod matrix_display;
 pub mod models;
+#[cfg(test)]
+mod module_graph;
 pub mod notices;
 pub mod pgwire;
 pub mod print;

@@ -264,7 +264,7 @@ impl FedContext {
                     if create.if_not_exists {
                         return self.empty();
                     }
-                    return Err(FedError::InvalidArgument(format!("table `{name}` already exists")));
+                    return Err(FedError::AlreadyExists(format!("table `{name}` already exists")));
                 }
                 self.ctx.register_table(name, Arc::new(table))?;
                 self.empty()
@@ -315,7 +315,7 @@ impl FedContext {
                 return Ok(());
             }
             if !stmt.or_replace {
-                return Err(FedError::InvalidArgument(format!(
+                return Err(FedError::AlreadyExists(format!(
                     "table `{}` already exists: DROP TABLE {} first, or use CREATE OR REPLACE FEDERATED TABLE",
                     stmt.name, stmt.name
                 )));
@@ -439,8 +439,9 @@ impl FedContext {
         self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
     }
 
-    /// Leaves a notice for the statement's caller (shown after its result).
-    pub fn notice(&self, line: String) {
+    /// Leaves a notice for the statement's caller (shown after its
+    /// result): the one way a statement or a table function leaves one.
+    pub fn notice(&self, line: impl Into<String>) {
         if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
             notices.push(line);
         }
@@ -486,7 +487,7 @@ impl FedContext {
     /// The federated table of that name.
     pub async fn federated_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
         let provider = self.ctx.table_provider(name).await.map_err(|_| {
-            FedError::UnknownObject(format!("no table named `{name}`; \\d lists the tables"))
+            FedError::UnknownTable(format!("no table named `{name}`; \\d lists the tables"))
         })?;
         if FederatedTable::from_provider(provider.as_ref()).is_none() {
             return Err(FedError::InvalidArgument(format!(

@@ -49,7 +49,6 @@ use crate::formula::{Formula, design_columns, missing_column, quote_ident};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::notify;
 
 const USAGE: &str = "coxph('table or SELECT query', 'Surv(time, event) ~ x1 + C(g) [+ strata(s)]' [, 'ties=efron, max_iter=20, tolerance=1e-9, weights=col'])";
 
@@ -212,18 +211,14 @@ impl TableFunctionImpl for CoxFunction {
                 async move {
                 let fit = fit(&ctx, &spec).await?;
                 if !fit.converged {
-                    notify(
-                        &ctx,
-                        format!(
+                    ctx.notice(format!(
                             "Warning: coxph: Ran out of iterations and did not converge (max_iter={})",
                             spec.max_iter
                         ),
                     );
                 }
                 if fit.rows_dropped > 0 {
-                    notify(
-                        &ctx,
-                        format!(
+                    ctx.notice(format!(
                             "coxph: {} rows dropped (a NULL in a column the model uses)",
                             fit.rows_dropped
                         ),

@@ -54,7 +54,7 @@ use crate::notices::printed_summary::call_text;
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::{explain_step, notify};
+use crate::table_function::rounds::explain_step;
 
 /// The options `glm` takes.
 const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
@@ -171,7 +171,7 @@ impl TableFunctionImpl for GlmFunction {
                         GlmOutput::Vcov => vcov_batch(&fit.terms, &fit.covariance)?,
                     };
                     for warning in &fit.warnings {
-                        notify(&ctx, format!("Warning: {warning}"));
+                        ctx.notice(format!("Warning: {warning}"));
                     }
                     Ok(batch)
                 })

@@ -52,7 +52,7 @@ use crate::error::{FedError, Result};
 use crate::table_function::arguments::{argument_error, column_list};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::{notify, query};
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "kmeans('table or SELECT query', 'x1, x2, ...', k [, 'centers=1 2; 3 4, iter_max=10, nstart=1, seed=0, scale=false'])";
 
@@ -249,22 +249,19 @@ impl TableFunctionImpl for KmeansFunction {
             move |ctx, _| {
                 let spec = spec.clone();
                 async move {
-                let fit = fit(&ctx, &spec).await?;
-                if !fit.converged {
-                    notify(
-                        &ctx,
-                        format!(
+                    let fit = fit(&ctx, &spec).await?;
+                    if !fit.converged {
+                        ctx.notice(format!(
                             "Warning: kmeans did not converge in {} iterations (raise iter_max)",
                             spec.iter_max
-                        ),
-                    );
+                        ));
+                    }
+                    match output {
+                        KmeansOutput::Clusters => fit.clusters(&spec.columns),
+                        KmeansOutput::Summary => fit.summary(),
+                    }
                 }
-                match output {
-                    KmeansOutput::Clusters => fit.clusters(&spec.columns),
-                    KmeansOutput::Summary => fit.summary(),
-                }
-            }
-            .boxed()
+                .boxed()
             },
         ))
     }

@@ -34,7 +34,7 @@ use crate::error::{FedError, Result};
 use crate::table_function::arguments::{argument_error, column_list};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::{notify, query};
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "pca('table or SELECT query', 'x1, x2, ...' [, 'scale=false, center=true'])";
 
@@ -123,13 +123,10 @@ impl TableFunctionImpl for PcaFunction {
                 let spec = spec.clone();
                 async move {
                     let fit = fit(&ctx, &spec).await?;
-                    notify(
-                        &ctx,
-                        format!(
-                            "pca: {} rows used, {} dropped (a NULL in a listed column)",
-                            fit.n, fit.rows_dropped
-                        ),
-                    );
+                    ctx.notice(format!(
+                        "pca: {} rows used, {} dropped (a NULL in a listed column)",
+                        fit.n, fit.rows_dropped
+                    ));
                     match output {
                         PcaOutput::Components => fit.components(),
                         PcaOutput::Loadings => fit.loadings(),

@@ -50,7 +50,7 @@ use crate::formula::{missing_column, quote_ident};
 use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::{notify, query};
+use crate::table_function::rounds::query;
 
 const KM_USAGE: &str = "kaplan_meier('table or SELECT query', 'time', 'event', 'breaks=0 30 60 90' | 'width=30, max=720' [, 'by=column, conf_level=0.95'])";
 const LR_USAGE: &str = "logrank_test('table or SELECT query', 'time', 'event', 'group', 'breaks=0 30 60 90' | 'width=30, max=720')";
@@ -337,7 +337,7 @@ async fn life_tables(
         } else {
             "a NULL time or event".to_string()
         };
-        notify(ctx, format!("{function}: {dropped} rows dropped ({what})"));
+        ctx.notice(format!("{function}: {dropped} rows dropped ({what})"));
     }
     if used == 0.0 {
         return Err(FedError::InvalidArgument(format!(

@@ -427,7 +427,7 @@ impl Session {
         };
         match exact.or_else(folded) {
             Some(i) => Ok(tables[i].clone()),
-            None => Err(FedError::UnknownObject(format!(
+            None => Err(FedError::UnknownTable(format!(
                 "no table named `{name}`: \\d lists the tables"
             ))),
         }

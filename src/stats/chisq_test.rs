@@ -33,7 +33,7 @@ use crate::models::source::{ModelSource, string_arguments};
 use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::{notify, query};
+use crate::table_function::rounds::query;
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,9 +113,7 @@ impl TableFunctionImpl for ChisqFunction {
                         let table = CrossTable::count(&ctx, "chisq_test", &source, &a, &b).await?;
                         let test = table.chisq_test(correct)?;
                         if test.small_expected {
-                            notify(
-                                &ctx,
-                                "Warning: Chi-squared approximation may be incorrect (an expected count is below 5)",
+                            ctx.notice("Warning: Chi-squared approximation may be incorrect (an expected count is below 5)",
                             );
                         }
                         test.to_batch()

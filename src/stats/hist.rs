@@ -31,7 +31,6 @@ use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use crate::table_function::rounds::notify;
 
 const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=..., upper=...'])";
 
@@ -187,9 +186,7 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
     // disclosure policy folds them into the end bins instead).
     let outside = count_at(&batch, "n", 0)? - counts.iter().sum::<i64>();
     if outside > 0 {
-        notify(
-            ctx,
-            format!(
+        ctx.notice(format!(
                 "hist: {outside} value(s) of `{}` outside [{lower}, {upper}] are in no bin; give lower= and upper= to include them",
                 spec.column
             ),

@@ -24,7 +24,6 @@ use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::invalid_argument;
 use crate::table_function::deferred::{Rounds, deferred_table};
-use crate::table_function::rounds::notify;
 
 const USAGE: &str = "summary('table or SELECT query', 'col1, col2, ...')";
 
@@ -98,14 +97,10 @@ impl TableFunctionImpl for SummaryFunction {
                     return Err(empty_source("summary", &source.given));
                 }
                 if withheld {
-                    notify(
-                        &ctx,
-                        "summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
+                    ctx.notice("summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
                     );
                 }
-                notify(
-                    &ctx,
-                    "summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
+                ctx.notice("summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
                 );
                 summary_batch(&batch, &columns, total)
             }

@@ -21,6 +21,8 @@ pub fn argument_error(function: &str, e: FedError) -> DataFusionError {
     let e = match e {
         FedError::Syntax(m) => FedError::Syntax(named(m)),
         FedError::UnknownObject(m) => FedError::UnknownObject(named(m)),
+        FedError::UnknownColumn(m) => FedError::UnknownColumn(named(m)),
+        FedError::UnknownTable(m) => FedError::UnknownTable(named(m)),
         FedError::InvalidArgument(m) => FedError::InvalidArgument(named(m)),
         other => other,
     };

@@ -32,8 +32,8 @@ pub enum Rounds {
 }
 
 /// A table of `schema` whose one batch `compute` makes when the plan runs
-/// (not when it is planned); `label` names it in plans. Notices the
-/// function leaves go through [`super::rounds::notify`].
+/// (not when it is planned); `label` names it in plans. The function
+/// leaves its notices with [`FedContext::notice`].
 ///
 /// `EXPLAIN FEDERATED` of it shows `program` when given (a model that
 /// describes its rounds without running them), or else runs `compute` once

@@ -3,7 +3,8 @@
 //! computes its batch when the plan runs ([`deferred::deferred_table`]),
 //! one options parser ([`options::Options`]), one way to report a bad
 //! argument that keeps its error kind ([`arguments::argument_error`]), one
-//! way to run a round and one to leave a notice ([`rounds`]).
+//! way to run a round ([`rounds::query`]); a notice is left with
+//! [`FedContext::notice`](crate::coordinator::context::FedContext::notice).
 //!
 //! The functions themselves are leaves: they use this shell and the
 //! coordinator, and the coordinator uses none of them; a composition root

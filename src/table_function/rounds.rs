@@ -1,7 +1,8 @@
 //! How a table function runs its rounds: [`query`] runs one (and records
-//! it when `EXPLAIN FEDERATED` asks), [`notify`] leaves a notice for
-//! whoever runs the statement, and [`recording_program`] is the `EXPLAIN
-//! FEDERATED` of a function that runs its rounds once to show them.
+//! it when `EXPLAIN FEDERATED` asks), and [`recording_program`] is the
+//! `EXPLAIN FEDERATED` of a function that runs its rounds once to show
+//! them. A function leaves a notice with
+//! [`FedContext::notice`](crate::coordinator::context::FedContext::notice).
 
 use std::sync::Arc;
 
@@ -125,15 +126,6 @@ pub async fn query(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
     }
     let batches = ctx.sql(sql).await?.collect().await?;
     Ok(batches.into_iter().filter(|b| b.num_rows() > 0).collect())
-}
-
-/// Leaves a message for whoever runs the statement (the REPL prints it, a
-/// PostgreSQL client gets it as a NOTICE): the one way a table function
-/// leaves a notice.
-pub fn notify(ctx: &FedContext, message: impl Into<String>) {
-    if let Some(notices) = ctx.session().state().config().get_extension::<Notices>() {
-        notices.push(message);
-    }
 }
 
 /// One step of a program: a heading, then `EXPLAIN FEDERATED` of the

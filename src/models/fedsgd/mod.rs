@@ -45,7 +45,7 @@ use crate::models::source::{learn_levels, levels_sql, numeric_argument, string_a
 use crate::notices::Progress;
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
-use crate::table_function::rounds::{explain_step, notify};
+use crate::table_function::rounds::explain_step;
 
 mod shared;
 mod spec;
@@ -111,9 +111,9 @@ impl TableFunctionImpl for FedSgdFunction {
                         FedSgdOutput::History => fit.history_batch()?,
                     };
                     for warning in &fit.warnings {
-                        notify(&ctx, format!("Warning: {warning}"));
+                        ctx.notice(format!("Warning: {warning}"));
                     }
-                    notify(&ctx, fit.summary(&spec));
+                    ctx.notice(fit.summary(&spec));
                     Ok(batch)
                 })
             },

@@ -16,16 +16,18 @@
 
 use std::borrow::Cow;
 use std::ffi::OsString;
-use std::io::{self, IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::coordinator::context::FedContext;
 use crate::coordinator::demo;
-use crate::error::{FedError, Result};
+use crate::error::Result;
 use crate::print::OutputFormat;
-use crate::repl::{self, Flow, ReplOptions, Session};
+pub use crate::repl::script::{Source, run_sources};
+use crate::repl::script::{run_rc, run_sources_in};
+use crate::repl::{self, ReplOptions, Session};
 
 /// Command-line arguments of `fedsql`.
 #[derive(Debug, Clone, Parser)]
@@ -96,15 +98,6 @@ pub enum Command {
     },
     /// Print the man page (roff), e.g. `fedsql man | man -l -`.
     Man,
-}
-
-/// One thing to run non-interactively.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// The text of a `-c` argument.
-    Sql(String),
-    /// A `-f` file (`-` is standard input).
-    File(PathBuf),
 }
 
 impl Args {
@@ -212,21 +205,6 @@ impl Args {
     }
 }
 
-/// Runs a start-up file in `session`; an error in it names the file.
-pub async fn run_rc(session: &mut Session, rc: &Path, out: &mut dyn Write) -> Result<()> {
-    let text = read_script(rc)?;
-    session
-        .run_text(&text, out)
-        .await
-        .map(|_| ())
-        .map_err(|error| match error {
-            error if error.is_broken_pipe() => error,
-            error => {
-                FedError::InvalidArgument(format!("in the start-up file {}: {error}", rc.display()))
-            }
-        })
-}
-
 /// The completion script of `fedsql` for `shell`.
 pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
     let mut script = Vec::new();
@@ -246,58 +224,6 @@ fn write_stdout(bytes: &[u8]) -> Result<()> {
     stdout.write_all(bytes)?;
     stdout.flush()?;
     Ok(())
-}
-
-/// Runs `-c` texts and `-f` files in order, in one session (so `\format`
-/// in one carries over to the next), until `\q` or — with
-/// [`ReplOptions::stop_on_error`] — the first error, which is returned.
-pub async fn run_sources(
-    ctx: &FedContext,
-    sources: &[Source],
-    options: ReplOptions,
-    out: &mut impl Write,
-) -> Result<()> {
-    let mut session = Session::new(ctx, options);
-    run_sources_in(&mut session, sources, out).await
-}
-
-/// Runs `-c` texts and `-f` files in order in `session` (see [`run_sources`]).
-pub async fn run_sources_in(
-    session: &mut Session,
-    sources: &[Source],
-    out: &mut dyn Write,
-) -> Result<()> {
-    for source in sources {
-        let text = match source {
-            Source::Sql(sql) if mixes_command_and_sql(sql) => {
-                return Err(FedError::Syntax(format!(
-                    "one backslash command per -c: `{}` mixes a backslash command with SQL; give each as its own -c (or put them in a file for -f)",
-                    sql.trim()
-                )));
-            }
-            Source::Sql(sql) => Cow::Borrowed(sql.as_str()),
-            Source::File(path) => Cow::Owned(read_script(path)?),
-        };
-        if session.run_text(&text, out).await? == Flow::Quit {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// Whether a `-c` text holds a backslash command and something else.
-fn mixes_command_and_sql(text: &str) -> bool {
-    let text = text.trim();
-    if let Some(command) = text.strip_prefix('\\') {
-        return command.lines().count() > 1
-            || command
-                .split_once(';')
-                .is_some_and(|(_, rest)| !rest.trim().is_empty());
-    }
-    text.split(';')
-        .skip(1)
-        .chain(text.lines().skip(1))
-        .any(|part| part.trim_start().starts_with('\\'))
 }
 
 /// What the REPL prints when it starts; `demo_clients` is the number of
@@ -322,18 +248,6 @@ pub fn banner(demo_clients: Option<usize>) -> String {
     banner
 }
 
-fn read_script(path: &Path) -> Result<String> {
-    let read = if path == Path::new("-") {
-        let mut text = String::new();
-        io::stdin().read_to_string(&mut text).map(|_| text)
-    } else {
-        std::fs::read_to_string(path)
-    };
-    read.map_err(|e| {
-        FedError::InvalidArgument(format!("cannot read the script {}: {e}", path.display()))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,15 +263,6 @@ mod tests {
         assert_eq!(args.format, OutputFormat::Table);
         assert!(!args.quiet && !args.no_demo);
         assert_eq!(args.repl_options(false), ReplOptions::default());
-    }
-
-    #[test]
-    fn one_backslash_command_per_c() {
-        assert!(mixes_command_and_sql("SELECT 1; \\d"));
-        assert!(mixes_command_and_sql("\\d; SELECT 1"));
-        assert!(mixes_command_and_sql("SELECT 1\n\\clients t"));
-        assert!(!mixes_command_and_sql("\\d clinic"));
-        assert!(!mixes_command_and_sql("SELECT 'a\\b'; SELECT 2"));
     }
 
     #[test]

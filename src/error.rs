@@ -56,9 +56,19 @@ pub enum FedError {
     /// FEDERATED TABLE, a malformed formula).
     #[error("{0}")]
     Syntax(String),
-    /// A table, column, function or option that does not exist.
+    /// A table that does not exist.
+    #[error("{0}")]
+    UnknownTable(String),
+    /// A column that does not exist.
+    #[error("{0}")]
+    UnknownColumn(String),
+    /// Another object that does not exist: a function, an option, an
+    /// optimizer, a chart.
     #[error("{0}")]
     UnknownObject(String),
+    /// A table (or another object) of that name exists already.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// An argument or setting whose value cannot be used.
     #[error("{0}")]
     InvalidArgument(String),
@@ -106,7 +116,12 @@ impl From<DataFusionError> for FedError {
                 ParserError::ParserError(m) | ParserError::TokenizerError(m) => FedError::Syntax(m),
                 other => FedError::Syntax(other.to_string()),
             },
-            DataFusionError::SchemaError(e, _) => FedError::UnknownObject(e.to_string()),
+            DataFusionError::SchemaError(e, backtrace) => match e.as_ref() {
+                datafusion::common::SchemaError::FieldNotFound { .. } => {
+                    FedError::UnknownColumn(e.to_string())
+                }
+                _ => FedError::DataFusion(DataFusionError::SchemaError(e, backtrace)),
+            },
             DataFusionError::Internal(m) => FedError::Internal(m),
             other => FedError::DataFusion(other),
         }

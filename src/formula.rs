@@ -336,9 +336,6 @@ fn parse_variable(text: &str) -> Result<Variable, String> {
     Ok(Variable::column(identifier(text)?, false))
 }
 
-/// The functions a term may apply to a numeric expression, and their SQL.
-const FUNCTIONS: &[&str] = &["log", "exp", "sqrt", "log10", "log2", "abs"];
-
 fn is_call(text: &str, name: &str) -> bool {
     text.strip_prefix(name)
         .is_some_and(|rest| rest.trim_start().starts_with('(') && text.ends_with(')'))
@@ -372,7 +369,8 @@ fn treatment_reference(text: &str) -> Result<String, String> {
 }
 
 mod arithmetic;
-use arithmetic::Arithmetic;
+pub use arithmetic::quote_ident;
+use arithmetic::{Arithmetic, FUNCTIONS};
 
 fn parse_response(text: &str) -> Result<Response, String> {
     if text.starts_with("cbind(") {
@@ -696,11 +694,6 @@ fn sql_literal(level: &ScalarValue) -> String {
         ScalarValue::Float32(Some(f)) => format!("CAST('{f:?}' AS REAL)"),
         other => other.to_string(),
     }
-}
-
-/// A column name as a quoted SQL identifier.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]

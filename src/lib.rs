@@ -32,15 +32,19 @@ pub mod error;
 pub mod formula;
 pub mod matrix_display;
 pub mod models;
+#[cfg(test)]
+mod module_graph;
 pub mod notices;
 pub mod pgwire;
 pub mod print;
 pub mod protocol;
 pub mod r_format;
 pub mod repl;
+pub mod session;
 pub mod site;
 pub mod stats;
 pub mod suggest;
+pub mod table_function;
 
 pub use coordinator::context::{FedContext, TableInfo};
 pub use coordinator::dataframe::FedDataFrame;

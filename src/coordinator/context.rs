@@ -26,13 +26,13 @@ use crate::coordinator::explain;
 use crate::coordinator::fed_statement::{self, FedStatement};
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
+use crate::coordinator::fit_table::FitTable;
 use crate::coordinator::gate::StatementGate;
 use crate::coordinator::rounds::RoundLog;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
 use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
-use crate::models::fit_table::FitTable;
 use crate::notices::{Notices, Progress};
 use crate::protocol::exposure;
 use crate::protocol::site::Site;
@@ -58,12 +58,6 @@ pub struct FedContext {
     ctx: SessionContext,
 }
 
-impl Default for FedContext {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// One table in the catalog, for `\d`.
 #[derive(Debug, Clone)]
 pub struct TableInfo {
@@ -74,8 +68,10 @@ pub struct TableInfo {
 }
 
 impl FedContext {
-    /// An empty coordinator.
-    pub fn new() -> Self {
+    /// An empty coordinator with fedsql's aggregate and scalar functions
+    /// but no table functions: [`FedContext::new`] (in [`crate::session`],
+    /// the composition root) adds the models and the statistics.
+    pub(crate) fn without_table_functions() -> Self {
         let config = SessionConfig::new()
             .with_information_schema(true)
             // Uncorrelated scalar subqueries become joins with the subquery's
@@ -90,8 +86,6 @@ impl FedContext {
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         ctx.add_analyzer_rule(Arc::new(crate::coordinator::dp::SessionEpsilon));
-        crate::models::register_all(&ctx);
-        crate::stats::register_all(&ctx);
         Self { ctx }
     }
 
@@ -120,7 +114,7 @@ impl FedContext {
         &self,
     ) -> (
         Vec<String>,
-        Vec<crate::models::printed_summary::ModelSummary>,
+        Vec<crate::notices::printed_summary::ModelSummary>,
     ) {
         self.ctx
             .state()
@@ -131,7 +125,7 @@ impl FedContext {
     }
 
     /// Leaves a model summary for whoever runs the statement.
-    pub fn push_summary(&self, summary: crate::models::printed_summary::ModelSummary) {
+    pub fn push_summary(&self, summary: crate::notices::printed_summary::ModelSummary) {
         if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
             notices.push_summary(summary);
         }
@@ -278,7 +272,7 @@ impl FedContext {
                     if create.if_not_exists {
                         return self.empty();
                     }
-                    return Err(FedError::InvalidArgument(format!("table `{name}` already exists")));
+                    return Err(FedError::AlreadyExists(format!("table `{name}` already exists")));
                 }
                 self.ctx.register_table(name, Arc::new(table))?;
                 self.empty()
@@ -330,7 +324,7 @@ impl FedContext {
                 return Ok(());
             }
             if !stmt.or_replace {
-                return Err(FedError::InvalidArgument(format!(
+                return Err(FedError::AlreadyExists(format!(
                     "table `{}` already exists: DROP TABLE {} first, or use CREATE OR REPLACE FEDERATED TABLE",
                     stmt.name, stmt.name
                 )));
@@ -440,8 +434,9 @@ impl FedContext {
         crate::coordinator::analyst::of(self.ctx.state_ref().read().config())
     }
 
-    /// Leaves a notice for the statement's caller (shown after its result).
-    pub fn notice(&self, line: String) {
+    /// Leaves a notice for the statement's caller (shown after its
+    /// result): the one way a statement or a table function leaves one.
+    pub fn notice(&self, line: impl Into<String>) {
         if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
             notices.push(line);
         }
@@ -487,7 +482,7 @@ impl FedContext {
     /// The federated table of that name.
     pub async fn federated_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
         let provider = self.ctx.table_provider(name).await.map_err(|_| {
-            FedError::UnknownObject(format!("no table named `{name}`; \\d lists the tables"))
+            FedError::UnknownTable(format!("no table named `{name}`; \\d lists the tables"))
         })?;
         if FederatedTable::from_provider(provider.as_ref()).is_none() {
             return Err(FedError::InvalidArgument(format!(

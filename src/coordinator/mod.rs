@@ -28,6 +28,7 @@ pub mod explain;
 pub mod fed_statement;
 pub mod federated_table;
 pub mod fit_scope;
+pub mod fit_table;
 pub mod gate;
 pub mod merge;
 pub mod rounds;

@@ -1,6 +1,13 @@
-//! The arithmetic of formula transforms: `I(age^2)`, `log(x)`, read into SQL.
+//! The arithmetic of formula transforms: `I(age^2)`, `log(x)`, read into
+//! SQL, and how a column name is written in SQL ([`quote_ident`]).
 
-use super::{FUNCTIONS, quote_ident};
+/// The functions a term may apply to a numeric expression, and their SQL.
+pub(super) const FUNCTIONS: &[&str] = &["log", "exp", "sqrt", "log10", "log2", "abs"];
+
+/// A column name as a quoted SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
 
 /// A numeric expression over columns (`I(...)`, `log(...)`), read into SQL.
 pub(super) struct Arithmetic<'a> {

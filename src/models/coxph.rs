@@ -40,13 +40,15 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
-use super::analysis::{analysis_table, notify, option_value, parse_options, plan_error};
 use super::inference::{Reference, coefficients_batch};
 use super::source::{ModelSource, learn_levels, numeric_argument, string_arguments};
 use super::step_rounds::StepRounds;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, design_columns, missing_column, quote_ident};
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
 
 const USAGE: &str = "coxph('table or SELECT query', 'Surv(time, event) ~ x1 + C(g) [+ strata(s)]' [, 'ties=efron, max_iter=20, tolerance=1e-9, weights=col'])";
 
@@ -151,24 +153,25 @@ impl CoxSpec {
             tolerance: 1e-9,
             weights: None,
         };
-        let f = "coxph";
-        for (key, value) in parse_options(
-            f,
+        let options = Options::parse(
+            "coxph",
             args.get(2).map(String::as_str),
             &["ties", "max_iter", "tolerance", "weights"],
-        )? {
-            match key.as_str() {
-                "ties" => spec.ties = Ties::parse(&value).map_err(FedError::InvalidArgument)?,
-                "max_iter" => spec.max_iter = option_value(f, &key, &value, "a whole number")?,
+        )?;
+        for option in &options {
+            let value = &option.value;
+            match option.key.as_str() {
+                "ties" => spec.ties = Ties::parse(value).map_err(FedError::InvalidArgument)?,
+                "max_iter" => spec.max_iter = option.unsigned()? as usize,
                 "tolerance" => {
-                    spec.tolerance = option_value(f, &key, &value, "a number")?;
-                    if spec.tolerance.is_nan() || spec.tolerance <= 0.0 {
+                    spec.tolerance = option.number()?;
+                    if spec.tolerance <= 0.0 {
                         return Err(FedError::InvalidArgument(
                             "coxph: tolerance must be positive".into(),
                         ));
                     }
                 }
-                _ => spec.weights = Some(value),
+                _ => spec.weights = Some(value.clone()),
             }
         }
         Ok(spec)
@@ -191,30 +194,31 @@ impl TableFunctionImpl for CoxFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let name = self.name();
         let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
-        let spec = CoxSpec::parse(&strings).map_err(|e| plan_error(name, e))?;
+        let spec = CoxSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
         let label = format!("{name}('{}', ties {})", spec.source.given, spec.ties.name());
         let output = self.output;
         let schema = match output {
             CoxOutput::Coefficients => coefficients_schema(),
             CoxOutput::Stats => stats_schema(),
         };
-        Ok(analysis_table(label, schema, move |ctx| {
-            let spec = spec.clone();
-            async move {
+        Ok(deferred_table(
+            label,
+            schema,
+            Rounds::Iterative,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move {
                 let fit = fit(&ctx, &spec).await?;
                 if !fit.converged {
-                    notify(
-                        &ctx,
-                        format!(
+                    ctx.notice(format!(
                             "Warning: coxph: Ran out of iterations and did not converge (max_iter={})",
                             spec.max_iter
                         ),
                     );
                 }
                 if fit.rows_dropped > 0 {
-                    notify(
-                        &ctx,
-                        format!(
+                    ctx.notice(format!(
                             "coxph: {} rows dropped (a NULL in a column the model uses)",
                             fit.rows_dropped
                         ),
@@ -226,7 +230,8 @@ impl TableFunctionImpl for CoxFunction {
                 }
             }
             .boxed()
-        }))
+            },
+        ))
     }
 }
 

@@ -38,20 +38,23 @@ use fedsql_udfs::normal_equations::INTERCEPT;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use super::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use super::glm_fit::log_likelihood;
 pub use super::glm_fit::{GlmFit, stats_schema};
 use super::inference::{coefficients_schema, vcov_batch, vcov_schema};
-use super::options::{parse_options, unknown_option};
-use super::printed_summary::call_text;
 use super::source::{
     ModelSource, complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
 };
 use crate::coordinator::context::FedContext;
+use crate::coordinator::fit_table::Program;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
 use crate::models::step_rounds::StepRounds;
 use crate::notices::Progress;
+use crate::notices::printed_summary::call_text;
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::explain_step;
 
 /// The options `glm` takes.
 const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
@@ -109,12 +112,12 @@ impl GlmSpec {
             epsilon: 1e-8,
             weights: None,
         };
-        for option in parse_options(args.get(3).map(String::as_str))? {
+        let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
+        for option in &options {
             match option.key.as_str() {
                 "maxit" => spec.maxit = option.count()?,
                 "epsilon" => spec.epsilon = option.positive()?,
-                "weights" => spec.weights = Some(option.value),
-                other => return Err(unknown_option("glm", other, OPTIONS)),
+                _ => spec.weights = Some(option.value.clone()),
             }
         }
         Ok(spec)
@@ -149,37 +152,31 @@ impl TableFunctionImpl for GlmFunction {
             Box::pin(async move { explain(&ctx, &spec).await })
         });
         let call = r_call(&strings, &spec);
-        let table = model_table(
+        Ok(deferred_table(
             label,
             schema,
-            spec,
-            true,
-            move |ctx, spec, progress| {
-                let call = call.clone();
+            Rounds::Iterative,
+            Some(program),
+            move |ctx, progress| {
+                let (spec, call) = (spec.clone(), call.clone());
                 Box::pin(async move {
                     let fit = fit(&ctx, &spec, progress.as_deref()).await?;
                     if output == GlmOutput::Coefficients {
                         // R's summary() lines, which the REPL prints around the table.
                         ctx.push_summary(fit.printed_summary(call));
                     }
-                    Ok(fit)
+                    let batch = match output {
+                        GlmOutput::Coefficients => fit.coefficients()?,
+                        GlmOutput::Stats => fit.stats()?,
+                        GlmOutput::Vcov => vcov_batch(&fit.terms, &fit.covariance)?,
+                    };
+                    for warning in &fit.warnings {
+                        ctx.notice(format!("Warning: {warning}"));
+                    }
+                    Ok(batch)
                 })
             },
-            move |_, fit| {
-                let notices: Vec<String> = fit
-                    .warnings
-                    .iter()
-                    .map(|w| format!("Warning: {w}"))
-                    .collect();
-                let batch = match output {
-                    GlmOutput::Coefficients => fit.coefficients()?,
-                    GlmOutput::Stats => fit.stats()?,
-                    GlmOutput::Vcov => vcov_batch(&fit.terms, &fit.covariance)?,
-                };
-                Ok((batch, notices))
-            },
-        );
-        Ok(FitTable::explained(table, program))
+        ))
     }
 }
 

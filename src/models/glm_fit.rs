@@ -13,8 +13,8 @@ use fedsql_udfs::irls_step::IrlsSums;
 use statrs::function::gamma::ln_gamma;
 
 use super::inference::{Reference, coefficients_batch};
-use super::printed_summary::{FitLines, ModelSummary};
 use crate::error::Result;
+use crate::notices::printed_summary::{FitLines, ModelSummary};
 
 /// The columns of `glm_stats`.
 pub fn stats_schema() -> SchemaRef {

@@ -45,14 +45,14 @@ use fedsql_udfs::kmeans_step::{KmeansConfig, KmeansSums};
 use futures::FutureExt;
 use rand::{Rng, SeedableRng};
 
-use super::analysis::{
-    analysis_table, column_list, notify, numeric_columns, option_bool, option_value, parse_options,
-    plan_error, query,
-};
-use super::source::ModelSource;
+use super::source::{ModelSource, numeric_columns};
 use super::step_rounds::StepRounds;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
+use crate::table_function::arguments::{argument_error, column_list};
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "kmeans('table or SELECT query', 'x1, x2, ...', k [, 'centers=1 2; 3 4, iter_max=10, nstart=1, seed=0, scale=false'])";
 
@@ -90,7 +90,7 @@ impl KmeansSpec {
         k: Option<i64>,
         options: Option<&str>,
     ) -> Result<Self> {
-        let columns = column_list("kmeans", columns)?;
+        let columns = column_list(columns)?;
         let mut spec = KmeansSpec {
             source: ModelSource::parse(source),
             k: 0,
@@ -101,18 +101,18 @@ impl KmeansSpec {
             scale: false,
             columns,
         };
-        let f = "kmeans";
-        for (key, value) in parse_options(
-            f,
+        let options = Options::parse(
+            "kmeans",
             options,
             &["centers", "iter_max", "nstart", "seed", "scale"],
-        )? {
-            match key.as_str() {
-                "centers" => spec.centers = Some(parse_centers(&value, spec.columns.len())?),
-                "iter_max" => spec.iter_max = option_value(f, &key, &value, "a whole number")?,
-                "nstart" => spec.nstart = option_value(f, &key, &value, "a whole number")?,
-                "seed" => spec.seed = option_value(f, &key, &value, "a whole number")?,
-                _ => spec.scale = option_bool(f, &key, &value)?,
+        )?;
+        for option in &options {
+            match option.key.as_str() {
+                "centers" => spec.centers = Some(parse_centers(&option.value, spec.columns.len())?),
+                "iter_max" => spec.iter_max = option.unsigned()? as usize,
+                "nstart" => spec.nstart = option.unsigned()? as usize,
+                "seed" => spec.seed = option.unsigned()?,
+                _ => spec.scale = option.boolean()?,
             }
         }
         if spec.iter_max == 0 || spec.nstart == 0 {
@@ -232,35 +232,38 @@ impl TableFunctionImpl for KmeansFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let name = self.name();
         let (source, columns, k, options) =
-            arguments(args.exprs()).map_err(|e| plan_error(name, e))?;
+            arguments(args.exprs()).map_err(|e| argument_error(name, e))?;
         let spec = KmeansSpec::parse(&source, &columns, k, options.as_deref())
-            .map_err(|e| plan_error(name, e))?;
+            .map_err(|e| argument_error(name, e))?;
         let label = format!("{name}('{}', k = {})", spec.source.given, spec.k);
         let output = self.output;
         let schema = match output {
             KmeansOutput::Clusters => clusters_schema(&spec.columns),
             KmeansOutput::Summary => summary_schema(),
         };
-        Ok(analysis_table(label, schema, move |ctx| {
-            let spec = spec.clone();
-            async move {
-                let fit = fit(&ctx, &spec).await?;
-                if !fit.converged {
-                    notify(
-                        &ctx,
-                        format!(
+        Ok(deferred_table(
+            label,
+            schema,
+            Rounds::Iterative,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move {
+                    let fit = fit(&ctx, &spec).await?;
+                    if !fit.converged {
+                        ctx.notice(format!(
                             "Warning: kmeans did not converge in {} iterations (raise iter_max)",
                             spec.iter_max
-                        ),
-                    );
+                        ));
+                    }
+                    match output {
+                        KmeansOutput::Clusters => fit.clusters(&spec.columns),
+                        KmeansOutput::Summary => fit.summary(),
+                    }
                 }
-                match output {
-                    KmeansOutput::Clusters => fit.clusters(&spec.columns),
-                    KmeansOutput::Summary => fit.summary(),
-                }
-            }
-            .boxed()
-        }))
+                .boxed()
+            },
+        ))
     }
 }
 

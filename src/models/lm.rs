@@ -22,15 +22,18 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use super::inference::{self, Reference, coefficients_schema};
-use super::printed_summary::{FitLines, ModelSummary, call_text};
 use super::source::{ModelSource, complete_cases, learn_levels, levels_sql, string_arguments};
 use crate::coordinator::context::FedContext;
+use crate::coordinator::fit_table::Program;
 use crate::error::{FedError, Result};
 use crate::formula::{
     DesignColumn, Formula, Response, design_columns, missing_column, quote_ident,
 };
+use crate::notices::printed_summary::{FitLines, ModelSummary, call_text};
+use crate::table_function::arguments::{argument_error, invalid_argument};
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::rounds::explain_step;
 
 const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
 
@@ -59,13 +62,17 @@ impl TableFunctionImpl for LmFunction {
         let name = self.name();
         let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
         if strings.len() > 2 {
-            return datafusion::common::plan_err!("{name} takes 2 arguments; usage: {USAGE}");
+            return Err(invalid_argument(
+                name,
+                format!("{name} takes 2 arguments; usage: {USAGE}"),
+            ));
         }
         let formula = Formula::parse(&strings[1]).map_err(|e| argument_error(name, e))?;
         if formula.offset.is_some() || matches!(formula.response, Response::Counts { .. }) {
-            return datafusion::common::plan_err!(
-                "{name}: offset() and cbind() belong to glm formulas"
-            );
+            return Err(invalid_argument(
+                name,
+                "offset() and cbind() belong to glm formulas",
+            ));
         }
         let source = ModelSource::parse(&strings[0]);
         let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
@@ -76,32 +83,29 @@ impl TableFunctionImpl for LmFunction {
             Box::pin(async move { explain(&ctx, &source, &formula).await })
         });
         let call = call_text("lm", &strings[1], &[], &strings[0]);
-        let table = model_table(
+        Ok(deferred_table(
             label,
             schema,
-            (source, formula),
-            false,
-            move |ctx, (source, formula), _| {
-                let call = call.clone();
+            Rounds::Independent,
+            Some(program),
+            move |ctx, _| {
+                let (source, formula, call) = (source.clone(), formula.clone(), call.clone());
                 Box::pin(async move {
                     let fit = fit(&ctx, &source, &formula).await?;
-                    if output == LmOutput::Coefficients {
-                        // R's summary() lines, which the REPL prints around the table.
-                        ctx.push_summary(printed_summary(&fit, call));
+                    match output {
+                        LmOutput::Coefficients => {
+                            // R's summary() lines, which the REPL prints around the table.
+                            ctx.push_summary(printed_summary(&fit, call));
+                            coefficients_batch(&fit.ols)
+                        }
+                        LmOutput::Stats => stats_batch(&fit),
+                        LmOutput::Vcov => {
+                            inference::vcov_batch(&fit.ols.terms, &fit.ols.covariance)
+                        }
                     }
-                    Ok(fit)
                 })
             },
-            move |_, fit| {
-                let batch = match output {
-                    LmOutput::Coefficients => coefficients_batch(&fit.ols)?,
-                    LmOutput::Stats => stats_batch(&fit)?,
-                    LmOutput::Vcov => inference::vcov_batch(&fit.ols.terms, &fit.ols.covariance)?,
-                };
-                Ok((batch, Vec::new()))
-            },
-        );
-        Ok(FitTable::explained(table, program))
+        ))
     }
 }
 

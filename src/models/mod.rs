@@ -3,19 +3,15 @@
 //! states leave the clients, and only shared values (levels, coefficients)
 //! are sent to them.
 
-pub mod analysis;
 pub mod coxph;
 pub mod fedsgd;
-pub mod fit_table;
 pub mod glm;
 pub mod glm_fit;
 pub mod inference;
 pub mod kmeans;
 pub mod lm;
 pub mod optimizer;
-pub mod options;
 pub mod pca;
-pub mod printed_summary;
 pub mod source;
 pub mod step_rounds;
 pub mod survival;

@@ -7,8 +7,8 @@
 use fedsql_udfs::linalg::{solve_spd, to_dmatrix, to_dvector};
 use ndarray::Array2;
 
-use super::options::ModelOption;
 use crate::error::{FedError, Result};
+use crate::table_function::options::TableOption;
 
 /// An optimizer and its hyperparameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +98,7 @@ impl OptimizerKind {
     }
 
     /// Sets one hyperparameter (`option.key` is one of [`Self::options`]).
-    pub fn set(&mut self, option: &ModelOption) -> Result<()> {
+    pub fn set(&mut self, option: &TableOption) -> Result<()> {
         let key = option.key.as_str();
         match (self, key) {
             (Self::Momentum { momentum, .. }, "momentum") => *momentum = option.fraction()?,

@@ -28,13 +28,13 @@ use fedsql_udfs::centered_moments;
 use futures::FutureExt;
 use nalgebra::{DMatrix, SymmetricEigen};
 
-use super::analysis::{
-    analysis_table, column_list, notify, numeric_columns, option_bool, parse_options, plan_error,
-    query,
-};
-use super::source::{ModelSource, string_arguments};
+use super::source::{ModelSource, numeric_columns, string_arguments};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
+use crate::table_function::arguments::{argument_error, column_list};
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "pca('table or SELECT query', 'x1, x2, ...' [, 'scale=false, center=true'])";
 
@@ -72,16 +72,15 @@ impl PcaSpec {
         }
         let mut spec = PcaSpec {
             source: ModelSource::parse(&args[0]),
-            columns: column_list("pca", &args[1])?,
+            columns: column_list(&args[1])?,
             scale: false,
             center: true,
         };
-        for (key, value) in
-            parse_options("pca", args.get(2).map(String::as_str), &["scale", "center"])?
-        {
-            match key.as_str() {
-                "scale" => spec.scale = option_bool("pca", &key, &value)?,
-                _ => spec.center = option_bool("pca", &key, &value)?,
+        let options = Options::parse("pca", args.get(2).map(String::as_str), &["scale", "center"])?;
+        for option in &options {
+            match option.key.as_str() {
+                "scale" => spec.scale = option.boolean()?,
+                _ => spec.center = option.boolean()?,
             }
         }
         Ok(spec)
@@ -104,7 +103,7 @@ impl TableFunctionImpl for PcaFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let name = self.name();
         let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
-        let spec = PcaSpec::parse(&strings).map_err(|e| plan_error(name, e))?;
+        let spec = PcaSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
         let label = format!(
             "{name}('{}', '{}')",
             spec.source.given,
@@ -115,24 +114,27 @@ impl TableFunctionImpl for PcaFunction {
             PcaOutput::Components => components_schema(),
             PcaOutput::Loadings => loadings_schema(spec.columns.len()),
         };
-        Ok(analysis_table(label, schema, move |ctx| {
-            let spec = spec.clone();
-            async move {
-                let fit = fit(&ctx, &spec).await?;
-                notify(
-                    &ctx,
-                    format!(
+        Ok(deferred_table(
+            label,
+            schema,
+            Rounds::Iterative,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move {
+                    let fit = fit(&ctx, &spec).await?;
+                    ctx.notice(format!(
                         "pca: {} rows used, {} dropped (a NULL in a listed column)",
                         fit.n, fit.rows_dropped
-                    ),
-                );
-                match output {
-                    PcaOutput::Components => fit.components(),
-                    PcaOutput::Loadings => fit.loadings(),
+                    ));
+                    match output {
+                        PcaOutput::Components => fit.components(),
+                        PcaOutput::Loadings => fit.loadings(),
+                    }
                 }
-            }
-            .boxed()
-        }))
+                .boxed()
+            },
+        ))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::coordinator::client_column::CLIENT_COLUMN;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Levels, level_label, missing_column, quote_ident};
+use crate::table_function::arguments::invalid_argument;
 
 /// The rows a model is fitted on.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,14 @@ impl ModelSource {
             })?;
         Ok(Arc::new(Schema::new(df.schema().fields().clone())))
     }
+}
+
+/// `CAST(col AS DOUBLE)` for each column, checked numeric in `schema`.
+pub fn numeric_columns(schema: &Schema, columns: &[String]) -> Result<Vec<String>> {
+    columns
+        .iter()
+        .map(|c| numeric_argument(schema, c, "column"))
+        .collect()
 }
 
 /// `CAST("column" AS DOUBLE)` for a numeric column of the source, which
@@ -109,7 +118,7 @@ pub async fn learn_levels(
         return Ok(Vec::new());
     }
     let sql = levels_sql(source, formula, factors);
-    let batches = crate::stats::run_round(&ctx.one_off(), &sql).await?;
+    let batches = crate::table_function::rounds::query(&ctx.one_off(), &sql).await?;
     let mut levels: Levels = factors.iter().map(|f| (f.clone(), Vec::new())).collect();
     for batch in &batches {
         for (i, (_, values)) in levels.iter_mut().enumerate() {
@@ -232,15 +241,17 @@ pub fn string_arguments(
                 | ScalarValue::LargeUtf8(Some(s)),
                 _,
             ) => Ok(s.clone()),
-            other => datafusion::common::plan_err!(
-                "{function}: arguments are string literals, got {other}; usage: {usage}"
-            ),
+            other => Err(invalid_argument(
+                function,
+                format!("arguments are string literals, got {other}; usage: {usage}"),
+            )),
         })
         .collect::<datafusion::error::Result<_>>()?;
     if strings.len() < min {
-        return datafusion::common::plan_err!(
-            "{function} takes at least {min} arguments; usage: {usage}"
-        );
+        return Err(invalid_argument(
+            function,
+            format!("{function} takes at least {min} arguments; usage: {usage}"),
+        ));
     }
     Ok(strings)
 }

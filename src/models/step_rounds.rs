@@ -9,6 +9,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::coordinator::context::FedContext;
 use crate::coordinator::dataframe::PreparedQuery;
 use crate::error::Result;
+use crate::table_function::rounds::{query, records_rounds};
 
 /// A program's step rounds.
 pub struct StepRounds<'a> {
@@ -32,8 +33,8 @@ impl<'a> StepRounds<'a> {
         config: &str,
         sql: impl FnOnce() -> String,
     ) -> Result<Vec<RecordBatch>> {
-        if crate::stats::records_rounds(self.ctx) {
-            return crate::models::analysis::query(self.ctx, &sql()).await;
+        if records_rounds(self.ctx) {
+            return query(self.ctx, &sql()).await;
         }
         let rebound = match &self.planned {
             Some((query, old)) => query.rebound(old, config)?,

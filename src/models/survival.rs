@@ -43,11 +43,14 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
-use super::analysis::{analysis_table, notify, option_value, parse_options, plan_error, query};
 use super::source::{ModelSource, string_arguments};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
+use crate::table_function::arguments::{argument_error, invalid_argument};
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::query;
 
 const KM_USAGE: &str = "kaplan_meier('table or SELECT query', 'time', 'event', 'breaks=0 30 60 90' | 'width=30, max=720' [, 'by=column, conf_level=0.95'])";
 const LR_USAGE: &str = "logrank_test('table or SELECT query', 'time', 'event', 'group', 'breaks=0 30 60 90' | 'width=30, max=720')";
@@ -87,20 +90,15 @@ impl SurvivalSpec {
             conf_level: 0.95,
         };
         let (mut breaks, mut width, mut max) = (None, None, None);
-        for (key, value) in parse_options(function, options, allowed)? {
-            match key.as_str() {
-                "breaks" => {
-                    let values: Vec<f64> = value
-                        .split_whitespace()
-                        .map(|v| option_value(function, &key, v, "numbers separated by spaces"))
-                        .collect::<Result<_>>()?;
-                    breaks = Some(values);
-                }
-                "width" => width = Some(option_value::<f64>(function, &key, &value, "a number")?),
-                "max" => max = Some(option_value::<f64>(function, &key, &value, "a number")?),
-                "by" => spec.group = Some(value),
+        let options = Options::parse(function, options, allowed)?;
+        for option in &options {
+            match option.key.as_str() {
+                "breaks" => breaks = Some(option.numbers()?),
+                "width" => width = Some(option.number()?),
+                "max" => max = Some(option.number()?),
+                "by" => spec.group = Some(option.value.clone()),
                 _ => {
-                    spec.conf_level = option_value(function, &key, &value, "a number")?;
+                    spec.conf_level = option.number()?;
                     if !(spec.conf_level > 0.0 && spec.conf_level < 1.0) {
                         return Err(FedError::InvalidArgument(format!(
                             "{function}: conf_level must be between 0 and 1"
@@ -171,10 +169,10 @@ impl TableFunctionImpl for SurvivalFunction {
         };
         let s = string_arguments(name, usage, args.exprs(), min)?;
         if s.len() > min + 1 {
-            return datafusion::common::plan_err!(
-                "{name} takes at most {} arguments; usage: {usage}",
-                min + 1
-            );
+            return Err(invalid_argument(
+                name,
+                format!("{name} takes at most {} arguments; usage: {usage}", min + 1),
+            ));
         }
         let (group, options) = match self.output {
             SurvivalOutput::KaplanMeier => (None, s.get(3)),
@@ -188,7 +186,7 @@ impl TableFunctionImpl for SurvivalFunction {
             group,
             options.map(String::as_str),
         )
-        .map_err(|e| plan_error(name, e))?;
+        .map_err(|e| argument_error(name, e))?;
         let label = format!(
             "{name}('{}', {} intervals)",
             spec.source.given,
@@ -199,17 +197,23 @@ impl TableFunctionImpl for SurvivalFunction {
             SurvivalOutput::KaplanMeier => km_schema(),
             SurvivalOutput::LogRank => logrank_schema(),
         };
-        Ok(analysis_table(label, schema, move |ctx| {
-            let spec = spec.clone();
-            async move {
-                let tables = life_tables(&ctx, name, &spec).await?;
-                match output {
-                    SurvivalOutput::KaplanMeier => kaplan_meier(&spec, &tables),
-                    SurvivalOutput::LogRank => logrank(&tables),
+        Ok(deferred_table(
+            label,
+            schema,
+            Rounds::Iterative,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move {
+                    let tables = life_tables(&ctx, name, &spec).await?;
+                    match output {
+                        SurvivalOutput::KaplanMeier => kaplan_meier(&spec, &tables),
+                        SurvivalOutput::LogRank => logrank(&tables),
+                    }
                 }
-            }
-            .boxed()
-        }))
+                .boxed()
+            },
+        ))
     }
 }
 
@@ -333,7 +337,7 @@ async fn life_tables(
         } else {
             "a NULL time or event".to_string()
         };
-        notify(ctx, format!("{function}: {dropped} rows dropped ({what})"));
+        ctx.notice(format!("{function}: {dropped} rows dropped ({what})"));
     }
     if used == 0.0 {
         return Err(FedError::InvalidArgument(format!(

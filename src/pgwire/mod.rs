@@ -28,11 +28,11 @@ use std::sync::Arc;
 
 pub use server::{Server, ServerOptions, start};
 
-use crate::cli::Source;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::print::OutputFormat;
 use crate::repl::ReplOptions;
+use crate::repl::script::{Source, run_sources};
 
 /// Where `fedsql serve` listens unless told otherwise (5432 is left to a
 /// real PostgreSQL).
@@ -105,7 +105,7 @@ pub async fn setup_context(args: &ServeArgs) -> Result<FedContext> {
         progress: false,
     };
     let mut out = std::io::stdout();
-    crate::cli::run_sources(&ctx, &sources, options, &mut out).await?;
+    run_sources(&ctx, &sources, options, &mut out).await?;
     Ok(ctx)
 }
 

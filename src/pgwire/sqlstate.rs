@@ -50,9 +50,11 @@ pub mod code {
 
 /// The PostgreSQL error for a fedsql error: SQLSTATE, message and hint.
 ///
-/// Each kind of [`FedError`] has its SQLSTATE; only an unknown object is
-/// told apart by its wording (a table, a function or a column), and only
-/// errors DataFusion raised itself are classified from DataFusion's kinds.
+/// Each kind of [`FedError`] has its SQLSTATE, whatever its message says
+/// (a table function's bad argument keeps its kind on its way through
+/// DataFusion, see [`crate::table_function::arguments`]). Only errors
+/// DataFusion raised itself are classified from DataFusion's kinds, and a
+/// planning error of DataFusion's, which has no finer kind, from its wording.
 pub fn error_info(error: &FedError) -> ErrorInfo {
     match error {
         FedError::Refused { reason, hint } => {
@@ -79,16 +81,11 @@ pub fn error_info(error: &FedError) -> ErrorInfo {
             Some(hint.clone()),
         ),
         FedError::Syntax(message) => info(code::SYNTAX_ERROR, message.clone()),
-        FedError::UnknownObject(message) => info(unknown_object_code(message), message.clone()),
-        FedError::InvalidArgument(message) => {
-            // A name already taken is PostgreSQL's duplicate_table.
-            let code = if message.contains("already exists") {
-                code::DUPLICATE_OBJECT
-            } else {
-                code::INVALID_PARAMETER_VALUE
-            };
-            info(code, message.clone())
-        }
+        FedError::UnknownTable(message) => info(code::UNDEFINED_TABLE, message.clone()),
+        FedError::UnknownColumn(message) => info(code::UNDEFINED_COLUMN, message.clone()),
+        FedError::UnknownObject(message) => info(code::UNDEFINED_OBJECT, message.clone()),
+        FedError::AlreadyExists(message) => info(code::DUPLICATE_OBJECT, message.clone()),
+        FedError::InvalidArgument(message) => info(code::INVALID_PARAMETER_VALUE, message.clone()),
         FedError::Internal(_) => info(code::INTERNAL_ERROR, error.to_string()),
         FedError::DataFusion(e) => datafusion_error_info(e),
         FedError::Arrow(e) => arrow_error_info(e, error.to_string()),
@@ -105,25 +102,6 @@ fn with_hint(code: &str, message: String, hint: Option<String>) -> ErrorInfo {
     let mut info = info(code, message);
     info.hint = hint;
     info
-}
-
-/// The SQLSTATE of an unknown object, from what the message says is
-/// missing: a table, a function or a column (DataFusion's schema errors
-/// say "field", and also carry its ambiguous references); anything else
-/// (an option, an optimizer) is undefined_object.
-fn unknown_object_code(message: &str) -> &'static str {
-    let lower = message.to_ascii_lowercase();
-    if is_unknown_table(&lower) {
-        code::UNDEFINED_TABLE
-    } else if is_unknown_function(&lower) {
-        code::UNDEFINED_FUNCTION
-    } else if lower.contains("ambiguous reference") {
-        code::AMBIGUOUS_COLUMN
-    } else if lower.contains("column") || lower.contains("field") {
-        code::UNDEFINED_COLUMN
-    } else {
-        code::UNDEFINED_OBJECT
-    }
 }
 
 fn is_unknown_table(lower: &str) -> bool {
@@ -283,21 +261,11 @@ mod tests {
         let code = |e: FedError| error_info(&e).code;
         assert_eq!(code(FedError::Syntax("bad".into())), "42601");
         assert_eq!(
-            code(FedError::UnknownObject(
-                "no table named `x`; \\d lists the tables".into()
-            )),
+            code(FedError::UnknownTable("no table named `x`".into())),
             "42P01"
         );
         assert_eq!(
-            code(FedError::UnknownObject(
-                "Invalid function 'nosuch'.\nDid you mean 'cosh'?".into()
-            )),
-            "42883"
-        );
-        assert_eq!(
-            code(FedError::UnknownObject(
-                "Schema error: No field named nosuch. Valid fields are clinic.age.".into()
-            )),
+            code(FedError::UnknownColumn("no column `x`".into())),
             "42703"
         );
         assert_eq!(
@@ -307,14 +275,41 @@ mod tests {
             "42704"
         );
         assert_eq!(
+            code(FedError::AlreadyExists("table `t` already exists".into())),
+            "42P07"
+        );
+        assert_eq!(
             code(FedError::InvalidArgument("maxit must be positive".into())),
             "22023"
         );
+        assert_eq!(code(FedError::Internal("oops".into())), "XX000");
+    }
+
+    #[test]
+    fn the_code_follows_the_kind_not_the_words() {
+        let code = |e: FedError| error_info(&e).code;
+        // Words that name another kind change nothing.
         assert_eq!(
             code(FedError::InvalidArgument("table `t` already exists".into())),
-            "42P07"
+            "22023"
         );
-        assert_eq!(code(FedError::Internal("oops".into())), "XX000");
+        assert_eq!(
+            code(FedError::UnknownObject(
+                "no table named `x`, no column".into()
+            )),
+            "42704"
+        );
+        // A table function's bad argument keeps its kind through DataFusion.
+        let option = FedError::from(crate::table_function::arguments::argument_error(
+            "pca",
+            FedError::UnknownObject("unknown option `rank`: pca takes scale, center".into()),
+        ));
+        assert_eq!(code(option), "42704");
+        let value = FedError::DataFusion(crate::table_function::arguments::invalid_argument(
+            "t_test",
+            "not supported here",
+        ));
+        assert_eq!(code(value), "22023");
     }
 
     #[test]
@@ -326,7 +321,7 @@ mod tests {
             }),
             Box::new(None),
         ));
-        assert!(matches!(column, FedError::UnknownObject(_)), "{column}");
+        assert!(matches!(column, FedError::UnknownColumn(_)), "{column}");
         assert_eq!(error_info(&column).code, "42703");
         let internal = FedError::from(DataFusionError::Internal("oops".into()));
         assert_eq!(error_info(&internal).code, "XX000");

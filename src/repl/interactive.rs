@@ -58,7 +58,7 @@ pub async fn run_interactive(
     );
     let mut stdout = io::stdout();
     if let Some(rc) = rc
-        && let Err(error) = crate::cli::run_rc(&mut session, rc, &mut stdout).await
+        && let Err(error) = crate::repl::script::run_rc(&mut session, rc, &mut stdout).await
     {
         eprintln!("Error: {error}");
     }

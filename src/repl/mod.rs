@@ -14,6 +14,7 @@ pub mod completion;
 pub mod input;
 pub mod interactive;
 pub mod progress;
+pub mod script;
 pub mod session;
 
 use std::io::Write;

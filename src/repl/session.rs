@@ -13,7 +13,7 @@
 //! and errors go to the session's *diagnostics* writer (stderr).
 //!
 //! After an `lm` or `glm` coefficient table the table format prints R's
-//! `summary()` lines around it (see [`crate::models::printed_summary`]).
+//! `summary()` lines around it (see [`crate::notices::printed_summary`]).
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -427,7 +427,7 @@ impl Session {
         };
         match exact.or_else(folded) {
             Some(i) => Ok(tables[i].clone()),
-            None => Err(FedError::UnknownObject(format!(
+            None => Err(FedError::UnknownTable(format!(
                 "no table named `{name}`: \\d lists the tables"
             ))),
         }

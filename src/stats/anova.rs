@@ -29,11 +29,13 @@ use futures::FutureExt;
 use ndarray::Array2;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::{deferred_table, empty_source, one_row};
+use super::round_values::{empty_source, one_row};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns, missing_column, quote_ident};
 use crate::models::source::{ModelSource, learn_levels, string_arguments};
+use crate::table_function::arguments::{argument_error, invalid_argument};
+use crate::table_function::deferred::{Rounds, deferred_table};
 
 const USAGE: &str = "anova('table or SELECT query', 'y ~ a + b + a:b')";
 
@@ -51,23 +53,32 @@ impl TableFunctionImpl for AnovaFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let strings = string_arguments("anova", USAGE, args.exprs(), 2)?;
         if strings.len() != 2 {
-            return datafusion::common::plan_err!("anova takes 2 arguments; usage: {USAGE}");
+            return Err(invalid_argument(
+                "anova",
+                format!("anova takes 2 arguments; usage: {USAGE}"),
+            ));
         }
-        let mut formula = Formula::parse(&strings[1])
-            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let mut formula = Formula::parse(&strings[1]).map_err(|e| argument_error("anova", e))?;
         if formula.offset.is_some() || !matches!(formula.response, Response::Column(_)) {
-            return datafusion::common::plan_err!(
-                "anova: offset() and cbind() belong to glm formulas; usage: {USAGE}"
-            );
+            return Err(invalid_argument(
+                "anova",
+                format!("offset() and cbind() belong to glm formulas; usage: {USAGE}"),
+            ));
         }
         // R's terms(): by degree, stable within a degree.
         formula.terms.sort_by_key(|t| t.variables.len());
         let source = ModelSource::parse(&strings[0]);
         let label = format!("anova('{}', '{}')", source.given, strings[1]);
-        Ok(deferred_table(label, schema(), move |ctx, _| {
-            let (source, formula) = (source.clone(), formula.clone());
-            async move { run(&ctx, &source, &formula).await?.to_batch() }.boxed()
-        }))
+        Ok(deferred_table(
+            label,
+            schema(),
+            Rounds::Independent,
+            None,
+            move |ctx, _| {
+                let (source, formula) = (source.clone(), formula.clone());
+                async move { run(&ctx, &source, &formula).await?.to_batch() }.boxed()
+            },
+        ))
     }
 }
 

@@ -25,11 +25,15 @@ use datafusion::common::ScalarValue;
 use futures::FutureExt;
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
-use super::{bool_option, count_at, deferred_table, empty_source, parse_options};
+use super::round_values::{count_at, empty_source};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
 use crate::models::source::{ModelSource, string_arguments};
+use crate::table_function::arguments::{argument_error, invalid_argument};
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::query;
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,56 +81,70 @@ impl TableFunctionImpl for ChisqFunction {
             3
         };
         if strings.len() > max {
-            return datafusion::common::plan_err!(
-                "{name} takes at most {max} arguments; usage: {usage}"
-            );
+            return Err(invalid_argument(
+                name,
+                format!("{name} takes at most {max} arguments; usage: {usage}"),
+            ));
         }
-        let plan_err = |e: FedError| datafusion::error::DataFusionError::Plan(e.to_string());
-        let mut correct = true;
-        for (_, value) in parse_options(name, strings.get(3).map(String::as_str), &["correct"])
-            .map_err(plan_err)?
-        {
-            correct = bool_option("correct", &value).map_err(plan_err)?;
-        }
+        let options = Options::parse(name, strings.get(3).map(String::as_str), &["correct"])
+            .map_err(|e| argument_error(name, e))?;
+        let correct = match options.get("correct") {
+            Some(o) => o.boolean().map_err(|e| argument_error(name, e))?,
+            None => true,
+        };
         let source = ModelSource::parse(&strings[0]);
         let (a, b) = (strings[1].trim().to_string(), strings[2].trim().to_string());
         if a == b {
-            return datafusion::common::plan_err!(
-                "{name}: the two columns are both `{a}`; give two different columns"
-            );
+            return Err(invalid_argument(
+                name,
+                format!("the two columns are both `{a}`; give two different columns"),
+            ));
         }
         let label = format!("{name}('{}', '{a}', '{b}')", source.given);
         match self.output {
-            ChisqOutput::Test => Ok(deferred_table(label, test_schema(), move |ctx, notices| {
-                let (source, a, b) = (source.clone(), a.clone(), b.clone());
-                async move {
-                    let table = CrossTable::count(&ctx, "chisq_test", &source, &a, &b).await?;
-                    let test = table.chisq_test(correct)?;
-                    if test.small_expected
-                        && let Some(notices) = notices
-                    {
-                        notices.push("Warning: Chi-squared approximation may be incorrect (an expected count is below 5)");
-                    }
-                    test.to_batch()
-                }
-                .boxed()
-            })),
-            ChisqOutput::Crosstab => {
-                if a == "n" || b == "n" {
-                    return datafusion::common::plan_err!(
-                        "crosstab: a column named `n` would clash with the count column `n`; rename it in a query source, e.g. 'SELECT n AS n_ FROM t'"
-                    );
-                }
-                let schema = crosstab_schema(&a, &b);
-                Ok(deferred_table(label, Arc::clone(&schema), move |ctx, _| {
-                    let (source, a, b, schema) =
-                        (source.clone(), a.clone(), b.clone(), Arc::clone(&schema));
+            ChisqOutput::Test => Ok(deferred_table(
+                label,
+                test_schema(),
+                Rounds::Independent,
+                None,
+                move |ctx, _| {
+                    let (source, a, b) = (source.clone(), a.clone(), b.clone());
                     async move {
-                        let table = CrossTable::count(&ctx, "crosstab", &source, &a, &b).await?;
-                        table.to_batch(schema)
+                        let table = CrossTable::count(&ctx, "chisq_test", &source, &a, &b).await?;
+                        let test = table.chisq_test(correct)?;
+                        if test.small_expected {
+                            ctx.notice("Warning: Chi-squared approximation may be incorrect (an expected count is below 5)",
+                            );
+                        }
+                        test.to_batch()
                     }
                     .boxed()
-                }))
+                },
+            )),
+            ChisqOutput::Crosstab => {
+                if a == "n" || b == "n" {
+                    return Err(invalid_argument(
+                        "crosstab",
+                        "a column named `n` would clash with the count column `n`; rename it in a query source, e.g. 'SELECT n AS n_ FROM t'",
+                    ));
+                }
+                let schema = crosstab_schema(&a, &b);
+                Ok(deferred_table(
+                    label,
+                    Arc::clone(&schema),
+                    Rounds::Independent,
+                    None,
+                    move |ctx, _| {
+                        let (source, a, b, schema) =
+                            (source.clone(), a.clone(), b.clone(), Arc::clone(&schema));
+                        async move {
+                            let table =
+                                CrossTable::count(&ctx, "crosstab", &source, &a, &b).await?;
+                            table.to_batch(schema)
+                        }
+                        .boxed()
+                    },
+                ))
             }
         }
     }
@@ -204,7 +222,7 @@ impl CrossTable {
              GROUP BY GROUPING SETS (({qa}, {qb}), ())",
             source.from
         );
-        let batches = super::run_round(ctx, &sql).await?;
+        let batches = query(ctx, &sql).await?;
         let mut cells: Vec<(ScalarValue, ScalarValue, i64)> = Vec::new();
         let mut total = 0;
         for batch in &batches {

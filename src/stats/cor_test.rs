@@ -19,10 +19,14 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use futures::FutureExt;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
-use super::{Alternative, conf_level_option, deferred_table, empty_source, one_row, parse_options};
+use super::hypothesis::Alternative;
+use super::round_values::{empty_source, one_row};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
 
 const USAGE: &str =
     "cor_test('table or SELECT query', 'x', 'y' [, 'alternative=two.sided, conf_level=0.95'])";
@@ -47,12 +51,32 @@ impl TableFunctionImpl for CorTestFunction {
         args: TableFunctionArgs,
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let strings = string_arguments("cor_test", USAGE, args.exprs(), 3)?;
+        let spec = CorTestSpec::parse(&strings).map_err(|e| argument_error("cor_test", e))?;
+        let label = format!(
+            "cor_test('{}', '{}', '{}')",
+            spec.source.given, spec.x, spec.y
+        );
+        Ok(deferred_table(
+            label,
+            schema(),
+            Rounds::Independent,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move { run(&ctx, &spec).await }.boxed()
+            },
+        ))
+    }
+}
+
+impl CorTestSpec {
+    /// Parses the string arguments of `cor_test(source, x, y [, options])`.
+    fn parse(strings: &[String]) -> Result<Self> {
         if strings.len() > 4 {
-            return datafusion::common::plan_err!(
+            return Err(FedError::InvalidArgument(format!(
                 "cor_test takes 3 or 4 arguments; usage: {USAGE}"
-            );
+            )));
         }
-        let plan_err = |e: FedError| datafusion::error::DataFusionError::Plan(e.to_string());
         let mut spec = CorTestSpec {
             source: ModelSource::parse(&strings[0]),
             x: strings[1].trim().to_string(),
@@ -60,32 +84,24 @@ impl TableFunctionImpl for CorTestFunction {
             alternative: Alternative::TwoSided,
             conf_level: 0.95,
         };
-        for (key, value) in parse_options(
+        let options = Options::parse(
             "cor_test",
             strings.get(3).map(String::as_str),
             &["alternative", "conf_level", "method"],
-        )
-        .map_err(plan_err)?
-        {
-            match key.as_str() {
-                "alternative" => spec.alternative = Alternative::parse(&value).map_err(plan_err)?,
-                "conf_level" => spec.conf_level = conf_level_option(&value).map_err(plan_err)?,
-                _ if value.eq_ignore_ascii_case("pearson") => {}
+        )?;
+        for option in &options {
+            match option.key.as_str() {
+                "alternative" => spec.alternative = Alternative::parse(&option.value)?,
+                "conf_level" => spec.conf_level = option.conf_level()?,
+                _ if option.value.eq_ignore_ascii_case("pearson") => {}
                 _ => {
-                    return datafusion::common::plan_err!(
-                        "cor_test: option method={value}: only pearson is available (its state is fixed-size; rank correlations would need every value)"
-                    );
+                    return Err(option.bad(
+                        "only pearson is available (its state is fixed-size; rank correlations would need every value)",
+                    ));
                 }
             }
         }
-        let label = format!(
-            "cor_test('{}', '{}', '{}')",
-            spec.source.given, spec.x, spec.y
-        );
-        Ok(deferred_table(label, schema(), move |ctx, _| {
-            let spec = spec.clone();
-            async move { run(&ctx, &spec).await }.boxed()
-        }))
+        Ok(spec)
     }
 }
 

@@ -24,14 +24,13 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::histogram::Bins;
 use futures::FutureExt;
 
-use super::{
-    count_at, deferred_table, empty_source, float_at, float_literal, number_option, one_row,
-    parse_options,
-};
+use super::round_values::{count_at, empty_source, float_at, float_literal, one_row};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
-use crate::notices::Notices;
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
 
 const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=..., upper=...'])";
 
@@ -64,26 +63,21 @@ impl HistSpec {
             lower: None,
             upper: None,
         };
-        for (key, value) in parse_options(
+        let options = Options::parse(
             "hist",
             args.get(2).map(String::as_str),
             &["bins", "lower", "upper"],
-        )? {
-            match key.as_str() {
+        )?;
+        for option in &options {
+            match option.key.as_str() {
                 "bins" => {
-                    spec.bins = value.parse::<i64>().map_err(|_| {
-                        FedError::InvalidArgument(format!(
-                            "hist: option bins={value}: expected a whole number"
-                        ))
-                    })?;
+                    spec.bins = option.integer()?;
                     if spec.bins <= 0 {
-                        return Err(FedError::InvalidArgument(format!(
-                            "hist: option bins={value}: bins must be at least 1"
-                        )));
+                        return Err(option.bad("bins must be at least 1"));
                     }
                 }
-                "lower" => spec.lower = Some(number_option(&key, &value)?),
-                _ => spec.upper = Some(number_option(&key, &value)?),
+                "lower" => spec.lower = Some(option.number()?),
+                _ => spec.upper = Some(option.number()?),
             }
         }
         if let (Some(lower), Some(upper)) = (spec.lower, spec.upper)
@@ -103,13 +97,18 @@ impl TableFunctionImpl for HistFunction {
         args: TableFunctionArgs,
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let strings = string_arguments("hist", USAGE, args.exprs(), 2)?;
-        let spec = HistSpec::parse(&strings)
-            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let spec = HistSpec::parse(&strings).map_err(|e| argument_error("hist", e))?;
         let label = format!("hist('{}', '{}')", spec.source.given, spec.column);
-        Ok(deferred_table(label, schema(), move |ctx, notices| {
-            let spec = spec.clone();
-            async move { run(&ctx, &spec, notices).await }.boxed()
-        }))
+        Ok(deferred_table(
+            label,
+            schema(),
+            Rounds::Independent,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move { run(&ctx, &spec).await }.boxed()
+            },
+        ))
     }
 }
 
@@ -131,11 +130,7 @@ pub fn is_histogram(schema: &Schema) -> bool {
         .all(|c| schema.column_with_name(c).is_some())
 }
 
-async fn run(
-    ctx: &FedContext,
-    spec: &HistSpec,
-    notices: Option<Arc<Notices>>,
-) -> Result<RecordBatch> {
+async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
     let schema = spec.source.schema(ctx).await?;
     let v = numeric_argument(&schema, &spec.column, "column")?;
     let values = format!("(SELECT {v} AS v FROM {}) AS __hist", spec.source.from);
@@ -190,13 +185,12 @@ async fn run(
     // Values outside [lower, upper] are in no bin (a site under a
     // disclosure policy folds them into the end bins instead).
     let outside = count_at(&batch, "n", 0)? - counts.iter().sum::<i64>();
-    if outside > 0
-        && let Some(notices) = notices
-    {
-        notices.push(format!(
-            "hist: {outside} value(s) of `{}` outside [{lower}, {upper}] are in no bin; give lower= and upper= to include them",
-            spec.column
-        ));
+    if outside > 0 {
+        ctx.notice(format!(
+                "hist: {outside} value(s) of `{}` outside [{lower}, {upper}] are in no bin; give lower= and upper= to include them",
+                spec.column
+            ),
+        );
     }
     histogram_batch(&bins, &counts)
 }

@@ -19,9 +19,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use futures::FutureExt;
 
-use super::{count_at, deferred_table, empty_source, float_at, one_row};
+use super::round_values::{count_at, empty_source, float_at, one_row};
 use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
+use crate::table_function::arguments::invalid_argument;
+use crate::table_function::deferred::{Rounds, deferred_table};
 
 const USAGE: &str = "summary('table or SELECT query', 'col1, col2, ...')";
 
@@ -36,7 +38,10 @@ impl TableFunctionImpl for SummaryFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let strings = string_arguments("summary", USAGE, args.exprs(), 2)?;
         if strings.len() != 2 {
-            return datafusion::common::plan_err!("summary takes 2 arguments; usage: {USAGE}");
+            return Err(invalid_argument(
+                "summary",
+                format!("summary takes 2 arguments; usage: {USAGE}"),
+            ));
         }
         let columns: Vec<String> = strings[1]
             .split(',')
@@ -44,15 +49,21 @@ impl TableFunctionImpl for SummaryFunction {
             .filter(|c| !c.is_empty())
             .collect();
         if columns.is_empty() {
-            return datafusion::common::plan_err!(
-                "summary: name at least one column; usage: {USAGE}"
-            );
+            return Err(invalid_argument(
+                "summary",
+                format!("name at least one column; usage: {USAGE}"),
+            ));
         }
         let source = ModelSource::parse(&strings[0]);
         let label = format!("summary('{}', '{}')", source.given, strings[1]);
-        Ok(deferred_table(label, schema(), move |ctx, notices| {
-            let (source, columns) = (source.clone(), columns.clone());
-            async move {
+        Ok(deferred_table(
+            label,
+            schema(),
+            Rounds::Independent,
+            None,
+            move |ctx, _| {
+                let (source, columns) = (source.clone(), columns.clone());
+                async move {
                 let schema = source.schema(&ctx).await?;
                 let select = |extremes: bool| -> Result<String> {
                     let mut selects = vec!["count(*) AS total".to_string()];
@@ -85,20 +96,17 @@ impl TableFunctionImpl for SummaryFunction {
                 if total == 0 {
                     return Err(empty_source("summary", &source.given));
                 }
-                if withheld && let Some(notices) = &notices {
-                    notices.push(
-                        "summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
+                if withheld {
+                    ctx.notice("summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
                     );
                 }
-                if let Some(notices) = notices {
-                    notices.push(
-                        "summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
-                    );
-                }
+                ctx.notice("summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
+                );
                 summary_batch(&batch, &columns, total)
             }
             .boxed()
-        }))
+            },
+        ))
     }
 }
 

@@ -24,14 +24,16 @@ use datafusion::common::ScalarValue;
 use futures::FutureExt;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::{
-    Alternative, as_double, bool_option, conf_level_option, count_at, deferred_table, empty_source,
-    float_at, number_option, one_row, parse_options,
-};
+use super::hypothesis::Alternative;
+use super::round_values::{as_double, count_at, empty_source, float_at, one_row};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
 use crate::models::source::{ModelSource, string_arguments};
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "t_test('table or SELECT query', 'x' | 'x ~ group' | 'after - before' [, 'mu=0, alternative=two.sided, conf_level=0.95, var_equal=false'])";
 
@@ -96,18 +98,18 @@ impl TTestSpec {
             conf_level: 0.95,
             var_equal: false,
         };
-        let options = parse_options(
+        let options = Options::parse(
             "t_test",
             args.get(2).map(String::as_str),
             &["mu", "alternative", "conf_level", "var_equal"],
         )?;
-        for (key, value) in options {
-            match key.as_str() {
-                "mu" => spec.mu = number_option(&key, &value)?,
-                "alternative" => spec.alternative = Alternative::parse(&value)?,
-                "conf_level" => spec.conf_level = conf_level_option(&value)?,
+        for option in &options {
+            match option.key.as_str() {
+                "mu" => spec.mu = option.number()?,
+                "alternative" => spec.alternative = Alternative::parse(&option.value)?,
+                "conf_level" => spec.conf_level = option.conf_level()?,
                 _ => {
-                    spec.var_equal = bool_option(&key, &value)?;
+                    spec.var_equal = option.boolean()?;
                     if matches!(spec.samples, Samples::One(_)) {
                         return Err(FedError::InvalidArgument(
                             "t_test: var_equal is an option of two-sample tests ('value ~ group')"
@@ -127,13 +129,18 @@ impl TableFunctionImpl for TTestFunction {
         args: TableFunctionArgs,
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let strings = string_arguments("t_test", USAGE, args.exprs(), 2)?;
-        let spec = TTestSpec::parse(&strings)
-            .map_err(|e| datafusion::error::DataFusionError::Plan(e.to_string()))?;
+        let spec = TTestSpec::parse(&strings).map_err(|e| argument_error("t_test", e))?;
         let label = format!("t_test('{}', '{}')", spec.source.given, strings[1]);
-        Ok(deferred_table(label, schema(), move |ctx, _| {
-            let spec = spec.clone();
-            async move { run(&ctx, &spec).await?.to_batch() }.boxed()
-        }))
+        Ok(deferred_table(
+            label,
+            schema(),
+            Rounds::Independent,
+            None,
+            move |ctx, _| {
+                let spec = spec.clone();
+                async move { run(&ctx, &spec).await?.to_batch() }.boxed()
+            },
+        ))
     }
 }
 
@@ -253,7 +260,7 @@ pub async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
                 quote_ident(group),
                 spec.source.from
             );
-            let batches = super::run_round(ctx, &sql).await?;
+            let batches = query(ctx, &sql).await?;
             let mut groups: Vec<(ScalarValue, Moments)> = Vec::new();
             for batch in &batches {
                 for row in 0..batch.num_rows() {

@@ -286,3 +286,60 @@ async fn kmeans_errors_name_the_problem() {
     .await;
     assert!(e.contains("cluster 2 became empty"), "{e}");
 }
+
+/// Models and statistics read their options with one parser: a boolean
+/// is on/off, true/false, yes/no or 1/0 in every function, a number must
+/// be finite in every function, and an unknown key lists the valid ones.
+#[tokio::test]
+async fn models_and_statistics_read_options_alike() {
+    let ctx = FedContext::new();
+    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    let pca = |o: &str| format!("SELECT * FROM pca('clinic', 'age, systolic, bmi', '{o}')");
+    let chisq = |o: &str| format!("SELECT * FROM chisq_test('clinic', 'smoker', 'event', '{o}')");
+    let text = |batches: Vec<RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string()
+    };
+    for (on, off) in [("scale=on", "scale=off"), ("scale=yes", "scale=0")] {
+        assert_eq!(
+            text(run(&ctx, &pca(on)).await),
+            text(run(&ctx, &pca("scale=true")).await)
+        );
+        assert_eq!(
+            text(run(&ctx, &pca(off)).await),
+            text(run(&ctx, &pca("scale=false")).await)
+        );
+    }
+    assert_eq!(
+        text(run(&ctx, &chisq("correct=off")).await),
+        text(run(&ctx, &chisq("correct=false")).await)
+    );
+    assert_eq!(
+        text(run(&ctx, &chisq("correct=on")).await),
+        text(run(&ctx, &chisq("")).await)
+    );
+    for sql in [pca("scale=NaN"), chisq("correct=NaN")] {
+        let e = error(&ctx, &sql).await;
+        assert!(e.contains("expected true or false"), "{sql}: {e}");
+    }
+    for sql in [
+        "SELECT * FROM t_test('clinic', 'systolic', 'mu=NaN')",
+        "SELECT * FROM t_test('clinic', 'systolic', 'conf_level=nan')",
+        "SELECT * FROM hist('clinic', 'systolic', 'lower=-inf')",
+        "SELECT * FROM kaplan_meier('clinic', 'age', 'event', 'width=inf, max=100')",
+        "SELECT * FROM kaplan_meier('clinic', 'age', 'event', 'breaks=0 NaN 90')",
+        "SELECT * FROM coxph('clinic', 'Surv(age, event) ~ bmi', 'tolerance=NaN')",
+        "SELECT * FROM glm('clinic', 'event ~ age', 'binomial', 'epsilon=inf')",
+    ] {
+        let e = error(&ctx, sql).await;
+        assert!(e.contains("finite"), "{sql}: {e}");
+    }
+    for (sql, valid) in [
+        (pca("rank=2"), "pca takes scale, center"),
+        (chisq("simulate=true"), "chisq_test takes correct"),
+    ] {
+        let e = error(&ctx, &sql).await;
+        assert!(e.contains(valid), "{sql}: {e}");
+    }
+}

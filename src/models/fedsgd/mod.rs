@@ -36,21 +36,24 @@ use rand::rngs::StdRng;
 
 use crate::coordinator::context::FedContext;
 use crate::coordinator::dataframe::PreparedRound;
+use crate::coordinator::fit_table::Program;
 use crate::coordinator::rounds::ClientAnswer;
 use crate::error::{FedError, Result};
 use crate::formula::{Response, design_columns};
-use crate::models::fit_table::{FitTable, Program, argument_error, explain_step, model_table};
 use crate::models::optimizer::ServerOptimizer;
 use crate::models::source::{learn_levels, levels_sql, numeric_argument, string_arguments};
 use crate::notices::Progress;
+use crate::table_function::arguments::argument_error;
+use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::rounds::explain_step;
 
 mod shared;
 mod spec;
 
+use shared::Design;
 use shared::{Scaling, by_moments, learn_shared, shared_sql};
+use spec::USAGE;
 pub use spec::{FedSgdSpec, Start, Weighting};
-
-pub(crate) const USAGE: &str = "fedsgd('table or SELECT query', 'y ~ x1 + C(factor)', 'linear|logistic|poisson' [, 'optimizer=adam, learning_rate=0.05, rounds=200, ...'])";
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,29 +97,27 @@ impl TableFunctionImpl for FedSgdFunction {
             let spec = explained.clone();
             Box::pin(async move { explain(&ctx, &spec).await })
         });
-        let table = model_table(
+        Ok(deferred_table(
             label,
             schema,
-            spec,
-            true,
-            |ctx, spec, progress| {
-                Box::pin(async move { fit(&ctx, &spec, progress.as_deref()).await })
+            Rounds::Iterative,
+            Some(program),
+            move |ctx, progress| {
+                let spec = spec.clone();
+                Box::pin(async move {
+                    let fit = fit(&ctx, &spec, progress.as_deref()).await?;
+                    let batch = match output {
+                        FedSgdOutput::Coefficients => fit.coefficients()?,
+                        FedSgdOutput::History => fit.history_batch()?,
+                    };
+                    for warning in &fit.warnings {
+                        ctx.notice(format!("Warning: {warning}"));
+                    }
+                    ctx.notice(fit.summary(&spec));
+                    Ok(batch)
+                })
             },
-            move |spec, fit| {
-                let mut notices: Vec<String> = fit
-                    .warnings
-                    .iter()
-                    .map(|w| format!("Warning: {w}"))
-                    .collect();
-                notices.push(fit.summary(spec));
-                let batch = match output {
-                    FedSgdOutput::Coefficients => fit.coefficients()?,
-                    FedSgdOutput::History => fit.history_batch()?,
-                };
-                Ok((batch, notices))
-            },
-        );
-        Ok(FitTable::explained(table, program))
+        ))
     }
 }
 
@@ -211,17 +212,6 @@ impl FedSgdFit {
             last.map_or(f64::NAN, |r| r.gradient_norm),
         )
     }
-}
-
-/// The SQL of a run: the arguments of `sgd_gradient` after its config
-/// (y, offset, x1, ..., xk) and the design column names.
-struct Design {
-    response: String,
-    offset: String,
-    columns: Vec<String>,
-    names: Vec<String>,
-    /// The source columns the model reads (for complete cases).
-    used: Vec<String>,
 }
 
 async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {

@@ -8,10 +8,21 @@ use datafusion::arrow::datatypes::{DataType, Float64Type};
 use fedsql_udfs::normal_equations::INTERCEPT;
 use fedsql_udfs::sgd_step::SgdModel;
 
-use super::{Design, FedSgdSpec, Start};
+use super::spec::{FedSgdSpec, Start};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::models::source::complete_cases;
+
+/// The SQL of a run: the arguments of `sgd_gradient` after its config
+/// (y, offset, x1, ..., xk) and the design column names.
+pub(super) struct Design {
+    pub(super) response: String,
+    pub(super) offset: String,
+    pub(super) columns: Vec<String>,
+    pub(super) names: Vec<String>,
+    /// The source columns the model reads (for complete cases).
+    pub(super) used: Vec<String>,
+}
 
 /// Per design column: the centre and scale the model is fitted on
 /// (x − centre) / scale. Without standardization, (0, 1).

@@ -1,13 +1,14 @@
 //! What defines a FedSGD run, and how `fedsgd`'s arguments and options
 //! string are read into it.
 
-use super::USAGE;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response};
 use crate::models::optimizer::OptimizerKind;
-use crate::models::options::{parse_options, unknown_option};
 use crate::models::source::ModelSource;
+use crate::table_function::options::{Options, unknown_option};
 use fedsql_udfs::sgd_step::SgdModel;
+
+pub(crate) const USAGE: &str = "fedsgd('table or SELECT query', 'y ~ x1 + C(factor)', 'linear|logistic|poisson' [, 'optimizer=adam, learning_rate=0.05, rounds=200, ...'])";
 
 /// How client gradients are averaged.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,7 +82,7 @@ impl FedSgdSpec {
             ));
         }
         let model = SgdModel::parse(&args[2]).map_err(FedError::InvalidArgument)?;
-        let options = parse_options(args.get(3).map(String::as_str))?;
+        let options = Options::parse_any(args.get(3).map(String::as_str))?;
         let optimizer = match options.iter().find(|o| o.key == "optimizer") {
             Some(o) => OptimizerKind::parse(&o.value)?,
             None => OptimizerKind::Sgd,

@@ -1,10 +1,11 @@
-//! A model fit as a table: [`FitTable`] knows its schema when planned, and
-//! its one batch is computed by [`DeferredExec`] when the plan is executed
-//! (not when it is planned), so `EXPLAIN` does not fit anything. The model
-//! table functions (`lm`, `glm`, ...) only say how to fit.
+//! A table computed by rounds: [`FitTable`] knows its schema when
+//! planned, and its one batch is computed by [`DeferredExec`] when the plan
+//! is executed (not when it is planned), so `EXPLAIN` runs nothing. The
+//! table functions that run rounds (models and statistics, see
+//! [`crate::table_function`]) only say how to compute the batch and, for
+//! `EXPLAIN FEDERATED`, which [`Program`] of rounds they run.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,43 +26,17 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::future::BoxFuture;
 
 use crate::coordinator::context::FedContext;
-use crate::coordinator::fit_scope::FitScope;
-use crate::notices::{Notices, Progress};
 
-/// Fits the model in a session and returns its result batch.
+/// Computes the table's batch in a session (a model's fit, a test's rounds).
 pub type Fit =
     Arc<dyn Fn(SessionState) -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
-
-/// Runs an iterative fit in its own scope (see [`crate::coordinator::fit_scope`]):
-/// clients may keep their decoded rows in memory until the fit ends, and
-/// they are told to release them when it does, however it ends. `fit` gets
-/// a context over `state` and the session's progress reporter; the result
-/// comes back with the session's notices, for warnings and summaries.
-pub async fn in_fit_scope<T, F, Fut>(
-    state: SessionState,
-    fit: F,
-) -> (crate::Result<T>, Option<Arc<Notices>>)
-where
-    F: FnOnce(FedContext, Option<Arc<Progress>>) -> Fut,
-    Fut: Future<Output = crate::Result<T>>,
-{
-    let scope = FitScope::new();
-    let notices = state.config().get_extension::<Notices>();
-    let progress = state.config().get_extension::<Progress>();
-    let mut fit_state = state;
-    fit_state.config_mut().set_extension(Arc::clone(&scope));
-    let ctx = FedContext::from_state(fit_state);
-    let result = fit(ctx.clone(), progress).await;
-    ctx.release_fit(scope.id()).await;
-    (result, notices)
-}
 
 /// How `EXPLAIN FEDERATED` describes a fit: its rounds, what each site
 /// computes in them and the size of what it sends back.
 pub type Program =
     Arc<dyn Fn(FedContext) -> BoxFuture<'static, crate::Result<String>> + Send + Sync>;
 
-/// A model fit as a table (see the module docs).
+/// A table computed by rounds (see the module docs).
 pub struct FitTable {
     label: String,
     schema: SchemaRef,
@@ -126,14 +101,6 @@ impl FitTable {
         }
         Ok(Some(out))
     }
-}
-
-/// One step of a program: a heading, then `EXPLAIN FEDERATED` of the
-/// query the step runs (planned, not run).
-pub async fn explain_step(ctx: &FedContext, heading: &str, sql: &str) -> crate::Result<String> {
-    let df = ctx.session().sql(sql).await?;
-    let text = ctx.explain_plan(df, "a model round").await?;
-    Ok(format!("#### {heading}\n{text}"))
 }
 
 impl fmt::Debug for FitTable {
@@ -277,61 +244,4 @@ impl ExecutionPlan for DeferredExec {
             futures::stream::once(batch),
         )))
     }
-}
-
-/// The table a model function returns (the shell every model shares):
-/// `fit` runs when the table is scanned — in a fit scope when `iterative`,
-/// so sites keep their rows between rounds — and `finish` turns the
-/// fitted model into the output batch and the notices to show.
-pub fn model_table<S, T, F, G>(
-    label: String,
-    schema: SchemaRef,
-    spec: S,
-    iterative: bool,
-    fit: F,
-    finish: G,
-) -> Arc<dyn TableProvider>
-where
-    S: Clone + Send + Sync + 'static,
-    T: Send + 'static,
-    F: Fn(FedContext, S, Option<Arc<Progress>>) -> BoxFuture<'static, crate::Result<T>>
-        + Send
-        + Sync
-        + 'static,
-    G: Fn(&S, T) -> crate::Result<(RecordBatch, Vec<String>)> + Send + Sync + 'static,
-{
-    let (fit, finish) = (Arc::new(fit), Arc::new(finish));
-    let run: Fit = Arc::new(move |state| {
-        let (spec, fit, finish) = (spec.clone(), Arc::clone(&fit), Arc::clone(&finish));
-        Box::pin(async move {
-            let (fitted, notices) = if iterative {
-                in_fit_scope(state, |ctx, progress| fit(ctx, spec.clone(), progress)).await
-            } else {
-                let notices = state.config().get_extension::<Notices>();
-                let progress = state.config().get_extension::<Progress>();
-                let ctx = FedContext::from_state(state);
-                (fit(ctx, spec.clone(), progress).await, notices)
-            };
-            let (batch, lines) = finish(&spec, fitted?)?;
-            if let Some(notices) = notices {
-                lines.into_iter().for_each(|line| notices.push(line));
-            }
-            Ok(batch)
-        })
-    });
-    Arc::new(FitTable::new(label, schema, run))
-}
-
-/// A model function's bad argument as a planning error that keeps its
-/// kind, its message led by the function's name.
-pub fn argument_error(function: &str, e: crate::FedError) -> DataFusionError {
-    use crate::FedError;
-    let named = |m: String| format!("{function}: {m}");
-    let e = match e {
-        FedError::Syntax(m) => FedError::Syntax(named(m)),
-        FedError::UnknownObject(m) => FedError::UnknownObject(named(m)),
-        FedError::InvalidArgument(m) => FedError::InvalidArgument(named(m)),
-        other => other,
-    };
-    DataFusionError::External(Box::new(e))
 }

@@ -7,7 +7,9 @@
 
 use std::sync::Mutex;
 
-use crate::models::printed_summary::ModelSummary;
+pub mod printed_summary;
+
+use printed_summary::ModelSummary;
 
 /// Messages left by the last statements, in order.
 #[derive(Debug, Default)]
@@ -25,7 +27,7 @@ impl Notices {
             .push(message.into());
     }
 
-    /// Leaves a model's summary (see [`crate::models::printed_summary`]).
+    /// Leaves a model's summary (see [`printed_summary`]).
     pub fn push_summary(&self, summary: ModelSummary) {
         self.summaries.lock().expect("not poisoned").push(summary);
     }

@@ -19,27 +19,22 @@
 //! ```no_run
 //! # async fn demo() -> fedsql::Result<()> {
 //! let ctx = fedsql::FedContext::new();
-//! fedsql::coordinator::demo::register_demo(&ctx)?;
+//! fedsql::frontend::demo::register_demo(&ctx)?;
 //! let df = ctx.sql("SELECT region, avg(systolic) AS mean_sbp FROM clinic GROUP BY region").await?;
 //! let batches = df.collect().await?;
 //! # Ok(()) }
 //! ```
 
-pub mod chart;
-pub mod cli;
 pub mod coordinator;
 pub mod error;
 pub mod formula;
-pub mod matrix_display;
+pub mod frontend;
 pub mod models;
 #[cfg(test)]
 mod module_graph;
 pub mod notices;
-pub mod pgwire;
-pub mod print;
 pub mod protocol;
 pub mod r_format;
-pub mod repl;
 pub mod session;
 pub mod site;
 pub mod stats;

@@ -1,4 +1,4 @@
-//! The `fedsql` binary: the REPL, or `-c`/`-f` scripts (see [`fedsql::cli`]).
+//! The `fedsql` binary: the REPL, or `-c`/`-f` scripts (see [`fedsql::frontend::cli`]).
 
 use std::process::ExitCode;
 
@@ -9,7 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match fedsql::cli::main_with_args(std::env::args_os()).await {
+    match fedsql::frontend::cli::main_with_args(std::env::args_os()).await {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of the output went away (`| head -1`): nothing to say.
         Err(error) if error.is_broken_pipe() => ExitCode::SUCCESS,

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use fedsql::FedContext;
-use fedsql::pgwire::{ServerOptions, start};
+use fedsql::frontend::pgwire::{ServerOptions, start};
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 
 use crate::baseline::run_federated;

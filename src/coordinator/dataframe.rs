@@ -10,7 +10,7 @@
 //! use datafusion::functions_aggregate::expr_fn::avg;
 //! use datafusion::prelude::*;
 //! let ctx = fedsql::FedContext::new();
-//! fedsql::coordinator::demo::register_demo(&ctx)?;
+//! fedsql::frontend::demo::register_demo(&ctx)?;
 //! let batches = ctx
 //!     .table("clinic")
 //!     .await?

@@ -11,9 +11,7 @@
 //! statement is sliced out of the text as written.
 
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
-
-use crate::coordinator::statements::Offsets;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
 /// One of fedsql's own statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +75,55 @@ pub fn recognise(sql: &str) -> Option<FedStatement<'_>> {
             Some(FedStatement::ShowPrivacyBudget { table: rest(2) })
         }
         _ => None,
+    }
+}
+
+/// Maps the tokenizer's (line, column) locations, both 1-based and counted in
+/// characters, to byte offsets into the text.
+///
+/// Tokens come in order, so each location is counted on from the last one
+/// on its line: a script of one long line (a table of a thousand clients)
+/// is read once, not once per token.
+pub(crate) struct Offsets<'a> {
+    sql: &'a str,
+    /// Byte offset where each line starts.
+    line_starts: Vec<usize>,
+    /// The last location mapped: its line, its character on the line and
+    /// its byte offset.
+    last: (usize, usize, usize),
+}
+
+impl<'a> Offsets<'a> {
+    pub(crate) fn new(sql: &'a str) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
+        Self {
+            sql,
+            line_starts,
+            last: (1, 0, 0),
+        }
+    }
+
+    pub(crate) fn byte(&mut self, location: Location) -> usize {
+        let line = usize::try_from(location.line).unwrap_or(usize::MAX).max(1);
+        let Some(&line_start) = self.line_starts.get(line - 1) else {
+            return self.sql.len();
+        };
+        let chars = usize::try_from(location.column)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(1);
+        let (from_chars, from_byte) = match self.last {
+            (last_line, last_chars, byte) if last_line == line && last_chars <= chars => {
+                (last_chars, byte)
+            }
+            _ => (0, line_start),
+        };
+        let byte = self.sql[from_byte..]
+            .char_indices()
+            .nth(chars - from_chars)
+            .map_or(self.sql.len(), |(i, _)| from_byte + i);
+        self.last = (line, chars, byte);
+        byte
     }
 }
 

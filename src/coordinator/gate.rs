@@ -148,7 +148,7 @@ mod tests {
     /// A context whose session is gated, over the demo table and a shared one.
     async fn gated() -> FedContext {
         let ctx = FedContext::new();
-        crate::coordinator::demo::register_demo(&ctx).unwrap();
+        crate::frontend::demo::register_demo(&ctx).unwrap();
         ctx.sql("CREATE TABLE shared AS VALUES (1), (2)")
             .await
             .unwrap();

@@ -3,8 +3,9 @@
 //!
 //! The data path, in the order a query takes it:
 //! - [`context`]: the catalog and SQL entry point ([`context::FedContext`]),
-//!   with [`ddl`] for `CREATE FEDERATED TABLE`, [`statements`] for
-//!   splitting scripts and [`gate`] for what a served session may run;
+//!   with [`fed_statement`] recognising fedsql's own statements, [`ddl`]
+//!   for `CREATE FEDERATED TABLE` and [`gate`] for what a served session
+//!   may run;
 //! - [`federated_table`]: a federated table's schema and its sites, with
 //!   [`client_column`] for its virtual `_client` column;
 //! - the exposure check ([`crate::protocol::exposure`]), then [`split`]: the
@@ -15,14 +16,13 @@
 //! - [`worker_client`] and [`worker_url`]: the [`crate::protocol::site::Site`]
 //!   that talks to a remote worker;
 //! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
-//!   [`fit_scope`] (the rounds of one fit), [`demo`] (the bundled table).
+//!   [`fit_scope`] (the rounds of one fit).
 
 pub mod analyst;
 pub mod client_column;
 pub mod context;
 pub mod dataframe;
 pub mod ddl;
-pub mod demo;
 pub mod dp;
 pub mod explain;
 pub mod fed_statement;
@@ -35,6 +35,5 @@ pub mod rounds;
 pub mod secure;
 pub mod settings;
 pub mod split;
-pub mod statements;
 pub mod worker_client;
 pub mod worker_url;

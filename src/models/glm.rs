@@ -674,7 +674,7 @@ fn fit_model<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::demo::{DEMO_TABLE, register_demo};
+    use crate::frontend::demo::{DEMO_TABLE, register_demo};
 
     fn spec(formula: &str, family: &str) -> GlmSpec {
         GlmSpec::parse(&[DEMO_TABLE.into(), formula.into(), family.into()]).unwrap()

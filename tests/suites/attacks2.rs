@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fedsql::FedContext;
-use fedsql::pgwire::{ServerOptions, auth, start};
+use fedsql::frontend::pgwire::{ServerOptions, auth, start};
 use tempfile::TempDir;
 use tokio_postgres::NoTls;
 

@@ -11,7 +11,7 @@ async fn bundled_demo_matches_the_same_files_on_disk() {
     let n = demo_rows().1.len();
     let f = federation(&split_sizes(n, 3), Format::Csv).await;
     let demo = fedsql::FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&demo, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&demo, false).unwrap();
     for sql in &queries("aggregates.slt") {
         let a = demo.sql(sql).await.unwrap().collect().await.unwrap();
         let b = f.central.sql(sql).await.unwrap().collect().await.unwrap();

@@ -194,12 +194,15 @@ async fn unknown_options_schemes_and_words_are_named() {
 #[tokio::test]
 async fn a_backslash_command_beside_sql_in_one_c_is_refused() {
     let ctx = FedContext::new();
-    let args = fedsql::cli::try_parse_args(["fedsql", "--no-demo", "-c", "SELECT 1; \\d"]).unwrap();
+    let args =
+        fedsql::frontend::cli::try_parse_args(["fedsql", "--no-demo", "-c", "SELECT 1; \\d"])
+            .unwrap();
     let mut out = Vec::new();
-    let e = fedsql::cli::run_sources(&ctx, &args.sources, args.repl_options(true), &mut out)
-        .await
-        .unwrap_err()
-        .to_string();
+    let e =
+        fedsql::frontend::cli::run_sources(&ctx, &args.sources, args.repl_options(true), &mut out)
+            .await
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("one backslash command per -c"), "{e}");
     assert!(out.is_empty(), "nothing ran");
 }
@@ -207,7 +210,7 @@ async fn a_backslash_command_beside_sql_in_one_c_is_refused() {
 #[tokio::test]
 async fn a_diverging_fedsgd_says_what_to_change() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::frontend::demo::register_demo(&ctx).unwrap();
     run(
         &ctx,
         "SELECT * FROM fedsgd('clinic', 'systolic ~ age', 'linear', 'learning_rate=0.001, rounds=6')",
@@ -280,7 +283,7 @@ fn flaky_context(
     fail_from: usize,
     fail_until: usize,
 ) -> (FedContext, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use fedsql::coordinator::demo::demo_schema;
+    use fedsql::frontend::demo::demo_schema;
     use std::sync::Arc;
     let schema = demo_schema();
     let (header, rows) = crate::support::demo_rows();

@@ -20,7 +20,7 @@ async fn explain(ctx: &FedContext, sql: &str) -> String {
 #[tokio::test]
 async fn shows_encoder_state_size_merge_and_decoder() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let text = explain(&ctx, "SELECT corr(age, bmi) FROM clinic").await;
     // A demo client reads one small file in one partition: its partial
     // aggregate gives the one state row itself, with no reduce above it.
@@ -44,7 +44,7 @@ async fn shows_encoder_state_size_merge_and_decoder() {
 #[tokio::test]
 async fn grouped_and_two_round_queries() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let text = explain(
         &ctx,
         "SELECT region, count(*) AS n FROM clinic WHERE age > (SELECT avg(age) FROM clinic) GROUP BY region ORDER BY region",
@@ -64,7 +64,7 @@ async fn grouped_and_two_round_queries() {
 #[tokio::test]
 async fn refuses_what_it_would_refuse_to_run() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let err = ctx
         .sql("EXPLAIN FEDERATED SELECT * FROM clinic")
         .await
@@ -78,7 +78,7 @@ async fn refuses_what_it_would_refuse_to_run() {
 #[tokio::test]
 async fn shows_each_clients_disclosure_policy() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::frontend::demo::register_demo(&ctx).unwrap();
     let text = explain(&ctx, "SELECT region, avg(age) FROM clinic GROUP BY region").await;
     let policy = fedsql::site::policy::DisclosurePolicy::default().to_string();
     for client in ["hospital_a", "hospital_b", "hospital_c", "clinic_d"] {
@@ -88,7 +88,7 @@ async fn shows_each_clients_disclosure_policy() {
         );
     }
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&open, false).unwrap();
     let text = explain(&open, "SELECT avg(age) FROM clinic").await;
     assert!(
         text.contains("-- disclosure policy: none at any client"),

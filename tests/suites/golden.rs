@@ -112,7 +112,7 @@ fn example_scripts() -> Vec<(String, String)> {
         .map(|path| {
             let text = std::fs::read_to_string(&path).unwrap();
             let mut script = String::new();
-            for sql in fedsql::coordinator::statements::split_statements(&text).unwrap() {
+            for sql in fedsql::frontend::split::split_statements(&text).unwrap() {
                 let upper = sql.trim_start().to_ascii_uppercase();
                 let kind = if upper.starts_with("CREATE") || upper.starts_with("DROP") {
                     "statement ok"

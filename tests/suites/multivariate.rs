@@ -293,7 +293,7 @@ async fn kmeans_errors_name_the_problem() {
 #[tokio::test]
 async fn models_and_statistics_read_options_alike() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::frontend::demo::register_demo(&ctx).unwrap();
     let pca = |o: &str| format!("SELECT * FROM pca('clinic', 'age, systolic, bmi', '{o}')");
     let chisq = |o: &str| format!("SELECT * FROM chisq_test('clinic', 'smoker', 'event', '{o}')");
     let text = |batches: Vec<RecordBatch>| {

@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use fedsql::FedContext;
-use fedsql::print::OutputFormat;
-use fedsql::repl::{ReplOptions, Session};
+use fedsql::frontend::print::OutputFormat;
+use fedsql::frontend::repl::{ReplOptions, Session};
 
 /// Models on reference data that stays put (the demo's data may be
 /// regenerated): NULLs in both, so rows are deleted; `x3 = x1 + x2` is aliased.
@@ -29,7 +29,7 @@ const REGISTER: &str = "CREATE FEDERATED TABLE synthetic_poisson CLIENTS \
 /// The demo federation and the two reference datasets.
 async fn demo() -> FedContext {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&ctx).unwrap();
+    fedsql::frontend::demo::register_demo(&ctx).unwrap();
     let root = format!("{}/testdata/", env!("CARGO_MANIFEST_DIR"));
     for statement in REGISTER.replace("testdata/", &root).split(';') {
         ctx.sql(statement).await.unwrap();
@@ -477,7 +477,7 @@ async fn copy_writes_a_federated_querys_result() {
     let sql = "SELECT region, count(*) AS n, avg(systolic) AS mean_sbp FROM clinic GROUP BY region ORDER BY region";
     let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let mut expected_csv = Vec::new();
-    fedsql::print::print_batches(
+    fedsql::frontend::print::print_batches(
         &expected,
         &expected[0].schema(),
         OutputFormat::Csv,
@@ -521,8 +521,13 @@ async fn copy_writes_a_federated_querys_result() {
             .await
             .unwrap();
         let mut got = Vec::new();
-        fedsql::print::print_batches(&rows, &rows[0].schema(), OutputFormat::Csv, &mut got)
-            .unwrap();
+        fedsql::frontend::print::print_batches(
+            &rows,
+            &rows[0].schema(),
+            OutputFormat::Csv,
+            &mut got,
+        )
+        .unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(expected_csv.clone()).unwrap(),

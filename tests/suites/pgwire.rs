@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fedsql::FedContext;
-use fedsql::pgwire::{Server, ServerOptions, auth, start};
+use fedsql::frontend::pgwire::{Server, ServerOptions, auth, start};
 use futures::{StreamExt, stream};
 use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
@@ -22,7 +22,7 @@ const LONG_QUERY: &str = "SELECT sum(value % 3) FROM generate_series(1, 20000000
 
 async fn demo_server(options: ServerOptions) -> Server {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     start(
         ctx,
         ServerOptions {
@@ -89,7 +89,7 @@ async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
 /// The same query in-process, as text (arrow's display).
 async fn in_process_rows(sql: &str) -> Vec<Vec<String>> {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let mut rows = Vec::new();
     for batch in batches {
@@ -756,7 +756,7 @@ async fn without_allow_ddl_no_statement_writes_defines_or_names_a_file() {
     let attacker_port = attacker.local_addr().unwrap().port();
 
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     ctx.sql(&format!(
         "CREATE EXTERNAL TABLE shared STORED AS CSV LOCATION '{root}/shared.csv' OPTIONS ('format.has_header' 'true')"
     ))

@@ -727,9 +727,9 @@ async fn joins_never_repeat_a_row_at_workers() {
 #[tokio::test]
 async fn the_demo_teaches_under_its_policy() {
     let guarded = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&guarded).unwrap();
+    fedsql::frontend::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&open, false).unwrap();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("queries");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -741,7 +741,7 @@ async fn the_demo_teaches_under_its_policy() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        for sql in fedsql::coordinator::statements::split_statements(&text).unwrap() {
+        for sql in fedsql::frontend::split::split_statements(&text).unwrap() {
             if sql.trim_start().to_ascii_uppercase().starts_with("CREATE") {
                 run(&guarded, &sql).await.unwrap();
                 run(&open, &sql).await.unwrap();
@@ -901,9 +901,9 @@ async fn clusters_and_life_table_cells_need_k_rows() {
 #[tokio::test]
 async fn chi_square_cells_need_k_rows_at_each_site() {
     let guarded = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&guarded).unwrap();
+    fedsql::frontend::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&open, false).unwrap();
     for sql in [
         "SELECT * FROM chisq_test('clinic', 'smoker', 'event')",
         "SELECT * FROM crosstab('clinic', 'region', 'sex')",

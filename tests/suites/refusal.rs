@@ -49,7 +49,7 @@ async fn refused_before_any_client_runs() {
 async fn the_dataframe_api_is_refused_too() {
     use datafusion::prelude::*;
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let err = ctx
         .table("clinic")
         .await

@@ -5,13 +5,13 @@
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::FedContext;
-use fedsql::cli::{self, Source};
-use fedsql::print::{self, OutputFormat};
-use fedsql::repl::{self, ReplOptions, ScriptSummary};
+use fedsql::frontend::cli::{self, Source};
+use fedsql::frontend::print::{self, OutputFormat};
+use fedsql::frontend::repl::{self, ReplOptions, ScriptSummary};
 
 fn demo() -> FedContext {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     ctx
 }
 
@@ -605,7 +605,7 @@ async fn a_covariance_in_long_form_prints_as_a_matrix() {
         "{shown} vs {expected}\n{out}"
     );
     let csv = ReplOptions {
-        format: fedsql::print::OutputFormat::Csv,
+        format: fedsql::frontend::print::OutputFormat::Csv,
         ..untimed()
     };
     let (out, _) = run(&ctx, &format!("{sql};"), &csv).await;

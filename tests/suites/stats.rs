@@ -448,7 +448,7 @@ async fn hist_takes_its_default_range_from_a_first_round_of_percentiles() {
     assert_eq!(got[0].num_rows(), 20);
     let counted: f64 = (0..20).map(|i| value(&got, i, "count").unwrap()).sum();
     // Independently, from the demo's files: the values, their range.
-    let mut systolic: Vec<f64> = fedsql::coordinator::demo::DEMO_CLIENTS
+    let mut systolic: Vec<f64> = fedsql::frontend::demo::DEMO_CLIENTS
         .iter()
         .flat_map(|(_, csv)| csv.lines().skip(1))
         .map(|line| line.split(',').nth(4).unwrap().parse::<f64>().unwrap())
@@ -674,20 +674,20 @@ async fn errors_name_what_is_wrong() {
 #[tokio::test]
 async fn chart_after_hist_draws_bars() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     let script =
         "SELECT * FROM hist('clinic', 'systolic', 'bins=12, lower=80, upper=200');\n\\chart\n";
     let mut out = Vec::new();
-    let options = fedsql::repl::ReplOptions {
+    let options = fedsql::frontend::repl::ReplOptions {
         timing: false,
-        ..fedsql::repl::ReplOptions::default()
+        ..fedsql::frontend::repl::ReplOptions::default()
     };
-    let summary = fedsql::repl::run_script(&ctx, script, &mut out, &options)
+    let summary = fedsql::frontend::repl::run_script(&ctx, script, &mut out, &options)
         .await
         .unwrap();
     let out = String::from_utf8(out).unwrap();
     assert_eq!(summary.errors, 0, "{out}");
-    let rows: usize = fedsql::coordinator::demo::DEMO_CLIENTS
+    let rows: usize = fedsql::frontend::demo::DEMO_CLIENTS
         .iter()
         .map(|(_, csv)| csv.lines().count() - 1)
         .sum();
@@ -704,9 +704,9 @@ async fn chart_after_hist_draws_bars() {
 #[tokio::test]
 async fn summary_withholds_extremes_under_a_policy() {
     let guarded = FedContext::new();
-    fedsql::coordinator::demo::register_demo(&guarded).unwrap();
+    fedsql::frontend::demo::register_demo(&guarded).unwrap();
     let open = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&open, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&open, false).unwrap();
     let sql = "SELECT * FROM summary('clinic', 'age, bmi')";
     let a = guarded.sql(sql).await.unwrap().collect().await.unwrap();
     let b = open.sql(sql).await.unwrap().collect().await.unwrap();
@@ -752,7 +752,7 @@ async fn summary_withholds_extremes_under_a_policy() {
 #[tokio::test]
 async fn explain_federated_shows_each_functions_rounds() {
     let ctx = FedContext::new();
-    fedsql::coordinator::demo::register_demo_with(&ctx, false).unwrap();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
     for (call, rounds) in [
         ("t_test('clinic', 'systolic ~ smoker')", 1),
         ("t_test('clinic', 'systolic', 'mu=120')", 1),

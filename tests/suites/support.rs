@@ -38,7 +38,7 @@ pub struct Federation {
 pub fn demo_rows() -> (String, Vec<String>) {
     let mut header = String::new();
     let mut rows = Vec::new();
-    for (_, csv) in fedsql::coordinator::demo::DEMO_CLIENTS {
+    for (_, csv) in fedsql::frontend::demo::DEMO_CLIENTS {
         let mut lines = csv.lines();
         header = lines.next().expect("header").to_string();
         rows.extend(lines.filter(|l| !l.is_empty()).map(str::to_string));
@@ -93,7 +93,7 @@ pub fn write_clients(
             }
             Format::Parquet => {
                 let path = dir.join(format!("c{i}.parquet"));
-                write_parquet(&path, &csv, fedsql::coordinator::demo::demo_schema());
+                write_parquet(&path, &csv, fedsql::frontend::demo::demo_schema());
                 path
             }
         };

@@ -122,7 +122,7 @@ async fn named_clients_may_mix_csv_and_parquet() {
     write_parquet(
         &dir.path().join("b.parquet"),
         "region,age,sex,bmi,systolic,smoker,event,visits\nsouth,60,M,,150,1,0,4\nnorth,40,M,30.0,120,0,0,1\n",
-        fedsql::coordinator::demo::demo_schema(),
+        fedsql::frontend::demo::demo_schema(),
     );
     let ctx = FedContext::new();
     create(

@@ -153,7 +153,7 @@ pub(super) fn shared_sql(spec: &FedSgdSpec, design: &Design, moments: bool) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::demo::register_demo_with;
+    use crate::frontend::demo::register_demo_with;
     use crate::models::fedsgd::design;
 
     #[tokio::test]

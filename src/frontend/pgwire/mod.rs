@@ -30,9 +30,9 @@ pub use server::{Server, ServerOptions, start};
 
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::print::OutputFormat;
-use crate::repl::ReplOptions;
-use crate::repl::script::{Source, run_sources};
+use crate::frontend::print::OutputFormat;
+use crate::frontend::repl::ReplOptions;
+use crate::frontend::repl::script::{Source, run_sources};
 
 /// Where `fedsql serve` listens unless told otherwise (5432 is left to a
 /// real PostgreSQL).
@@ -95,7 +95,7 @@ pub async fn setup_context(args: &ServeArgs) -> Result<FedContext> {
         ctx.keep_dp_ledgers_in(folder)?;
     }
     if !args.no_demo {
-        crate::coordinator::demo::register_demo(&ctx)?;
+        crate::frontend::demo::register_demo(&ctx)?;
     }
     let sources: Vec<Source> = args.files.iter().cloned().map(Source::File).collect();
     let options = ReplOptions {

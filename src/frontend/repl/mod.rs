@@ -4,7 +4,7 @@
 //! Input is read a line at a time ([`input`]): a line starting with `\` is a
 //! backslash command ([`command`]), anything else is SQL that runs once a `;`
 //! ends it. A [`Session`] runs both and prints results through
-//! [`crate::print`], so `\?` and `\d` look like query results. The terminal
+//! [`crate::frontend::print`], so `\?` and `\d` look like query results. The terminal
 //! loop ([`interactive`]) adds line editing, history and Ctrl-C; everything
 //! else can be driven in-process with [`run_script`], which is how the tests
 //! (and the non-interactive CLI) use it.
@@ -38,10 +38,10 @@ use crate::error::Result;
 /// ```no_run
 /// # async fn demo() -> fedsql::Result<()> {
 /// let ctx = fedsql::FedContext::new();
-/// fedsql::coordinator::demo::register_demo(&ctx)?;
+/// fedsql::frontend::demo::register_demo(&ctx)?;
 /// let mut out = Vec::new();
-/// let opts = fedsql::repl::ReplOptions::default();
-/// fedsql::repl::run_script(&ctx, "\\d\nSELECT count(*) FROM clinic;", &mut out, &opts).await?;
+/// let opts = fedsql::frontend::repl::ReplOptions::default();
+/// fedsql::frontend::repl::run_script(&ctx, "\\d\nSELECT count(*) FROM clinic;", &mut out, &opts).await?;
 /// # Ok(()) }
 /// ```
 pub async fn run_script(

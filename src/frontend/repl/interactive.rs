@@ -1,5 +1,5 @@
 //! The interactive loop: rustyline line editing, history and tab
-//! completion ([`crate::repl::completion`]), a continuation prompt while a
+//! completion ([`crate::frontend::repl::completion`]), a continuation prompt while a
 //! statement is pending, the start-up file, and Ctrl-C handling.
 //!
 //! Ctrl-C means two things. At the prompt, rustyline reads it as a key and
@@ -18,9 +18,9 @@ use rustyline::{CompletionType, Config, Editor};
 
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::repl::completion::{FedHelper, Vocabulary};
-use crate::repl::input::LineBuffer;
-use crate::repl::session::{Flow, ReplOptions, Session};
+use crate::frontend::repl::completion::{FedHelper, Vocabulary};
+use crate::frontend::repl::input::LineBuffer;
+use crate::frontend::repl::session::{Flow, ReplOptions, Session};
 
 /// The prompt for a new statement or command.
 pub const PROMPT: &str = "fedsql> ";
@@ -58,7 +58,8 @@ pub async fn run_interactive(
     );
     let mut stdout = io::stdout();
     if let Some(rc) = rc
-        && let Err(error) = crate::repl::script::run_rc(&mut session, rc, &mut stdout).await
+        && let Err(error) =
+            crate::frontend::repl::script::run_rc(&mut session, rc, &mut stdout).await
     {
         eprintln!("Error: {error}");
     }

@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{FedError, Result};
-use crate::print::OutputFormat;
+use crate::frontend::print::OutputFormat;
 
 /// One backslash command.
 #[derive(Debug, Clone, PartialEq, Eq)]

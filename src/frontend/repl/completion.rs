@@ -18,7 +18,7 @@ use rustyline::validate::Validator;
 use rustyline::{Context, Helper};
 
 use crate::coordinator::context::FedContext;
-use crate::repl::command::COMMANDS;
+use crate::frontend::repl::command::COMMANDS;
 
 /// SQL words offered besides the catalog's names.
 const KEYWORDS: &[&str] = &[
@@ -223,7 +223,7 @@ mod tests {
 
     async fn demo_helper() -> FedHelper {
         let ctx = FedContext::new();
-        crate::coordinator::demo::register_demo(&ctx).unwrap();
+        crate::frontend::demo::register_demo(&ctx).unwrap();
         let helper = FedHelper::default();
         helper.set_vocabulary(Vocabulary::of(&ctx).await);
         helper

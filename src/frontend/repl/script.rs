@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
-use crate::repl::session::{Flow, ReplOptions, Session};
+use crate::frontend::repl::session::{Flow, ReplOptions, Session};
 
 /// One thing to run non-interactively.
 #[derive(Debug, Clone, PartialEq, Eq)]

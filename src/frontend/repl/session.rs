@@ -27,11 +27,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::coordinator::context::{FedContext, TableInfo};
 use crate::coordinator::settings::fedsql_options;
 use crate::error::{FedError, Result};
+use crate::frontend::print::{self, OutputFormat, TableStyle};
+use crate::frontend::repl::command::Command;
+use crate::frontend::repl::input::{Input, LineBuffer};
+use crate::frontend::repl::progress::ProgressLine;
 use crate::models::inference::coefficients_schema;
-use crate::print::{self, OutputFormat, TableStyle};
-use crate::repl::command::Command;
-use crate::repl::input::{Input, LineBuffer};
-use crate::repl::progress::ProgressLine;
 
 /// `\i` files may include others, but not without end.
 const MAX_INCLUDE_DEPTH: usize = 16;
@@ -47,7 +47,7 @@ pub struct ReplOptions {
     /// of printing `Error: ...` and going on.
     pub stop_on_error: bool,
     /// Draw a progress line on stderr for long statements (interactive
-    /// use, and only on a terminal; see [`crate::repl::progress`]); it is
+    /// use, and only on a terminal; see [`crate::frontend::repl::progress`]); it is
     /// cleared before the result prints.
     pub progress: bool,
 }
@@ -272,7 +272,7 @@ impl Session {
             style.model = true;
         }
         // A covariance matrix in long form reads as the matrix it is.
-        match crate::matrix_display::vcov_matrix(&batches, &schema) {
+        match crate::frontend::matrix_display::vcov_matrix(&batches, &schema) {
             Some(matrix) if !self.machine_output() => print::print_batches_styled(
                 std::slice::from_ref(&matrix),
                 &matrix.schema(),
@@ -396,7 +396,7 @@ impl Session {
                 let text = if y.is_none() && crate::stats::hist::is_histogram(schema) {
                     crate::stats::bar_chart::bar_chart(batches, schema)?
                 } else {
-                    crate::chart::line_chart(batches, schema, y.as_deref(), x.as_deref())?
+                    crate::frontend::chart::line_chart(batches, schema, y.as_deref(), x.as_deref())?
                 };
                 write!(out, "{text}")?;
             }

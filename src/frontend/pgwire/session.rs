@@ -294,7 +294,7 @@ impl Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = match crate::coordinator::statements::split_statements(text) {
+        let statements = match crate::frontend::split::split_statements(text) {
             Ok(statements) => statements,
             Err(e) => return Ok(vec![error_response(&e)]),
         };

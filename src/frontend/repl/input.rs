@@ -5,16 +5,16 @@
 //! backslash command, complete on its own line — also while a statement is
 //! pending, as in psql, unless that statement is inside a string literal or
 //! comment; any other line is SQL and is added to the pending text until a
-//! `;` (outside literals and comments, see [`crate::coordinator::statements`])
+//! `;` (outside literals and comments, see [`crate::frontend::split`])
 //! completes one or more statements.
 //!
 //! A command ends the SQL typed before it as psql's do: `\g` runs the
 //! pending statement, `\r` forgets it, and any other command (`\d`, `\q`,
 //! ...) runs while the statement stays pending for a later `;`.
 
-use crate::coordinator::statements;
 use crate::error::Result;
-use crate::repl::command::Command;
+use crate::frontend::repl::command::Command;
+use crate::frontend::split;
 
 /// One thing to run: a backslash command or a SQL statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl LineBuffer {
     /// Whether a statement is partly typed, so the REPL shows its
     /// continuation prompt.
     pub fn is_pending(&self) -> bool {
-        !statements::is_blank(&self.pending)
+        !split::is_blank(&self.pending)
     }
 
     /// Adds one line; returns what it completed, in order. An item is an
@@ -87,7 +87,7 @@ impl LineBuffer {
         // statement, a line at a time, is not read again at every line).
         if !self.open
             && !line.contains(';')
-            && let Some(blank) = statements::reads_to_end(line)
+            && let Some(blank) = split::reads_to_end(line)
         {
             if !(blank && self.pending.is_empty()) {
                 self.pending.push_str(line);
@@ -97,14 +97,14 @@ impl LineBuffer {
         }
         self.pending.push_str(line);
         self.pending.push('\n');
-        let (complete, rest) = statements::take_complete(&self.pending);
+        let (complete, rest) = split::take_complete(&self.pending);
         let mut inputs: Vec<Result<Input>> = complete
             .into_iter()
             .map(|sql| Ok(Input::Statement(sql)))
             .collect();
         match rest {
             Ok(rest) => {
-                self.open = statements::reads_to_end(&rest).is_none();
+                self.open = split::reads_to_end(&rest).is_none();
                 self.pending = rest;
             }
             Err(error) => {
@@ -118,7 +118,7 @@ impl LineBuffer {
     /// Whether a `\\` line is a command: no statement pending, or one
     /// that is not inside an open literal or comment.
     fn takes_command(&self) -> bool {
-        !self.is_pending() || statements::split_statements(&self.pending).is_ok()
+        !self.is_pending() || split::split_statements(&self.pending).is_ok()
     }
 
     /// At the end of the input: the statement left without a `;`, if any, or
@@ -126,7 +126,7 @@ impl LineBuffer {
     pub fn finish(&mut self) -> Vec<Result<Input>> {
         let rest = std::mem::take(&mut self.pending);
         self.open = false;
-        match statements::split_statements(&rest) {
+        match split::split_statements(&rest) {
             Ok(statements) => statements
                 .into_iter()
                 .map(|sql| Ok(Input::Statement(sql)))
@@ -263,7 +263,7 @@ mod tests {
             typed.extend(ok(buffer.push_line(line)));
         }
         typed.extend(ok(buffer.finish()));
-        let whole: Vec<Input> = statements::split_statements(text)
+        let whole: Vec<Input> = split::split_statements(text)
             .unwrap()
             .into_iter()
             .map(Input::Statement)

@@ -1,7 +1,7 @@
 //! The `fedsql` command line, in the manner of psql and datafusion-cli.
 //!
 //! Without `-c` or `-f` (and with a terminal on standard input) fedsql
-//! starts the interactive REPL ([`crate::repl`]) with the demo federation
+//! starts the interactive REPL ([`crate::frontend::repl`]) with the demo federation
 //! registered. With `-c SQL` and `-f FILE` — each may be repeated, and they
 //! run in the order given — it runs them non-interactively and exits; the
 //! first error stops it (like psql with `ON_ERROR_STOP`), and `main` prints
@@ -22,12 +22,12 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::coordinator::context::FedContext;
-use crate::coordinator::demo;
 use crate::error::Result;
-use crate::print::OutputFormat;
-pub use crate::repl::script::{Source, run_sources};
-use crate::repl::script::{run_rc, run_sources_in};
-use crate::repl::{self, ReplOptions, Session};
+use crate::frontend::demo;
+use crate::frontend::print::OutputFormat;
+pub use crate::frontend::repl::script::{Source, run_sources};
+use crate::frontend::repl::script::{run_rc, run_sources_in};
+use crate::frontend::repl::{self, ReplOptions, Session};
 
 /// Command-line arguments of `fedsql`.
 #[derive(Debug, Clone, Parser)]
@@ -87,9 +87,9 @@ pub enum Command {
     Worker(crate::site::worker::WorkerArgs),
     /// Serve the federation over the PostgreSQL wire protocol (psql, R,
     /// Python, BI tools); the setup scripts register its tables.
-    Serve(crate::pgwire::ServeArgs),
+    Serve(crate::frontend::pgwire::ServeArgs),
     /// Set a user's password in the users file of `fedsql serve --users`.
-    Passwd(crate::pgwire::PasswdArgs),
+    Passwd(crate::frontend::pgwire::PasswdArgs),
     /// Print a completion script for a shell, e.g.
     /// `fedsql completions bash > ~/.local/share/bash-completion/completions/fedsql`.
     Completions {
@@ -149,10 +149,10 @@ pub async fn run(args: &Args) -> Result<()> {
         return crate::site::worker::run_cli(worker).await;
     }
     if let Some(Command::Serve(serve)) = &args.command {
-        return crate::pgwire::run_cli(serve).await;
+        return crate::frontend::pgwire::run_cli(serve).await;
     }
     if let Some(Command::Passwd(passwd)) = &args.command {
-        return crate::pgwire::run_passwd(passwd);
+        return crate::frontend::pgwire::run_passwd(passwd);
     }
     if let Some(Command::Completions { shell }) = &args.command {
         return write_stdout(&completions(*shell));

@@ -343,7 +343,7 @@ fn table(batches: &[RecordBatch], schema: &SchemaRef, style: TableStyle) -> Resu
                 let text = match value {
                     Some(p) if columns[i].p_value && p < P_VALUE_EPSILON => "< 2e-16".to_string(),
                     Some(v) if style.digits > 0 => format_number(v, style.digits),
-                    _ => crate::matrix_display::labeled(column, row)
+                    _ => crate::frontend::matrix_display::labeled(column, row)
                         .unwrap_or_else(|| formatters[i].value(row).to_string()),
                 };
                 // A trailing newline (multi-line text such as a plan) would

@@ -33,6 +33,7 @@ use crate::coordinator::worker_url as remote;
 use crate::error::{FedError, Result};
 use crate::models::fit_table::FitTable;
 use crate::notices::{Notices, Progress};
+use crate::site::engine::SiteEngine;
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::local::LocalClient;
 use crate::site::policy::DisclosurePolicy;
@@ -64,6 +65,11 @@ impl Default for FedContext {
     }
 }
 
+/// The engine of a context's in-process sites, in its session's config so
+/// that a context made from its state (a table function's) shares it.
+#[derive(Debug, Default)]
+struct SiteEngineSlot(std::sync::OnceLock<Arc<SiteEngine>>);
+
 /// One table in the catalog, for `\d`.
 #[derive(Debug, Clone)]
 pub struct TableInfo {
@@ -86,7 +92,8 @@ impl FedContext {
                 false,
             )
             .with_option_extension(FedsqlOptions::default())
-            .with_extension(Arc::new(Notices::default()));
+            .with_extension(Arc::new(Notices::default()))
+            .with_extension(Arc::new(SiteEngineSlot::default()));
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         ctx.add_analyzer_rule(Arc::new(crate::coordinator::dp::SessionEpsilon));
@@ -100,6 +107,34 @@ impl FedContext {
     pub fn from_state(state: datafusion::execution::SessionState) -> Self {
         Self {
             ctx: SessionContext::new_with_state(state),
+        }
+    }
+
+    /// The same context with its in-process sites run by `engine` (for an
+    /// embedder or a test that shares one engine between contexts, or
+    /// wants one of its own).
+    pub fn with_site_engine(self, engine: Arc<SiteEngine>) -> Self {
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(SiteEngineSlot(std::sync::OnceLock::from(engine))));
+        self
+    }
+
+    /// The engine this context's in-process sites share (one per context,
+    /// made on first use; see [`crate::site::engine`]).
+    pub fn site_engine(&self) -> Arc<SiteEngine> {
+        let slot = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<SiteEngineSlot>();
+        match slot {
+            Some(slot) => Arc::clone(slot.0.get_or_init(|| Arc::new(SiteEngine::new()))),
+            // A session made elsewhere: an engine for this table alone.
+            None => Arc::new(SiteEngine::new()),
         }
     }
 
@@ -414,6 +449,7 @@ impl FedContext {
             .read()
             .config()
             .get_extension::<LedgerFolder>();
+        let engine = self.site_engine();
         let runners = sites
             .into_iter()
             .map(|site| {
@@ -424,7 +460,7 @@ impl FedContext {
                             None => crate::site::dp_budget::Ledger::in_memory(),
                         };
                         Arc::new(
-                            LocalClient::from_files(&c, Arc::clone(&schema))?
+                            LocalClient::from_files(&c, Arc::clone(&schema), Arc::clone(&engine))?
                                 .with_policy(policy.clone())
                                 .with_dp(Arc::new(crate::site::dp::DpSite::new(
                                     dp_policy.clone(),

@@ -74,17 +74,24 @@ pub fn register_demo(ctx: &FedContext) -> Result<()> {
 /// `policy` (`None`: no policy, for comparing every aggregate).
 pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) -> Result<()> {
     let schema = demo_schema();
+    let engine = ctx.site_engine();
     let clients = DEMO_CLIENTS
         .iter()
         .map(|(name, csv)| {
             let location = bundled_location(name);
             let batches = parse_client(name, &location, csv, &schema)?;
-            let client = LocalClient::from_batches(name, &location, Arc::clone(&schema), batches)?
-                .with_policy(policy.clone())
-                .with_dp(Arc::new(crate::site::dp::DpSite::new(
-                    demo_dp_policy(),
-                    Arc::new(crate::site::dp_budget::Ledger::in_memory()),
-                )));
+            let client = LocalClient::from_batches(
+                name,
+                &location,
+                Arc::clone(&schema),
+                batches,
+                Arc::clone(&engine),
+            )?
+            .with_policy(policy.clone())
+            .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                demo_dp_policy(),
+                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
+            )));
             Ok(Arc::new(client) as Arc<dyn ClientRunner>)
         })
         .collect::<Result<Vec<_>>>()?;

@@ -1,6 +1,11 @@
-//! The engine the sites of one process share: one DataFusion session (one
-//! runtime, one memory pool, one cache of file listings and Parquet
-//! footers) and the physical plans of the encoders they have run.
+//! The engine a set of sites share: one DataFusion session (one runtime,
+//! one memory pool, one cache of file listings and Parquet footers) and
+//! the physical plans of the encoders they have run.
+//!
+//! Whoever makes sites owns their engine and hands it to each
+//! ([`crate::site::local::LocalClient::from_files`]): a coordinator one
+//! per context, a worker one per running worker. A test or an embedder
+//! makes its own with [`SiteEngine::new`]; there is no process-wide one.
 //!
 //! A thousand in-process clients must cost little more than eight, so the
 //! work of a round at a site must not grow with the plan. A site plans an
@@ -21,7 +26,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -46,12 +51,6 @@ use crate::wire::encoder::Encoder;
 /// How many encoder templates the engine keeps (the oldest go first).
 const MAX_TEMPLATES: usize = 64;
 
-/// The engine shared by every site of this process.
-pub fn shared() -> Arc<SiteEngine> {
-    static ENGINE: OnceLock<Arc<SiteEngine>> = OnceLock::new();
-    Arc::clone(ENGINE.get_or_init(|| Arc::new(SiteEngine::new())))
-}
-
 /// One session, one memory pool and the encoder templates of all sites.
 pub struct SiteEngine {
     state: SessionState,
@@ -72,8 +71,16 @@ impl fmt::Debug for SiteEngine {
     }
 }
 
+impl Default for SiteEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SiteEngine {
-    fn new() -> Self {
+    /// A new engine: its own session, memory pool, caches and templates.
+    /// The sites that share one share all of these.
+    pub fn new() -> Self {
         let session = crate::site::local::site_session();
         let state = session.state();
         let task_ctx = Arc::new(TaskContext::from(&state));
@@ -91,7 +98,7 @@ impl SiteEngine {
     /// memory for the whole fit; while they are read, each of the scan's
     /// streams also holds a row group's column chunks (88 MB for a million
     /// rows of 11 doubles), and those buffers set a fit's peak. The sites
-    /// of this process read one per core at once, each with all its
+    /// of this engine read one per core at once, each with all its
     /// streams. Measured on 2 cores (`fedsql-bench --fits`, 8 clients of
     /// 10M rows in all, two alternated runs each): a fit's peak fell from
     /// 1.69–1.75x the decoded columns to 1.55–1.58x with the start as fast

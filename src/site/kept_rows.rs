@@ -285,7 +285,6 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
-    use crate::site::engine;
     use crate::site::in_order;
     use crate::wire::rebind::tests::{aggregate, partial, run};
 
@@ -419,7 +418,7 @@ mod tests {
                     &plan,
                     1,
                     "t".into(),
-                    (&engine::shared(), &[]),
+                    (&SiteEngine::new(), &[]),
                     ctx.task_ctx(),
                 )
                 .await
@@ -450,7 +449,7 @@ mod tests {
                     &plan,
                     9,
                     "t".into(),
-                    (&engine::shared(), files),
+                    (&SiteEngine::new(), files),
                     ctx.task_ctx(),
                 )
                 .await
@@ -536,7 +535,7 @@ mod tests {
         files: &[PathBuf],
         ctx: &SessionContext,
     ) -> (RecordBatch, Vec<usize>) {
-        let batches = read_in_order(scan.input(), (&engine::shared(), files), ctx.task_ctx())
+        let batches = read_in_order(scan.input(), (&SiteEngine::new(), files), ctx.task_ctx())
             .await
             .unwrap();
         let lengths = batches.iter().map(|b| b.num_rows()).collect();
@@ -593,7 +592,7 @@ mod tests {
                 }
                 Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
             });
-            let footers = engine::shared().footers().clone();
+            let footers = SiteEngine::new().footers().clone();
             let by_site = RowGroupsExec::of(&leaves[0], &files, &footers, cores, 8192)
                 .unwrap()
                 .expect("a scan of the site's file");

@@ -1,8 +1,9 @@
 //! The embedded site: a data owner's rows in local files or in memory.
 //!
 //! [`LocalClient`] runs encoders over local CSV or Parquet files (or
-//! in-memory batches, for the bundled demo) in the DataFusion session all
-//! sites of the process share (see [`crate::site::engine`]), configured so that the partial aggregate really runs over the rows (no
+//! in-memory batches, for the bundled demo) in the DataFusion session of the
+//! engine its maker hands it (see [`crate::site::engine`]), configured so
+//! that the partial aggregate really runs over the rows (no
 //! statistics shortcut, no skipping of partial aggregation that would ship
 //! raw rows as "state"). A worker serves its tables through the same type.
 
@@ -95,7 +96,8 @@ pub struct LocalClient {
     location: String,
     format: String,
     rows: Arc<dyn TableProvider>,
-    /// The session, memory pool and encoder templates all sites share.
+    /// The session, memory pool and encoder templates it shares with the
+    /// other sites of its maker.
     engine: Arc<SiteEngine>,
     /// What a template of this site's plans is shared by: its format,
     /// CSV options, schema and policy (`None`: this site plans alone).
@@ -144,9 +146,13 @@ impl fmt::Debug for LocalClient {
 
 impl LocalClient {
     /// A site over its files, read with the federated table's `schema`
-    /// (and, for CSV, the client's CSV options).
-    pub fn from_files(files: &ClientFiles, schema: SchemaRef) -> Result<Self> {
-        let engine = engine::shared();
+    /// (and, for CSV, the client's CSV options), run by `engine` (shared
+    /// with the other sites of its maker).
+    pub fn from_files(
+        files: &ClientFiles,
+        schema: SchemaRef,
+        engine: Arc<SiteEngine>,
+    ) -> Result<Self> {
         let state = engine.state();
         let urls = files
             .files
@@ -336,19 +342,20 @@ impl LocalClient {
         self
     }
 
-    /// A site over batches held in memory (cast to `schema`).
+    /// A site over batches held in memory (cast to `schema`), run by `engine`.
     pub fn from_batches(
         name: &str,
         location: &str,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
+        engine: Arc<SiteEngine>,
     ) -> Result<Self> {
         Ok(Self {
             name: name.to_string(),
             location: location.to_string(),
             format: "MEMORY".into(),
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
-            engine: engine::shared(),
+            engine,
             layout: None,
             file: None,
             kept: KeptRows::default(),

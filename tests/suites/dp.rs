@@ -28,6 +28,7 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
     let schema = demo_schema();
     let mut start = 0;
     let mut runners: Vec<Arc<dyn ClientRunner>> = Vec::new();
+    let ctx = FedContext::new();
     for (i, size) in split_sizes(rows.len(), clients).into_iter().enumerate() {
         let csv = format!("{header}\n{}\n", rows[start..start + size].join("\n"));
         start += size;
@@ -46,13 +47,17 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
             ),
             None => DpSite::new(policy.clone(), Arc::new(Ledger::in_memory())),
         };
-        let client =
-            LocalClient::from_batches(&format!("c{i}"), "memory", Arc::clone(&schema), batches)
-                .unwrap()
-                .with_dp(Arc::new(site));
+        let client = LocalClient::from_batches(
+            &format!("c{i}"),
+            "memory",
+            Arc::clone(&schema),
+            batches,
+            ctx.site_engine(),
+        )
+        .unwrap()
+        .with_dp(Arc::new(site));
         runners.push(Arc::new(client));
     }
-    let ctx = FedContext::new();
     ctx.register_federated(FederatedTable::new("clinic", schema, runners))
         .unwrap();
     ctx

@@ -185,6 +185,8 @@ fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
     let mut logs = Vec::new();
     let mut clients = Vec::new();
     let mut runners: Vec<Arc<dyn ClientRunner>> = Vec::new();
+    // The sites' own engine, as an embedder would give them.
+    let engine = Arc::new(fedsql::site::engine::SiteEngine::new());
     for (c, part) in rows.iter().enumerate() {
         let name = format!("site{c}");
         let inner = Arc::new(
@@ -193,6 +195,7 @@ fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
                 &format!("memory:{name}"),
                 schema(),
                 vec![batch(part)],
+                Arc::clone(&engine),
             )
             .unwrap(),
         );

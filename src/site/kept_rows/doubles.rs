@@ -235,7 +235,7 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
-    use crate::site::engine;
+    use crate::site::engine::SiteEngine;
     use crate::site::in_order;
     use crate::site::kept_rows::KeptRows;
     use crate::wire::rebind::tests::{aggregate, partial};
@@ -294,7 +294,7 @@ mod tests {
                     &plan,
                     7,
                     "t".into(),
-                    (&engine::shared(), &[]),
+                    (&SiteEngine::new(), &[]),
                     ctx.task_ctx(),
                 )
                 .await

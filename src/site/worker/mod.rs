@@ -92,6 +92,8 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         Some(path) => crate::site::dp_budget::Ledger::open(path)?,
         None => crate::site::dp_budget::Ledger::in_memory(),
     });
+    // One engine for every site of this worker.
+    let engine = Arc::new(crate::site::engine::SiteEngine::new());
     let tables = config
         .tables
         .iter()
@@ -102,6 +104,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 peers: Arc::clone(&peers),
                 secure_without_peers: config.secure_without_peers,
                 memory_limit: config.limits.memory,
+                engine: Arc::clone(&engine),
             };
             ServedTable::open(name, path, site).map(|t| {
                 t.with_dp(Arc::new(crate::site::dp::DpSite::new(

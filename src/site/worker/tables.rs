@@ -18,6 +18,7 @@ use datafusion::error::DataFusionError;
 use datafusion::logical_expr::LogicalPlan;
 
 use crate::error::{FedError, Result};
+use crate::site::engine::SiteEngine;
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
@@ -45,7 +46,8 @@ pub struct ServedTable {
 /// What every local client of a served table is given besides its files:
 /// the table's disclosure policy, the site's identity and peers for secure
 /// sessions (and whether, under a policy, it takes part in them with no
-/// peers listed), and the memory limit of a request.
+/// peers listed), the memory limit of a request, and the engine the
+/// worker's sites share.
 #[derive(Debug, Clone)]
 pub struct SiteOptions {
     pub policy: Option<DisclosurePolicy>,
@@ -53,6 +55,8 @@ pub struct SiteOptions {
     pub peers: Arc<[[u8; 32]]>,
     pub secure_without_peers: bool,
     pub memory_limit: Option<usize>,
+    /// The session, caches and templates of every site of the worker.
+    pub engine: Arc<SiteEngine>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -142,13 +146,17 @@ impl ServedTable {
             )
         };
         let client = Arc::new(
-            LocalClient::from_files(&self.files, Arc::clone(schema))
-                .map_err(unopened)?
-                .with_policy(self.site.policy.clone())
-                .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
-                .served_remotely(self.site.secure_without_peers)
-                .with_memory_limit(self.site.memory_limit)
-                .with_dp(Arc::clone(&self.dp)),
+            LocalClient::from_files(
+                &self.files,
+                Arc::clone(schema),
+                Arc::clone(&self.site.engine),
+            )
+            .map_err(unopened)?
+            .with_policy(self.site.policy.clone())
+            .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
+            .served_remotely(self.site.secure_without_peers)
+            .with_memory_limit(self.site.memory_limit)
+            .with_dp(Arc::clone(&self.dp)),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);

@@ -450,6 +450,7 @@ impl FedContext {
             .config()
             .get_extension::<LedgerFolder>();
         let engine = self.site_engine();
+        let fast_path = crate::site::engine::fast_path_option(&stmt.options)?;
         let runners = sites
             .into_iter()
             .map(|site| {
@@ -461,6 +462,7 @@ impl FedContext {
                         };
                         Arc::new(
                             LocalClient::from_files(&c, Arc::clone(&schema), Arc::clone(&engine))?
+                                .with_fast_path(fast_path)
                                 .with_policy(policy.clone())
                                 .with_dp(Arc::new(crate::site::dp::DpSite::new(
                                     dp_policy.clone(),

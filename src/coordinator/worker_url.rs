@@ -201,6 +201,7 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
         if crate::site::policy::POLICY_KEYS.contains(&lower.as_str())
             || crate::site::dp::DpPolicy::is_key(&lower)
             || CSV_OPTION_KEYS.contains(&lower.as_str())
+            || lower == crate::site::engine::FAST_PATH_KEY
         {
             continue;
         }
@@ -218,7 +219,7 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} for local files, and the disclosure policy of its in-process clients: {}",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}",
                 CSV_OPTION_KEYS.join(", "),
                 crate::site::policy::POLICY_KEYS.join(", ")
             )));

@@ -17,6 +17,17 @@
 //! The template is the site's own plan of the validated encoder the
 //! coordinator sent; nothing of it crosses the wire.
 //!
+//! The fast path — templates, a small Parquet file read by the site
+//! ([`SmallParquetExec`]) with its footer and bytes cached
+//! ([`FooterCache`]), the rows of a fit kept between its rounds
+//! ([`crate::site::kept_rows`]) and read by row group — can be switched off
+//! per table (`OPTIONS ('fast_path' 'off')`) or per worker (`--fast-path
+//! off`, TOML `fast_path = "off"`): each encoder is then planned from its
+//! logical plan over DataFusion's own `ListingTable` scan and run as
+//! DataFusion runs it, every round. The answers are the same either way
+//! (the consistency suite runs in both modes); only the time differs.
+//! What a site checks and releases does not depend on the switch.
+//!
 //! Memory: every site draws on the one shared pool; a request under a
 //! memory limit draws on a child pool of its own, which refuses past its
 //! limit whatever the shared pool has left.
@@ -47,6 +58,28 @@ use crate::error::Result;
 use crate::site::group_rows::CountColumns;
 use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
 use crate::wire::encoder::Encoder;
+
+/// The table option and worker setting that switches the fast path.
+pub const FAST_PATH_KEY: &str = "fast_path";
+
+/// Whether a `fast_path` setting turns the fast path on.
+pub fn parse_fast_path(value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(crate::error::FedError::InvalidArgument(format!(
+            "{FAST_PATH_KEY} '{value}': expected 'on' or 'off'"
+        ))),
+    }
+}
+
+/// Whether a table's OPTIONS leave the fast path on (the default).
+pub fn fast_path_option(options: &[(String, String)]) -> Result<bool> {
+    options
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case(FAST_PATH_KEY))
+        .try_fold(true, |_, (_, value)| parse_fast_path(value))
+}
 
 /// How many encoder templates the engine keeps (the oldest go first).
 const MAX_TEMPLATES: usize = 64;
@@ -491,6 +524,16 @@ impl fmt::Display for ChildPool {
 mod tests {
     use super::*;
     use datafusion::execution::memory_pool::{MemoryConsumer, UnboundedMemoryPool};
+
+    #[test]
+    fn the_fast_path_is_on_unless_a_table_turns_it_off() {
+        let options = |v: &str| vec![("Fast_Path".to_string(), v.to_string())];
+        assert!(fast_path_option(&[]).unwrap());
+        assert!(fast_path_option(&options("on")).unwrap());
+        assert!(!fast_path_option(&options("OFF")).unwrap());
+        let e = fast_path_option(&options("fast")).unwrap_err().to_string();
+        assert!(e.contains("expected 'on' or 'off'"), "{e}");
+    }
 
     #[tokio::test]
     async fn sites_keep_rows_one_per_core_at_once() {

@@ -99,6 +99,9 @@ pub struct LocalClient {
     /// The session, memory pool and encoder templates it shares with the
     /// other sites of its maker.
     engine: Arc<SiteEngine>,
+    /// Whether the engine's fast path runs this site's encoders (see
+    /// [`crate::site::engine`]); off, DataFusion plans and runs each.
+    fast_path: bool,
     /// What a template of this site's plans is shared by: its format,
     /// CSV options, schema and policy (`None`: this site plans alone).
     layout: Option<Arc<str>>,
@@ -231,6 +234,7 @@ impl LocalClient {
             format: files.format.to_string(),
             rows,
             engine,
+            fast_path: true,
             layout: Some(layout.into()),
             file,
             kept: KeptRows::default(),
@@ -243,6 +247,15 @@ impl LocalClient {
             files: files.files.clone(),
             has_header: files.format == FileFormat::Csv && files.has_header(),
         })
+    }
+
+    /// The same site with the engine's fast path on (the default) or off:
+    /// off, every encoder is planned from its logical plan and run by
+    /// DataFusion as it is, with no template, no scan of the site's own
+    /// and no rows kept between the rounds of a fit.
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
     }
 
     /// The same site under a disclosure policy (or none).
@@ -356,6 +369,7 @@ impl LocalClient {
             format: "MEMORY".into(),
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
             engine,
+            fast_path: true,
             layout: None,
             file: None,
             kept: KeptRows::default(),
@@ -408,7 +422,9 @@ impl LocalClient {
         self.dp.check_encoder(&self.name, encoder.plan())?;
         let key = match (&self.layout, &self.file) {
             (Some(layout), Some(_))
-                if encoder.fit_scope().is_none() && engine::reads_one_table(encoder.plan()) =>
+                if self.fast_path
+                    && encoder.fit_scope().is_none()
+                    && engine::reads_one_table(encoder.plan()) =>
             {
                 Some(TemplateKey::new(Arc::clone(layout), encoder))
             }
@@ -446,7 +462,7 @@ impl LocalClient {
     /// of a fit whose encoder differs only in its config rebinds the plan
     /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
-        let rebound = match encoder.fit_scope() {
+        let rebound = match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept
                 .rebound(scope, &encoder.input_key(), encoder.plan())?,
@@ -483,7 +499,7 @@ impl LocalClient {
             .create_physical_plan(&plan, state)
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
-        Ok(match encoder.fit_scope() {
+        Ok(match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept
                 .partial_over_kept(
@@ -501,6 +517,12 @@ impl LocalClient {
                 })?,
             None => partial,
         })
+    }
+
+    /// The fit whose rows this site keeps for `encoder`'s rounds (none
+    /// with the fast path off: every round reads its rows anew).
+    fn fit_scope(&self, encoder: &Encoder) -> Option<u64> {
+        encoder.fit_scope().filter(|_| self.fast_path)
     }
 
     /// The physical plan of an encoder whose state may leave this site as

@@ -1,11 +1,13 @@
 //! Virtual-global consistency: every query, run federated over the demo rows
 //! split in several ways (one client; three with a one-row client; seven with
 //! an empty and a one-row client; CSV and Parquet), gives the result plain
-//! DataFusion gives on all rows put together.
+//! DataFusion gives on all rows put together — with the site engine's fast
+//! path on and off (each test runs in both modes, or in the one
+//! `FEDSQL_TEST_FAST_PATH` names).
 
 use crate::support::{
-    Federation, Format, assert_consistent, assert_consistent_to, demo_rows, federation, run_both,
-    split_sizes,
+    Federation, Format, assert_consistent, assert_consistent_to, demo_rows, fast_path_modes,
+    federation_in, run_both, split_sizes,
 };
 
 /// Queries beyond `queries/`: every bounded aggregate family and clause.
@@ -97,16 +99,23 @@ pub async fn check_all(f: &Federation) {
     }
 }
 
+/// [`check_all`] over the demo rows split by `sizes`, in every fast-path mode.
+async fn check_in_every_mode(sizes: &[usize], format: Format) {
+    for fast_path in fast_path_modes() {
+        check_all(&federation_in(sizes, format, fast_path).await).await;
+    }
+}
+
 #[tokio::test]
 async fn one_client() {
     let n = demo_rows().1.len();
-    check_all(&federation(&split_sizes(n, 1), Format::Csv).await).await;
+    check_in_every_mode(&split_sizes(n, 1), Format::Csv).await;
 }
 
 #[tokio::test]
 async fn three_clients_with_a_one_row_client() {
     let n = demo_rows().1.len();
-    check_all(&federation(&split_sizes(n, 3), Format::Csv).await).await;
+    check_in_every_mode(&split_sizes(n, 3), Format::Csv).await;
 }
 
 #[tokio::test]
@@ -114,19 +123,19 @@ async fn seven_clients_with_an_empty_and_a_one_row_client() {
     let n = demo_rows().1.len();
     let sizes = split_sizes(n, 7);
     assert!(sizes.contains(&0) && sizes.contains(&1));
-    check_all(&federation(&sizes, Format::Csv).await).await;
+    check_in_every_mode(&sizes, Format::Csv).await;
 }
 
 #[tokio::test]
 async fn seven_parquet_clients() {
     let n = demo_rows().1.len();
-    check_all(&federation(&split_sizes(n, 7), Format::Parquet).await).await;
+    check_in_every_mode(&split_sizes(n, 7), Format::Parquet).await;
 }
 
 #[tokio::test]
 async fn bundled_demo_matches_the_same_files_on_disk() {
     let n = demo_rows().1.len();
-    let f = federation(&split_sizes(n, 3), Format::Csv).await;
+    let f = federation_in(&split_sizes(n, 3), Format::Csv, true).await;
     let demo = fedsql::FedContext::new();
     fedsql::coordinator::demo::register_demo_with(&demo, None).unwrap();
     for sql in QUERIES {
@@ -142,12 +151,14 @@ async fn bundled_demo_matches_the_same_files_on_disk() {
 #[tokio::test]
 async fn a_hundred_and_fifty_parquet_clients_merge_in_chunks() {
     let n = demo_rows().1.len();
-    let f = federation(&split_sizes(n, 150), Format::Parquet).await;
-    for sql in SHARED_SETUP {
-        run_both(&f, sql).await;
-    }
-    for sql in QUERIES.iter().chain(SHARED_QUERIES) {
-        assert_consistent(&f, sql).await;
+    for fast_path in fast_path_modes() {
+        let f = federation_in(&split_sizes(n, 150), Format::Parquet, fast_path).await;
+        for sql in SHARED_SETUP {
+            run_both(&f, sql).await;
+        }
+        for sql in QUERIES.iter().chain(SHARED_QUERIES) {
+            assert_consistent(&f, sql).await;
+        }
     }
 }
 
@@ -157,18 +168,20 @@ async fn a_hundred_and_fifty_parquet_clients_merge_in_chunks() {
 #[tokio::test]
 async fn a_broken_client_among_a_hundred_and_fifty_ends_the_round_naming_it() {
     let n = demo_rows().1.len();
-    let f = federation(&split_sizes(n, 150), Format::Parquet).await;
-    let sql = "SELECT count(*) AS n, avg(age) AS mean_age FROM clinic";
-    assert_consistent(&f, sql).await;
-    let broken = &f.client_files[100];
-    let name = broken.file_stem().unwrap().to_string_lossy().to_string();
-    let good = std::fs::read(broken).unwrap();
-    std::fs::write(broken, b"not a Parquet file at all").unwrap();
-    let e = match f.fed.sql(sql).await.unwrap().collect().await {
-        Ok(batches) => panic!("a broken file answered: {batches:?}"),
-        Err(e) => e.to_string(),
-    };
-    assert!(e.contains(&format!("'{name}'")), "{e}");
-    std::fs::write(broken, good).unwrap();
-    assert_consistent(&f, sql).await;
+    for fast_path in fast_path_modes() {
+        let f = federation_in(&split_sizes(n, 150), Format::Parquet, fast_path).await;
+        let sql = "SELECT count(*) AS n, avg(age) AS mean_age FROM clinic";
+        assert_consistent(&f, sql).await;
+        let broken = &f.client_files[100];
+        let name = broken.file_stem().unwrap().to_string_lossy().to_string();
+        let good = std::fs::read(broken).unwrap();
+        std::fs::write(broken, b"not a Parquet file at all").unwrap();
+        let e = match f.fed.sql(sql).await.unwrap().collect().await {
+            Ok(batches) => panic!("a broken file answered: {batches:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(&format!("'{name}'")), "{e}");
+        std::fs::write(broken, good).unwrap();
+        assert_consistent(&f, sql).await;
+    }
 }

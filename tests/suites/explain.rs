@@ -95,3 +95,17 @@ async fn shows_each_clients_disclosure_policy() {
         "{text}"
     );
 }
+
+/// A site reads a small Parquet file itself on the fast path, and through
+/// DataFusion's own scan with `fast_path 'off'`.
+#[tokio::test]
+async fn the_fast_path_switch_picks_the_sites_scan() {
+    use crate::support::{Format, demo_rows, federation_in, split_sizes};
+    let n = demo_rows().1.len();
+    for fast_path in [true, false] {
+        let f = federation_in(&split_sizes(n, 3), Format::Parquet, fast_path).await;
+        let text = explain(&f.fed, "SELECT count(*), avg(age) FROM clinic").await;
+        assert_eq!(text.contains("SmallParquetExec"), fast_path, "{text}");
+        assert_eq!(text.contains("DataSourceExec"), !fast_path, "{text}");
+    }
+}

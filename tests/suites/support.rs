@@ -117,9 +117,31 @@ pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
     writer.close().unwrap();
 }
 
+/// The variable that picks the site engine's fast path for the test
+/// harness: `on` or `off` (read here only, never by the library).
+pub const FAST_PATH_VAR: &str = "FEDSQL_TEST_FAST_PATH";
+
+/// The fast-path modes a test that runs in both runs in: both (on, then
+/// off), or the one [`FAST_PATH_VAR`] names.
+pub fn fast_path_modes() -> Vec<bool> {
+    match std::env::var(FAST_PATH_VAR).as_deref() {
+        Ok("on") => vec![true],
+        Ok("off") => vec![false],
+        Ok(other) => panic!("{FAST_PATH_VAR}={other}: expected on or off"),
+        Err(_) => vec![true, false],
+    }
+}
+
 /// The demo rows split over clients by `sizes`, registered as federated
 /// table `clinic`; and the concatenated rows as `clinic` in a plain context.
+/// The fast path is on unless [`FAST_PATH_VAR`] is `off`.
 pub async fn federation(sizes: &[usize], format: Format) -> Federation {
+    let fast_path = std::env::var(FAST_PATH_VAR).as_deref() != Ok("off");
+    federation_in(sizes, format, fast_path).await
+}
+
+/// [`federation`] with the site engine's fast path on or off.
+pub async fn federation_in(sizes: &[usize], format: Format, fast_path: bool) -> Federation {
     let (header, rows) = demo_rows();
     let dir = TempDir::new().unwrap();
     let clients = dir.path().join("clinic");
@@ -129,8 +151,9 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
         Format::Csv => "CSV",
         Format::Parquet => "PARQUET",
     };
+    let mode = if fast_path { "on" } else { "off" };
     fed.sql(&format!(
-        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}'",
+        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}' OPTIONS ('fast_path' '{mode}')",
         clients.display()
     ))
     .await

@@ -105,6 +105,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 secure_without_peers: config.secure_without_peers,
                 memory_limit: config.limits.memory,
                 engine: Arc::clone(&engine),
+                fast_path: config.fast_path,
             };
             ServedTable::open(name, path, site).map(|t| {
                 t.with_dp(Arc::new(crate::site::dp::DpSite::new(

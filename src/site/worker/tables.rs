@@ -57,6 +57,8 @@ pub struct SiteOptions {
     pub memory_limit: Option<usize>,
     /// The session, caches and templates of every site of the worker.
     pub engine: Arc<SiteEngine>,
+    /// Whether the engine's fast path runs its encoders (`--fast-path`).
+    pub fast_path: bool,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.

@@ -36,7 +36,7 @@ use crate::notices::{Notices, Progress};
 use crate::site::engine::SiteEngine;
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::local::LocalClient;
-use crate::site::policy::DisclosurePolicy;
+use crate::site::release::policy::DisclosurePolicy;
 use crate::site::runner::ClientRunner;
 use crate::wire::exposure;
 
@@ -435,7 +435,8 @@ impl FedContext {
         // table's OPTIONS ask for.
         let mut policy = DisclosurePolicy::from_options(&stmt.options)?;
         // Its DP settings, and a ledger per client for this session.
-        let dp_policy = crate::site::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
+        let dp_policy =
+            crate::site::release::dp::DpPolicy::from_options(&stmt.options)?.unwrap_or_default();
         // DP relies on the policy's checks (no row amplification, no
         // evaluation failure as an oracle): `dp_budget` or `require_dp`
         // without a policy key bring a worker's default policy, as a
@@ -458,13 +459,13 @@ impl FedContext {
                     Site::Local(c) => {
                         let ledger = match &ledgers {
                             Some(folder) => folder.open(&stmt.name, &c.name)?,
-                            None => crate::site::dp_budget::Ledger::in_memory(),
+                            None => crate::site::release::dp_budget::Ledger::in_memory(),
                         };
                         Arc::new(
                             LocalClient::from_files(&c, Arc::clone(&schema), Arc::clone(&engine))?
                                 .with_fast_path(fast_path)
                                 .with_policy(policy.clone())
-                                .with_dp(Arc::new(crate::site::dp::DpSite::new(
+                                .with_dp(Arc::new(crate::site::release::dp::DpSite::new(
                                     dp_policy.clone(),
                                     Arc::new(ledger),
                                 ))),

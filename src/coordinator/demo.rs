@@ -19,7 +19,7 @@ use crate::FedContext;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::error::{FedError, Result};
 use crate::site::local::LocalClient;
-use crate::site::policy::DisclosurePolicy;
+use crate::site::release::policy::DisclosurePolicy;
 use crate::site::runner::ClientRunner;
 
 /// Name of the demo federated table.
@@ -88,9 +88,9 @@ pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) ->
                 Arc::clone(&engine),
             )?
             .with_policy(policy.clone())
-            .with_dp(Arc::new(crate::site::dp::DpSite::new(
+            .with_dp(Arc::new(crate::site::release::dp::DpSite::new(
                 demo_dp_policy(),
-                Arc::new(crate::site::dp_budget::Ledger::in_memory()),
+                Arc::new(crate::site::release::dp_budget::Ledger::in_memory()),
             )));
             Ok(Arc::new(client) as Arc<dyn ClientRunner>)
         })
@@ -100,8 +100,8 @@ pub fn register_demo_with(ctx: &FedContext, policy: Option<DisclosurePolicy>) ->
 
 /// The demo's public domains, so that DP queries may group by region and
 /// sex (each client then releases a noisy state for every value).
-fn demo_dp_policy() -> crate::site::dp::DpPolicy {
-    let mut policy = crate::site::dp::DpPolicy::default();
+fn demo_dp_policy() -> crate::site::release::dp::DpPolicy {
+    let mut policy = crate::site::release::dp::DpPolicy::default();
     for (column, values) in [("region", "east,north,south,west"), ("sex", "F,M")] {
         policy
             .set(&format!("dp_domain.{column}"), values)

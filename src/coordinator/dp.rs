@@ -3,7 +3,7 @@
 //! every site reads and debits the same value; it shows each site's
 //! budget (`SHOW PRIVACY BUDGET`); and it states the noise of every DP
 //! result (a notice with its standard deviation and a 95% interval). The
-//! noise itself and the budget belong to the sites (see `site::dp`).
+//! noise itself and the budget belong to the sites (see `site::release::dp`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,9 +37,13 @@ pub struct LedgerFolder(pub std::path::PathBuf);
 
 impl LedgerFolder {
     /// The ledger of `client` of `table`, read from its file if there is one.
-    pub fn open(&self, table: &str, client: &str) -> Result<crate::site::dp_budget::Ledger> {
+    pub fn open(
+        &self,
+        table: &str,
+        client: &str,
+    ) -> Result<crate::site::release::dp_budget::Ledger> {
         let file = format!("{}.{}.toml", file_part(table), file_part(client));
-        crate::site::dp_budget::Ledger::open(&self.0.join(file))
+        crate::site::release::dp_budget::Ledger::open(&self.0.join(file))
     }
 }
 

@@ -383,7 +383,7 @@ pub async fn run_round(
             .config()
             .get_extension::<worker_token::UserTokensRequired>()
             .map(|_| worker_token::UserToken::Missing {
-                user: crate::site::dp::current_analyst(),
+                user: crate::site::release::dp::current_analyst(),
             })
     });
     worker_token::with_user_token(token, run_round_as_user(state, round)).await
@@ -456,12 +456,12 @@ async fn run_round_as_user(
         // each runner.
         let at_once = clients_at_once(clients);
         let spawn = clients.len() > at_once;
-        let analyst = crate::site::dp::current_analyst();
+        let analyst = crate::site::release::dp::current_analyst();
         let token = worker_token::current();
         let runs = (0..at_once.min(clients.len())).map(|_| {
             let (run, analyst, token) = (Arc::clone(&run), analyst.clone(), token.clone());
             let work = async move {
-                let run = crate::site::dp::as_analyst(&analyst, run.run());
+                let run = crate::site::release::dp::as_analyst(&analyst, run.run());
                 worker_token::with_user_token(token, run).await
             };
             async move {

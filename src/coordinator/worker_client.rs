@@ -398,7 +398,10 @@ impl ClientRunner for RemoteClient {
         .await
     }
 
-    async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
+    async fn privacy_budget(
+        &self,
+        _table: &str,
+    ) -> Result<Option<crate::site::release::dp::BudgetLine>> {
         self.timed(async {
             let body = self.url.table.clone().into_bytes();
             let text = self.action(ACTION_PRIVACY_BUDGET, body).await?;
@@ -409,7 +412,7 @@ impl ClientRunner for RemoteClient {
                 .next()
                 .and_then(|s| s.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            Ok(Some(crate::site::dp::BudgetLine { budget, spent }))
+            Ok(Some(crate::site::release::dp::BudgetLine { budget, spent }))
         })
         .await
     }

@@ -96,7 +96,7 @@ impl Connection {
             ctx: FedContext::from_state(state),
             allow_ddl: server.allow_ddl,
             settings: Mutex::new(Settings::default()),
-            user: Mutex::new(crate::site::dp::SESSION_ANALYST.to_string()),
+            user: Mutex::new(crate::site::release::dp::SESSION_ANALYST.to_string()),
             users: server.users.clone(),
         })
     }
@@ -157,7 +157,7 @@ impl Connection {
         // refused when they have none).
         let token = self.users.as_ref().map(|users| users.worker_token(&user));
         async move {
-            let work = crate::site::dp::as_analyst(&user, work);
+            let work = crate::site::release::dp::as_analyst(&user, work);
             crate::coordinator::worker_token::with_user_token(token, work).await
         }
     }

@@ -34,23 +34,23 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use fedsql_udfs::cox_step;
 
 use crate::error::{FedError, Result};
-use crate::site::covered::CountRowsExec;
-use crate::site::dp::{self, DpSite};
+use crate::site::engine::in_order;
+use crate::site::engine::kept_rows::KeptRows;
+use crate::site::engine::yielding::yield_after_each_batch;
 use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
-use crate::site::gate;
-use crate::site::group_rows;
-use crate::site::identity::SiteIdentity;
-use crate::site::in_order;
-use crate::site::joins;
-use crate::site::kept_rows::KeptRows;
-use crate::site::never_fail::never_fail_on_data;
-use crate::site::policy::{DisclosurePolicy, describe_policy};
+use crate::site::release::covered::CountRowsExec;
+use crate::site::release::dp::{self, DpSite};
+use crate::site::release::gate;
+use crate::site::release::group_rows;
+use crate::site::release::identity::SiteIdentity;
+use crate::site::release::joins;
+use crate::site::release::never_fail::never_fail_on_data;
+use crate::site::release::policy::{DisclosurePolicy, describe_policy};
+use crate::site::release::secure::ClientSecrets;
+use crate::site::release::shown_plan;
+use crate::site::release::sketches;
 use crate::site::runner::ClientRunner;
-use crate::site::secure::ClientSecrets;
-use crate::site::shown_plan;
-use crate::site::sketches;
-use crate::site::yielding::yield_after_each_batch;
 use crate::wire::encoder::{self, Encoder, StateBatch};
 use crate::wire::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 
@@ -75,7 +75,7 @@ pub fn site_session() -> SessionContext {
         // Each partition reads its own byte ranges of the files, never a
         // sibling's taken at run time: which partition adds which rows
         // then depends on the files alone, and a state merged in partition
-        // order has the same bits every run (see `site::in_order`).
+        // order has the same bits every run (see `site::engine::in_order`).
         .set_bool(
             "datafusion.execution.enable_file_stream_work_stealing",
             false,
@@ -682,7 +682,7 @@ impl ClientRunner for LocalClient {
         let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
         let own = self.secrets.identity();
         let admit = |me_at: usize| {
-            crate::site::secure::check_participants(request, me_at, own, &self.peers, min).map_err(|rule| {
+            crate::site::release::secure::check_participants(request, me_at, own, &self.peers, min).map_err(|rule| {
                 FedError::Policy {
                     client: self.name.clone(),
                     rule,

@@ -10,28 +10,12 @@
 //! error type and the UDF crate only — never on the coordinator's modules
 //! (a test in this module checks that).
 
-pub mod covered;
-pub mod dp;
-pub mod dp_budget;
 pub mod engine;
 pub mod files;
-pub mod gate;
-pub mod group_rows;
-pub mod guarded;
-pub mod identity;
-pub mod in_order;
-pub mod joins;
-pub mod kept_rows;
 pub mod local;
-pub mod never_fail;
-pub mod policy;
+pub mod release;
 pub mod runner;
-pub mod secure;
-pub mod shown_plan;
-pub mod sketches;
-pub mod small_parquet;
 pub mod worker;
-pub mod yielding;
 
 #[cfg(test)]
 mod tests {

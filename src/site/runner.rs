@@ -28,13 +28,16 @@ pub trait ClientRunner: Send + Sync + fmt::Debug {
     }
     /// The analyst's spent and total DP budget for `table` at this client;
     /// `None` when the client cannot tell.
-    async fn privacy_budget(&self, _table: &str) -> Result<Option<crate::site::dp::BudgetLine>> {
+    async fn privacy_budget(
+        &self,
+        _table: &str,
+    ) -> Result<Option<crate::site::release::dp::BudgetLine>> {
         Ok(None)
     }
 
     /// The DP settings the client enforces, when it runs in this process
     /// (a worker's settings are its own, not known to the coordinator).
-    fn dp_policy(&self) -> Option<crate::site::dp::DpPolicy> {
+    fn dp_policy(&self) -> Option<crate::site::release::dp::DpPolicy> {
         None
     }
 

@@ -15,7 +15,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::LogicalPlan;
 use fedsql::FedContext;
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::wire::codec::plan_to_bytes;
 use fedsql::wire::protocol::{ACTION_EXPLAIN, EncodeRequest, TicketCommand, ticket_command};
 use futures::TryStreamExt;

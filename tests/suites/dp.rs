@@ -14,9 +14,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::FedContext;
 use fedsql::coordinator::demo::demo_schema;
 use fedsql::coordinator::federated_table::FederatedTable;
-use fedsql::site::dp::{DpPolicy, DpSite};
-use fedsql::site::dp_budget::Ledger;
 use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
 use fedsql::site::runner::ClientRunner;
 
 use crate::support::{demo_rows, split_sizes};
@@ -496,7 +496,7 @@ async fn dp_workers(
             .unwrap()
             .to_string_lossy()
             .to_string();
-        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
         config.dp.set("dp_budget", "1").unwrap();
         config
             .dp
@@ -863,7 +863,7 @@ async fn people_workers(
     configure: impl Fn(&mut fedsql::site::worker::WorkerConfig) + Send + Sync + 'static,
 ) -> (crate::remote::Workers, FedContext) {
     let workers = crate::remote::Workers::start_with(files, "t", move |mut config| {
-        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
         configure(&mut config);
         config
     })

@@ -80,7 +80,7 @@ async fn shows_each_clients_disclosure_policy() {
     let ctx = FedContext::new();
     fedsql::coordinator::demo::register_demo(&ctx).unwrap();
     let text = explain(&ctx, "SELECT region, avg(age) FROM clinic GROUP BY region").await;
-    let policy = fedsql::site::policy::DisclosurePolicy::default().to_string();
+    let policy = fedsql::site::release::policy::DisclosurePolicy::default().to_string();
     for client in ["hospital_a", "hospital_b", "hospital_c", "clinic_d"] {
         assert!(
             text.contains(&format!("--   {client}: {policy}")),

@@ -22,7 +22,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::CsvReadOptions;
 use fedsql::FedContext;
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 use fedsql::wire::codec::{CoordinatorCodec, plan_to_bytes};
 use fedsql::wire::protocol::{EncodeRequest, TicketCommand, ticket_command};

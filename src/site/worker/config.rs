@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
-use crate::site::dp::DpPolicy;
-use crate::site::identity::{SiteIdentity, parse_peer};
-use crate::site::policy::DisclosurePolicy;
+use crate::site::release::dp::DpPolicy;
+use crate::site::release::identity::{SiteIdentity, parse_peer};
+use crate::site::release::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
 /// Command-line arguments of `fedsql worker`.

@@ -23,9 +23,9 @@ use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{FedError, Result};
-use crate::site::dp::as_analyst;
 use crate::site::local::{LocalClient, site_session};
-use crate::site::policy::error_kind;
+use crate::site::release::dp::as_analyst;
+use crate::site::release::policy::error_kind;
 use crate::site::runner::ClientRunner;
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
@@ -730,7 +730,7 @@ impl Drop for CallWatch {
 }
 
 /// The reply of [`ACTION_PRIVACY_BUDGET`]: `<budget or unlimited> <spent>`.
-fn privacy_budget_body(line: &crate::site::dp::BudgetLine) -> String {
+fn privacy_budget_body(line: &crate::site::release::dp::BudgetLine) -> String {
     format!(
         "{} {}",
         line.budget

@@ -20,9 +20,9 @@ use datafusion::logical_expr::LogicalPlan;
 use crate::error::{FedError, Result};
 use crate::site::engine::SiteEngine;
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
-use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
-use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
+use crate::site::release::identity::SiteIdentity;
+use crate::site::release::policy::{DisclosurePolicy, describe_policy, error_kind};
 use crate::wire::codec::{InlineTable, TableBinder};
 use crate::wire::federated_scan::FederatedScan;
 use crate::wire::protocol::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
@@ -40,7 +40,7 @@ pub struct ServedTable {
     /// What its local clients enforce besides the exposure rules.
     site: SiteOptions,
     /// DP settings and the worker's budget ledger.
-    pub(super) dp: Arc<crate::site::dp::DpSite>,
+    pub(super) dp: Arc<crate::site::release::dp::DpSite>,
 }
 
 /// What every local client of a served table is given besides its files:
@@ -82,7 +82,7 @@ impl ServedTable {
     }
 
     /// The same table with these DP settings and ledger.
-    pub fn with_dp(mut self, dp: Arc<crate::site::dp::DpSite>) -> Self {
+    pub fn with_dp(mut self, dp: Arc<crate::site::release::dp::DpSite>) -> Self {
         self.dp = dp;
         self
     }

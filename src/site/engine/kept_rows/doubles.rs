@@ -236,8 +236,8 @@ mod tests {
 
     use super::*;
     use crate::site::engine::SiteEngine;
-    use crate::site::in_order;
-    use crate::site::kept_rows::KeptRows;
+    use crate::site::engine::in_order;
+    use crate::site::engine::kept_rows::KeptRows;
     use crate::wire::rebind::tests::{aggregate, partial};
 
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";

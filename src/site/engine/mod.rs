@@ -20,7 +20,7 @@
 //! The fast path — templates, a small Parquet file read by the site
 //! ([`SmallParquetExec`]) with its footer and bytes cached
 //! ([`FooterCache`]), the rows of a fit kept between its rounds
-//! ([`crate::site::kept_rows`]) and read by row group — can be switched off
+//! ([`crate::site::engine::kept_rows`]) and read by row group — can be switched off
 //! per table (`OPTIONS ('fast_path' 'off')`) or per worker (`--fast-path
 //! off`, TOML `fast_path = "off"`): each encoder is then planned from its
 //! logical plan over DataFusion's own `ListingTable` scan and run as
@@ -31,6 +31,11 @@
 //! Memory: every site draws on the one shared pool; a request under a
 //! memory limit draws on a child pool of its own, which refuses past its
 //! limit whatever the shared pool has left.
+
+pub mod in_order;
+pub mod kept_rows;
+pub mod small_parquet;
+pub mod yielding;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -55,8 +60,8 @@ use datafusion::object_store::path::Path as StorePath;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
-use crate::site::group_rows::CountColumns;
-use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::engine::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::release::group_rows::CountColumns;
 use crate::wire::encoder::Encoder;
 
 /// The table option and worker setting that switches the fast path.

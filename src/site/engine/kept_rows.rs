@@ -12,7 +12,7 @@
 //! site's files, whichever of the partitions that read them ends first,
 //! and every round spreads them over [`KEPT_PARTITIONS`] partitions, a
 //! number that does not depend on the machine's cores, whose states the
-//! site merges in partition order ([`crate::site::in_order`]). So a fit
+//! site merges in partition order ([`crate::site::engine::in_order`]). So a fit
 //! adds the same rows in the same order in every round, run and machine,
 //! and its sums have the same bits (for a source without a filter; a
 //! filter's output batches can be cut differently as the reading is
@@ -43,8 +43,8 @@ use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
 use crate::site::engine::SiteEngine;
-use crate::site::small_parquet::row_groups::RowGroupsExec;
-use crate::site::yielding::yield_after_each_batch;
+use crate::site::engine::small_parquet::row_groups::RowGroupsExec;
+use crate::site::engine::yielding::yield_after_each_batch;
 use crate::wire::rebind;
 
 mod doubles;
@@ -285,7 +285,7 @@ mod tests {
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::*;
-    use crate::site::in_order;
+    use crate::site::engine::in_order;
     use crate::wire::rebind::tests::{aggregate, partial, run};
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";

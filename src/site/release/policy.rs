@@ -42,7 +42,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use fedsql_udfs::catalogue;
 
 use crate::error::{FedError, Result};
-use crate::site::group_rows::StateCounts;
+use crate::site::release::group_rows::StateCounts;
 use crate::wire::secure::SecureSession;
 
 /// The setting keys, as `OPTIONS`, flags and the TOML `[policy]` name them.
@@ -314,9 +314,13 @@ impl DisclosurePolicy {
     }
 
     /// The refusal of a histogram state that could not be released.
-    pub fn histogram_refusal(&self, client: &str, e: crate::site::sketches::FoldError) -> FedError {
+    pub fn histogram_refusal(
+        &self,
+        client: &str,
+        e: crate::site::release::sketches::FoldError,
+    ) -> FedError {
         match e {
-            crate::site::sketches::FoldError::SmallBin => FedError::Policy {
+            crate::site::release::sketches::FoldError::SmallBin => FedError::Policy {
                 client: client.to_string(),
                 rule: format!(
                     "a histogram bin would count fewer than {} of its rows (its min_group_rows policy)",
@@ -324,7 +328,7 @@ impl DisclosurePolicy {
                 ),
                 hint: Some("use fewer or wider bins".into()),
             },
-            crate::site::sketches::FoldError::NotAList => {
+            crate::site::release::sketches::FoldError::NotAList => {
                 FedError::Internal("a histogram state is not a list of counts".into())
             }
         }

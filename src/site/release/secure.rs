@@ -14,7 +14,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::error::{FedError, Result};
-use crate::site::identity::SiteIdentity;
+use crate::site::release::identity::SiteIdentity;
 use crate::wire::encoder::{Encoder, StateBatch};
 use crate::wire::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter};
 

@@ -462,6 +462,12 @@ impl LocalClient {
     /// of a fit whose encoder differs only in its config rebinds the plan
     /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
+        // DataFusion lists a file that is gone as no file at all: a site
+        // whose file is gone answers an error, not an empty state.
+        if let Some(gone) = self.files.iter().find(|f| !f.is_file()) {
+            let e = format!("cannot read {}: the file is missing", gone.display());
+            return Err(self.error(DataFusionError::External(e.into())));
+        }
         let rebound = match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept

@@ -36,6 +36,7 @@ use crate::error::{FedError, Result};
 use crate::notices::{Notices, Progress};
 use crate::protocol::exposure;
 use crate::protocol::site::Site;
+use crate::site::engine::SiteEngine;
 use crate::site::files::{self, ClientFiles, unify_schemas};
 use crate::site::in_process::{Rows, SiteSettings};
 
@@ -57,6 +58,11 @@ use crate::site::in_process::{Rows, SiteSettings};
 pub struct FedContext {
     ctx: SessionContext,
 }
+
+/// The engine of a context's in-process sites, in its session's config so
+/// that a context made from its state (a table function's) shares it.
+#[derive(Debug, Default)]
+struct SiteEngineSlot(std::sync::OnceLock<Arc<SiteEngine>>);
 
 /// One table in the catalog, for `\d`.
 #[derive(Debug, Clone)]
@@ -82,7 +88,8 @@ impl FedContext {
                 false,
             )
             .with_option_extension(FedsqlOptions::default())
-            .with_extension(Arc::new(Notices::default()));
+            .with_extension(Arc::new(Notices::default()))
+            .with_extension(Arc::new(SiteEngineSlot::default()));
         let ctx = SessionContext::new_with_config(config);
         fedsql_udfs::register_all(&ctx);
         ctx.add_analyzer_rule(Arc::new(crate::coordinator::dp::SessionEpsilon));
@@ -94,6 +101,34 @@ impl FedContext {
     pub fn from_state(state: datafusion::execution::SessionState) -> Self {
         Self {
             ctx: SessionContext::new_with_state(state),
+        }
+    }
+
+    /// The same context with its in-process sites run by `engine` (for an
+    /// embedder or a test that shares one engine between contexts, or
+    /// wants one of its own).
+    pub fn with_site_engine(self, engine: Arc<SiteEngine>) -> Self {
+        self.ctx
+            .state_ref()
+            .write()
+            .config_mut()
+            .set_extension(Arc::new(SiteEngineSlot(std::sync::OnceLock::from(engine))));
+        self
+    }
+
+    /// The engine this context's in-process sites share (one per context,
+    /// made on first use; see [`crate::site::engine`]).
+    pub fn site_engine(&self) -> Arc<SiteEngine> {
+        let slot = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<SiteEngineSlot>();
+        match slot {
+            Some(slot) => Arc::clone(slot.0.get_or_init(|| Arc::new(SiteEngine::new()))),
+            // A session made elsewhere: an engine for this table alone.
+            None => Arc::new(SiteEngine::new()),
         }
     }
 
@@ -408,13 +443,16 @@ impl FedContext {
             .read()
             .config()
             .get_extension::<LedgerFolder>();
+        let engine = self.site_engine();
         let runners = sites
             .into_iter()
             .map(|site| {
                 Ok(match site {
                     SiteSpec::Local(c) => {
                         let ledger = ledgers.as_ref().map(|f| f.file(&stmt.name, &c.name));
-                        settings.site(Rows::Files(&c), Arc::clone(&schema), ledger.as_deref())?
+                        let rows = Rows::Files(&c);
+                        let ledger = ledger.as_deref();
+                        settings.site(rows, Arc::clone(&schema), ledger, Arc::clone(&engine))?
                     }
                     SiteSpec::Remote(r) => r as Arc<dyn Site>,
                 })

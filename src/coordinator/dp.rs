@@ -3,7 +3,7 @@
 //! every site reads and debits the same value; it shows each site's
 //! budget (`SHOW PRIVACY BUDGET`); and it states the noise of every DP
 //! result (a notice with its standard deviation and a 95% interval). The
-//! noise itself and the budget belong to the sites (see `site::dp`).
+//! noise itself and the budget belong to the sites (see `site::release::dp`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

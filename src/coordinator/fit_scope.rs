@@ -1,7 +1,7 @@
 //! The rounds of one iterative fit (GLM by IRLS) read the same rows each
 //! time. A fit runs its queries under a [`FitScope`]: its id travels with
 //! every encoder of the fit, and a site may then keep the decoded input of
-//! the fit's encoder between rounds (see [`crate::site::kept_rows`]) until
+//! the fit's encoder between rounds (see [`crate::site::engine::kept_rows`]) until
 //! the fit releases its scope.
 
 use std::sync::Arc;

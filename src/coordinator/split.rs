@@ -121,7 +121,7 @@ pub async fn plan_round(state: &SessionState, cut: &LogicalPlan) -> Result<Round
     let (encoder, partial) = Encoder::split(state, cut).await?;
     // The sites' own allow-lists, checked early to explain (every site
     // checks again, and its check is the one that counts).
-    crate::site::gate::admit(encoder.plan())?;
+    crate::site::release::gate::admit(encoder.plan())?;
     let scope = state
         .config()
         .get_extension::<FitScope>()

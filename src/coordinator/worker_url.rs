@@ -198,9 +198,10 @@ pub use crate::site::files::CSV_OPTION_KEYS;
 pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
-        if crate::site::policy::POLICY_KEYS.contains(&lower.as_str())
-            || crate::site::dp::DpPolicy::is_key(&lower)
+        if crate::site::release::policy::POLICY_KEYS.contains(&lower.as_str())
+            || crate::site::release::dp::DpPolicy::is_key(&lower)
             || CSV_OPTION_KEYS.contains(&lower.as_str())
+            || lower == crate::site::engine::FAST_PATH_KEY
         {
             continue;
         }
@@ -211,16 +212,16 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
         if !known {
             let mut valid: Vec<&str> = OPTION_KEYS.to_vec();
             valid.extend(CSV_OPTION_KEYS);
-            valid.extend(crate::site::policy::POLICY_KEYS);
-            valid.extend(crate::site::dp::DP_OPTION_KEYS);
+            valid.extend(crate::site::release::policy::POLICY_KEYS);
+            valid.extend(crate::site::release::dp::DP_OPTION_KEYS);
             let hint = crate::suggest::did_you_mean(&lower, &valid)
                 .or_else(|| crate::suggest::did_you_mean(base, &valid))
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} for local files, and the disclosure policy of its in-process clients: {}",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}",
                 CSV_OPTION_KEYS.join(", "),
-                crate::site::policy::POLICY_KEYS.join(", ")
+                crate::site::release::policy::POLICY_KEYS.join(", ")
             )));
         }
     }

@@ -87,6 +87,7 @@ pub fn register_demo_with(ctx: &FedContext, with_policy: bool) -> Result<()> {
         options.push(("min_group_rows".to_string(), "5".to_string()));
     }
     let settings = SiteSettings::from_options(&options)?;
+    let engine = ctx.site_engine();
     let clients = DEMO_CLIENTS
         .iter()
         .map(|(name, csv)| {
@@ -97,7 +98,7 @@ pub fn register_demo_with(ctx: &FedContext, with_policy: bool) -> Result<()> {
                 location: &location,
                 batches,
             };
-            settings.site(rows, Arc::clone(&schema), None)
+            settings.site(rows, Arc::clone(&schema), None, Arc::clone(&engine))
         })
         .collect::<Result<Vec<_>>>()?;
     ctx.register_federated(FederatedTable::new(DEMO_TABLE, schema, clients))

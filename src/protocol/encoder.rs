@@ -94,7 +94,7 @@ impl Encoder {
     }
 
     /// The same encoder, run as part of a fit: sites may keep its input
-    /// between the fit's rounds (see `site::kept_rows`).
+    /// between the fit's rounds (see `site::engine::kept_rows`).
     pub fn in_fit(mut self, scope: Option<u64>) -> Self {
         self.fit_scope = scope;
         self

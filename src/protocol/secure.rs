@@ -39,7 +39,7 @@
 //!
 //! This module holds what both sides agree on: the session, the messages,
 //! the layout of a state's secure columns and the canonical group order.
-//! A site's keys and masks are in `site::secure`; the
+//! A site's keys and masks are in `site::release::secure`; the
 //! coordinator's relay is in `coordinator::secure`.
 
 use std::collections::BTreeMap;

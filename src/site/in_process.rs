@@ -18,11 +18,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 use crate::protocol::site::Site;
-use crate::site::dp::{DpPolicy, DpSite};
-use crate::site::dp_budget::Ledger;
+use crate::site::engine::{SiteEngine, fast_path_option};
 use crate::site::files::ClientFiles;
 use crate::site::local::LocalClient;
-use crate::site::policy::DisclosurePolicy;
+use crate::site::release::dp::{DpPolicy, DpSite};
+use crate::site::release::dp_budget::Ledger;
+use crate::site::release::policy::DisclosurePolicy;
 
 /// Where an in-process site's rows are.
 pub enum Rows<'a> {
@@ -43,6 +44,8 @@ pub enum Rows<'a> {
 pub struct SiteSettings {
     policy: Option<DisclosurePolicy>,
     dp: DpPolicy,
+    /// The engine's fast path (`fast_path`, default on).
+    fast_path: bool,
 }
 
 impl SiteSettings {
@@ -53,7 +56,12 @@ impl SiteSettings {
         if policy.is_none() && (dp.budget.is_some() || dp.require_dp) {
             policy = Some(DisclosurePolicy::default());
         }
-        Ok(Self { policy, dp })
+        let fast_path = fast_path_option(options)?;
+        Ok(Self {
+            policy,
+            dp,
+            fast_path,
+        })
     }
 
     /// A site over `rows` under these settings, debiting the ledger kept
@@ -63,21 +71,25 @@ impl SiteSettings {
         rows: Rows<'_>,
         schema: SchemaRef,
         ledger: Option<&Path>,
+        engine: Arc<SiteEngine>,
     ) -> Result<Arc<dyn Site>> {
         let ledger = match ledger {
             Some(file) => Ledger::open(file)?,
             None => Ledger::in_memory(),
         };
         let client = match rows {
-            Rows::Files(files) => LocalClient::from_files(files, schema)?,
+            Rows::Files(files) => LocalClient::from_files(files, schema, engine)?,
             Rows::Batches {
                 name,
                 location,
                 batches,
-            } => LocalClient::from_batches(name, location, schema, batches)?,
+            } => LocalClient::from_batches(name, location, schema, batches, engine)?,
         };
-        Ok(Arc::new(client.with_policy(self.policy.clone()).with_dp(
-            Arc::new(DpSite::new(self.dp.clone(), Arc::new(ledger))),
-        )))
+        Ok(Arc::new(
+            client
+                .with_fast_path(self.fast_path)
+                .with_policy(self.policy.clone())
+                .with_dp(Arc::new(DpSite::new(self.dp.clone(), Arc::new(ledger)))),
+        ))
     }
 }

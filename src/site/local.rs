@@ -1,8 +1,9 @@
 //! The embedded site: a data owner's rows in local files or in memory.
 //!
 //! [`LocalClient`] runs encoders over local CSV or Parquet files (or
-//! in-memory batches, for the bundled demo) in the DataFusion session all
-//! sites of the process share (see [`crate::site::engine`]), configured so that the partial aggregate really runs over the rows (no
+//! in-memory batches, for the bundled demo) in the DataFusion session of the
+//! engine its maker hands it (see [`crate::site::engine`]), configured so
+//! that the partial aggregate really runs over the rows (no
 //! statistics shortcut, no skipping of partial aggregation that would ship
 //! raw rows as "state"). A worker serves its tables through the same type.
 
@@ -36,22 +37,22 @@ use crate::error::{FedError, Result};
 use crate::protocol::encoder::{self, Encoder, StateBatch};
 use crate::protocol::secure::{self, MaskRequest, SecureLayout, SecureSession, SecureSetup};
 use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
-use crate::site::covered::CountRowsExec;
-use crate::site::dp::DpSite;
+use crate::site::engine::in_order;
+use crate::site::engine::kept_rows::KeptRows;
+use crate::site::engine::yielding::yield_after_each_batch;
 use crate::site::engine::{self, SiteEngine, SiteFile, Template, TemplateKey};
 use crate::site::files::{ClientFiles, FileFormat, ParseFailure};
-use crate::site::gate;
-use crate::site::group_rows;
-use crate::site::identity::SiteIdentity;
-use crate::site::in_order;
-use crate::site::joins;
-use crate::site::kept_rows::KeptRows;
-use crate::site::never_fail::never_fail_on_data;
-use crate::site::policy::{DisclosurePolicy, describe_policy};
-use crate::site::secure::ClientSecrets;
-use crate::site::shown_plan;
-use crate::site::sketches;
-use crate::site::yielding::yield_after_each_batch;
+use crate::site::release::covered::CountRowsExec;
+use crate::site::release::dp::DpSite;
+use crate::site::release::gate;
+use crate::site::release::group_rows;
+use crate::site::release::identity::SiteIdentity;
+use crate::site::release::joins;
+use crate::site::release::never_fail::never_fail_on_data;
+use crate::site::release::policy::{DisclosurePolicy, describe_policy};
+use crate::site::release::secure::ClientSecrets;
+use crate::site::release::shown_plan;
+use crate::site::release::sketches;
 
 /// Physical optimizer rules that must not run where a plan is split: the
 /// first answers `count(*)` from file metadata (so a client would not run
@@ -74,7 +75,7 @@ pub fn site_session() -> SessionContext {
         // Each partition reads its own byte ranges of the files, never a
         // sibling's taken at run time: which partition adds which rows
         // then depends on the files alone, and a state merged in partition
-        // order has the same bits every run (see `site::in_order`).
+        // order has the same bits every run (see `site::engine::in_order`).
         .set_bool(
             "datafusion.execution.enable_file_stream_work_stealing",
             false,
@@ -95,8 +96,12 @@ pub struct LocalClient {
     location: String,
     format: String,
     rows: Arc<dyn TableProvider>,
-    /// The session, memory pool and encoder templates all sites share.
+    /// The session, memory pool and encoder templates it shares with the
+    /// other sites of its maker.
     engine: Arc<SiteEngine>,
+    /// Whether the engine's fast path runs this site's encoders (see
+    /// [`crate::site::engine`]); off, DataFusion plans and runs each.
+    fast_path: bool,
     /// What a template of this site's plans is shared by: its format,
     /// CSV options, schema and policy (`None`: this site plans alone).
     layout: Option<Arc<str>>,
@@ -144,9 +149,13 @@ impl fmt::Debug for LocalClient {
 
 impl LocalClient {
     /// A site over its files, read with the federated table's `schema`
-    /// (and, for CSV, the client's CSV options).
-    pub fn from_files(files: &ClientFiles, schema: SchemaRef) -> Result<Self> {
-        let engine = engine::shared();
+    /// (and, for CSV, the client's CSV options), run by `engine` (shared
+    /// with the other sites of its maker).
+    pub fn from_files(
+        files: &ClientFiles,
+        schema: SchemaRef,
+        engine: Arc<SiteEngine>,
+    ) -> Result<Self> {
         let state = engine.state();
         let urls = files
             .files
@@ -225,6 +234,7 @@ impl LocalClient {
             format: files.format.to_string(),
             rows,
             engine,
+            fast_path: true,
             layout: Some(layout.into()),
             file,
             kept: KeptRows::default(),
@@ -237,6 +247,15 @@ impl LocalClient {
             files: files.files.clone(),
             has_header: files.format == FileFormat::Csv && files.has_header(),
         })
+    }
+
+    /// The same site with the engine's fast path on (the default) or off:
+    /// off, every encoder is planned from its logical plan and run by
+    /// DataFusion as it is, with no template, no scan of the site's own
+    /// and no rows kept between the rounds of a fit.
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
     }
 
     /// The same site under a disclosure policy (or none).
@@ -336,19 +355,21 @@ impl LocalClient {
         self
     }
 
-    /// A site over batches held in memory (cast to `schema`).
+    /// A site over batches held in memory (cast to `schema`), run by `engine`.
     pub fn from_batches(
         name: &str,
         location: &str,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
+        engine: Arc<SiteEngine>,
     ) -> Result<Self> {
         Ok(Self {
             name: name.to_string(),
             location: location.to_string(),
             format: "MEMORY".into(),
             rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
-            engine: engine::shared(),
+            engine,
+            fast_path: true,
             layout: None,
             file: None,
             kept: KeptRows::default(),
@@ -401,7 +422,9 @@ impl LocalClient {
         self.dp.check_encoder(&self.name, encoder.plan())?;
         let key = match (&self.layout, &self.file) {
             (Some(layout), Some(_))
-                if encoder.fit_scope().is_none() && engine::reads_one_table(encoder.plan()) =>
+                if self.fast_path
+                    && encoder.fit_scope().is_none()
+                    && engine::reads_one_table(encoder.plan()) =>
             {
                 Some(TemplateKey::new(Arc::clone(layout), encoder))
             }
@@ -439,7 +462,13 @@ impl LocalClient {
     /// of a fit whose encoder differs only in its config rebinds the plan
     /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
-        let rebound = match encoder.fit_scope() {
+        // DataFusion lists a file that is gone as no file at all: a site
+        // whose file is gone answers an error, not an empty state.
+        if let Some(gone) = self.files.iter().find(|f| !f.is_file()) {
+            let e = format!("cannot read {}: the file is missing", gone.display());
+            return Err(self.error(DataFusionError::External(e.into())));
+        }
+        let rebound = match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept
                 .rebound(scope, &encoder.input_key(), encoder.plan())?,
@@ -476,7 +505,7 @@ impl LocalClient {
             .create_physical_plan(&plan, state)
             .await?;
         let partial = encoder::partial_aggregate(&physical)?;
-        Ok(match encoder.fit_scope() {
+        Ok(match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept
                 .partial_over_kept(
@@ -494,6 +523,12 @@ impl LocalClient {
                 })?,
             None => partial,
         })
+    }
+
+    /// The fit whose rows this site keeps for `encoder`'s rounds (none
+    /// with the fast path off: every round reads its rows anew).
+    fn fit_scope(&self, encoder: &Encoder) -> Option<u64> {
+        encoder.fit_scope().filter(|_| self.fast_path)
     }
 
     /// The physical plan of an encoder whose state may leave this site as
@@ -663,7 +698,7 @@ impl Site for LocalClient {
         let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
         let own = self.secrets.identity();
         let admit = |me_at: usize| {
-            crate::site::secure::check_participants(mask, me_at, own, &self.peers, min).map_err(|rule| {
+            crate::site::release::secure::check_participants(mask, me_at, own, &self.peers, min).map_err(|rule| {
                 FedError::Policy {
                     client: self.name.clone(),
                     rule,

@@ -7,32 +7,23 @@
 //! analyst it runs for) in, one aggregate state out. Whatever
 //! protects a data owner is enforced here, on the state before it leaves.
 //!
+//! It is split by job: [`release`] decides what may leave (a data
+//! protection officer's reading), [`engine`] makes it fast (templates,
+//! the site's own small-Parquet reader, rows kept between a fit's rounds;
+//! switchable per table or worker), and [`local`] is the pipeline that
+//! runs one through the other.
+//!
 //! This folder depends on [`crate::protocol`] (what both sides agree on), the
-//! error type and the UDF crate only — never on the coordinator's modules
-//! (a test in this module checks that).
+//! error type and the UDF crate only — never on the coordinator's modules;
+//! and [`release`] uses of [`engine`] only the items it names (tests in
+//! this module check both).
 
-pub mod covered;
-pub mod dp;
-pub mod dp_budget;
 pub mod engine;
 pub mod files;
-pub mod gate;
-pub mod group_rows;
-pub mod guarded;
-pub mod identity;
-pub mod in_order;
 pub mod in_process;
-pub mod joins;
-pub mod kept_rows;
 pub mod local;
-pub mod never_fail;
-pub mod policy;
-pub mod secure;
-pub mod shown_plan;
-pub mod sketches;
-pub mod small_parquet;
+pub mod release;
 pub mod worker;
-pub mod yielding;
 
 #[cfg(test)]
 mod tests {
@@ -92,6 +83,92 @@ mod tests {
             bad.is_empty(),
             "the site side must stand on its own:\n{}",
             bad.join("\n")
+        );
+    }
+
+    /// The items of `site::engine` that `site::release` may use: what a
+    /// shown plan needs to find the file scans it must not name.
+    const RELEASE_MAY_USE_OF_ENGINE: &[&str] = &["file_scan"];
+
+    /// Every item of the engine a source file's code names
+    /// (`site::engine::x`, `site::engine::{x, y}`), as `x` or `module::x`;
+    /// the module itself when named alone. Comments (doc links) use
+    /// nothing, and are skipped.
+    fn engine_items(text: &str) -> Vec<String> {
+        let code: String = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut found = Vec::new();
+        for (at, _) in code.match_indices("site::engine") {
+            let rest = &code[at + "site::engine".len()..];
+            let Some(rest) = rest.strip_prefix("::") else {
+                found.push("(the module itself)".to_string());
+                continue;
+            };
+            let item: String = match rest.strip_prefix('{') {
+                Some(group) => group[..group.find('}').unwrap_or(group.len())].to_string(),
+                None => rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect(),
+            };
+            found.extend(
+                item.split(',')
+                    .map(|i| i.split_whitespace().collect::<String>())
+                    .filter(|i| !i.is_empty()),
+            );
+        }
+        found
+    }
+
+    #[test]
+    fn what_may_leave_uses_only_the_named_interfaces_of_the_engine() {
+        let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/site/release");
+        let mut bad = Vec::new();
+        let mut stack = vec![release];
+        while let Some(path) = stack.pop() {
+            if path.is_dir() {
+                stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for item in engine_items(&text) {
+                    if !RELEASE_MAY_USE_OF_ENGINE.contains(&item.as_str()) {
+                        bad.push(format!("{} uses site::engine::{item}", path.display()));
+                    }
+                }
+                // Nor by a relative path around the check.
+                if text.contains("super::super::engine") || text.contains("super::engine") {
+                    bad.push(format!(
+                        "{} names the engine by a relative path",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "site/release/ may use of site/engine/ only {RELEASE_MAY_USE_OF_ENGINE:?}:\n{}",
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_engine_check_sees_every_item() {
+        let text = format!(
+            "use {0}::engine::file_scan;\nuse {0}::engine::{{SiteEngine, small_parquet::SMALL_FILE}};\n{0}::engine::kept_rows::KeptRows\nuse {0}::engine;\n/// [`{0}::engine::Template`]",
+            "crate::site"
+        );
+        assert_eq!(
+            engine_items(&text),
+            [
+                "file_scan",
+                "SiteEngine",
+                "small_parquet::SMALL_FILE",
+                "kept_rows::KeptRows",
+                "(the module itself)"
+            ]
         );
     }
 

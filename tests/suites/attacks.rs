@@ -17,7 +17,7 @@ use datafusion::logical_expr::LogicalPlan;
 use fedsql::FedContext;
 use fedsql::protocol::codec::plan_to_bytes;
 use fedsql::protocol::flight::{ACTION_EXPLAIN, EncodeRequest, TicketCommand, ticket_command};
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use futures::TryStreamExt;
 use prost::Message;
 use tempfile::TempDir;

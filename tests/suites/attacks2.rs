@@ -13,7 +13,7 @@ use tokio_postgres::NoTls;
 
 use crate::attacks::{NO, YES, answer, differential, in_process_with, write_sites};
 use crate::remote::{Workers, run};
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 
 /// Aggregates whose own update fails on a row's *shape*: a list whose
 /// length depends on one person. The never-fail rewrite covers scalar

@@ -15,9 +15,9 @@ use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::frontend::demo::demo_schema;
 use fedsql::protocol::site::Site;
-use fedsql::site::dp::{DpPolicy, DpSite};
-use fedsql::site::dp_budget::Ledger;
 use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
 
 use crate::support::{demo_rows, split_sizes};
 
@@ -28,6 +28,7 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
     let schema = demo_schema();
     let mut start = 0;
     let mut runners: Vec<Arc<dyn Site>> = Vec::new();
+    let ctx = FedContext::new();
     for (i, size) in split_sizes(rows.len(), clients).into_iter().enumerate() {
         let csv = format!("{header}\n{}\n", rows[start..start + size].join("\n"));
         start += size;
@@ -46,13 +47,17 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
             ),
             None => DpSite::new(policy.clone(), Arc::new(Ledger::in_memory())),
         };
-        let client =
-            LocalClient::from_batches(&format!("c{i}"), "memory", Arc::clone(&schema), batches)
-                .unwrap()
-                .with_dp(Arc::new(site));
+        let client = LocalClient::from_batches(
+            &format!("c{i}"),
+            "memory",
+            Arc::clone(&schema),
+            batches,
+            ctx.site_engine(),
+        )
+        .unwrap()
+        .with_dp(Arc::new(site));
         runners.push(Arc::new(client));
     }
-    let ctx = FedContext::new();
     ctx.register_federated(FederatedTable::new("clinic", schema, runners))
         .unwrap();
     ctx
@@ -491,7 +496,7 @@ async fn dp_workers(
             .unwrap()
             .to_string_lossy()
             .to_string();
-        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
         config.dp.set("dp_budget", "1").unwrap();
         config
             .dp
@@ -858,7 +863,7 @@ async fn people_workers(
     configure: impl Fn(&mut fedsql::site::worker::WorkerConfig) + Send + Sync + 'static,
 ) -> (crate::remote::Workers, FedContext) {
     let workers = crate::remote::Workers::start_with(files, "t", move |mut config| {
-        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
         configure(&mut config);
         config
     })

@@ -304,6 +304,7 @@ fn flaky_context(
             "memory",
             Arc::clone(&schema),
             batches,
+            Arc::new(fedsql::site::engine::SiteEngine::new()),
         )
         .unwrap();
         runners.push(if i == 1 {

@@ -80,7 +80,7 @@ async fn shows_each_clients_disclosure_policy() {
     let ctx = FedContext::new();
     fedsql::frontend::demo::register_demo(&ctx).unwrap();
     let text = explain(&ctx, "SELECT region, avg(age) FROM clinic GROUP BY region").await;
-    let policy = fedsql::site::policy::DisclosurePolicy::default().to_string();
+    let policy = fedsql::site::release::policy::DisclosurePolicy::default().to_string();
     for client in ["hospital_a", "hospital_b", "hospital_c", "clinic_d"] {
         assert!(
             text.contains(&format!("--   {client}: {policy}")),
@@ -94,4 +94,18 @@ async fn shows_each_clients_disclosure_policy() {
         text.contains("-- disclosure policy: none at any client"),
         "{text}"
     );
+}
+
+/// A site reads a small Parquet file itself on the fast path, and through
+/// DataFusion's own scan with `fast_path 'off'`.
+#[tokio::test]
+async fn the_fast_path_switch_picks_the_sites_scan() {
+    use crate::support::{Format, demo_rows, federation_in, split_sizes};
+    let n = demo_rows().1.len();
+    for fast_path in [true, false] {
+        let f = federation_in(&split_sizes(n, 3), Format::Parquet, fast_path).await;
+        let text = explain(&f.fed, "SELECT count(*), avg(age) FROM clinic").await;
+        assert_eq!(text.contains("SmallParquetExec"), fast_path, "{text}");
+        assert_eq!(text.contains("DataSourceExec"), !fast_path, "{text}");
+    }
 }

@@ -19,7 +19,7 @@ use datafusion::logical_expr::{Aggregate, EmptyRelation, Expr, LogicalPlan, lit}
 use fedsql::FedContext;
 use fedsql::protocol::codec::plan_to_bytes;
 use fedsql::protocol::flight::{EncodeRequest, TicketCommand, ticket_command};
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql_udfs::catalogue;
 use futures::TryStreamExt;
 use prost::Message;
@@ -69,7 +69,7 @@ async fn every_registered_function_is_catalogued_or_refused() {
             vec![],
             None,
         ));
-        let admitted = fedsql::site::gate::admit(&encoder(counted));
+        let admitted = fedsql::site::release::gate::admit(&encoder(counted));
         // The registry keys a function by its name and by each alias.
         if catalogue::scalar(udf.name()).is_some() {
             catalogued += 1;
@@ -98,7 +98,7 @@ async fn every_registered_function_is_catalogued_or_refused() {
             vec![],
             None,
         ));
-        let e = fedsql::site::gate::admit(&encoder(call))
+        let e = fedsql::site::release::gate::admit(&encoder(call))
             .unwrap_err()
             .to_string();
         let known = catalogue::aggregate(udaf.name()).is_some()

@@ -35,11 +35,14 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::SessionContext;
 use fedsql::FedContext;
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Normalizer, Record, Runner};
 
 use crate::remote::{Workers, remote_context};
-use crate::support::{Federation, Format, demo_rows, federation_with, same_result, split_sizes};
+use crate::support::{
+    Federation, Format, demo_rows, fast_path_modes, federation_in_mode, federation_with,
+    same_result, split_sizes,
+};
 
 /// Where the golden files are.
 fn golden_dir() -> PathBuf {
@@ -287,8 +290,9 @@ fn runner(db: Dual) -> Runner<Dual, impl sqllogictest::MakeConnection<Conn = Dua
 /// How the rows are split.
 #[derive(Debug, Clone, Copy)]
 enum Mode {
-    /// In-process clients, the demo rows split by [`split_sizes`].
-    Clients(usize, Format),
+    /// In-process clients, the demo rows split by [`split_sizes`], with
+    /// the site engine's fast path on or off.
+    Clients(usize, Format, bool),
     /// Two `fedsql worker`s on loopback, of a third and two thirds.
     Workers,
 }
@@ -303,14 +307,20 @@ impl Setup {
     async fn new(mode: Mode, policy: &[(String, String)]) -> Self {
         let n = demo_rows().1.len();
         match mode {
-            Mode::Clients(clients, format) => {
+            Mode::Clients(clients, format, fast_path) => {
                 let options = policy
                     .iter()
                     .map(|(k, v)| format!("'{k}' '{v}'"))
                     .collect::<Vec<_>>()
                     .join(", ");
                 Self {
-                    federation: federation_with(&split_sizes(n, clients), format, &options).await,
+                    federation: federation_in_mode(
+                        &split_sizes(n, clients),
+                        format,
+                        &options,
+                        fast_path,
+                    )
+                    .await,
                     _workers: None,
                 }
             }
@@ -343,7 +353,7 @@ impl Setup {
 /// federation of its own (its policy, its shared tables).
 async fn run_mode(mode: Mode) {
     let rewrite = std::env::var_os("FEDSQL_GOLDEN_REWRITE").is_some()
-        && matches!(mode, Mode::Clients(1, Format::Csv));
+        && matches!(mode, Mode::Clients(1, Format::Csv, true));
     let mut failures = Vec::new();
     for file in golden_files() {
         let setup = Setup::new(mode, &policy_of(&file)).await;
@@ -405,24 +415,32 @@ pub(crate) async fn check_files(f: &Federation, files: &[&str]) {
 
 #[tokio::test]
 async fn one_client() {
-    run_mode(Mode::Clients(1, Format::Csv)).await;
+    for fast_path in fast_path_modes() {
+        run_mode(Mode::Clients(1, Format::Csv, fast_path)).await;
+    }
 }
 
 #[tokio::test]
 async fn three_clients_with_a_one_row_client() {
-    run_mode(Mode::Clients(3, Format::Csv)).await;
+    for fast_path in fast_path_modes() {
+        run_mode(Mode::Clients(3, Format::Csv, fast_path)).await;
+    }
 }
 
 #[tokio::test]
 async fn seven_clients_with_an_empty_and_a_one_row_client() {
     let sizes = split_sizes(demo_rows().1.len(), 7);
     assert!(sizes.contains(&0) && sizes.contains(&1));
-    run_mode(Mode::Clients(7, Format::Csv)).await;
+    for fast_path in fast_path_modes() {
+        run_mode(Mode::Clients(7, Format::Csv, fast_path)).await;
+    }
 }
 
 #[tokio::test]
 async fn seven_parquet_clients() {
-    run_mode(Mode::Clients(7, Format::Parquet)).await;
+    for fast_path in fast_path_modes() {
+        run_mode(Mode::Clients(7, Format::Parquet, fast_path)).await;
+    }
 }
 
 #[tokio::test]

@@ -1085,7 +1085,7 @@ async fn each_user_spends_their_own_budget_at_the_workers() {
     std::fs::write(&files[0], "x\n1\n2\n3\n4\n5\n6\n").unwrap();
     std::fs::write(&files[1], "x\n7\n8\n9\n10\n11\n").unwrap();
     let workers = crate::remote::Workers::start_with(&files, "t", |mut config| {
-        config.policy = Some(fedsql::site::policy::DisclosurePolicy::default());
+        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
         config.dp.set("dp_budget", "1").unwrap();
         config.named_tokens = vec![
             ("alice".into(), "alice-token".into()),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::FedContext;
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::worker::{WorkerArgs, WorkerConfig};
 use tempfile::TempDir;
 

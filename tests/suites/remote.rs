@@ -24,7 +24,7 @@ use datafusion::prelude::CsvReadOptions;
 use fedsql::FedContext;
 use fedsql::protocol::codec::{CoordinatorCodec, plan_to_bytes};
 use fedsql::protocol::flight::{EncodeRequest, TicketCommand, ticket_command};
-use fedsql::site::policy::DisclosurePolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 use futures::TryStreamExt;
 use prost::Message;

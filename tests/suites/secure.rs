@@ -189,6 +189,8 @@ fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
     let mut logs = Vec::new();
     let mut clients = Vec::new();
     let mut runners: Vec<Arc<dyn Site>> = Vec::new();
+    // The sites' own engine, as an embedder would give them.
+    let engine = Arc::new(fedsql::site::engine::SiteEngine::new());
     for (c, part) in rows.iter().enumerate() {
         let name = format!("site{c}");
         let inner = Arc::new(
@@ -197,6 +199,7 @@ fn setup(rows: Vec<Vec<Row>>, drop_out: Option<usize>) -> Setup {
                 &format!("memory:{name}"),
                 schema(),
                 vec![batch(part)],
+                Arc::clone(&engine),
             )
             .unwrap(),
         );

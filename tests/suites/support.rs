@@ -117,8 +117,24 @@ pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
     writer.close().unwrap();
 }
 
+/// The variable that picks the site engine's fast path for the test
+/// harness: `on` or `off` (read here only, never by the library).
+pub const FAST_PATH_VAR: &str = "FEDSQL_TEST_FAST_PATH";
+
+/// The fast-path modes a test that runs in both runs in: both (on, then
+/// off), or the one [`FAST_PATH_VAR`] names.
+pub fn fast_path_modes() -> Vec<bool> {
+    match std::env::var(FAST_PATH_VAR).as_deref() {
+        Ok("on") => vec![true],
+        Ok("off") => vec![false],
+        Ok(other) => panic!("{FAST_PATH_VAR}={other}: expected on or off"),
+        Err(_) => vec![true, false],
+    }
+}
+
 /// The demo rows split over clients by `sizes`, registered as federated
 /// table `clinic`; and the concatenated rows as `clinic` in a plain context.
+/// The fast path is on unless [`FAST_PATH_VAR`] is `off`.
 pub async fn federation(sizes: &[usize], format: Format) -> Federation {
     federation_with(sizes, format, "").await
 }
@@ -126,6 +142,22 @@ pub async fn federation(sizes: &[usize], format: Format) -> Federation {
 /// As [`federation`], with the federated table's OPTIONS (e.g. a policy's
 /// `'min_group_rows' '5'`); none when `options` is empty.
 pub async fn federation_with(sizes: &[usize], format: Format, options: &str) -> Federation {
+    let fast_path = std::env::var(FAST_PATH_VAR).as_deref() != Ok("off");
+    federation_in_mode(sizes, format, options, fast_path).await
+}
+
+/// [`federation`] with the site engine's fast path on or off.
+pub async fn federation_in(sizes: &[usize], format: Format, fast_path: bool) -> Federation {
+    federation_in_mode(sizes, format, "", fast_path).await
+}
+
+/// [`federation_with`] with the site engine's fast path on or off.
+pub async fn federation_in_mode(
+    sizes: &[usize],
+    format: Format,
+    options: &str,
+    fast_path: bool,
+) -> Federation {
     let (header, rows) = demo_rows();
     let dir = TempDir::new().unwrap();
     let clients = dir.path().join("clinic");
@@ -135,13 +167,14 @@ pub async fn federation_with(sizes: &[usize], format: Format, options: &str) -> 
         Format::Csv => "CSV",
         Format::Parquet => "PARQUET",
     };
+    let mode = if fast_path { "on" } else { "off" };
     let options = if options.is_empty() {
-        String::new()
+        format!("'fast_path' '{mode}'")
     } else {
-        format!(" OPTIONS ({options})")
+        format!("'fast_path' '{mode}', {options}")
     };
     fed.sql(&format!(
-        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}'{options}",
+        "CREATE FEDERATED TABLE clinic STORED AS {stored} LOCATION '{}' OPTIONS ({options})",
         clients.display()
     ))
     .await

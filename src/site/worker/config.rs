@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{FedError, Result};
-use crate::site::dp::DpPolicy;
-use crate::site::identity::{SiteIdentity, parse_peer};
-use crate::site::policy::DisclosurePolicy;
+use crate::site::release::dp::DpPolicy;
+use crate::site::release::identity::{SiteIdentity, parse_peer};
+use crate::site::release::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
 
 /// Command-line arguments of `fedsql worker`.
@@ -29,7 +29,7 @@ pub struct WorkerArgs {
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
-    /// `memory_limit`, `max_shared_rows`, a `[tables]` section of
+    /// `memory_limit`, `max_shared_rows`, `fast_path`, a `[tables]` section of
     /// name = "path", and a `[policy]` section with `peers`,
     /// `secure_without_peers`, the DP settings `dp_budget`,
     /// `dp_max_epsilon`, `dp_ledger`, `require_dp`, `dp_domain.COLUMN`,
@@ -108,6 +108,12 @@ pub struct WorkerArgs {
     /// Most rows of shared tables and VALUES a plan may carry (default 100000).
     #[arg(long, value_name = "N")]
     pub max_shared_rows: Option<usize>,
+    /// `off` runs every encoder through DataFusion's own scan and
+    /// aggregate, without the engine's fast path (templates, the site's
+    /// own small-Parquet reader, rows kept between a fit's rounds); the
+    /// answers are the same (default on).
+    #[arg(long, value_name = "on|off")]
+    pub fast_path: Option<String>,
 }
 
 /// A request's limits at a worker, whatever its policy.
@@ -148,6 +154,8 @@ struct ConfigFile {
     request_timeout: Option<String>,
     memory_limit: Option<String>,
     max_shared_rows: Option<usize>,
+    /// `"on"` or `"off"` (see [`WorkerArgs::fast_path`]).
+    fast_path: Option<String>,
     /// Named tokens: analyst name = token file (DP budgets are per analyst).
     #[serde(default)]
     tokens: BTreeMap<String, PathBuf>,
@@ -188,6 +196,8 @@ pub struct WorkerConfig {
     pub dp: DpPolicy,
     /// The privacy-budget ledger file; `None`: kept in memory.
     pub dp_ledger: Option<PathBuf>,
+    /// Whether the site engine's fast path runs encoders (default on).
+    pub fast_path: bool,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -203,6 +213,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("peers", &self.peers.len())
             .field("secure_without_peers", &self.secure_without_peers)
             .field("limits", &self.limits)
+            .field("fast_path", &self.fast_path)
             .finish()
     }
 }
@@ -225,6 +236,7 @@ impl WorkerConfig {
             peers: Vec::new(),
             secure_without_peers: false,
             limits: RequestLimits::default(),
+            fast_path: true,
         }
     }
 
@@ -403,6 +415,10 @@ impl WorkerConfig {
                 .or(file.max_shared_rows)
                 .unwrap_or(defaults.max_shared_rows),
         };
+        let fast_path = match args.fast_path.clone().or(file.fast_path) {
+            Some(text) => crate::site::engine::parse_fast_path(&text)?,
+            None => true,
+        };
         let config = Self {
             listen,
             tables,
@@ -418,6 +434,7 @@ impl WorkerConfig {
             named_tokens,
             dp,
             dp_ledger,
+            fast_path,
         };
         config.check_dp_has_policy()?;
         Ok(config)

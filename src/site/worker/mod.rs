@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::site::identity;
+use crate::site::release::identity;
 pub use config::{RequestLimits, WorkerArgs, WorkerConfig, read_token};
 pub use log::LogSink;
 pub use service::WorkerService;
@@ -89,9 +89,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let peers: Arc<[[u8; 32]]> = config.peers.clone().into();
     // One privacy-budget ledger for every served table (DP, issue 14).
     let ledger = std::sync::Arc::new(match &config.dp_ledger {
-        Some(path) => crate::site::dp_budget::Ledger::open(path)?,
-        None => crate::site::dp_budget::Ledger::in_memory(),
+        Some(path) => crate::site::release::dp_budget::Ledger::open(path)?,
+        None => crate::site::release::dp_budget::Ledger::in_memory(),
     });
+    // One engine for every site of this worker.
+    let engine = Arc::new(crate::site::engine::SiteEngine::new());
     let tables = config
         .tables
         .iter()
@@ -102,9 +104,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
                 peers: Arc::clone(&peers),
                 secure_without_peers: config.secure_without_peers,
                 memory_limit: config.limits.memory,
+                engine: Arc::clone(&engine),
+                fast_path: config.fast_path,
             };
             ServedTable::open(name, path, site).map(|t| {
-                t.with_dp(Arc::new(crate::site::dp::DpSite::new(
+                t.with_dp(Arc::new(crate::site::release::dp::DpSite::new(
                     config.dp.clone(),
                     Arc::clone(&ledger),
                 )))

@@ -34,7 +34,7 @@ use crate::protocol::flight::{
 use crate::protocol::secure::{MaskRequest, SecureSession, SignedKey};
 use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
-use crate::site::policy::error_kind;
+use crate::site::release::policy::error_kind;
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};

@@ -21,10 +21,11 @@ use crate::error::{FedError, Result};
 use crate::protocol::codec::{InlineTable, TableBinder};
 use crate::protocol::federated_scan::FederatedScan;
 use crate::protocol::flight::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
+use crate::site::engine::SiteEngine;
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
-use crate::site::identity::SiteIdentity;
 use crate::site::local::LocalClient;
-use crate::site::policy::{DisclosurePolicy, describe_policy, error_kind};
+use crate::site::release::identity::SiteIdentity;
+use crate::site::release::policy::{DisclosurePolicy, describe_policy, error_kind};
 
 /// One served table: its files, its own schema, and a local client per
 /// column list coordinators read it with.
@@ -39,13 +40,14 @@ pub struct ServedTable {
     /// What its local clients enforce besides the exposure rules.
     site: SiteOptions,
     /// DP settings and the worker's budget ledger.
-    pub(super) dp: Arc<crate::site::dp::DpSite>,
+    pub(super) dp: Arc<crate::site::release::dp::DpSite>,
 }
 
 /// What every local client of a served table is given besides its files:
 /// the table's disclosure policy, the site's identity and peers for secure
 /// sessions (and whether, under a policy, it takes part in them with no
-/// peers listed), and the memory limit of a request.
+/// peers listed), the memory limit of a request, and the engine the
+/// worker's sites share.
 #[derive(Debug, Clone)]
 pub struct SiteOptions {
     pub policy: Option<DisclosurePolicy>,
@@ -53,6 +55,10 @@ pub struct SiteOptions {
     pub peers: Arc<[[u8; 32]]>,
     pub secure_without_peers: bool,
     pub memory_limit: Option<usize>,
+    /// The session, caches and templates of every site of the worker.
+    pub engine: Arc<SiteEngine>,
+    /// Whether the engine's fast path runs its encoders (`--fast-path`).
+    pub fast_path: bool,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -76,7 +82,7 @@ impl ServedTable {
     }
 
     /// The same table with these DP settings and ledger.
-    pub fn with_dp(mut self, dp: Arc<crate::site::dp::DpSite>) -> Self {
+    pub fn with_dp(mut self, dp: Arc<crate::site::release::dp::DpSite>) -> Self {
         self.dp = dp;
         self
     }
@@ -142,13 +148,17 @@ impl ServedTable {
             )
         };
         let client = Arc::new(
-            LocalClient::from_files(&self.files, Arc::clone(schema))
-                .map_err(unopened)?
-                .with_policy(self.site.policy.clone())
-                .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
-                .served_remotely(self.site.secure_without_peers)
-                .with_memory_limit(self.site.memory_limit)
-                .with_dp(Arc::clone(&self.dp)),
+            LocalClient::from_files(
+                &self.files,
+                Arc::clone(schema),
+                Arc::clone(&self.site.engine),
+            )
+            .map_err(unopened)?
+            .with_policy(self.site.policy.clone())
+            .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
+            .served_remotely(self.site.secure_without_peers)
+            .with_memory_limit(self.site.memory_limit)
+            .with_dp(Arc::clone(&self.dp)),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);

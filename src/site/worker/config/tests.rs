@@ -240,3 +240,35 @@ async fn the_epsilon_cap_comes_from_the_toml_and_the_flag_and_dp_needs_a_policy(
         .is_ok()
     );
 }
+
+#[tokio::test]
+async fn the_fast_path_comes_from_the_toml_or_the_flag() {
+    let dir = tempfile::TempDir::new().unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "tok\n").unwrap();
+    let config = dir.path().join("worker.toml");
+    let with = |toml: &str| {
+        std::fs::write(
+            &config,
+            format!("listen = \"127.0.0.1:0\"\ntoken_file = \"secret.txt\"\n{toml}[tables]\nt = \"t.csv\"\n"),
+        )
+        .unwrap();
+        WorkerArgs {
+            config: Some(config.clone()),
+            ..Default::default()
+        }
+    };
+    let fast =
+        |args: WorkerArgs| async move { WorkerConfig::from_args(&args).await.map(|c| c.fast_path) };
+    assert!(fast(with("")).await.unwrap());
+    assert!(!fast(with("fast_path = \"off\"\n")).await.unwrap());
+    let flag = WorkerArgs {
+        fast_path: Some("on".into()),
+        ..with("fast_path = \"off\"\n")
+    };
+    assert!(fast(flag).await.unwrap());
+    let e = fast(with("fast_path = \"maybe\"\n"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected 'on' or 'off'"), "{e}");
+}

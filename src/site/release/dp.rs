@@ -1,6 +1,6 @@
 //! Differential privacy at the site: the data owner's DP settings, the
 //! noise it adds to its own state before the state leaves, and the budget
-//! it debits (see [`crate::site::dp_budget`]).
+//! it debits (see [`crate::site::release::dp_budget`]).
 //!
 //! The DP aggregates' accumulators keep exact integer state; a site runs
 //! them like any aggregate. *Before* it runs a plan with DP calls
@@ -43,7 +43,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::error::{FedError, Result};
 use crate::protocol::dp::{DpCall, dp_calls, top_aggregate};
 use crate::protocol::site::BudgetLine;
-use crate::site::dp_budget::{Ledger, MAX_EPSILON, units};
+use crate::site::release::dp_budget::{Ledger, MAX_EPSILON, units};
 
 /// The DP settings of a table at a site (beside its disclosure policy).
 #[derive(Debug, Clone, PartialEq)]
@@ -544,7 +544,7 @@ impl DpSite {
     /// bounds nothing over many queries), and only when every aggregate
     /// the encoder asked for is DP. `plan` is the site's physical plan and
     /// `site_rows` says whether the site added its own row count to it
-    /// (as the last aggregate, [`crate::site::group_rows::counted`]): that
+    /// (as the last aggregate, [`crate::site::release::group_rows::counted`]): that
     /// one is told by construction, never by its name or place alone, so
     /// an exact `count(*)` the query asked for (wherever it stands) is
     /// never taken for it.

@@ -6,7 +6,7 @@
 //! signatures, it could invent participants whose secrets it holds and
 //! unmask a site's state. A site that lists its peers' identity keys
 //! (`[policy] peers`) masks only with keys signed by listed peers (see
-//! [`crate::site::secure::check_participants`]).
+//! [`crate::site::release::secure::check_participants`]).
 //!
 //! The key file is a PKCS#8 `PRIVATE KEY` in PEM, as
 //! `openssl genpkey -algorithm ed25519` writes it; a worker creates one on

@@ -43,7 +43,7 @@ use fedsql_udfs::catalogue;
 
 use crate::error::{FedError, Result};
 use crate::protocol::secure::SecureSession;
-use crate::site::group_rows::StateCounts;
+use crate::site::release::group_rows::StateCounts;
 
 /// The setting keys, as `OPTIONS`, flags and the TOML `[policy]` name them.
 pub const POLICY_KEYS: &[&str] = &[
@@ -306,9 +306,13 @@ impl DisclosurePolicy {
     }
 
     /// The refusal of a histogram state that could not be released.
-    pub fn histogram_refusal(&self, client: &str, e: crate::site::sketches::FoldError) -> FedError {
+    pub fn histogram_refusal(
+        &self,
+        client: &str,
+        e: crate::site::release::sketches::FoldError,
+    ) -> FedError {
         match e {
-            crate::site::sketches::FoldError::SmallBin => FedError::Policy {
+            crate::site::release::sketches::FoldError::SmallBin => FedError::Policy {
                 client: client.to_string(),
                 rule: format!(
                     "a histogram bin would count fewer than {} of its rows (its min_group_rows policy)",
@@ -316,7 +320,7 @@ impl DisclosurePolicy {
                 ),
                 hint: Some("use fewer or wider bins".into()),
             },
-            crate::site::sketches::FoldError::NotAList => {
+            crate::site::release::sketches::FoldError::NotAList => {
                 FedError::Internal("a histogram state is not a list of counts".into())
             }
         }

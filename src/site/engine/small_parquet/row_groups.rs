@@ -2,7 +2,7 @@
 //! row group by row group, each through the file's pages.
 //!
 //! The first round of a fit reads a site's rows once and keeps them
-//! decoded for the rounds that follow ([`crate::site::kept_rows`]).
+//! decoded for the rounds that follow ([`crate::site::engine::kept_rows`]).
 //! DataFusion's scan fetches all of a row group's column chunks before it
 //! decodes them (88 MB for a million rows of 11 doubles), one row group
 //! per stream, and those buffers, on top of the rows already kept, set a

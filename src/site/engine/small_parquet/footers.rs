@@ -1,6 +1,20 @@
 //! A small Parquet file opened for a site's scan, and the cache of the
 //! files' parsed footers and of the bytes of small settled files (see
 //! [`super`]).
+//!
+//! Why not DataFusion's own `FileMetadataCache` (the runtime's
+//! `CacheManager`, which DataFusion's Parquet scan uses, and which serves
+//! every scan with the fast path off): it keeps a file's `ParquetMetaData`
+//! valid while the file's length and modification time are unchanged, and
+//! nothing more. This cache keeps what the site's reader needs besides:
+//! the `ArrowReaderMetadata` already converted to the table's schema (a
+//! schema conversion per file and query saved), the whole bytes of small
+//! files (no `open` or read), and a stricter validity rule (a file written
+//! within the file system's clock tick is re-read and its footer bytes
+//! compared, so two writes of one length in one tick cannot leave a stale
+//! footer). Its footers are few (one per small file of the site), so the
+//! overlap with DataFusion's cache is small; files DataFusion scans (large
+//! files, filtered scans, the fast path off) use DataFusion's cache only.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;

@@ -12,7 +12,7 @@
 //! site's files, whichever of the partitions that read them ends first,
 //! and every round spreads them over [`KEPT_PARTITIONS`] partitions, a
 //! number that does not depend on the machine's cores, whose states the
-//! site merges in partition order ([`crate::site::in_order`]). So a fit
+//! site merges in partition order ([`crate::site::engine::in_order`]). So a fit
 //! adds the same rows in the same order in every round, run and machine,
 //! and its sums have the same bits (for a source without a filter; a
 //! filter's output batches can be cut differently as the reading is
@@ -44,8 +44,8 @@ use fedsql_udfs::constant_argument::ConstantArgument;
 use crate::error::Result;
 use crate::protocol::rebind;
 use crate::site::engine::SiteEngine;
-use crate::site::small_parquet::row_groups::RowGroupsExec;
-use crate::site::yielding::yield_after_each_batch;
+use crate::site::engine::small_parquet::row_groups::RowGroupsExec;
+use crate::site::engine::yielding::yield_after_each_batch;
 
 mod doubles;
 use doubles::Doubles;
@@ -286,8 +286,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::rebind::tests::{aggregate, partial, run};
-    use crate::site::engine;
-    use crate::site::in_order;
+    use crate::site::engine::in_order;
 
     const OLD: &str = "family=binomial;beta=0.5,-0.1";
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
@@ -419,7 +418,7 @@ mod tests {
                     &plan,
                     1,
                     "t".into(),
-                    (&engine::shared(), &[]),
+                    (&SiteEngine::new(), &[]),
                     ctx.task_ctx(),
                 )
                 .await
@@ -450,7 +449,7 @@ mod tests {
                     &plan,
                     9,
                     "t".into(),
-                    (&engine::shared(), files),
+                    (&SiteEngine::new(), files),
                     ctx.task_ctx(),
                 )
                 .await
@@ -536,7 +535,7 @@ mod tests {
         files: &[PathBuf],
         ctx: &SessionContext,
     ) -> (RecordBatch, Vec<usize>) {
-        let batches = read_in_order(scan.input(), (&engine::shared(), files), ctx.task_ctx())
+        let batches = read_in_order(scan.input(), (&SiteEngine::new(), files), ctx.task_ctx())
             .await
             .unwrap();
         let lengths = batches.iter().map(|b| b.num_rows()).collect();
@@ -593,7 +592,7 @@ mod tests {
                 }
                 Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
             });
-            let footers = engine::shared().footers().clone();
+            let footers = SiteEngine::new().footers().clone();
             let by_site = RowGroupsExec::of(&leaves[0], &files, &footers, cores, 8192)
                 .unwrap()
                 .expect("a scan of the site's file");

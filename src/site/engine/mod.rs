@@ -1,6 +1,11 @@
-//! The engine the sites of one process share: one DataFusion session (one
-//! runtime, one memory pool, one cache of file listings and Parquet
-//! footers) and the physical plans of the encoders they have run.
+//! The engine a set of sites share: one DataFusion session (one runtime,
+//! one memory pool, one cache of file listings and Parquet footers) and
+//! the physical plans of the encoders they have run.
+//!
+//! Whoever makes sites owns their engine and hands it to each
+//! ([`crate::site::local::LocalClient::from_files`]): a coordinator one
+//! per context, a worker one per running worker. A test or an embedder
+//! makes its own with [`SiteEngine::new`]; there is no process-wide one.
 //!
 //! A thousand in-process clients must cost little more than eight, so the
 //! work of a round at a site must not grow with the plan. A site plans an
@@ -12,16 +17,32 @@
 //! The template is the site's own plan of the validated encoder the
 //! coordinator sent; nothing of it crosses the wire.
 //!
+//! The fast path — templates, a small Parquet file read by the site
+//! ([`SmallParquetExec`]) with its footer and bytes cached
+//! ([`FooterCache`]), the rows of a fit kept between its rounds
+//! ([`crate::site::engine::kept_rows`]) and read by row group — can be switched off
+//! per table (`OPTIONS ('fast_path' 'off')`) or per worker (`--fast-path
+//! off`, TOML `fast_path = "off"`): each encoder is then planned from its
+//! logical plan over DataFusion's own `ListingTable` scan and run as
+//! DataFusion runs it, every round. The answers are the same either way
+//! (the consistency suite runs in both modes); only the time differs.
+//! What a site checks and releases does not depend on the switch.
+//!
 //! Memory: every site draws on the one shared pool; a request under a
 //! memory limit draws on a child pool of its own, which refuses past its
 //! limit whatever the shared pool has left.
+
+pub mod in_order;
+pub mod kept_rows;
+pub mod small_parquet;
+pub mod yielding;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -40,17 +61,33 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::Result;
 use crate::protocol::encoder::Encoder;
-use crate::site::group_rows::CountColumns;
-use crate::site::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::engine::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::release::group_rows::CountColumns;
+
+/// The table option and worker setting that switches the fast path.
+pub const FAST_PATH_KEY: &str = "fast_path";
+
+/// Whether a `fast_path` setting turns the fast path on.
+pub fn parse_fast_path(value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(crate::error::FedError::InvalidArgument(format!(
+            "{FAST_PATH_KEY} '{value}': expected 'on' or 'off'"
+        ))),
+    }
+}
+
+/// Whether a table's OPTIONS leave the fast path on (the default).
+pub fn fast_path_option(options: &[(String, String)]) -> Result<bool> {
+    options
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case(FAST_PATH_KEY))
+        .try_fold(true, |_, (_, value)| parse_fast_path(value))
+}
 
 /// How many encoder templates the engine keeps (the oldest go first).
 const MAX_TEMPLATES: usize = 64;
-
-/// The engine shared by every site of this process.
-pub fn shared() -> Arc<SiteEngine> {
-    static ENGINE: OnceLock<Arc<SiteEngine>> = OnceLock::new();
-    Arc::clone(ENGINE.get_or_init(|| Arc::new(SiteEngine::new())))
-}
 
 /// One session, one memory pool and the encoder templates of all sites.
 pub struct SiteEngine {
@@ -72,8 +109,16 @@ impl fmt::Debug for SiteEngine {
     }
 }
 
+impl Default for SiteEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SiteEngine {
-    fn new() -> Self {
+    /// A new engine: its own session, memory pool, caches and templates.
+    /// The sites that share one share all of these.
+    pub fn new() -> Self {
         let session = crate::site::local::site_session();
         let state = session.state();
         let task_ctx = Arc::new(TaskContext::from(&state));
@@ -91,7 +136,7 @@ impl SiteEngine {
     /// memory for the whole fit; while they are read, each of the scan's
     /// streams also holds a row group's column chunks (88 MB for a million
     /// rows of 11 doubles), and those buffers set a fit's peak. The sites
-    /// of this process read one per core at once, each with all its
+    /// of this engine read one per core at once, each with all its
     /// streams. Measured on 2 cores (`fedsql-bench --fits`, 8 clients of
     /// 10M rows in all, two alternated runs each): a fit's peak fell from
     /// 1.69–1.75x the decoded columns to 1.55–1.58x with the start as fast
@@ -484,6 +529,16 @@ impl fmt::Display for ChildPool {
 mod tests {
     use super::*;
     use datafusion::execution::memory_pool::{MemoryConsumer, UnboundedMemoryPool};
+
+    #[test]
+    fn the_fast_path_is_on_unless_a_table_turns_it_off() {
+        let options = |v: &str| vec![("Fast_Path".to_string(), v.to_string())];
+        assert!(fast_path_option(&[]).unwrap());
+        assert!(fast_path_option(&options("on")).unwrap());
+        assert!(!fast_path_option(&options("OFF")).unwrap());
+        let e = fast_path_option(&options("fast")).unwrap_err().to_string();
+        assert!(e.contains("expected 'on' or 'off'"), "{e}");
+    }
 
     #[tokio::test]
     async fn sites_keep_rows_one_per_core_at_once() {

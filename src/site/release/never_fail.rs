@@ -2,7 +2,7 @@
 //! fails: a `CAST` that fails on one person's value, a division by zero or
 //! a date that does not parse inside `CASE WHEN <one person> ...`, would
 //! tell the analyst one bit per query. After the encoder is admitted (see
-//! [`crate::site::gate`]) and before it is planned, the site rewrites
+//! [`crate::site::release::gate`]) and before it is planned, the site rewrites
 //! `CAST` to `TRY_CAST`, every arithmetic operator that can fail on values
 //! (division and remainder, date and time arithmetic) and every catalogued
 //! function that can (`OnData::NullOnError` in the catalogue) into a form

@@ -18,7 +18,7 @@ use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::{
     MaskRequest, SecureLayout, SecureSession, SecureSetup, key_converter,
 };
-use crate::site::identity::SiteIdentity;
+use crate::site::release::identity::SiteIdentity;
 
 /// Domain separation of the pairwise key derivation.
 const KDF_INFO: &[u8] = b"fedsql secure aggregation v1: pairwise mask key";

@@ -2,7 +2,7 @@
 //! the aggregates: under a disclosure policy the site adds one `count` of
 //! the rows of each group to its partial aggregate, and wraps every
 //! aggregate so that it also counts its own inputs (see
-//! [`crate::site::guarded`]). The policy checks the counts, and the site
+//! [`crate::site::release::guarded`]). The policy checks the counts, and the site
 //! drops them before the state leaves: they never cross the wire.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
-use crate::site::guarded::{Counted, Guarded, MODE_WIDTH, Modes, Tally};
+use crate::site::release::guarded::{Counted, Guarded, MODE_WIDTH, Modes, Tally};
 use fedsql_udfs::catalogue;
 
 /// The name of the row count the site adds.
@@ -176,7 +176,7 @@ fn guard(
             None,
         ));
     };
-    // DP state: the noise protects it (see `site::dp`).
+    // DP state: the noise protects it (see `site::release::dp`).
     if facts.is_dp() {
         return Ok((Arc::clone(expr), 0, 0));
     }

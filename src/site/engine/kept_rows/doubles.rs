@@ -236,9 +236,9 @@ mod tests {
 
     use super::*;
     use crate::protocol::rebind::tests::{aggregate, partial};
-    use crate::site::engine;
-    use crate::site::in_order;
-    use crate::site::kept_rows::KeptRows;
+    use crate::site::engine::SiteEngine;
+    use crate::site::engine::in_order;
+    use crate::site::engine::kept_rows::KeptRows;
 
     const STEP: &str = "SELECT irls_step('family=binomial;beta=0.5,-0.1', y, 1.0, 0.0, 1.0, 1.0, x), count(*) FROM t";
     /// A round that also reads the response as it is, in a filter.
@@ -294,7 +294,7 @@ mod tests {
                     &plan,
                     7,
                     "t".into(),
-                    (&engine::shared(), &[]),
+                    (&SiteEngine::new(), &[]),
                     ctx.task_ctx(),
                 )
                 .await

@@ -369,7 +369,7 @@ fn treatment_reference(text: &str) -> Result<String, String> {
 }
 
 mod arithmetic;
-pub use arithmetic::quote_ident;
+pub(crate) use arithmetic::quote_ident;
 use arithmetic::{Arithmetic, FUNCTIONS};
 
 fn parse_response(text: &str) -> Result<Response, String> {
@@ -497,7 +497,7 @@ impl Term {
 }
 
 /// Whether a variable is a factor: `C(x)`, or a text or boolean column.
-pub fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
+pub(crate) fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
     if v.transform.is_some() {
         return Ok(false);
     }
@@ -521,7 +521,7 @@ pub fn is_factor(v: &Variable, schema: &Schema) -> Result<bool> {
 }
 
 /// The error for a formula naming a column the source lacks.
-pub fn missing_column(column: &str, schema: &Schema) -> FedError {
+pub(crate) fn missing_column(column: &str, schema: &Schema) -> FedError {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     FedError::InvalidArgument(format!(
         "the formula names column `{column}`, which the source does not have (its columns: {})",
@@ -531,16 +531,16 @@ pub fn missing_column(column: &str, schema: &Schema) -> FedError {
 
 /// One column of the design matrix: its name and the SQL computing it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DesignColumn {
+pub(crate) struct DesignColumn {
     pub name: String,
     pub sql: String,
 }
 
 /// The levels of each factor, sorted, NULL excluded.
-pub type Levels = Vec<(String, Vec<ScalarValue>)>;
+pub(crate) type Levels = Vec<(String, Vec<ScalarValue>)>;
 
 /// The design columns of the formula's terms (without the intercept).
-pub fn design_columns(
+pub(crate) fn design_columns(
     formula: &Formula,
     schema: &Schema,
     levels: &Levels,
@@ -669,7 +669,7 @@ fn with_reference_first(v: &Variable, values: &[ScalarValue]) -> Result<Vec<Scal
 }
 
 /// How a level shows in a column name, as patsy shows it.
-pub fn level_label(level: &ScalarValue) -> String {
+pub(crate) fn level_label(level: &ScalarValue) -> String {
     match level {
         ScalarValue::Utf8(Some(s))
         | ScalarValue::LargeUtf8(Some(s))

@@ -14,7 +14,31 @@
 //! The code is laid out along the trust boundary: [`site`] is everything
 //! that runs beside the data, [`coordinator`] is the analyst's process, and
 //! [`protocol`] is what the two agree on: the [`protocol::site::Site`]
-//! interface, its request, and the messages between them.
+//! interface, its request, and the messages between them. Above them,
+//! [`frontend`] is what people and programs type at (the command line,
+//! the REPL, `fedsql serve`), and a composition root registers the models
+//! and statistics as table functions.
+//!
+//! # The library's API
+//!
+//! `pub` is kept for what a program embedding fedsql (or its integration
+//! tests) uses; everything else is `pub(crate)` or private, and the
+//! `unreachable_pub` lint keeps it so:
+//! - [`FedContext`], [`FedDataFrame`], [`TableInfo`], [`FedError`],
+//!   [`Result`]: the SQL entry point and its errors;
+//! - [`protocol`]: the [`protocol::site::Site`] interface, its request and
+//!   the encoder, state and Flight messages;
+//! - [`site`]: an embedded site ([`site::local`]), its engine
+//!   ([`site::engine`]), the release rules a data owner sets
+//!   ([`site::release::policy`], [`site::release::dp`]) and the worker
+//!   ([`site::worker`]);
+//! - [`coordinator`]: federated tables ([`coordinator::federated_table`],
+//!   [`coordinator::client_column`]), the split of a plan into rounds
+//!   ([`coordinator::split`]) and a fit's scope ([`coordinator::fit_scope`]);
+//! - [`frontend`]: the command line, the REPL, `fedsql serve`, output,
+//!   script splitting and the demo table;
+//! - [`models::fedsgd`], [`notices`], [`r_format`]: FedSGD's spec, the
+//!   notices a statement leaves, R's number formatting.
 //!
 //! ```no_run
 //! # async fn demo() -> fedsql::Result<()> {
@@ -26,8 +50,8 @@
 //! ```
 
 pub mod coordinator;
-pub mod error;
-pub mod formula;
+pub(crate) mod error;
+pub(crate) mod formula;
 pub mod frontend;
 pub mod models;
 #[cfg(test)]
@@ -35,11 +59,11 @@ mod module_graph;
 pub mod notices;
 pub mod protocol;
 pub mod r_format;
-pub mod session;
+pub(crate) mod session;
 pub mod site;
-pub mod stats;
-pub mod suggest;
-pub mod table_function;
+pub(crate) mod stats;
+pub(crate) mod suggest;
+pub(crate) mod table_function;
 
 pub use coordinator::context::{FedContext, TableInfo};
 pub use coordinator::dataframe::FedDataFrame;

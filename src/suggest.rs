@@ -2,7 +2,7 @@
 
 /// The candidate closest to `word` (case-insensitively), if it is close
 /// enough to be a likely typo: at most a third of its letters differ.
-pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     let word = word.to_ascii_lowercase();
     candidates
         .iter()

@@ -53,7 +53,7 @@ struct Times {
     centralized: Vec<Duration>,
 }
 
-pub async fn run(args: &Args, many: usize, queries: &[SuiteQuery]) -> BenchResult<()> {
+pub(crate) async fn run(args: &Args, many: usize, queries: &[SuiteQuery]) -> BenchResult<()> {
     let few_dir = args.dir.join(format!("clients-{}", args.clients));
     let many_dir = args.dir.join(format!("clients-{many}"));
     let (few, few_df) = federation(&few_dir, args.rows, args.clients, args.regenerate).await?;

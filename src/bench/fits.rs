@@ -90,7 +90,7 @@ const PEAK_LINE: &str = "fit peak memory added (bytes):";
 /// `--fit-memory I`: runs fit `I` of [`FITS`] once in this (fresh)
 /// process and prints the high-water mark of its resident memory less
 /// the resident size just before the fit, as a line [`PEAK_LINE`] N.
-pub async fn one_fit_memory(ctx: &FedContext, index: usize) -> BenchResult<()> {
+pub(crate) async fn one_fit_memory(ctx: &FedContext, index: usize) -> BenchResult<()> {
     let (_, model, y) = FITS
         .get(index)
         .ok_or_else(|| format!("--fit-memory takes 0..{}", FITS.len() - 1))?;
@@ -125,7 +125,7 @@ fn fresh_process_peak(args: &Args, index: usize) -> BenchResult<u64> {
         .ok_or_else(|| format!("fedsql-bench --fit-memory {index} printed no peak").into())
 }
 
-pub async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
+pub(crate) async fn run(ctx: &FedContext, args: &Args) -> BenchResult<()> {
     let sum_sql = super::models::SUMS_X;
     eprintln!("fits: warm-up");
     ctx.sql(sum_sql).await?.collect().await?;

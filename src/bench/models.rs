@@ -96,7 +96,7 @@ async fn median_fit(ctx: &FedContext, sql: &str, runs: usize) -> BenchResult<(f6
     Ok((median(&totals), median(&rounds), count))
 }
 
-pub async fn run(ctx: &FedContext, runs: usize) -> BenchResult<()> {
+pub(crate) async fn run(ctx: &FedContext, runs: usize) -> BenchResult<()> {
     eprintln!("models: baselines");
     let sums_xy = format!(
         "{} , sum(y_gaussian) FROM t",

@@ -18,7 +18,11 @@ use crate::{Args, BenchResult};
 /// Trivial queries timed each way.
 const TRIVIAL_RUNS: usize = 2000;
 
-pub async fn run(args: &Args, local: &FedContext, queries: &[SuiteQuery]) -> BenchResult<()> {
+pub(crate) async fn run(
+    args: &Args,
+    local: &FedContext,
+    queries: &[SuiteQuery],
+) -> BenchResult<()> {
     let server = start(
         local.clone(),
         ServerOptions {

@@ -18,7 +18,7 @@ use crate::report::median;
 use crate::suite::SuiteQuery;
 use crate::{Args, BenchResult};
 
-pub async fn run(
+pub(crate) async fn run(
     args: &Args,
     plan: &[ClientFile],
     open: &FedContext,

@@ -12,7 +12,7 @@ use crate::{Args, BenchResult, models};
 
 const TOKEN: &str = "fedsql-bench-token";
 
-pub async fn run(
+pub(crate) async fn run(
     args: &Args,
     plan: &[ClientFile],
     local: &FedContext,

@@ -58,7 +58,7 @@ async fn glm_rounds(ctx: &FedContext) -> BenchResult<Duration> {
     Ok(Duration::from_secs_f64(median(&rounds)))
 }
 
-pub async fn run(args: &Args) -> BenchResult<()> {
+pub(crate) async fn run(args: &Args) -> BenchResult<()> {
     let dir = args.dir.join("round-cost");
     let plan = client_plan(&dir, ROWS, 2);
     prepare_data(&dir, &plan, args.regenerate)?;

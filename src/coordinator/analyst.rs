@@ -21,10 +21,10 @@ use crate::protocol::site::{Analyst, Credential};
 /// (set by `fedsql serve --users`). (A session config extension:
 /// `SessionConfig::set_extension`.)
 #[derive(Debug, Clone, Default)]
-pub struct UserTokensRequired;
+pub(crate) struct UserTokensRequired;
 
 /// The analyst the session's statements run for.
-pub fn of(config: &SessionConfig) -> Analyst {
+pub(crate) fn of(config: &SessionConfig) -> Analyst {
     let analyst = config
         .get_extension::<Analyst>()
         .map(|a| (*a).clone())

@@ -51,7 +51,7 @@ pub struct CreateFederatedTable {
 }
 
 /// Parses a `CREATE FEDERATED TABLE` statement.
-pub fn parse_create_federated(sql: &str) -> Result<CreateFederatedTable> {
+pub(crate) fn parse_create_federated(sql: &str) -> Result<CreateFederatedTable> {
     parse(sql).map_err(|e| {
         let e = e.to_string();
         let e = e.strip_prefix("sql parser error: ").unwrap_or(&e);

@@ -33,11 +33,11 @@ use crate::protocol::site::{Analyst, Site};
 /// survives a restart. Without it, an in-process table's ledgers live as
 /// long as the process.
 #[derive(Debug, Clone)]
-pub struct LedgerFolder(pub std::path::PathBuf);
+pub(crate) struct LedgerFolder(pub std::path::PathBuf);
 
 impl LedgerFolder {
     /// The ledger file of `client` of `table`.
-    pub fn file(&self, table: &str, client: &str) -> std::path::PathBuf {
+    pub(crate) fn file(&self, table: &str, client: &str) -> std::path::PathBuf {
         self.0
             .join(format!("{}.{}.toml", file_part(table), file_part(client)))
     }
@@ -57,7 +57,7 @@ fn file_part(name: &str) -> String {
 /// Appends the session's `fedsql.dp_epsilon` to every DP aggregate call
 /// without an explicit epsilon, keeping the call's output name.
 #[derive(Debug, Default)]
-pub struct SessionEpsilon;
+pub(crate) struct SessionEpsilon;
 
 impl AnalyzerRule for SessionEpsilon {
     fn analyze(
@@ -138,7 +138,7 @@ fn with_epsilon(expr: &Expr, epsilon: f64, changed: &mut bool) -> Expr {
 
 /// `SHOW PRIVACY BUDGET table`: per client, the analyst's total, spent and
 /// remaining ε (as each client reports it).
-pub async fn budget_batch(
+pub(crate) async fn budget_batch(
     table: &str,
     clients: &[Arc<dyn Site>],
     analyst: &Analyst,
@@ -186,7 +186,7 @@ const INTERVAL_95: f64 = 2.12;
 /// A notice per DP call of a round: mechanism, ε, and the standard
 /// deviation and 95% interval of the noise in its result, given the
 /// merged (noisy) `states` of its `clients`.
-pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<Vec<String>> {
+pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<Vec<String>> {
     let calls = dp_calls(partial)?;
     if calls.is_empty() {
         return Ok(Vec::new());
@@ -269,7 +269,7 @@ pub fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<V
 
 /// A call's plan name as the user wrote it: `dp_count(*)` for the count
 /// of rows, literals without their type (`Int64(10)` → `10`).
-pub fn display_call(name: &str) -> String {
+pub(crate) fn display_call(name: &str) -> String {
     let mut out = name.to_string();
     for wrapper in ["Int64(", "Int32(", "Float64(", "Float32(", "UInt64("] {
         while let Some(at) = out.find(wrapper) {

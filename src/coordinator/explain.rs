@@ -32,7 +32,7 @@ use crate::protocol::secure::SecureLayout;
 use crate::protocol::site::Site;
 
 /// The explanation of an optimized plan that reads federated tables.
-pub async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
+pub(crate) async fn explain(state: &SessionState, plan: LogicalPlan) -> Result<String> {
     exposure::check(&plan, "the query")?;
     let mut out = String::new();
     // Two copies of the plan: in `planned`, a finished round's cut becomes
@@ -362,7 +362,7 @@ fn field_size(field: &Field) -> FieldSize {
 /// time; `state_bytes`, the Arrow IPC size of the state — the number a
 /// worker's log prints when it releases it ("released ... N bytes"); and
 /// what the client computed (the encoder's aggregates and grouping).
-pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
+pub(crate) fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("round", DataType::Int64, false),
         Field::new("table", DataType::Utf8, false),
@@ -410,7 +410,7 @@ pub fn analyze_batch(reports: &[rounds::RoundReport]) -> Result<RecordBatch> {
 
 /// The line under an `EXPLAIN ANALYZE FEDERATED` table: rounds run, and
 /// the totals per client.
-pub fn analyze_summary(reports: &[rounds::RoundReport]) -> String {
+pub(crate) fn analyze_summary(reports: &[rounds::RoundReport]) -> String {
     let mut per_client: Vec<(String, usize, usize, f64)> = Vec::new();
     for report in reports {
         for (j, (client, _, _, time)) in report.clients.iter().enumerate() {

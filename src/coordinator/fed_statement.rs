@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Toke
 
 /// One of fedsql's own statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FedStatement<'a> {
+pub(crate) enum FedStatement<'a> {
     /// `CREATE [OR REPLACE] FEDERATED …`: the whole text is parsed by
     /// [`crate::coordinator::ddl::parse_create_federated`] (a misspelt
     /// `TABLE` is ours too, so that the error names it).
@@ -30,7 +30,7 @@ pub enum FedStatement<'a> {
 
 /// fedsql's statement `sql` is, if it is one of them (`None`: DataFusion's,
 /// or text the tokenizer cannot read, which DataFusion then reports).
-pub fn recognise(sql: &str) -> Option<FedStatement<'_>> {
+pub(crate) fn recognise(sql: &str) -> Option<FedStatement<'_>> {
     let dialect = GenericDialect {};
     let mut tokens: Vec<TokenWithSpan> = Vec::new();
     Tokenizer::new(&dialect, sql)

@@ -28,16 +28,16 @@ use futures::future::BoxFuture;
 use crate::coordinator::context::FedContext;
 
 /// Computes the table's batch in a session (a model's fit, a test's rounds).
-pub type Fit =
+pub(crate) type Fit =
     Arc<dyn Fn(SessionState) -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
 
 /// How `EXPLAIN FEDERATED` describes a fit: its rounds, what each site
 /// computes in them and the size of what it sends back.
-pub type Program =
+pub(crate) type Program =
     Arc<dyn Fn(FedContext) -> BoxFuture<'static, crate::Result<String>> + Send + Sync>;
 
 /// A table computed by rounds (see the module docs).
-pub struct FitTable {
+pub(crate) struct FitTable {
     label: String,
     schema: SchemaRef,
     fit: Fit,
@@ -46,7 +46,7 @@ pub struct FitTable {
 
 impl FitTable {
     /// A table of `schema` whose rows `fit` computes; `label` names it in plans.
-    pub fn new(label: String, schema: SchemaRef, fit: Fit) -> Self {
+    pub(crate) fn new(label: String, schema: SchemaRef, fit: Fit) -> Self {
         Self {
             label,
             schema,
@@ -56,7 +56,10 @@ impl FitTable {
     }
 
     /// The same fit table, with the program `EXPLAIN FEDERATED` shows.
-    pub fn explained(table: Arc<dyn TableProvider>, program: Program) -> Arc<dyn TableProvider> {
+    pub(crate) fn explained(
+        table: Arc<dyn TableProvider>,
+        program: Program,
+    ) -> Arc<dyn TableProvider> {
         match table.downcast_ref::<FitTable>() {
             Some(fit) => Arc::new(FitTable {
                 label: fit.label.clone(),
@@ -71,7 +74,7 @@ impl FitTable {
     /// `EXPLAIN FEDERATED` of the fits a plan reads (`None` if it reads
     /// none): for each, its program, or for a function that describes none,
     /// where to see its rounds.
-    pub async fn explain_fits(
+    pub(crate) async fn explain_fits(
         ctx: &FedContext,
         plan: &LogicalPlan,
     ) -> crate::Result<Option<String>> {
@@ -146,10 +149,11 @@ impl TableProvider for FitTable {
 }
 
 /// Produces the batch, when executed.
-pub type Compute = Arc<dyn Fn() -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
+pub(crate) type Compute =
+    Arc<dyn Fn() -> BoxFuture<'static, crate::Result<RecordBatch>> + Send + Sync>;
 
 /// Runs `compute` at execution time and yields its batch (projected).
-pub struct DeferredExec {
+pub(crate) struct DeferredExec {
     label: String,
     compute: Compute,
     projection: Option<Vec<usize>>,
@@ -158,7 +162,7 @@ pub struct DeferredExec {
 
 impl DeferredExec {
     /// A plan whose output (of `schema`, before `projection`) `compute` makes.
-    pub fn new(
+    pub(crate) fn new(
         label: String,
         schema: SchemaRef,
         projection: Option<Vec<usize>>,

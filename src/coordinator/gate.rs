@@ -30,7 +30,7 @@ use crate::error::{FedError, Result};
 /// names a file, a directory or a URL. `datafusion.runtime.*` (the spill
 /// directory) and `datafusion.catalog.*` (a default catalog's location) do,
 /// and are refused.
-pub const SETTABLE_PREFIXES: &[&str] = &[
+pub(crate) const SETTABLE_PREFIXES: &[&str] = &[
     "datafusion.execution.",
     "datafusion.optimizer.",
     "datafusion.explain.",
@@ -45,13 +45,13 @@ pub const SETTABLE_PREFIXES: &[&str] = &[
 /// statements a statement runs in turn (`EXPLAIN ANALYZE FEDERATED`, a
 /// model's rounds) pass the same gate.
 #[derive(Debug, Default)]
-pub struct StatementGate {
+pub(crate) struct StatementGate {
     _private: (),
 }
 
 impl StatementGate {
     /// The gate of a server started without `--allow-ddl`.
-    pub fn without_ddl() -> Arc<Self> {
+    pub(crate) fn without_ddl() -> Arc<Self> {
         Arc::new(Self { _private: () })
     }
 

@@ -25,7 +25,7 @@ use crate::protocol::encoder::StateBatch;
 /// The coordinator side: merge every client's states and decode them with
 /// the final aggregate. The merge is a commutative monoid, so the order in
 /// which states arrive does not matter.
-pub fn merge_and_decode(
+pub(crate) fn merge_and_decode(
     partial: &AggregateExec,
     states: &[StateBatch],
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -37,13 +37,13 @@ pub fn merge_and_decode(
 }
 
 /// How many consecutive sites' states are reduced to one at a time.
-pub const MERGE_CHUNK: usize = 64;
+pub(crate) const MERGE_CHUNK: usize = 64;
 
 /// The merge of a round's states as they arrive, site by site. Several
 /// tasks may add states at once (the runners of a round's clients): the
 /// one that adds the last state of a chunk reduces that chunk, so a chunk
 /// is merged where its last state was made, and no task waits for another.
-pub struct StreamingMerge {
+pub(crate) struct StreamingMerge {
     partial: AggregateExec,
     task_ctx: Arc<TaskContext>,
     sites: usize,
@@ -63,7 +63,7 @@ struct Chunk {
 
 impl StreamingMerge {
     /// A merge of the states of `sites` sites.
-    pub fn new(partial: &AggregateExec, sites: usize, task_ctx: Arc<TaskContext>) -> Self {
+    pub(crate) fn new(partial: &AggregateExec, sites: usize, task_ctx: Arc<TaskContext>) -> Self {
         let chunks = (0..sites)
             .step_by(MERGE_CHUNK)
             .map(|start| {
@@ -84,7 +84,7 @@ impl StreamingMerge {
     }
 
     /// Takes site `site`'s state; reduces the chunk it completes.
-    pub async fn add(&self, site: usize, state: &StateBatch) -> Result<()> {
+    pub(crate) async fn add(&self, site: usize, state: &StateBatch) -> Result<()> {
         let rows = state_rows(&self.partial, state)?;
         let chunk = &self.chunks[site / MERGE_CHUNK];
         let complete = {
@@ -115,7 +115,7 @@ impl StreamingMerge {
 
     /// The merge and decode of every state taken, chunk by chunk in the
     /// order of the sites.
-    pub fn finish(&self) -> Result<Arc<dyn ExecutionPlan>> {
+    pub(crate) fn finish(&self) -> Result<Arc<dyn ExecutionPlan>> {
         let mut batches = Vec::new();
         for chunk in &self.chunks {
             let mut chunk = chunk.lock().expect("not poisoned");

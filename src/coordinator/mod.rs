@@ -18,22 +18,22 @@
 //! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
 //!   [`fit_scope`] (the rounds of one fit).
 
-pub mod analyst;
+pub(crate) mod analyst;
 pub mod client_column;
-pub mod context;
-pub mod dataframe;
-pub mod ddl;
-pub mod dp;
-pub mod explain;
-pub mod fed_statement;
+pub(crate) mod context;
+pub(crate) mod dataframe;
+pub(crate) mod ddl;
+pub(crate) mod dp;
+pub(crate) mod explain;
+pub(crate) mod fed_statement;
 pub mod federated_table;
 pub mod fit_scope;
-pub mod fit_table;
-pub mod gate;
-pub mod merge;
-pub mod rounds;
-pub mod secure;
-pub mod settings;
+pub(crate) mod fit_table;
+pub(crate) mod gate;
+pub(crate) mod merge;
+pub(crate) mod rounds;
+pub(crate) mod secure;
+pub(crate) mod settings;
 pub mod split;
-pub mod worker_client;
-pub mod worker_url;
+pub(crate) mod worker_client;
+pub(crate) mod worker_url;

@@ -75,13 +75,13 @@ pub struct RoundReport {
 /// of the query itself and those a model fit runs inside it — for
 /// `EXPLAIN ANALYZE FEDERATED`.
 #[derive(Debug, Default)]
-pub struct RoundLog {
+pub(crate) struct RoundLog {
     reports: Mutex<Vec<RoundReport>>,
 }
 
 impl RoundLog {
     /// The rounds logged so far, in the order they ran.
-    pub fn take(&self) -> Vec<RoundReport> {
+    pub(crate) fn take(&self) -> Vec<RoundReport> {
         std::mem::take(&mut *self.reports.lock().expect("not poisoned"))
     }
 
@@ -97,7 +97,7 @@ impl RoundLog {
 
 /// What a round's encoder computes, in a line: its aggregate calls (with
 /// their argument count) and its grouping.
-pub fn computes(encoder: &Encoder) -> String {
+pub(crate) fn computes(encoder: &Encoder) -> String {
     let LogicalPlan::Aggregate(agg) = encoder.plan() else {
         return encoder.plan().display().to_string();
     };
@@ -134,7 +134,7 @@ pub fn computes(encoder: &Encoder) -> String {
 }
 
 /// Runs an optimized plan that touches federated tables.
-pub async fn execute(
+pub(crate) async fn execute(
     state: &SessionState,
     plan: LogicalPlan,
 ) -> Result<(Vec<RecordBatch>, Vec<RoundReport>)> {
@@ -164,7 +164,7 @@ async fn run_shared(state: &SessionState, plan: &LogicalPlan) -> Result<Vec<Reco
 /// A query of one round planned once, for a program that runs it many
 /// times with a new config (the IRLS rounds of `glm`): the optimized plan,
 /// its one cut and the cut's planned round.
-pub struct PreparedQuery {
+pub(crate) struct PreparedQuery {
     plan: LogicalPlan,
     cut: LogicalPlan,
     round: Round,
@@ -173,7 +173,7 @@ pub struct PreparedQuery {
 impl PreparedQuery {
     /// Plans `plan` (optimized) when it has exactly one cut; `None` when
     /// it has none or several (run it with [`execute`] then).
-    pub async fn plan(state: &SessionState, plan: LogicalPlan) -> Result<Option<Self>> {
+    pub(crate) async fn plan(state: &SessionState, plan: LogicalPlan) -> Result<Option<Self>> {
         exposure::check(&plan, "the query")?;
         let Some(cut) = lowest_cut(&plan) else {
             return Ok(None);
@@ -187,7 +187,7 @@ impl PreparedQuery {
     }
 
     /// Runs the round, then the rest of the plan on its result.
-    pub async fn run(&self, state: &SessionState) -> Result<Vec<RecordBatch>> {
+    pub(crate) async fn run(&self, state: &SessionState) -> Result<Vec<RecordBatch>> {
         let (result, report) = run_round(state, &self.round).await?;
         RoundLog::log(state, &report);
         let plan = substitute(
@@ -200,7 +200,7 @@ impl PreparedQuery {
 
     /// The same query with the config text `old` replaced by `new` (see
     /// [`Round::rebound`]); `None` when it cannot be rebound.
-    pub fn rebound(&self, old: &str, new: &str) -> Result<Option<Self>> {
+    pub(crate) fn rebound(&self, old: &str, new: &str) -> Result<Option<Self>> {
         Ok(self.round.rebound(old, new)?.map(|round| Self {
             plan: self.plan.clone(),
             cut: self.cut.clone(),
@@ -223,7 +223,7 @@ pub struct ClientAnswer {
 /// that `choose` picks from the table's client names, and each client's
 /// state is decoded on its own. Returns the cut's output per client, in the
 /// order chosen; the rest of the plan above the cut is not run.
-pub async fn execute_per_client(
+pub(crate) async fn execute_per_client(
     state: &SessionState,
     plan: LogicalPlan,
     choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
@@ -235,7 +235,7 @@ pub async fn execute_per_client(
 /// The planned last cut of a per-client query (see [`execute_per_client`]),
 /// after running the cuts below it: a program that runs many such rounds
 /// plans it once and rebinds its config ([`Round::rebound`]).
-pub async fn prepare_per_client(state: &SessionState, plan: LogicalPlan) -> Result<Round> {
+pub(crate) async fn prepare_per_client(state: &SessionState, plan: LogicalPlan) -> Result<Round> {
     exposure::check(&plan, "the query")?;
     let mut plan = plan;
     loop {
@@ -255,7 +255,7 @@ pub async fn prepare_per_client(state: &SessionState, plan: LogicalPlan) -> Resu
 
 /// Runs a planned round at the clients `choose` picks, each client's state
 /// decoded on its own.
-pub async fn run_per_client(
+pub(crate) async fn run_per_client(
     state: &SessionState,
     round: &Round,
     choose: impl FnOnce(&[&str]) -> Result<Vec<usize>>,
@@ -379,7 +379,7 @@ fn join_error(e: tokio::task::JoinError) -> FedError {
 /// ([`analyst::of`]): their DP ledger at in-process sites, their token at
 /// workers (or, where the session requires a token of their own and they
 /// have none, a refusal).
-pub async fn run_round(
+pub(crate) async fn run_round(
     state: &SessionState,
     round: &Round,
 ) -> Result<(Vec<RecordBatch>, RoundReport)> {

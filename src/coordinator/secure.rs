@@ -16,7 +16,7 @@ use crate::protocol::site::{Analyst, Site, SiteRequest};
 /// client's masked state and the time it took. `encoders` holds each
 /// client's encoder, in the order of `clients`; every request runs for
 /// `analyst`.
-pub async fn collect_masked_states(
+pub(crate) async fn collect_masked_states(
     clients: &[Arc<dyn Site>],
     encoders: &[Encoder],
     analyst: &Analyst,

@@ -25,7 +25,7 @@ impl ConfigExtension for FedsqlOptions {
 }
 
 /// The session's current `fedsql` settings.
-pub fn fedsql_options(ctx: &SessionContext) -> FedsqlOptions {
+pub(crate) fn fedsql_options(ctx: &SessionContext) -> FedsqlOptions {
     ctx.state()
         .config()
         .options()

@@ -90,7 +90,7 @@ fn never_sent(status: &Status) -> bool {
 }
 
 /// A client served by a remote worker.
-pub struct RemoteClient {
+pub(crate) struct RemoteClient {
     name: String,
     url: WorkerUrl,
     options: RemoteOptions,
@@ -108,7 +108,7 @@ impl fmt::Debug for RemoteClient {
 impl RemoteClient {
     /// A client for the worker at `url` (connections are made on first use
     /// and remade after a failure).
-    pub fn new(name: &str, url: WorkerUrl, options: RemoteOptions) -> Result<Self> {
+    pub(crate) fn new(name: &str, url: WorkerUrl, options: RemoteOptions) -> Result<Self> {
         let error = |message: String| FedError::Client {
             client: name.to_string(),
             location: url.to_string(),
@@ -251,7 +251,7 @@ impl RemoteClient {
     }
 
     /// The served table's schema, as the worker sees its files.
-    pub async fn observe_schema(&self, analyst: &Analyst) -> Result<ObservedSchema> {
+    pub(crate) async fn observe_schema(&self, analyst: &Analyst) -> Result<ObservedSchema> {
         self.timed(async {
             let descriptor = FlightDescriptor::new_path(vec![self.url.table.clone()]);
             let request = self.request(descriptor, analyst)?;

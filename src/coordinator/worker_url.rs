@@ -24,21 +24,16 @@ use std::time::Duration;
 use crate::error::{FedError, Result};
 
 /// How long a remote call may take unless the `timeout` option says otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Option keys of `CREATE FEDERATED TABLE ... OPTIONS (...)`; the first
 /// two may also be given per client as `key.client`.
 const OPTION_KEYS: &[&str] = &["token_file", "ca_cert", "timeout"];
 
-/// Whether a client location is a worker URL rather than a path.
-pub fn is_worker_url(location: &str) -> bool {
-    location.starts_with("grpc://") || location.starts_with("grpcs://")
-}
-
 /// Whether a location is a URL (`scheme://...`) rather than a path: a
 /// worker URL, or one with a scheme no worker speaks (an error, not a
 /// missing file).
-pub fn is_url(location: &str) -> bool {
+pub(crate) fn is_url(location: &str) -> bool {
     location.split_once("://").is_some_and(|(scheme, _)| {
         !scheme.is_empty()
             && scheme
@@ -49,7 +44,7 @@ pub fn is_url(location: &str) -> bool {
 
 /// A worker's address: `grpc://host:port[/table]` (or `grpcs://` for TLS).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerUrl {
+pub(crate) struct WorkerUrl {
     pub tls: bool,
     pub host: String,
     pub port: u16,
@@ -59,7 +54,7 @@ pub struct WorkerUrl {
 
 impl WorkerUrl {
     /// Parses a worker URL; `default_table` is used when it names none.
-    pub fn parse(url: &str, default_table: &str) -> Result<Self> {
+    pub(crate) fn parse(url: &str, default_table: &str) -> Result<Self> {
         let bad = |why: &str| {
             FedError::Syntax(format!(
                 "worker address '{url}': {why}; expected grpc://host:port or grpc://host:port/table (grpcs:// for TLS)"
@@ -100,7 +95,7 @@ impl WorkerUrl {
     }
 
     /// The URI tonic connects to.
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         if self.host.contains(':') {
             format!("{scheme}://[{}]:{}", self.host, self.port)
@@ -124,7 +119,7 @@ impl fmt::Display for WorkerUrl {
 
 /// How a coordinator talks to one worker.
 #[derive(Clone)]
-pub struct RemoteOptions {
+pub(crate) struct RemoteOptions {
     /// The worker's token, sent with every call.
     pub token: String,
     /// Limit on every call.
@@ -147,7 +142,7 @@ impl fmt::Debug for RemoteOptions {
 impl RemoteOptions {
     /// The options for `client` from a statement's `OPTIONS (...)`: a
     /// `key.client` entry overrides `key`.
-    pub fn for_client(options: &[(String, String)], client: &str) -> Result<Self> {
+    pub(crate) fn for_client(options: &[(String, String)], client: &str) -> Result<Self> {
         let get = |key: &str| {
             let specific = format!("{key}.{client}");
             options
@@ -190,12 +185,12 @@ impl RemoteOptions {
     }
 }
 
-pub use crate::site::files::CSV_OPTION_KEYS;
+pub(crate) use crate::site::files::CSV_OPTION_KEYS;
 
 /// Checks that every option key is known (`key` or `key.client` for one
 /// of `clients`), for every kind of client; an unknown key is refused
 /// with the valid ones and the closest of them.
-pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
+pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
         if crate::site::release::policy::POLICY_KEYS.contains(&lower.as_str())
@@ -229,7 +224,7 @@ pub fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Resu
 }
 
 /// `30s`, `500ms`, `2m`, or a number of seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => (&text[..i], &text[i..]),

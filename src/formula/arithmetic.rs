@@ -5,7 +5,7 @@
 pub(super) const FUNCTIONS: &[&str] = &["log", "exp", "sqrt", "log10", "log2", "abs"];
 
 /// A column name as a quoted SQL identifier.
-pub fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

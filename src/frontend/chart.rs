@@ -16,7 +16,7 @@ const HEIGHT: u32 = 48;
 /// Column `y` of a result against column `x`, as text. Without names: `loss`
 /// against `round` when the result has them (fedsgd_history), else the
 /// last numeric column against the first (or against the row number).
-pub fn line_chart(
+pub(crate) fn line_chart(
     batches: &[RecordBatch],
     schema: &Schema,
     y: Option<&str>,

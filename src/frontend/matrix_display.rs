@@ -8,7 +8,7 @@ use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
 
 /// The matrix text of row `row` of a struct column with a `names` field.
-pub fn labeled(column: &dyn Array, row: usize) -> Option<String> {
+pub(crate) fn labeled(column: &dyn Array, row: usize) -> Option<String> {
     let DataType::Struct(fields) = column.data_type() else {
         return None;
     };
@@ -138,7 +138,7 @@ fn number(v: f64) -> String {
 /// `lm_vcov` and `glm_vcov` return it) pivoted into the matrix it is:
 /// one row and one column per term, in the order the terms first appear.
 /// `None` for any other result.
-pub fn vcov_matrix(
+pub(crate) fn vcov_matrix(
     batches: &[datafusion::arrow::record_batch::RecordBatch],
     schema: &datafusion::arrow::datatypes::SchemaRef,
 ) -> Option<datafusion::arrow::record_batch::RecordBatch> {

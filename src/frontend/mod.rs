@@ -10,10 +10,10 @@
 //! [`crate::coordinator::fed_statement`] like every other caller; nothing
 //! below it imports it.
 
-pub mod chart;
+pub(crate) mod chart;
 pub mod cli;
 pub mod demo;
-pub mod matrix_display;
+pub(crate) mod matrix_display;
 pub mod pgwire;
 pub mod print;
 pub mod repl;

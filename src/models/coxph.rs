@@ -54,20 +54,20 @@ const USAGE: &str = "coxph('table or SELECT query', 'Surv(time, event) ~ x1 + C(
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum CoxOutput {
+pub(crate) enum CoxOutput {
     Coefficients,
     Stats,
 }
 
 /// The table functions `coxph` and `coxph_stats`.
 #[derive(Debug)]
-pub struct CoxFunction {
+pub(crate) struct CoxFunction {
     pub output: CoxOutput,
 }
 
 /// Everything that defines a fit.
 #[derive(Debug, Clone)]
-pub struct CoxSpec {
+pub(crate) struct CoxSpec {
     pub source: ModelSource,
     pub time: String,
     pub event: String,
@@ -110,7 +110,7 @@ fn call_arguments(text: &str, name: &str) -> Option<Vec<String>> {
 
 impl CoxSpec {
     /// Parses `coxph(source, formula [, options])`.
-    pub fn parse(args: &[String]) -> Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
             return Err(FedError::InvalidArgument(format!(
                 "takes 2 or 3 arguments; usage: {USAGE}"
@@ -236,7 +236,7 @@ impl TableFunctionImpl for CoxFunction {
 }
 
 /// The columns of `coxph`: broom's `tidy` columns and `exp_estimate`.
-pub fn coefficients_schema() -> SchemaRef {
+pub(crate) fn coefficients_schema() -> SchemaRef {
     let mut fields: Vec<Field> = super::inference::coefficients_schema()
         .fields()
         .iter()
@@ -247,7 +247,7 @@ pub fn coefficients_schema() -> SchemaRef {
 }
 
 /// The columns of `coxph_stats`.
-pub fn stats_schema() -> SchemaRef {
+pub(crate) fn stats_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     let i = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
@@ -272,7 +272,7 @@ pub fn stats_schema() -> SchemaRef {
 
 /// A fitted Cox model.
 #[derive(Debug, Clone)]
-pub struct CoxFit {
+pub(crate) struct CoxFit {
     pub terms: Vec<String>,
     /// NULL for an aliased covariate (R's NA): constant within every
     /// stratum, or collinear with the others there.
@@ -443,7 +443,7 @@ fn newton_step(sums: &CoxSums, kept: &[usize], k: usize) -> Option<Vec<f64>> {
 }
 
 /// Fits the model (R's coxph.fit Newton–Raphson).
-pub async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
+pub(crate) async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
     let design = design(ctx, spec).await?;
     let k = design.names.len();
     let config = |beta: &[f64], concordance: bool| CoxConfig {

@@ -39,7 +39,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::glm_fit::log_likelihood;
-pub use super::glm_fit::{GlmFit, stats_schema};
+pub(crate) use super::glm_fit::{GlmFit, stats_schema};
 use super::inference::{coefficients_schema, vcov_batch, vcov_schema};
 use super::source::{
     ModelSource, complete_cases, learn_levels, levels_sql, numeric_argument, string_arguments,
@@ -63,7 +63,7 @@ const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum GlmOutput {
+pub(crate) enum GlmOutput {
     Coefficients,
     Stats,
     /// The covariance matrix of the estimates, one row per pair of terms.
@@ -72,13 +72,13 @@ pub enum GlmOutput {
 
 /// The table functions `glm` and `glm_stats`.
 #[derive(Debug)]
-pub struct GlmFunction {
+pub(crate) struct GlmFunction {
     pub output: GlmOutput,
 }
 
 /// Everything that defines a fit.
 #[derive(Debug, Clone)]
-pub struct GlmSpec {
+pub(crate) struct GlmSpec {
     pub source: ModelSource,
     pub formula: Formula,
     pub family: Family,
@@ -90,7 +90,7 @@ pub struct GlmSpec {
 
 impl GlmSpec {
     /// Parses the string arguments of `glm(source, formula, family [, options])`.
-    pub fn parse(args: &[String]) -> Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if !(3..=4).contains(&args.len()) {
             return Err(FedError::InvalidArgument(format!(
                 "glm takes 3 or 4 arguments; usage: {USAGE}"
@@ -266,7 +266,7 @@ async fn round(
 
 /// A round's failure, named by the round; the coefficients reached so far
 /// (if any) are kept in a notice, so that a long fit is not lost silently.
-pub fn stopped(
+pub(crate) fn stopped(
     ctx: &FedContext,
     e: FedError,
     model: &str,
@@ -312,7 +312,7 @@ fn round_sql(spec: &GlmSpec, design: &Design, config: &IrlsConfig) -> String {
 /// `EXPLAIN FEDERATED` of a fit: the levels round when the formula has
 /// factors (which runs, as the design depends on it), then the IRLS round
 /// (planned only), which repeats with new coefficients.
-pub async fn explain(ctx: &FedContext, spec: &GlmSpec) -> Result<String> {
+pub(crate) async fn explain(ctx: &FedContext, spec: &GlmSpec) -> Result<String> {
     let schema = spec.source.schema(ctx).await?;
     let spec = &GlmSpec {
         formula: spec.formula.expand_dot(&schema),
@@ -388,7 +388,7 @@ fn solve(sums: &IrlsSums, kept: &[usize], k: usize) -> Result<Vec<f64>> {
 }
 
 /// Fits the GLM by federated IRLS.
-pub fn fit<'a>(
+pub(crate) fn fit<'a>(
     ctx: &'a FedContext,
     spec: &'a GlmSpec,
     progress: Option<&'a Progress>,

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::notices::printed_summary::{FitLines, ModelSummary};
 
 /// The columns of `glm_stats`.
-pub fn stats_schema() -> SchemaRef {
+pub(crate) fn stats_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     let i = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
@@ -40,7 +40,7 @@ pub fn stats_schema() -> SchemaRef {
 
 /// A fitted GLM.
 #[derive(Debug, Clone)]
-pub struct GlmFit {
+pub(crate) struct GlmFit {
     pub family: Family,
     pub link: Link,
     pub terms: Vec<String>,
@@ -63,11 +63,11 @@ pub struct GlmFit {
 }
 
 impl GlmFit {
-    pub fn df_residual(&self) -> i64 {
+    pub(crate) fn df_residual(&self) -> i64 {
         self.nobs - self.rank as i64
     }
 
-    pub fn df_null(&self) -> i64 {
+    pub(crate) fn df_null(&self) -> i64 {
         self.nobs - i64::from(self.intercept)
     }
 
@@ -77,16 +77,16 @@ impl GlmFit {
         self.rank as f64 + f64::from(u8::from(self.family.estimates_dispersion()))
     }
 
-    pub fn aic(&self) -> f64 {
+    pub(crate) fn aic(&self) -> f64 {
         -2.0 * self.log_likelihood + 2.0 * self.parameters()
     }
 
-    pub fn bic(&self) -> f64 {
+    pub(crate) fn bic(&self) -> f64 {
         -2.0 * self.log_likelihood + (self.nobs as f64).ln() * self.parameters()
     }
 
     /// What R's `summary.glm` prints around the coefficients.
-    pub fn printed_summary(&self, call: String) -> ModelSummary {
+    pub(crate) fn printed_summary(&self, call: String) -> ModelSummary {
         ModelSummary {
             call,
             aliased: self.estimate.iter().filter(|e| e.is_none()).count(),
@@ -106,7 +106,7 @@ impl GlmFit {
     }
 
     /// One row per term.
-    pub fn coefficients(&self) -> Result<RecordBatch> {
+    pub(crate) fn coefficients(&self) -> Result<RecordBatch> {
         let reference = if self.family.estimates_dispersion() {
             Reference::T(self.df_residual() as f64)
         } else {
@@ -116,7 +116,7 @@ impl GlmFit {
     }
 
     /// The one row of `glm_stats`.
-    pub fn stats(&self) -> Result<RecordBatch> {
+    pub(crate) fn stats(&self) -> Result<RecordBatch> {
         let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
         let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
         let columns: Vec<ArrayRef> = vec![

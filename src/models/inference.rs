@@ -14,7 +14,7 @@ use crate::error::Result;
 
 /// The reference distribution of the statistics.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Reference {
+pub(crate) enum Reference {
     /// Student's t with these degrees of freedom.
     T(f64),
     /// The standard normal (z).
@@ -44,7 +44,7 @@ impl Reference {
 }
 
 /// The columns of a coefficient table.
-pub fn coefficients_schema() -> SchemaRef {
+pub(crate) fn coefficients_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     Arc::new(Schema::new(vec![
         Field::new("term", DataType::Utf8, false),
@@ -58,7 +58,7 @@ pub fn coefficients_schema() -> SchemaRef {
 }
 
 /// One row per term; aliased terms (no estimate) are all NULL.
-pub fn coefficients_batch(
+pub(crate) fn coefficients_batch(
     terms: &[String],
     estimates: &[Option<f64>],
     std_errors: &[Option<f64>],
@@ -92,7 +92,7 @@ pub fn coefficients_batch(
 }
 
 /// The columns of `lm_vcov` and `glm_vcov`: one row per pair of terms.
-pub fn vcov_schema() -> SchemaRef {
+pub(crate) fn vcov_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("term1", DataType::Utf8, false),
         Field::new("term2", DataType::Utf8, false),
@@ -102,7 +102,7 @@ pub fn vcov_schema() -> SchemaRef {
 
 /// The covariance matrix in long form, row-major in the order of `terms`
 /// (NULL for aliased terms, as R's `vcov()` has NA).
-pub fn vcov_batch(terms: &[String], covariance: &[Vec<Option<f64>>]) -> Result<RecordBatch> {
+pub(crate) fn vcov_batch(terms: &[String], covariance: &[Vec<Option<f64>>]) -> Result<RecordBatch> {
     let (mut first, mut second, mut values) = (Vec::new(), Vec::new(), Vec::new());
     for (i, a) in terms.iter().enumerate() {
         for (j, b) in terms.iter().enumerate() {

@@ -58,20 +58,20 @@ const USAGE: &str = "kmeans('table or SELECT query', 'x1, x2, ...', k [, 'center
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KmeansOutput {
+pub(crate) enum KmeansOutput {
     Clusters,
     Summary,
 }
 
 /// The table functions `kmeans` and `kmeans_summary`.
 #[derive(Debug)]
-pub struct KmeansFunction {
+pub(crate) struct KmeansFunction {
     pub output: KmeansOutput,
 }
 
 /// Everything that defines a clustering.
 #[derive(Debug, Clone)]
-pub struct KmeansSpec {
+pub(crate) struct KmeansSpec {
     pub source: ModelSource,
     pub columns: Vec<String>,
     pub k: usize,
@@ -84,7 +84,7 @@ pub struct KmeansSpec {
 
 impl KmeansSpec {
     /// Parses the arguments; `k` is `None` when given as NULL.
-    pub fn parse(
+    pub(crate) fn parse(
         source: &str,
         columns: &str,
         k: Option<i64>,
@@ -268,7 +268,7 @@ impl TableFunctionImpl for KmeansFunction {
 }
 
 /// The columns of `kmeans`.
-pub fn clusters_schema(columns: &[String]) -> SchemaRef {
+pub(crate) fn clusters_schema(columns: &[String]) -> SchemaRef {
     let mut fields = vec![
         Field::new("cluster", DataType::Int64, false),
         Field::new("size", DataType::Int64, false),
@@ -283,7 +283,7 @@ pub fn clusters_schema(columns: &[String]) -> SchemaRef {
 }
 
 /// The columns of `kmeans_summary`.
-pub fn summary_schema() -> SchemaRef {
+pub(crate) fn summary_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, false);
     let i = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
@@ -299,7 +299,7 @@ pub fn summary_schema() -> SchemaRef {
 
 /// A clustering.
 #[derive(Debug, Clone)]
-pub struct KmeansFit {
+pub(crate) struct KmeansFit {
     pub centers: Vec<Vec<f64>>,
     pub size: Vec<f64>,
     pub withinss: Vec<f64>,
@@ -424,7 +424,7 @@ async fn lloyd(
 }
 
 /// Runs the clustering.
-pub async fn fit(ctx: &FedContext, spec: &KmeansSpec) -> Result<KmeansFit> {
+pub(crate) async fn fit(ctx: &FedContext, spec: &KmeansSpec) -> Result<KmeansFit> {
     let schema = spec.source.schema(ctx).await?;
     let raw = numeric_columns(&schema, &spec.columns)?;
     let sql = format!(

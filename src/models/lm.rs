@@ -39,7 +39,7 @@ const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LmOutput {
+pub(crate) enum LmOutput {
     /// One row per term.
     Coefficients,
     /// One row of fit statistics.
@@ -50,7 +50,7 @@ pub enum LmOutput {
 
 /// The table functions `lm` and `lm_stats`.
 #[derive(Debug)]
-pub struct LmFunction {
+pub(crate) struct LmFunction {
     pub output: LmOutput,
 }
 
@@ -128,7 +128,7 @@ impl LmFunction {
 }
 
 /// The columns of `lm_stats`: one row.
-pub fn stats_schema() -> SchemaRef {
+pub(crate) fn stats_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     let i = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
@@ -166,13 +166,17 @@ fn formula_text(f: &Formula) -> String {
 }
 
 /// A fitted linear model and how many rows were left out.
-pub struct LmFit {
+pub(crate) struct LmFit {
     pub ols: OlsFit,
     pub rows_dropped: i64,
 }
 
 /// Fits the model: levels (if any factor), then one round of co-moments.
-pub async fn fit(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<LmFit> {
+pub(crate) async fn fit(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+) -> Result<LmFit> {
     let schema = source.schema(ctx).await?;
     let Response::Column(y) = &formula.response else {
         return Err(FedError::InvalidArgument(
@@ -244,7 +248,11 @@ async fn moments_round(
 /// `EXPLAIN FEDERATED` of a fit: the levels round when the formula has
 /// factors (which runs, as the design depends on it), then the one round
 /// of co-moments (planned only).
-pub async fn explain(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<String> {
+pub(crate) async fn explain(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+) -> Result<String> {
     let schema = source.schema(ctx).await?;
     let formula = &formula.expand_dot(&schema);
     let Response::Column(y) = &formula.response else {
@@ -283,7 +291,7 @@ pub async fn explain(ctx: &FedContext, source: &ModelSource, formula: &Formula) 
 }
 
 /// One row per term: estimate, standard error, t, p-value, 95% interval.
-pub fn coefficients_batch(fit: &OlsFit) -> Result<RecordBatch> {
+pub(crate) fn coefficients_batch(fit: &OlsFit) -> Result<RecordBatch> {
     inference::coefficients_batch(
         &fit.terms,
         &fit.estimate,
@@ -305,7 +313,7 @@ fn f_test(ols: &OlsFit) -> Option<(f64, f64)> {
 }
 
 /// What R's `summary.lm` prints around the coefficients.
-pub fn printed_summary(fit: &LmFit, call: String) -> ModelSummary {
+pub(crate) fn printed_summary(fit: &LmFit, call: String) -> ModelSummary {
     let ols = &fit.ols;
     let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
     let positive = |v: f64| (df_residual > 0.0).then_some(v);
@@ -324,7 +332,7 @@ pub fn printed_summary(fit: &LmFit, call: String) -> ModelSummary {
 }
 
 /// The one row of `lm_stats`.
-pub fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
+pub(crate) fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
     let ols = &fit.ols;
     let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
     let (f, f_p) = match f_test(ols) {

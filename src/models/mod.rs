@@ -3,18 +3,18 @@
 //! states leave the clients, and only shared values (levels, coefficients)
 //! are sent to them.
 
-pub mod coxph;
+pub(crate) mod coxph;
 pub mod fedsgd;
-pub mod glm;
-pub mod glm_fit;
-pub mod inference;
-pub mod kmeans;
-pub mod lm;
-pub mod optimizer;
-pub mod pca;
-pub mod source;
-pub mod step_rounds;
-pub mod survival;
+pub(crate) mod glm;
+pub(crate) mod glm_fit;
+pub(crate) mod inference;
+pub(crate) mod kmeans;
+pub(crate) mod lm;
+pub(crate) mod optimizer;
+pub(crate) mod pca;
+pub(crate) mod source;
+pub(crate) mod step_rounds;
+pub(crate) mod survival;
 
 use std::sync::Arc;
 

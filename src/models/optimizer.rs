@@ -130,7 +130,7 @@ impl OptimizerKind {
 /// An optimizer with its state (moments, accumulators), kept at the
 /// coordinator between rounds.
 #[derive(Debug, Clone)]
-pub struct ServerOptimizer {
+pub(crate) struct ServerOptimizer {
     kind: OptimizerKind,
     learning_rate: f64,
     /// Steps taken so far (Adam's bias correction).
@@ -142,7 +142,7 @@ pub struct ServerOptimizer {
 }
 
 impl ServerOptimizer {
-    pub fn new(kind: OptimizerKind, learning_rate: f64, k: usize) -> Self {
+    pub(crate) fn new(kind: OptimizerKind, learning_rate: f64, k: usize) -> Self {
         let second = match kind {
             OptimizerKind::Adagrad {
                 initial_accumulator,
@@ -161,7 +161,12 @@ impl ServerOptimizer {
 
     /// Applies one step to `theta` with the aggregated gradient `g` (and
     /// curvature `h`, for Newton).
-    pub fn step(&mut self, theta: &mut [f64], g: &[f64], h: Option<&Array2<f64>>) -> Result<()> {
+    pub(crate) fn step(
+        &mut self,
+        theta: &mut [f64],
+        g: &[f64],
+        h: Option<&Array2<f64>>,
+    ) -> Result<()> {
         let lr = self.learning_rate;
         self.steps += 1;
         match self.kind {

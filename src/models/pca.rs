@@ -40,7 +40,7 @@ const USAGE: &str = "pca('table or SELECT query', 'x1, x2, ...' [, 'scale=false,
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PcaOutput {
+pub(crate) enum PcaOutput {
     /// One row per component: `component, sdev, proportion, cumulative`.
     Components,
     /// One row per variable: `variable, PC1, PC2, ...`.
@@ -49,13 +49,13 @@ pub enum PcaOutput {
 
 /// The table functions `pca` and `pca_loadings`.
 #[derive(Debug)]
-pub struct PcaFunction {
+pub(crate) struct PcaFunction {
     pub output: PcaOutput,
 }
 
 /// Everything that defines an analysis.
 #[derive(Debug, Clone)]
-pub struct PcaSpec {
+pub(crate) struct PcaSpec {
     pub source: ModelSource,
     pub columns: Vec<String>,
     pub scale: bool,
@@ -64,7 +64,7 @@ pub struct PcaSpec {
 
 impl PcaSpec {
     /// Parses `pca(source, columns [, options])`.
-    pub fn parse(args: &[String]) -> Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
             return Err(FedError::InvalidArgument(format!(
                 "takes 2 or 3 arguments; usage: {USAGE}"
@@ -139,7 +139,7 @@ impl TableFunctionImpl for PcaFunction {
 }
 
 /// The columns of `pca`.
-pub fn components_schema() -> SchemaRef {
+pub(crate) fn components_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, false);
     Arc::new(Schema::new(vec![
         Field::new("component", DataType::Int64, false),
@@ -150,7 +150,7 @@ pub fn components_schema() -> SchemaRef {
 }
 
 /// The columns of `pca_loadings` for p variables.
-pub fn loadings_schema(p: usize) -> SchemaRef {
+pub(crate) fn loadings_schema(p: usize) -> SchemaRef {
     let mut fields = vec![Field::new("variable", DataType::Utf8, false)];
     fields.extend((1..=p).map(|j| Field::new(format!("PC{j}"), DataType::Float64, false)));
     Arc::new(Schema::new(fields))
@@ -158,7 +158,7 @@ pub fn loadings_schema(p: usize) -> SchemaRef {
 
 /// A principal component analysis.
 #[derive(Debug, Clone)]
-pub struct PcaFit {
+pub(crate) struct PcaFit {
     pub variables: Vec<String>,
     /// Standard deviations of the components, decreasing.
     pub sdev: Vec<f64>,
@@ -204,7 +204,7 @@ impl PcaFit {
 }
 
 /// Runs the one round and decodes it.
-pub async fn fit(ctx: &FedContext, spec: &PcaSpec) -> Result<PcaFit> {
+pub(crate) async fn fit(ctx: &FedContext, spec: &PcaSpec) -> Result<PcaFit> {
     let schema = spec.source.schema(ctx).await?;
     let arguments = numeric_columns(&schema, &spec.columns)?;
     let sql = format!(

@@ -59,7 +59,7 @@ impl ModelSource {
 }
 
 /// `CAST(col AS DOUBLE)` for each column, checked numeric in `schema`.
-pub fn numeric_columns(schema: &Schema, columns: &[String]) -> Result<Vec<String>> {
+pub(crate) fn numeric_columns(schema: &Schema, columns: &[String]) -> Result<Vec<String>> {
     columns
         .iter()
         .map(|c| numeric_argument(schema, c, "column"))
@@ -68,7 +68,7 @@ pub fn numeric_columns(schema: &Schema, columns: &[String]) -> Result<Vec<String
 
 /// `CAST("column" AS DOUBLE)` for a numeric column of the source, which
 /// plays `role` in the model (for the error when it is missing or not numeric).
-pub fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Result<String> {
+pub(crate) fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Result<String> {
     let t = schema
         .field_with_name(column)
         .map_err(|_| missing_column(column, schema))?
@@ -82,7 +82,7 @@ pub fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Result<Str
 }
 
 /// `"a" IS NOT NULL AND "b" IS NOT NULL ...`: the rows a fit uses.
-pub fn complete_cases(columns: &[String]) -> String {
+pub(crate) fn complete_cases(columns: &[String]) -> String {
     columns
         .iter()
         .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
@@ -92,7 +92,7 @@ pub fn complete_cases(columns: &[String]) -> String {
 
 /// The query of the levels round: each factor's values over the complete
 /// cases, in one federated GROUP BY (GROUPING SETS when there are several).
-pub fn levels_sql(source: &ModelSource, formula: &Formula, factors: &[String]) -> String {
+pub(crate) fn levels_sql(source: &ModelSource, formula: &Formula, factors: &[String]) -> String {
     let quoted: Vec<String> = factors.iter().map(|f| quote_ident(f)).collect();
     let sets: Vec<String> = quoted.iter().map(|q| format!("({q})")).collect();
     let flags: Vec<String> = quoted.iter().map(|q| format!("grouping({q})")).collect();
@@ -108,7 +108,7 @@ pub fn levels_sql(source: &ModelSource, formula: &Formula, factors: &[String]) -
 
 /// The sorted levels of each factor over the complete cases, in one
 /// federated GROUP BY (GROUPING SETS when there are several factors).
-pub async fn learn_levels(
+pub(crate) async fn learn_levels(
     ctx: &FedContext,
     source: &ModelSource,
     formula: &Formula,
@@ -226,7 +226,7 @@ async fn single_site_levels(
 }
 
 /// The string arguments of a model table function, e.g. `lm('t', 'y ~ x')`.
-pub fn string_arguments(
+pub(crate) fn string_arguments(
     function: &str,
     usage: &str,
     args: &[Expr],

@@ -12,14 +12,14 @@ use crate::error::Result;
 use crate::table_function::rounds::{query, records_rounds};
 
 /// A program's step rounds.
-pub struct StepRounds<'a> {
+pub(crate) struct StepRounds<'a> {
     ctx: &'a FedContext,
     /// The last round's planned query and its config text.
     planned: Option<(PreparedQuery, String)>,
 }
 
 impl<'a> StepRounds<'a> {
-    pub fn new(ctx: &'a FedContext) -> Self {
+    pub(crate) fn new(ctx: &'a FedContext) -> Self {
         Self { ctx, planned: None }
     }
 
@@ -28,7 +28,7 @@ impl<'a> StepRounds<'a> {
     /// first round, a round that cannot be rebound, a source whose query
     /// has more than one round, and every round of an EXPLAIN, which
     /// records their SQL. Empty batches are dropped.
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         config: &str,
         sql: impl FnOnce() -> String,

@@ -57,7 +57,7 @@ const LR_USAGE: &str = "logrank_test('table or SELECT query', 'time', 'event', '
 
 /// The declared time grid and the other options.
 #[derive(Debug, Clone)]
-pub struct SurvivalSpec {
+pub(crate) struct SurvivalSpec {
     pub source: ModelSource,
     pub time: String,
     pub event: String,
@@ -147,14 +147,14 @@ impl SurvivalSpec {
 
 /// Which analysis a table function runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SurvivalOutput {
+pub(crate) enum SurvivalOutput {
     KaplanMeier,
     LogRank,
 }
 
 /// The table functions `kaplan_meier` and `logrank_test`.
 #[derive(Debug)]
-pub struct SurvivalFunction {
+pub(crate) struct SurvivalFunction {
     pub output: SurvivalOutput,
 }
 
@@ -218,7 +218,7 @@ impl TableFunctionImpl for SurvivalFunction {
 }
 
 /// The columns of `kaplan_meier`.
-pub fn km_schema() -> SchemaRef {
+pub(crate) fn km_schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     let i = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
@@ -236,7 +236,7 @@ pub fn km_schema() -> SchemaRef {
 }
 
 /// The columns of `logrank_test`.
-pub fn logrank_schema() -> SchemaRef {
+pub(crate) fn logrank_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("statistic", DataType::Float64, false),
         Field::new("parameter", DataType::Int64, false),

@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 
-pub mod printed_summary;
+pub(crate) mod printed_summary;
 
 use printed_summary::ModelSummary;
 

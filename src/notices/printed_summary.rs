@@ -170,7 +170,7 @@ fn signif(x: f64, digits: usize) -> f64 {
 /// R's call of a model: `name(formula = ..., <middle>, data = ...)`,
 /// broken over lines as R's `deparse` breaks it (after an argument once a
 /// line is past 60 characters, continuing with 4 spaces).
-pub fn call_text(function: &str, formula: &str, middle: &[String], data: &str) -> String {
+pub(crate) fn call_text(function: &str, formula: &str, middle: &[String], data: &str) -> String {
     let formula = formula.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut arguments = vec![format!("formula = {formula}")];
     arguments.extend(middle.iter().cloned());

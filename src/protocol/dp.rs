@@ -14,7 +14,7 @@ use crate::error::{FedError, Result};
 
 /// One DP aggregate call of a round.
 #[derive(Debug, Clone)]
-pub struct DpCall {
+pub(crate) struct DpCall {
     /// The call's name in the plan (its output column).
     pub name: String,
     /// Its mechanism, ε and per-column noise.
@@ -26,7 +26,7 @@ pub struct DpCall {
 /// The DP calls of a partial (or partial-reduce) aggregate, with where
 /// their state columns are; fails on non-constant or out-of-range bounds,
 /// bins or ε.
-pub fn dp_calls(agg: &AggregateExec) -> Result<Vec<DpCall>> {
+pub(crate) fn dp_calls(agg: &AggregateExec) -> Result<Vec<DpCall>> {
     // Most rounds have none: their state's fields are not worth naming.
     if !has_dp(agg) {
         return Ok(Vec::new());
@@ -64,7 +64,7 @@ pub fn dp_calls(agg: &AggregateExec) -> Result<Vec<DpCall>> {
 }
 
 /// The top aggregate of a site's (or the coordinator's) physical plan.
-pub fn top_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+pub(crate) fn top_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
     if let Some(agg) = plan.downcast_ref::<AggregateExec>() {
         return Some(agg);
     }
@@ -72,7 +72,7 @@ pub fn top_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
 }
 
 /// Whether any aggregate of the round is a DP aggregate.
-pub fn has_dp(agg: &AggregateExec) -> bool {
+pub(crate) fn has_dp(agg: &AggregateExec) -> bool {
     agg.aggr_expr()
         .iter()
         .any(|e| fedsql_udfs::catalogue::is_dp(e.fun().name()))
@@ -80,12 +80,12 @@ pub fn has_dp(agg: &AggregateExec) -> bool {
 
 /// Checks the constants of every DP call of a round (before any client
 /// runs).
-pub fn check_round(partial: &AggregateExec) -> Result<()> {
+pub(crate) fn check_round(partial: &AggregateExec) -> Result<()> {
     dp_calls(partial).map(|_| ())
 }
 
 /// The lines EXPLAIN FEDERATED shows for the DP state of a round.
-pub fn explain_lines(partial: &AggregateExec, clients: usize) -> Result<Vec<String>> {
+pub(crate) fn explain_lines(partial: &AggregateExec, clients: usize) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for call in dp_calls(partial)? {
         let r = &call.release;

@@ -33,7 +33,7 @@ use crate::protocol::federated_scan::FederatedScan;
 /// Whether an aggregate function may run over federated rows: it is in
 /// the catalogue of functions a site runs, whose every aggregate has a
 /// state bounded whatever the row count.
-pub fn is_bounded_aggregate(name: &str) -> bool {
+pub(crate) fn is_bounded_aggregate(name: &str) -> bool {
     fedsql_udfs::catalogue::aggregate(name).is_some()
 }
 
@@ -44,7 +44,7 @@ fn bounded_alternative(name: &str) -> Option<&'static str> {
 
 /// What a part of a plan is: shared, or the rows of a federated table.
 #[derive(Debug, Clone)]
-pub enum Locality {
+pub(crate) enum Locality {
     Shared,
     /// Still has the record axis of this federated table.
     Federated(Arc<dyn TableProvider>),
@@ -60,7 +60,7 @@ impl Locality {
 }
 
 /// The federated table a scan reads, if it reads one.
-pub fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
+pub(crate) fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
     let provider = source_as_provider(&scan.source).ok()?;
     FederatedScan::of(provider.as_ref())
         .is_some()
@@ -68,7 +68,7 @@ pub fn federated_scan(scan: &TableScan) -> Option<Arc<dyn TableProvider>> {
 }
 
 /// Whether any part of the plan (subqueries included) reads a federated table.
-pub fn touches_federated(plan: &LogicalPlan) -> bool {
+pub(crate) fn touches_federated(plan: &LogicalPlan) -> bool {
     let mut found = false;
     let _ = plan.apply_with_subqueries(|node| {
         if let LogicalPlan::TableScan(scan) = node
@@ -85,7 +85,7 @@ pub fn touches_federated(plan: &LogicalPlan) -> bool {
 /// Checks that the whole plan ends shared: every federated part is cut by a
 /// bounded aggregate. `root_label` names the query for the raw-rows message
 /// (e.g. "`SELECT *`").
-pub fn check(plan: &LogicalPlan, root_label: &str) -> Result<()> {
+pub(crate) fn check(plan: &LogicalPlan, root_label: &str) -> Result<()> {
     match locality(plan)? {
         Locality::Shared => Ok(()),
         fed => Err(FedError::refused(
@@ -99,7 +99,7 @@ pub fn check(plan: &LogicalPlan, root_label: &str) -> Result<()> {
 }
 
 /// The locality of a plan, refusing operators that cannot run at clients.
-pub fn locality(plan: &LogicalPlan) -> Result<Locality> {
+pub(crate) fn locality(plan: &LogicalPlan) -> Result<Locality> {
     // Subqueries inside expressions: a shared subquery is fine (it may hold
     // cuts of its own); one that returns federated rows is refused.
     let mut subquery_err = None;
@@ -303,7 +303,7 @@ fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
 /// Refuses a call whose state the catalogue sizes by an argument (a
 /// histogram's bins) unless that argument is a constant within bounds:
 /// checked on both sides before anything is allocated.
-pub fn check_sizes(f: &datafusion::logical_expr::expr::AggregateFunction) -> Result<()> {
+pub(crate) fn check_sizes(f: &datafusion::logical_expr::expr::AggregateFunction) -> Result<()> {
     let Some(at) = fedsql_udfs::catalogue::aggregate(f.func.name()).and_then(|a| a.sized_by) else {
         return Ok(());
     };
@@ -334,7 +334,7 @@ pub fn check_sizes(f: &datafusion::logical_expr::expr::AggregateFunction) -> Res
 /// Refuses plan nodes that write or define anything, or that a site would
 /// not know how to run: an encoder only reads, filters, projects, joins
 /// shared rows and aggregates.
-pub fn check_encoder_nodes(plan: &LogicalPlan) -> Result<()> {
+pub(crate) fn check_encoder_nodes(plan: &LogicalPlan) -> Result<()> {
     let mut refusal = None;
     plan.apply_with_subqueries(|node| {
         if matches!(

@@ -23,11 +23,11 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 
 /// What the coordinator keeps with a federated table in its catalog.
-pub type Attachment = Arc<dyn Any + Send + Sync>;
+pub(crate) type Attachment = Arc<dyn Any + Send + Sync>;
 
 /// The rows of a federated table, by name (see the module docs).
 #[derive(Clone)]
-pub struct FederatedScan {
+pub(crate) struct FederatedScan {
     name: String,
     schema: SchemaRef,
     attachment: Option<Attachment>,
@@ -41,7 +41,7 @@ impl fmt::Debug for FederatedScan {
 
 impl FederatedScan {
     /// The federated table `name`, read with `schema`.
-    pub fn new(name: impl Into<String>, schema: SchemaRef) -> Self {
+    pub(crate) fn new(name: impl Into<String>, schema: SchemaRef) -> Self {
         Self {
             name: name.into(),
             schema,
@@ -50,28 +50,28 @@ impl FederatedScan {
     }
 
     /// The same scan carrying the coordinator's `attachment`.
-    pub fn with_attachment(mut self, attachment: Attachment) -> Self {
+    pub(crate) fn with_attachment(mut self, attachment: Attachment) -> Self {
         self.attachment = Some(attachment);
         self
     }
 
     /// What the coordinator attached, if anything.
-    pub fn attachment(&self) -> Option<&Attachment> {
+    pub(crate) fn attachment(&self) -> Option<&Attachment> {
         self.attachment.as_ref()
     }
 
     /// The same scan without the coordinator's attachment.
-    pub fn detached(&self) -> Self {
+    pub(crate) fn detached(&self) -> Self {
         Self::new(self.name.clone(), Arc::clone(&self.schema))
     }
 
     /// The federated table's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The federated scan behind a provider, if it is one.
-    pub fn of(provider: &dyn TableProvider) -> Option<&FederatedScan> {
+    pub(crate) fn of(provider: &dyn TableProvider) -> Option<&FederatedScan> {
         provider.downcast_ref::<FederatedScan>()
     }
 }
@@ -111,7 +111,7 @@ impl TableProvider for FederatedScan {
 /// coordinator's plans. It never runs on the coordinator: the part of the
 /// plan above it is what each client runs over its own rows.
 #[derive(Debug)]
-pub struct SiteRowsExec {
+pub(crate) struct SiteRowsExec {
     table: String,
     props: Arc<PlanProperties>,
 }

@@ -19,11 +19,11 @@
 //! Nothing here depends on either side.
 
 pub mod codec;
-pub mod dp;
+pub(crate) mod dp;
 pub mod encoder;
-pub mod exposure;
-pub mod federated_scan;
+pub(crate) mod exposure;
+pub(crate) mod federated_scan;
 pub mod flight;
-pub mod rebind;
+pub(crate) mod rebind;
 pub mod secure;
 pub mod site;

@@ -28,7 +28,7 @@ use crate::error::Result;
 /// A literal argument that changed: the aggregate's position, the
 /// argument's position and its new value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ArgumentChange {
+pub(crate) struct ArgumentChange {
     pub aggregate: usize,
     pub argument: usize,
     pub value: ScalarValue,
@@ -36,7 +36,10 @@ pub struct ArgumentChange {
 
 /// The literal arguments in which `new` differs from `old`, when the two
 /// aggregate plans differ in nothing else; `None` otherwise.
-pub fn argument_changes(old: &LogicalPlan, new: &LogicalPlan) -> Option<Vec<ArgumentChange>> {
+pub(crate) fn argument_changes(
+    old: &LogicalPlan,
+    new: &LogicalPlan,
+) -> Option<Vec<ArgumentChange>> {
     let (LogicalPlan::Aggregate(old), LogicalPlan::Aggregate(new)) = (old, new) else {
         return None;
     };
@@ -75,7 +78,11 @@ pub fn argument_changes(old: &LogicalPlan, new: &LogicalPlan) -> Option<Vec<Argu
 /// its calls that reads `old` replaced by `new` (a dictionary-encoded
 /// literal stays dictionary-encoded), each changed call keeping its output
 /// name; `None` when no argument reads `old`.
-pub fn replace_text_argument(plan: &LogicalPlan, old: &str, new: &str) -> Option<LogicalPlan> {
+pub(crate) fn replace_text_argument(
+    plan: &LogicalPlan,
+    old: &str,
+    new: &str,
+) -> Option<LogicalPlan> {
     let LogicalPlan::Aggregate(agg) = plan else {
         return None;
     };
@@ -115,7 +122,10 @@ fn text_mut(value: &mut ScalarValue) -> Option<&mut String> {
 /// The physical aggregate planned for the old plan, with the changed
 /// arguments rebound; `None` when an argument is not a literal there, plain
 /// or shared between batches (then the caller plans anew).
-pub fn rebind(exec: &AggregateExec, changes: &[ArgumentChange]) -> Result<Option<AggregateExec>> {
+pub(crate) fn rebind(
+    exec: &AggregateExec,
+    changes: &[ArgumentChange],
+) -> Result<Option<AggregateExec>> {
     let mut aggregates = exec.aggr_expr().to_vec();
     for change in changes {
         let Some(aggregate) = aggregates.get(change.aggregate) else {

@@ -225,7 +225,7 @@ fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// A column's type as seen at one client, with where it was seen.
 #[derive(Debug, Clone)]
-pub struct ObservedSchema {
+pub(crate) struct ObservedSchema {
     pub client: String,
     pub file: String,
     pub schema: Schema,
@@ -240,7 +240,7 @@ pub struct ObservedSchema {
 
 /// What to say about a column that reads as text because of an NA-like
 /// token, if `seen` found one there.
-pub fn na_hint(seen: &ObservedSchema, column: &str) -> Option<String> {
+pub(crate) fn na_hint(seen: &ObservedSchema, column: &str) -> Option<String> {
     let (_, token) = seen.na_text.iter().find(|(c, _)| c == column)?;
     Some(format!(
         "column `{column}` reads as text at client '{}' because of '{token}' tokens among its numbers: if they mean a missing value, add OPTIONS ('format.null_value' '{token}')",
@@ -254,7 +254,7 @@ pub fn na_hint(seen: &ObservedSchema, column: &str) -> Option<String> {
 /// at another widen to float; integers of different widths widen to Int64;
 /// string kinds unify to Utf8. Anything else is an error naming the client,
 /// file and column, and suggesting a declared column list.
-pub fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema> {
+pub(crate) fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<Schema> {
     let Some(first) = observed.first() else {
         return Err(FedError::InvalidArgument(format!(
             "federated table `{table}` has no clients"
@@ -367,7 +367,7 @@ fn unify_types(a: &DataType, b: &DataType) -> Option<DataType> {
 }
 
 /// The schema of each of a client's files, as DataFusion would infer it.
-pub fn observe_schemas(client: &ClientFiles) -> Result<Vec<ObservedSchema>> {
+pub(crate) fn observe_schemas(client: &ClientFiles) -> Result<Vec<ObservedSchema>> {
     client
         .files
         .iter()
@@ -426,7 +426,7 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
 
 /// A value a CSV reader could not parse, as arrow reports it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ParseFailure {
+pub(crate) struct ParseFailure {
     pub column: String,
     pub value: String,
     pub data_type: String,
@@ -437,7 +437,7 @@ pub struct ParseFailure {
 impl ParseFailure {
     /// Reads arrow's "Error while parsing value 'v' as type 't' for column
     /// i at line n" (n counts data rows from 1) against the file's schema.
-    pub fn read(message: &str, schema: &Schema) -> Option<Self> {
+    pub(crate) fn read(message: &str, schema: &Schema) -> Option<Self> {
         let rest = message.split("Error while parsing value '").nth(1)?;
         let (value, rest) = rest.split_once("' as type '")?;
         let (data_type, rest) = rest.split_once("' for column ")?;
@@ -456,7 +456,7 @@ impl ParseFailure {
     }
 
     /// The message for the data owner's own use (values and lines shown).
-    pub fn describe(&self, header: bool, several_files: bool) -> String {
+    pub(crate) fn describe(&self, header: bool, several_files: bool) -> String {
         let line = self.data_row + usize::from(header);
         let file = if several_files {
             " of one of its files"
@@ -477,7 +477,7 @@ impl ParseFailure {
 
 /// The CSV reading options a federated table passes to DataFusion, by
 /// DataFusion's names (`OPTIONS ('format.null_value' 'NA')`).
-pub const CSV_OPTION_KEYS: &[&str] = &[
+pub(crate) const CSV_OPTION_KEYS: &[&str] = &[
     "format.delimiter",
     "format.null_value",
     "format.has_header",
@@ -488,7 +488,7 @@ pub const CSV_OPTION_KEYS: &[&str] = &[
 
 /// The CSV options of a table's OPTIONS (`'format.delimiter'` ...), by
 /// DataFusion's names; other keys are left to their own checks.
-pub fn csv_options(options: &[(String, String)]) -> Result<CsvOptions> {
+pub(crate) fn csv_options(options: &[(String, String)]) -> Result<CsvOptions> {
     use datafusion::common::config::ConfigField;
     let mut csv = CsvOptions::default();
     for (key, value) in options {
@@ -511,7 +511,7 @@ const NA_TOKENS: &[&str] = &[
 
 /// The arrow CSV format for `csv` (delimiter, quote, escape, header, and
 /// `null_value` as a NULL pattern).
-pub fn csv_format(csv: &CsvOptions) -> std::result::Result<CsvFileFormat, String> {
+pub(crate) fn csv_format(csv: &CsvOptions) -> std::result::Result<CsvFileFormat, String> {
     let mut format = CsvFileFormat::default()
         .with_header(csv.has_header.unwrap_or(true))
         .with_delimiter(csv.delimiter)
@@ -575,7 +575,7 @@ fn text_because_of_na(
 }
 
 /// Checks a declared schema against the schema seen at one client.
-pub fn check_declared_schema(seen: ObservedSchema, declared: &Schema) -> Result<()> {
+pub(crate) fn check_declared_schema(seen: ObservedSchema, declared: &Schema) -> Result<()> {
     let names: Vec<&str> = seen
         .schema
         .fields()

@@ -26,7 +26,7 @@ use crate::site::release::dp_budget::Ledger;
 use crate::site::release::policy::DisclosurePolicy;
 
 /// Where an in-process site's rows are.
-pub enum Rows<'a> {
+pub(crate) enum Rows<'a> {
     /// Local CSV or Parquet files.
     Files(&'a ClientFiles),
     /// Batches in memory (the bundled demo), with the site's name and
@@ -41,7 +41,7 @@ pub enum Rows<'a> {
 /// The settings of an in-process site, parsed once per table from its
 /// OPTIONS (so that a bad value fails before any site is made).
 #[derive(Debug, Clone)]
-pub struct SiteSettings {
+pub(crate) struct SiteSettings {
     policy: Option<DisclosurePolicy>,
     dp: DpPolicy,
     /// The engine's fast path (`fast_path`, default on).
@@ -50,7 +50,7 @@ pub struct SiteSettings {
 
 impl SiteSettings {
     /// The settings `options` (a table's OPTIONS) ask for.
-    pub fn from_options(options: &[(String, String)]) -> Result<Self> {
+    pub(crate) fn from_options(options: &[(String, String)]) -> Result<Self> {
         let mut policy = DisclosurePolicy::from_options(options)?;
         let dp = DpPolicy::from_options(options)?.unwrap_or_default();
         if policy.is_none() && (dp.budget.is_some() || dp.require_dp) {
@@ -66,7 +66,7 @@ impl SiteSettings {
 
     /// A site over `rows` under these settings, debiting the ledger kept
     /// in `ledger` (a file; `None`: in memory, for this process only).
-    pub fn site(
+    pub(crate) fn site(
         &self,
         rows: Rows<'_>,
         schema: SchemaRef,

@@ -19,8 +19,8 @@
 //! this module check both).
 
 pub mod engine;
-pub mod files;
-pub mod in_process;
+pub(crate) mod files;
+pub(crate) mod in_process;
 pub mod local;
 pub mod release;
 pub mod worker;

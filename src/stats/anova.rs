@@ -44,7 +44,7 @@ const ALIASED: f64 = 1e-10;
 
 /// The table function `anova`.
 #[derive(Debug)]
-pub struct AnovaFunction;
+pub(crate) struct AnovaFunction;
 
 impl TableFunctionImpl for AnovaFunction {
     fn call_with_args(
@@ -83,7 +83,7 @@ impl TableFunctionImpl for AnovaFunction {
 }
 
 /// The columns of `anova`: one row per term, then `Residuals`.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     Arc::new(Schema::new(vec![
         Field::new("term", DataType::Utf8, false),
@@ -97,7 +97,7 @@ pub fn schema() -> SchemaRef {
 
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AnovaRow {
+pub(crate) struct AnovaRow {
     pub term: String,
     pub df: i64,
     pub sumsq: f64,
@@ -105,14 +105,14 @@ pub struct AnovaRow {
 
 /// The table: the terms' rows, then the residuals'.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AnovaTable {
+pub(crate) struct AnovaTable {
     pub terms: Vec<AnovaRow>,
     pub residuals: AnovaRow,
 }
 
 impl AnovaTable {
     /// The result batch, with mean squares, F statistics and p-values.
-    pub fn to_batch(&self) -> Result<RecordBatch> {
+    pub(crate) fn to_batch(&self) -> Result<RecordBatch> {
         let res = &self.residuals;
         let res_meansq = res.sumsq / res.df as f64;
         let mut term = Vec::new();
@@ -155,7 +155,11 @@ impl AnovaTable {
 }
 
 /// Levels, one round of co-moments, and the sequential sums of squares.
-pub async fn run(ctx: &FedContext, source: &ModelSource, formula: &Formula) -> Result<AnovaTable> {
+pub(crate) async fn run(
+    ctx: &FedContext,
+    source: &ModelSource,
+    formula: &Formula,
+) -> Result<AnovaTable> {
     let schema = source.schema(ctx).await?;
     let Response::Column(y) = &formula.response else {
         return Err(FedError::InvalidArgument(
@@ -269,7 +273,10 @@ fn split_parts(name: &str) -> Vec<&str> {
 /// residual sum of squares and the rank of the design (without the
 /// intercept), from the co-moments of (y, x1, ..., xk): centered cross
 /// products with an intercept, raw ones without.
-pub fn sequential_sums(state: &CoMoments, intercept: bool) -> (Vec<Option<f64>>, f64, usize) {
+pub(crate) fn sequential_sums(
+    state: &CoMoments,
+    intercept: bool,
+) -> (Vec<Option<f64>>, f64, usize) {
     let p = state.p();
     let n = state.n as f64;
     let mut a: Array2<f64> = state.m2.clone();

@@ -15,7 +15,7 @@ const WIDTH: usize = 60;
 const EIGHTHS: [char; 8] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉', '█'];
 
 /// The bars of a `hist` result (columns `lower`, `upper`, `count`).
-pub fn bar_chart(batches: &[RecordBatch], schema: &Schema) -> Result<String> {
+pub(crate) fn bar_chart(batches: &[RecordBatch], schema: &Schema) -> Result<String> {
     let column = |name: &str, t: &DataType| -> Result<Vec<f64>> {
         let (i, _) = schema.column_with_name(name).ok_or_else(|| {
             FedError::InvalidArgument(format!("\\chart: the last result has no column `{name}`"))

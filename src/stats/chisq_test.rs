@@ -37,7 +37,7 @@ use crate::table_function::rounds::query;
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ChisqOutput {
+pub(crate) enum ChisqOutput {
     /// `chisq_test`: the test.
     Test,
     /// `crosstab`: the counts.
@@ -46,7 +46,7 @@ pub enum ChisqOutput {
 
 /// The table functions `chisq_test` and `crosstab`.
 #[derive(Debug)]
-pub struct ChisqFunction {
+pub(crate) struct ChisqFunction {
     pub output: ChisqOutput,
 }
 
@@ -151,7 +151,7 @@ impl TableFunctionImpl for ChisqFunction {
 }
 
 /// The columns of `chisq_test`.
-pub fn test_schema() -> SchemaRef {
+pub(crate) fn test_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("statistic", DataType::Float64, true),
         Field::new("parameter", DataType::Float64, true),
@@ -161,7 +161,7 @@ pub fn test_schema() -> SchemaRef {
 }
 
 /// The columns of `crosstab('...', a, b)`: `a, b, n`.
-pub fn crosstab_schema(a: &str, b: &str) -> SchemaRef {
+pub(crate) fn crosstab_schema(a: &str, b: &str) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(a, DataType::Utf8, true),
         Field::new(b, DataType::Utf8, true),
@@ -171,7 +171,7 @@ pub fn crosstab_schema(a: &str, b: &str) -> SchemaRef {
 
 /// A two-way table of counts over sorted levels.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CrossTable {
+pub(crate) struct CrossTable {
     pub rows: Vec<String>,
     pub columns: Vec<String>,
     /// `counts[i][j]`: rows with level i of a and level j of b.
@@ -180,7 +180,7 @@ pub struct CrossTable {
 
 /// A chi-square test's result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ChisqResult {
+pub(crate) struct ChisqResult {
     pub statistic: f64,
     pub df: f64,
     pub p_value: f64,
@@ -203,7 +203,7 @@ impl ChisqResult {
 
 impl CrossTable {
     /// The counts of (a, b), in one federated GROUP BY.
-    pub async fn count(
+    pub(crate) async fn count(
         ctx: &FedContext,
         function: &str,
         source: &ModelSource,
@@ -269,7 +269,7 @@ impl CrossTable {
     }
 
     /// R's `chisq.test(x, correct = correct)` of a table with at least 2 × 2 levels.
-    pub fn chisq_test(&self, correct: bool) -> Result<ChisqResult> {
+    pub(crate) fn chisq_test(&self, correct: bool) -> Result<ChisqResult> {
         let (r, c) = (self.rows.len(), self.columns.len());
         if r < 2 || c < 2 {
             return Err(FedError::InvalidArgument(format!(
@@ -321,7 +321,7 @@ impl CrossTable {
     }
 
     /// Long format with margins (see the module docs).
-    pub fn to_batch(&self, schema: SchemaRef) -> Result<RecordBatch> {
+    pub(crate) fn to_batch(&self, schema: SchemaRef) -> Result<RecordBatch> {
         let mut a: Vec<Option<String>> = Vec::new();
         let mut b: Vec<Option<String>> = Vec::new();
         let mut n: Vec<i64> = Vec::new();

@@ -33,7 +33,7 @@ const USAGE: &str =
 
 /// The table function `cor_test`.
 #[derive(Debug)]
-pub struct CorTestFunction;
+pub(crate) struct CorTestFunction;
 
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +106,7 @@ impl CorTestSpec {
 }
 
 /// The columns of `cor_test`: broom's `tidy()` of `cor.test`.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     Arc::new(Schema::new(vec![
         f("estimate"),

@@ -36,11 +36,11 @@ const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=.
 
 /// The table function `hist`.
 #[derive(Debug)]
-pub struct HistFunction;
+pub(crate) struct HistFunction;
 
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HistSpec {
+pub(crate) struct HistSpec {
     pub source: ModelSource,
     pub column: String,
     pub bins: i64,
@@ -50,7 +50,7 @@ pub struct HistSpec {
 
 impl HistSpec {
     /// Parses the string arguments of `hist(source, column [, options])`.
-    pub fn parse(args: &[String]) -> Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
             return Err(FedError::InvalidArgument(format!(
                 "hist takes 2 or 3 arguments; usage: {USAGE}"
@@ -113,7 +113,7 @@ impl TableFunctionImpl for HistFunction {
 }
 
 /// The columns of `hist`.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("bin", DataType::Int64, false),
         Field::new("lower", DataType::Float64, false),
@@ -124,7 +124,7 @@ pub fn schema() -> SchemaRef {
 }
 
 /// Whether a result has the columns of a `hist` result (for `\chart`).
-pub fn is_histogram(schema: &Schema) -> bool {
+pub(crate) fn is_histogram(schema: &Schema) -> bool {
     ["bin", "lower", "upper", "count"]
         .iter()
         .all(|c| schema.column_with_name(c).is_some())
@@ -196,7 +196,7 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
 }
 
 /// One row per bin.
-pub fn histogram_batch(bins: &Bins, counts: &[i64]) -> Result<RecordBatch> {
+pub(crate) fn histogram_batch(bins: &Bins, counts: &[i64]) -> Result<RecordBatch> {
     let total: i64 = counts.iter().sum();
     let k = bins.len();
     let lower: Vec<f64> = bins.breaks[..k].to_vec();

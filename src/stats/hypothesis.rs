@@ -5,7 +5,7 @@ use crate::error::{FedError, Result};
 
 /// The alternative hypothesis, as R names it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Alternative {
+pub(crate) enum Alternative {
     TwoSided,
     Less,
     Greater,
@@ -13,7 +13,7 @@ pub enum Alternative {
 
 impl Alternative {
     /// `two.sided` (or `two_sided`), `less` or `greater`.
-    pub fn parse(value: &str) -> Result<Self> {
+    pub(crate) fn parse(value: &str) -> Result<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "two.sided" | "two_sided" | "two-sided" => Ok(Self::TwoSided),
             "less" => Ok(Self::Less),
@@ -25,7 +25,7 @@ impl Alternative {
     }
 
     /// R's name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::TwoSided => "two.sided",
             Self::Less => "less",

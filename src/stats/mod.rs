@@ -11,15 +11,15 @@
 //! test itself (statistic, p-value, interval) is computed on the coordinator
 //! from the merged values. p-values come from `statrs` distributions.
 
-pub mod anova;
-pub mod bar_chart;
-pub mod chisq_test;
-pub mod cor_test;
-pub mod hist;
-pub mod hypothesis;
-pub mod round_values;
-pub mod summary;
-pub mod t_test;
+pub(crate) mod anova;
+pub(crate) mod bar_chart;
+pub(crate) mod chisq_test;
+pub(crate) mod cor_test;
+pub(crate) mod hist;
+pub(crate) mod hypothesis;
+pub(crate) mod round_values;
+pub(crate) mod summary;
+pub(crate) mod t_test;
 
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ use datafusion::prelude::SessionContext;
 
 /// Registers the statistics table functions (`t_test`, `anova`,
 /// `chisq_test`, `crosstab`, `cor_test`, `hist`, `summary`).
-pub fn register_all(ctx: &SessionContext) {
+pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("t_test", Arc::new(t_test::TTestFunction));
     ctx.register_udtf("anova", Arc::new(anova::AnovaFunction));
     ctx.register_udtf(

@@ -29,7 +29,7 @@ const USAGE: &str = "summary('table or SELECT query', 'col1, col2, ...')";
 
 /// The table function `summary`.
 #[derive(Debug)]
-pub struct SummaryFunction;
+pub(crate) struct SummaryFunction;
 
 impl TableFunctionImpl for SummaryFunction {
     fn call_with_args(
@@ -111,7 +111,7 @@ impl TableFunctionImpl for SummaryFunction {
 }
 
 /// The columns of `summary`.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     Arc::new(Schema::new(vec![
         Field::new("column", DataType::Utf8, false),

@@ -39,11 +39,11 @@ const USAGE: &str = "t_test('table or SELECT query', 'x' | 'x ~ group' | 'after 
 
 /// The table function `t_test`.
 #[derive(Debug)]
-pub struct TTestFunction;
+pub(crate) struct TTestFunction;
 
 /// What is tested.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Samples {
+pub(crate) enum Samples {
     /// The mean of an expression of the source's columns.
     One(String),
     /// The difference of the means of `value` between the two levels of `group`.
@@ -52,7 +52,7 @@ pub enum Samples {
 
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TTestSpec {
+pub(crate) struct TTestSpec {
     pub source: ModelSource,
     pub samples: Samples,
     pub mu: f64,
@@ -63,7 +63,7 @@ pub struct TTestSpec {
 
 impl TTestSpec {
     /// Parses the string arguments of `t_test(source, spec [, options])`.
-    pub fn parse(args: &[String]) -> Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if !(2..=3).contains(&args.len()) {
             return Err(FedError::InvalidArgument(format!(
                 "t_test takes 2 or 3 arguments; usage: {USAGE}"
@@ -145,7 +145,7 @@ impl TableFunctionImpl for TTestFunction {
 }
 
 /// The columns of `t_test`: broom's `tidy()` of an `htest`.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     let f = |n: &str| Field::new(n, DataType::Float64, true);
     Arc::new(Schema::new(vec![
         f("estimate"),
@@ -163,7 +163,7 @@ pub fn schema() -> SchemaRef {
 
 /// A t-test's result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TTestResult {
+pub(crate) struct TTestResult {
     pub estimate: f64,
     pub estimates: Option<(f64, f64)>,
     pub statistic: f64,
@@ -176,7 +176,7 @@ pub struct TTestResult {
 
 impl TTestResult {
     /// The one-row result table.
-    pub fn to_batch(&self) -> Result<RecordBatch> {
+    pub(crate) fn to_batch(&self) -> Result<RecordBatch> {
         let floats = [
             Some(self.estimate),
             self.estimates.map(|e| e.0),
@@ -221,7 +221,7 @@ async fn value_expression(ctx: &FedContext, spec: &TTestSpec, value: &str) -> Re
 }
 
 /// Runs the round and the test.
-pub async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
+pub(crate) async fn run(ctx: &FedContext, spec: &TTestSpec) -> Result<TTestResult> {
     match &spec.samples {
         Samples::One(value) => {
             let v = value_expression(ctx, spec, value).await?;

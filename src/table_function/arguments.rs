@@ -10,7 +10,7 @@ use crate::error::FedError;
 
 /// `e`, a bad argument of `function`, as a planning error that keeps its
 /// kind; its message is led by the function's name (once).
-pub fn argument_error(function: &str, e: FedError) -> DataFusionError {
+pub(crate) fn argument_error(function: &str, e: FedError) -> DataFusionError {
     let named = |m: String| {
         if m.starts_with(&format!("{function}:")) || m.starts_with(&format!("{function} ")) {
             m
@@ -31,12 +31,12 @@ pub fn argument_error(function: &str, e: FedError) -> DataFusionError {
 
 /// An invalid argument of `function` (a wrong count, a value out of range),
 /// as [`argument_error`] reports it.
-pub fn invalid_argument(function: &str, message: impl Into<String>) -> DataFusionError {
+pub(crate) fn invalid_argument(function: &str, message: impl Into<String>) -> DataFusionError {
     argument_error(function, FedError::InvalidArgument(message.into()))
 }
 
 /// The columns of a list `'x1, x2, x3'` (at least one, no repeats).
-pub fn column_list(text: &str) -> crate::Result<Vec<String>> {
+pub(crate) fn column_list(text: &str) -> crate::Result<Vec<String>> {
     let columns: Vec<String> = text
         .split(',')
         .map(|c| c.trim().to_string())

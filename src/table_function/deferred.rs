@@ -22,7 +22,7 @@ use crate::notices::Progress;
 /// Whether the sites may keep their decoded rows between a function's
 /// rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rounds {
+pub(crate) enum Rounds {
     /// Each round reads the source afresh (a test of one or two rounds).
     Independent,
     /// The rounds repeat over one input (an iterative fit): sites may keep
@@ -44,7 +44,7 @@ pub enum Rounds {
 ///
 /// `compute` gets a context over the session that scans the table and the
 /// session's progress reporter (for long fits).
-pub fn deferred_table<F>(
+pub(crate) fn deferred_table<F>(
     label: String,
     schema: SchemaRef,
     rounds: Rounds,

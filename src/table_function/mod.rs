@@ -10,7 +10,7 @@
 //! coordinator, and the coordinator uses none of them; a composition root
 //! ([`crate::session`]) registers them in every new session.
 
-pub mod arguments;
-pub mod deferred;
-pub mod options;
-pub mod rounds;
+pub(crate) mod arguments;
+pub(crate) mod deferred;
+pub(crate) mod options;
+pub(crate) mod rounds;

@@ -79,7 +79,7 @@ impl<'a> IntoIterator for &'a Options {
 
 /// The error for an option `function` does not take; `valid` lists the
 /// keys it does.
-pub fn unknown_option(function: &str, key: &str, valid: &[&str]) -> FedError {
+pub(crate) fn unknown_option(function: &str, key: &str, valid: &[&str]) -> FedError {
     FedError::UnknownObject(format!(
         "unknown option `{key}`: {function} takes {}",
         valid.join(", ")

@@ -18,7 +18,7 @@ use crate::notices::Notices;
 /// runs it once with a recorder in the session and shows the federated
 /// plan of each round it ran. Rounds that repeat one aggregate with new
 /// constants (the iterations of k-means or of a Newton fit) are shown once.
-pub fn recording_program<R>(heading: String, run: R) -> Program
+pub(crate) fn recording_program<R>(heading: String, run: R) -> Program
 where
     R: Fn(FedContext) -> BoxFuture<'static, Result<RecordBatch>> + Send + Sync + 'static,
 {
@@ -97,7 +97,7 @@ fn shape_of(sql: &str) -> String {
 struct RecordedRounds(std::sync::Mutex<Vec<String>>);
 
 /// Whether this context records its rounds' SQL (an EXPLAIN of a program).
-pub fn records_rounds(ctx: &FedContext) -> bool {
+pub(crate) fn records_rounds(ctx: &FedContext) -> bool {
     // Read in place: a copy of the session state per round costs more
     // than a rebound round.
     ctx.session()
@@ -111,7 +111,7 @@ pub fn records_rounds(ctx: &FedContext) -> bool {
 /// Runs the query of one round and returns its batches (empty ones
 /// dropped), recording it for `EXPLAIN FEDERATED` of the function that runs
 /// it: the one way a table function runs a query.
-pub async fn query(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
+pub(crate) async fn query(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
     if let Some(recorder) = ctx
         .session()
         .state()
@@ -130,7 +130,7 @@ pub async fn query(ctx: &FedContext, sql: &str) -> Result<Vec<RecordBatch>> {
 
 /// One step of a program: a heading, then `EXPLAIN FEDERATED` of the
 /// query the step runs (planned, not run).
-pub async fn explain_step(ctx: &FedContext, heading: &str, sql: &str) -> Result<String> {
+pub(crate) async fn explain_step(ctx: &FedContext, heading: &str, sql: &str) -> Result<String> {
     let df = ctx.session().sql(sql).await?;
     let text = ctx.explain_plan(df, "a model round").await?;
     Ok(format!("#### {heading}\n{text}"))

@@ -17,14 +17,14 @@ use tempfile::TempDir;
 
 /// How the client files are stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Format {
+pub(crate) enum Format {
     Csv,
     Parquet,
 }
 
 /// A federated table `clinic` over client files, and the same rows as one
 /// table in a plain DataFusion context.
-pub struct Federation {
+pub(crate) struct Federation {
     /// Holds the client files for as long as the federation lives.
     _files: TempDir,
     pub fed: FedContext,
@@ -35,7 +35,7 @@ pub struct Federation {
 }
 
 /// The demo rows: the header and every data line, clients concatenated.
-pub fn demo_rows() -> (String, Vec<String>) {
+pub(crate) fn demo_rows() -> (String, Vec<String>) {
     let mut header = String::new();
     let mut rows = Vec::new();
     for (_, csv) in fedsql::frontend::demo::DEMO_CLIENTS {
@@ -48,7 +48,7 @@ pub fn demo_rows() -> (String, Vec<String>) {
 
 /// Client sizes for `clients` clients over `n` rows: uneven, and from three
 /// clients on, one client with a single row; from seven on, an empty one.
-pub fn split_sizes(n: usize, clients: usize) -> Vec<usize> {
+pub(crate) fn split_sizes(n: usize, clients: usize) -> Vec<usize> {
     match clients {
         1 => vec![n],
         3 => vec![1, n / 3, n - 1 - n / 3],
@@ -68,7 +68,7 @@ pub fn split_sizes(n: usize, clients: usize) -> Vec<usize> {
 
 /// Writes `rows` split by `sizes` as client files under `dir`, one file per
 /// client named `c{i}`, and returns their paths.
-pub fn write_clients(
+pub(crate) fn write_clients(
     dir: &Path,
     header: &str,
     rows: &[String],
@@ -104,7 +104,7 @@ pub fn write_clients(
 }
 
 /// Writes CSV text (with header) as a Parquet file with the given schema.
-pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
+pub(crate) fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
     let reader = datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
         .with_header(true)
         .build(std::io::Cursor::new(csv.as_bytes().to_vec()))
@@ -119,11 +119,11 @@ pub fn write_parquet(path: &Path, csv: &str, schema: SchemaRef) {
 
 /// The variable that picks the site engine's fast path for the test
 /// harness: `on` or `off` (read here only, never by the library).
-pub const FAST_PATH_VAR: &str = "FEDSQL_TEST_FAST_PATH";
+pub(crate) const FAST_PATH_VAR: &str = "FEDSQL_TEST_FAST_PATH";
 
 /// The fast-path modes a test that runs in both runs in: both (on, then
 /// off), or the one [`FAST_PATH_VAR`] names.
-pub fn fast_path_modes() -> Vec<bool> {
+pub(crate) fn fast_path_modes() -> Vec<bool> {
     match std::env::var(FAST_PATH_VAR).as_deref() {
         Ok("on") => vec![true],
         Ok("off") => vec![false],
@@ -135,24 +135,24 @@ pub fn fast_path_modes() -> Vec<bool> {
 /// The demo rows split over clients by `sizes`, registered as federated
 /// table `clinic`; and the concatenated rows as `clinic` in a plain context.
 /// The fast path is on unless [`FAST_PATH_VAR`] is `off`.
-pub async fn federation(sizes: &[usize], format: Format) -> Federation {
+pub(crate) async fn federation(sizes: &[usize], format: Format) -> Federation {
     federation_with(sizes, format, "").await
 }
 
 /// As [`federation`], with the federated table's OPTIONS (e.g. a policy's
 /// `'min_group_rows' '5'`); none when `options` is empty.
-pub async fn federation_with(sizes: &[usize], format: Format, options: &str) -> Federation {
+pub(crate) async fn federation_with(sizes: &[usize], format: Format, options: &str) -> Federation {
     let fast_path = std::env::var(FAST_PATH_VAR).as_deref() != Ok("off");
     federation_in_mode(sizes, format, options, fast_path).await
 }
 
 /// [`federation`] with the site engine's fast path on or off.
-pub async fn federation_in(sizes: &[usize], format: Format, fast_path: bool) -> Federation {
+pub(crate) async fn federation_in(sizes: &[usize], format: Format, fast_path: bool) -> Federation {
     federation_in_mode(sizes, format, "", fast_path).await
 }
 
 /// [`federation_with`] with the site engine's fast path on or off.
-pub async fn federation_in_mode(
+pub(crate) async fn federation_in_mode(
     sizes: &[usize],
     format: Format,
     options: &str,
@@ -210,14 +210,14 @@ pub async fn federation_in_mode(
 
 /// One cell of a result, for comparison.
 #[derive(Debug, Clone, PartialEq, PartialOrd)]
-pub enum Cell {
+pub(crate) enum Cell {
     Null,
     Float(f64),
     Text(String),
 }
 
 /// A result as rows of cells (floats kept as numbers, all else formatted).
-pub fn rows_of(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
+pub(crate) fn rows_of(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
     let options = FormatOptions::default();
     let mut out = Vec::new();
     for batch in batches {
@@ -259,14 +259,14 @@ pub fn rows_of(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
 
 /// Whether two floats agree to `rel` relative (or to 1e-12 absolute, for
 /// values that are zero up to rounding).
-pub fn close(a: f64, b: f64, rel: f64) -> bool {
+pub(crate) fn close(a: f64, b: f64, rel: f64) -> bool {
     let diff = (a - b).abs();
     (a.is_nan() && b.is_nan()) || a == b || diff <= rel * a.abs().max(b.abs()) || diff <= 1e-12
 }
 
 /// Asserts that two results are the same: same column names, same rows (in
 /// order when `ordered`), strings and integers exactly, floats to `rel`.
-pub fn assert_same_result(
+pub(crate) fn assert_same_result(
     what: &str,
     fed: &[RecordBatch],
     central: &[RecordBatch],
@@ -280,7 +280,7 @@ pub fn assert_same_result(
 
 /// Whether two results are the same, as [`assert_same_result`] asks; the
 /// difference, if not.
-pub fn same_result(
+pub(crate) fn same_result(
     fed: &[RecordBatch],
     central: &[RecordBatch],
     ordered: bool,
@@ -334,12 +334,12 @@ pub fn same_result(
 }
 
 /// Runs one statement federated and centralized and compares the results.
-pub async fn assert_consistent(f: &Federation, sql: &str) {
+pub(crate) async fn assert_consistent(f: &Federation, sql: &str) {
     assert_consistent_to(f, sql, 1e-9).await;
 }
 
 /// As [`assert_consistent`], with a relative tolerance for floats.
-pub async fn assert_consistent_to(f: &Federation, sql: &str, rel: f64) {
+pub(crate) async fn assert_consistent_to(f: &Federation, sql: &str, rel: f64) {
     let what = format!("{sql}\n(clients of sizes {:?})", f.sizes);
     let fed = match f.fed.sql(sql).await {
         Ok(df) => df.collect().await,

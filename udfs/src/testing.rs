@@ -10,7 +10,7 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 /// Deterministic values in [-1, 1) (a linear congruential sequence).
-pub fn values(n: usize, seed: u64) -> Vec<f64> {
+pub(crate) fn values(n: usize, seed: u64) -> Vec<f64> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -87,7 +87,7 @@ fn context(parts: &[usize]) -> SessionContext {
 }
 
 /// Runs two queries over the 120-row test table in one partition.
-pub async fn run_pair(a: &str, b: &str) -> (Vec<RecordBatch>, Vec<RecordBatch>) {
+pub(crate) async fn run_pair(a: &str, b: &str) -> (Vec<RecordBatch>, Vec<RecordBatch>) {
     let ctx = context(&[120]);
     let run = |sql: &str| {
         let ctx = ctx.clone();
@@ -132,7 +132,7 @@ fn floats(batches: &[RecordBatch]) -> Vec<f64> {
 /// Asserts that `SELECT <call> FROM t` gives the same result whether the
 /// 120 rows are aggregated in one pass or split (unevenly, with empty and
 /// one-row parts) into partitions whose states are merged.
-pub async fn assert_split_invariant(call: &str) {
+pub(crate) async fn assert_split_invariant(call: &str) {
     let sql = format!("SELECT {call} AS r FROM t");
     let one = floats(
         &context(&[120])
@@ -169,18 +169,18 @@ pub async fn assert_split_invariant(call: &str) {
 }
 
 /// The float in column `i` of the first row.
-pub fn float(batches: &[RecordBatch], i: usize) -> f64 {
+pub(crate) fn float(batches: &[RecordBatch], i: usize) -> f64 {
     let c = datafusion::arrow::compute::cast(batches[0].column(i), &DataType::Float64).unwrap();
     c.as_primitive::<Float64Type>().value(0)
 }
 
 /// The struct column `name` of the first batch.
-pub fn struct_of(batches: &[RecordBatch], name: &str) -> StructArray {
+pub(crate) fn struct_of(batches: &[RecordBatch], name: &str) -> StructArray {
     batches[0].column_by_name(name).unwrap().as_struct().clone()
 }
 
 /// Row 0 of a list<list<float64>> field of a struct.
-pub fn matrix_field(s: &StructArray, field: &str) -> Vec<Vec<f64>> {
+pub(crate) fn matrix_field(s: &StructArray, field: &str) -> Vec<Vec<f64>> {
     let rows = s.column_by_name(field).unwrap().as_list::<i32>().value(0);
     let rows = rows.as_list::<i32>();
     (0..rows.len())
@@ -194,7 +194,7 @@ pub fn matrix_field(s: &StructArray, field: &str) -> Vec<Vec<f64>> {
 }
 
 /// Row 0 of a list<float64> field of a struct.
-pub fn vector_field(s: &StructArray, field: &str) -> Vec<f64> {
+pub(crate) fn vector_field(s: &StructArray, field: &str) -> Vec<f64> {
     s.column_by_name(field)
         .unwrap()
         .as_list::<i32>()
@@ -205,7 +205,7 @@ pub fn vector_field(s: &StructArray, field: &str) -> Vec<f64> {
 }
 
 /// Row 0 of a float64 field of a struct.
-pub fn float_field(s: &StructArray, field: &str) -> f64 {
+pub(crate) fn float_field(s: &StructArray, field: &str) -> f64 {
     s.column_by_name(field)
         .unwrap()
         .as_primitive::<Float64Type>()
@@ -213,6 +213,6 @@ pub fn float_field(s: &StructArray, field: &str) -> f64 {
 }
 
 /// The matrix of a labeled-matrix column.
-pub fn matrix_of(batches: &[RecordBatch], column: &str) -> Vec<Vec<f64>> {
+pub(crate) fn matrix_of(batches: &[RecordBatch], column: &str) -> Vec<Vec<f64>> {
     matrix_field(&struct_of(batches, column), "matrix")
 }

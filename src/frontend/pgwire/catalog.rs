@@ -27,10 +27,10 @@ use crate::error::{FedError, Result};
 
 /// The PostgreSQL version fedsql answers as (what drivers parse from
 /// `version()` and the `server_version` parameter).
-pub const SERVER_VERSION: &str = "16.6";
+pub(crate) const SERVER_VERSION: &str = "16.6";
 
 /// Adds `pg_catalog` and the PostgreSQL functions to a server's context.
-pub fn install(ctx: &FedContext) -> Result<()> {
+pub(crate) fn install(ctx: &FedContext) -> Result<()> {
     datafusion_pg_catalog::setup_pg_catalog(ctx.session(), "datafusion", EmptyContextProvider)
         .map_err(|e| FedError::from(*e))?;
     ctx.session().register_udf(ScalarUDF::from(Version::new()));
@@ -39,7 +39,7 @@ pub fn install(ctx: &FedContext) -> Result<()> {
 
 /// The text of `version()`: "PostgreSQL 16.6 ..." as drivers expect, then
 /// what really answers.
-pub fn version_text() -> String {
+pub(crate) fn version_text() -> String {
     format!(
         "PostgreSQL {SERVER_VERSION} (fedsql {} on DataFusion {}), federated: only aggregate states leave a client",
         env!("CARGO_PKG_VERSION"),
@@ -51,7 +51,7 @@ static PARSER: LazyLock<PostgresCompatibilityParser> =
     LazyLock::new(PostgresCompatibilityParser::new);
 
 /// Whether a statement looks at the catalog in PostgreSQL's dialect.
-pub fn is_catalog_query(sql: &str) -> bool {
+pub(crate) fn is_catalog_query(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
     [
         "pg_",
@@ -67,7 +67,7 @@ pub fn is_catalog_query(sql: &str) -> bool {
 
 /// A catalog query rewritten into SQL DataFusion plans; `None` if the
 /// PostgreSQL parser cannot read it (it then runs as written).
-pub fn compat_rewrite(sql: &str) -> Option<String> {
+pub(crate) fn compat_rewrite(sql: &str) -> Option<String> {
     let statements = PARSER.parse(sql).ok()?;
     match statements.as_slice() {
         [statement] => Some(statement.to_string()),

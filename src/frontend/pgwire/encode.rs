@@ -77,7 +77,7 @@ fn is_flat(item: &DataType) -> bool {
 }
 
 /// The PostgreSQL type of a column.
-pub fn pg_type(field: &FieldRef) -> PgWireResult<Type> {
+pub(crate) fn pg_type(field: &FieldRef) -> PgWireResult<Type> {
     match wire_of(field.data_type()) {
         Wire::Native => arrow_pg::datatypes::field_into_pg_type(field),
         Wire::Json => Ok(Type::JSON),
@@ -87,7 +87,7 @@ pub fn pg_type(field: &FieldRef) -> PgWireResult<Type> {
 
 /// The row description of a result schema, each column in the format the
 /// client asked for.
-pub fn row_description(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+pub(crate) fn row_description(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
     schema
         .fields()
         .iter()
@@ -105,7 +105,7 @@ pub fn row_description(schema: &Schema, format: &Format) -> PgWireResult<Vec<Fie
 }
 
 /// Encodes result batches as data rows of `fields` (from [`row_description`]).
-pub fn encode_batches(
+pub(crate) fn encode_batches(
     fields: &Arc<Vec<FieldInfo>>,
     schema: &SchemaRef,
     batches: &[RecordBatch],

@@ -15,12 +15,12 @@
 //! `fedsql passwd USER` writes a user's verifier into the users file.
 
 pub mod auth;
-pub mod catalog;
-pub mod encode;
-pub mod server;
-pub mod session;
-pub mod sqlstate;
-pub mod statement;
+pub(crate) mod catalog;
+pub(crate) mod encode;
+pub(crate) mod server;
+pub(crate) mod session;
+pub(crate) mod sqlstate;
+pub(crate) mod statement;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;

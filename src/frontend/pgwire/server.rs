@@ -155,7 +155,7 @@ async fn dp_tables_need_users(ctx: &FedContext) -> Result<()> {
 }
 
 /// A TLS acceptor from PEM files.
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
+pub(crate) fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)

@@ -45,7 +45,7 @@ use crate::protocol::site::Analyst;
 
 /// What every connection of a server shares.
 #[derive(Clone)]
-pub struct ServerState {
+pub(crate) struct ServerState {
     /// The server's context: its catalog (from the setup scripts) is every
     /// connection's catalog.
     pub ctx: FedContext,
@@ -56,7 +56,7 @@ pub struct ServerState {
 }
 
 /// One connection's session.
-pub struct Connection {
+pub(crate) struct Connection {
     ctx: FedContext,
     allow_ddl: bool,
     settings: Mutex<Settings>,
@@ -77,7 +77,7 @@ struct Settings {
 impl Connection {
     /// A new session over the server's catalog: a context of its own (its
     /// own `SET datafusion.*` values and notices) sharing the catalog.
-    pub fn new(server: &ServerState) -> Arc<Self> {
+    pub(crate) fn new(server: &ServerState) -> Arc<Self> {
         let mut state = server.ctx.session().state();
         state
             .config_mut()
@@ -336,7 +336,7 @@ impl Connection {
 
 /// A statement ready to run (what a `Parse` message leaves).
 #[derive(Clone)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     action: Action,
 }
 
@@ -470,7 +470,7 @@ impl SimpleQueryHandler for Connection {
 }
 
 /// Plans the statements of `Parse` messages for one connection.
-pub struct Planner {
+pub(crate) struct Planner {
     connection: Arc<Connection>,
 }
 
@@ -520,13 +520,13 @@ impl QueryParser for Planner {
 }
 
 /// The extended query protocol of one connection.
-pub struct Extended {
+pub(crate) struct Extended {
     planner: Arc<Planner>,
 }
 
 impl Extended {
     /// The extended protocol over a connection.
-    pub fn new(connection: Arc<Connection>) -> Self {
+    pub(crate) fn new(connection: Arc<Connection>) -> Self {
         Self {
             planner: Arc::new(Planner { connection }),
         }

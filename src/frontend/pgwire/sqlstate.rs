@@ -15,37 +15,37 @@ use pgwire::error::ErrorInfo;
 use crate::error::FedError;
 
 /// SQLSTATE codes fedsql sends.
-pub mod code {
+pub(crate) mod code {
     /// A query refused by the exposure check or a site's policy.
-    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub(crate) const INSUFFICIENT_PRIVILEGE: &str = "42501";
     /// A table that does not exist.
-    pub const UNDEFINED_TABLE: &str = "42P01";
+    pub(crate) const UNDEFINED_TABLE: &str = "42P01";
     /// A column that does not exist.
-    pub const UNDEFINED_COLUMN: &str = "42703";
+    pub(crate) const UNDEFINED_COLUMN: &str = "42703";
     /// A column name that more than one table has.
-    pub const AMBIGUOUS_COLUMN: &str = "42702";
+    pub(crate) const AMBIGUOUS_COLUMN: &str = "42702";
     /// A function that does not exist (or not for these argument types).
-    pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub(crate) const UNDEFINED_FUNCTION: &str = "42883";
     /// SQL that cannot be parsed.
-    pub const SYNTAX_ERROR: &str = "42601";
+    pub(crate) const SYNTAX_ERROR: &str = "42601";
     /// Another object that does not exist (an option, an optimizer).
-    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub(crate) const UNDEFINED_OBJECT: &str = "42704";
     /// A table or object that already exists.
-    pub const DUPLICATE_OBJECT: &str = "42P07";
+    pub(crate) const DUPLICATE_OBJECT: &str = "42P07";
     /// Anything else wrong with a statement that parsed.
-    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub(crate) const FEATURE_NOT_SUPPORTED: &str = "0A000";
     /// An argument out of range or of the wrong kind.
-    pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    pub(crate) const INVALID_PARAMETER_VALUE: &str = "22023";
     /// Division by zero.
-    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub(crate) const DIVISION_BY_ZERO: &str = "22012";
     /// A client site that failed or timed out (named in the message).
-    pub const SYSTEM_ERROR: &str = "58000";
+    pub(crate) const SYSTEM_ERROR: &str = "58000";
     /// Out of memory or another resource limit.
-    pub const INSUFFICIENT_RESOURCES: &str = "53000";
+    pub(crate) const INSUFFICIENT_RESOURCES: &str = "53000";
     /// The statement was cancelled, by a cancel request or `statement_timeout`.
-    pub const QUERY_CANCELED: &str = "57014";
+    pub(crate) const QUERY_CANCELED: &str = "57014";
     /// A failure of fedsql itself.
-    pub const INTERNAL_ERROR: &str = "XX000";
+    pub(crate) const INTERNAL_ERROR: &str = "XX000";
 }
 
 /// The PostgreSQL error for a fedsql error: SQLSTATE, message and hint.
@@ -55,7 +55,7 @@ pub mod code {
 /// DataFusion, see [`crate::table_function::arguments`]). Only errors
 /// DataFusion raised itself are classified from DataFusion's kinds, and a
 /// planning error of DataFusion's, which has no finer kind, from its wording.
-pub fn error_info(error: &FedError) -> ErrorInfo {
+pub(crate) fn error_info(error: &FedError) -> ErrorInfo {
     match error {
         FedError::Refused { reason, hint } => {
             with_hint(code::INSUFFICIENT_PRIVILEGE, reason.clone(), hint.clone())
@@ -94,7 +94,7 @@ pub fn error_info(error: &FedError) -> ErrorInfo {
 }
 
 /// An error with a SQLSTATE and a message (severity ERROR).
-pub fn info(code: &str, message: impl Into<String>) -> ErrorInfo {
+pub(crate) fn info(code: &str, message: impl Into<String>) -> ErrorInfo {
     ErrorInfo::new("ERROR".into(), code.into(), message.into())
 }
 

@@ -31,7 +31,7 @@ use crate::error::{FedError, Result};
 
 /// One statement, classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Statement {
+pub(crate) enum Statement {
     /// Nothing but whitespace and comments.
     Empty,
     /// Answered by the connection.
@@ -43,7 +43,7 @@ pub enum Statement {
 
 /// How a statement run by `FedContext::sql` answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FedKind {
+pub(crate) enum FedKind {
     /// Rows (a query, EXPLAIN, SHOW ...): planned before it runs.
     Query,
     /// A command: runs when executed and answers with this tag.
@@ -52,7 +52,7 @@ pub enum FedKind {
 
 /// Statements a connection answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionStatement {
+pub(crate) enum SessionStatement {
     Begin,
     Commit,
     Rollback,
@@ -119,7 +119,7 @@ fn token_text(token: &Token) -> String {
 
 /// Classifies one statement (no `;` inside). `allow_ddl` is the server's
 /// `--allow-ddl`.
-pub fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
+pub(crate) fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
     let sql = sql.trim().trim_end_matches(';').trim();
     let words = match Words::new(sql) {
         Ok(words) => words,
@@ -268,7 +268,7 @@ fn classify_set(sql: &str, words: &Words) -> Result<Statement> {
 
 /// A `statement_timeout` value: milliseconds, or a number with a unit
 /// (`ms`, `s`, `min`, `h`); 0 or `default` is no timeout.
-pub fn parse_timeout(value: &str) -> Result<Option<Duration>> {
+pub(crate) fn parse_timeout(value: &str) -> Result<Option<Duration>> {
     let value = value.trim().to_ascii_lowercase();
     if value.is_empty() || value == "default" {
         return Ok(None);

@@ -77,7 +77,7 @@ const KEYWORDS: &[&str] = &[
 
 /// The names a prompt can complete.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Vocabulary {
+pub(crate) struct Vocabulary {
     pub tables: BTreeSet<String>,
     pub columns: BTreeSet<String>,
     pub functions: BTreeSet<String>,
@@ -86,7 +86,7 @@ pub struct Vocabulary {
 impl Vocabulary {
     /// The current names of `ctx`: its tables and their columns, and every
     /// registered function.
-    pub async fn of(ctx: &FedContext) -> Self {
+    pub(crate) async fn of(ctx: &FedContext) -> Self {
         let mut vocabulary = Vocabulary::default();
         if let Ok(tables) = ctx.tables().await {
             for table in tables {
@@ -112,19 +112,19 @@ impl Vocabulary {
 
 /// The REPL's rustyline helper: completion only.
 #[derive(Debug, Clone, Default)]
-pub struct FedHelper {
+pub(crate) struct FedHelper {
     vocabulary: Arc<RwLock<Vocabulary>>,
 }
 
 impl FedHelper {
     /// Replaces the names offered (called before each prompt).
-    pub fn set_vocabulary(&self, vocabulary: Vocabulary) {
+    pub(crate) fn set_vocabulary(&self, vocabulary: Vocabulary) {
         *self.vocabulary.write().expect("not poisoned") = vocabulary;
     }
 
     /// The completions of the word before `pos` in `line`: where it starts,
     /// and the candidates, sorted.
-    pub fn candidates(&self, line: &str, pos: usize) -> (usize, Vec<String>) {
+    pub(crate) fn candidates(&self, line: &str, pos: usize) -> (usize, Vec<String>) {
         let before = &line[..pos];
         let start = before
             .char_indices()

@@ -23,9 +23,9 @@ use crate::frontend::repl::input::LineBuffer;
 use crate::frontend::repl::session::{Flow, ReplOptions, Session};
 
 /// The prompt for a new statement or command.
-pub const PROMPT: &str = "fedsql> ";
+pub(crate) const PROMPT: &str = "fedsql> ";
 /// The prompt while a statement waits for its `;`.
-pub const CONTINUATION_PROMPT: &str = "     -> ";
+pub(crate) const CONTINUATION_PROMPT: &str = "     -> ";
 
 /// Runs the interactive REPL on the terminal until `\q` or Ctrl-D, after
 /// the start-up file `rc` (if any) in the same session.

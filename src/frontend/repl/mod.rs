@@ -10,12 +10,12 @@
 //! (and the non-interactive CLI) use it.
 
 pub mod command;
-pub mod completion;
-pub mod input;
-pub mod interactive;
-pub mod progress;
-pub mod script;
-pub mod session;
+pub(crate) mod completion;
+pub(crate) mod input;
+pub(crate) mod interactive;
+pub(crate) mod progress;
+pub(crate) mod script;
+pub(crate) mod session;
 
 use std::io::Write;
 

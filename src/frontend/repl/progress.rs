@@ -16,11 +16,11 @@ use crate::coordinator::context::FedContext;
 use crate::notices::{Progress, RoundEvent, RoundProgress};
 
 /// How long a statement runs before its progress line appears.
-pub const SHOW_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const SHOW_AFTER: Duration = Duration::from_secs(1);
 
 /// What the rounds of the running statement have reported.
 #[derive(Debug, Default)]
-pub struct ProgressState {
+pub(crate) struct ProgressState {
     round: AtomicUsize,
     answered: AtomicUsize,
     sites: AtomicUsize,
@@ -30,7 +30,7 @@ pub struct ProgressState {
 
 impl ProgressState {
     /// Takes one round event.
-    pub fn record(&self, event: RoundEvent) {
+    pub(crate) fn record(&self, event: RoundEvent) {
         match event {
             RoundEvent::Started { sites } => {
                 self.round.fetch_add(1, Ordering::SeqCst);
@@ -44,7 +44,7 @@ impl ProgressState {
     }
 
     /// The line's text, e.g. `round 2: 3/4 sites answered · iteration 2, deviance 812.4`.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let round = self.round.load(Ordering::SeqCst);
         let mut text = if round == 0 {
             "waiting for the first round".to_string()
@@ -73,14 +73,14 @@ impl ProgressState {
 
 /// The progress line of a session on a terminal.
 #[derive(Debug, Clone)]
-pub struct ProgressLine {
+pub(crate) struct ProgressLine {
     state: Arc<ProgressState>,
 }
 
 impl ProgressLine {
     /// Listens to `ctx`'s rounds and fits, when stdout and stderr are
     /// terminals; `None` otherwise (a redirected output gets no progress).
-    pub fn install(ctx: &FedContext) -> Option<Self> {
+    pub(crate) fn install(ctx: &FedContext) -> Option<Self> {
         if !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
             return None;
         }
@@ -97,7 +97,7 @@ impl ProgressLine {
     /// Starts watching one statement; the line shows after [`SHOW_AFTER`]
     /// and is cleared when the guard is dropped. The timer is a thread of
     /// its own: the runtime's workers may all be busy with the query.
-    pub fn start(&self) -> ProgressGuard {
+    pub(crate) fn start(&self) -> ProgressGuard {
         self.state.reset();
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         bar.set_style(
@@ -144,7 +144,7 @@ enum Visibility {
 }
 
 /// Clears the progress line of one statement when dropped.
-pub struct ProgressGuard {
+pub(crate) struct ProgressGuard {
     bar: ProgressBar,
     shown: Arc<(Mutex<Visibility>, Condvar)>,
 }

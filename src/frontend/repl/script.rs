@@ -20,7 +20,7 @@ pub enum Source {
 }
 
 /// Runs a start-up file in `session`; an error in it names the file.
-pub async fn run_rc(session: &mut Session, rc: &Path, out: &mut dyn Write) -> Result<()> {
+pub(crate) async fn run_rc(session: &mut Session, rc: &Path, out: &mut dyn Write) -> Result<()> {
     let text = read_script(rc)?;
     session
         .run_text(&text, out)
@@ -48,7 +48,7 @@ pub async fn run_sources(
 }
 
 /// Runs `-c` texts and `-f` files in order in `session` (see [`run_sources`]).
-pub async fn run_sources_in(
+pub(crate) async fn run_sources_in(
     session: &mut Session,
     sources: &[Source],
     out: &mut dyn Write,

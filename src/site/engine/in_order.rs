@@ -38,7 +38,7 @@ use crate::error::Result;
 /// (`cox_step`'s `[site_rows]`, which only that stage empties). A grouped
 /// one may give a group several rows, when it emits early under memory
 /// pressure, so it is always reduced.
-pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPlan>> {
+pub(crate) fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPlan>> {
     let partitions = partial.properties().output_partitioning().partition_count();
     let for_the_reduce = partial
         .schema()
@@ -73,13 +73,13 @@ pub fn one_state_per_group(partial: AggregateExec) -> Result<Arc<dyn ExecutionPl
 /// Every partition's output is held until the last one has finished, so
 /// this is for inputs of few rows (partial aggregate states).
 #[derive(Debug)]
-pub struct InPartitionOrderExec {
+pub(crate) struct InPartitionOrderExec {
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
 }
 
 impl InPartitionOrderExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+    pub(crate) fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(input.schema()),
             Partitioning::UnknownPartitioning(1),

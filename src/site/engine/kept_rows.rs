@@ -59,11 +59,11 @@ fn shares_constants(name: &str) -> bool {
 }
 
 /// How many fits' rows a site keeps at once.
-pub const MAX_KEPT_FITS: usize = 4;
+pub(crate) const MAX_KEPT_FITS: usize = 4;
 
 /// The rows kept for the fits under way, oldest first.
 #[derive(Debug, Default)]
-pub struct KeptRows {
+pub(crate) struct KeptRows {
     kept: Mutex<VecDeque<Kept>>,
 }
 
@@ -86,7 +86,7 @@ impl KeptRows {
     /// `partial` over the fit's kept input: read (and kept) in the first
     /// round of fit `scope`, reused in the later rounds whose input is the
     /// same (`key`).
-    pub async fn partial_over_kept(
+    pub(crate) async fn partial_over_kept(
         &self,
         partial: AggregateExec,
         encoder: &LogicalPlan,
@@ -143,7 +143,7 @@ impl KeptRows {
     /// kept rows (`key`), when its encoder differs from the last planned
     /// one only in the literal arguments of its aggregates: that plan with
     /// the new literals bound, and no planning. `None` otherwise.
-    pub fn rebound(
+    pub(crate) fn rebound(
         &self,
         scope: u64,
         key: &str,
@@ -166,7 +166,7 @@ impl KeptRows {
 
     /// Drops the rows kept for fit `scope`; says whether there were any
     /// (another fit's rows are never touched).
-    pub fn release(&self, scope: u64) -> bool {
+    pub(crate) fn release(&self, scope: u64) -> bool {
         let mut kept = self.kept.lock().expect("not poisoned");
         let before = kept.len();
         kept.retain(|k| k.scope != scope);
@@ -221,7 +221,7 @@ async fn read_in_order(
 /// on every machine. More than the cores of most machines, so that a round
 /// still keeps them all busy; an empty partition would still cost a round
 /// a task and a state to merge, which matter on small data.
-pub const KEPT_PARTITIONS: usize = 16;
+pub(crate) const KEPT_PARTITIONS: usize = 16;
 
 /// `partial` over kept `batches` (with its expressions `over` them),
 /// dealt out in turn over [`KEPT_PARTITIONS`] partitions, its literal

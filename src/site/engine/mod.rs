@@ -32,10 +32,10 @@
 //! memory limit draws on a child pool of its own, which refuses past its
 //! limit whatever the shared pool has left.
 
-pub mod in_order;
-pub mod kept_rows;
-pub mod small_parquet;
-pub mod yielding;
+pub(crate) mod in_order;
+pub(crate) mod kept_rows;
+pub(crate) mod small_parquet;
+pub(crate) mod yielding;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

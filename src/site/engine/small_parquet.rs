@@ -46,20 +46,20 @@ use crate::site::engine;
 
 mod footers;
 mod parts;
-pub mod row_groups;
-pub use footers::{FooterCache, OpenFile};
+pub(crate) mod row_groups;
+pub(crate) use footers::{FooterCache, OpenFile};
 use parts::{ReadParts, chunk_ranges};
 
 /// The largest file a site reads itself, on the scan's own thread: reads
 /// from the page cache of at most this many bytes take well under a
 /// millisecond.
-pub const SMALL_FILE: u64 = 1 << 20;
+pub(crate) const SMALL_FILE: u64 = 1 << 20;
 
 /// How a small file's scan reads it: which of the table's columns, and
 /// the scan's projection over them. Built from a template's scan when the
 /// scan is one this module can read; `None` otherwise.
 #[derive(Debug, Clone)]
-pub struct SmallScan {
+pub(crate) struct SmallScan {
     /// The table's columns (as the scan's file schema names them).
     table: SchemaRef,
     /// The table's columns the projection reads, by name, ascending.
@@ -76,7 +76,7 @@ impl SmallScan {
     /// The small-file reading of `config`'s scan, when it is a projection
     /// of Parquet columns: no filter evaluated in the scan, no limit, no
     /// partition or virtual columns.
-    pub fn of(config: &FileScanConfig, batch_size: usize) -> Option<Self> {
+    pub(crate) fn of(config: &FileScanConfig, batch_size: usize) -> Option<Self> {
         let source = config.file_source().downcast_ref::<ParquetSource>()?;
         let options = &source.table_parquet_options().global;
         // Filters evaluated in the scan (a row filter) are not applied
@@ -166,7 +166,7 @@ impl SmallScan {
 }
 
 /// The scan of one small Parquet file (see the module's notes).
-pub struct SmallParquetExec {
+pub(crate) struct SmallParquetExec {
     path: PathBuf,
     /// The file, opened when the scan was bound to it; opened again by a
     /// second execution.
@@ -194,7 +194,7 @@ impl fmt::Debug for SmallParquetExec {
 impl SmallParquetExec {
     /// The scan of the file at `path`, with the `properties` of the
     /// template's scan it replaces (one partition, the same schema).
-    pub fn new(
+    pub(crate) fn new(
         path: &Path,
         opened: Option<OpenFile>,
         scan: SmallScan,

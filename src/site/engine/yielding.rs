@@ -29,11 +29,13 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use futures::Stream;
 
 /// How long an operator runs between yields, at most (plus one batch).
-pub const QUANTUM: Duration = Duration::from_millis(1);
+pub(crate) const QUANTUM: Duration = Duration::from_millis(1);
 
 /// `plan` with every operator wrapped so that it yields after a batch
 /// once [`QUANTUM`] has passed.
-pub fn yield_after_each_batch(plan: Arc<dyn ExecutionPlan>) -> DFResult<Arc<dyn ExecutionPlan>> {
+pub(crate) fn yield_after_each_batch(
+    plan: Arc<dyn ExecutionPlan>,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
     Ok(plan
         .transform_up(|node| {
             if node.downcast_ref::<YieldEachBatchExec>().is_some() {

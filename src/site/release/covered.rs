@@ -16,7 +16,7 @@ use futures::TryStreamExt;
 
 /// Counts the rows its input yields; otherwise its input.
 #[derive(Debug)]
-pub struct CountRowsExec {
+pub(crate) struct CountRowsExec {
     input: Arc<dyn ExecutionPlan>,
     rows: Arc<AtomicU64>,
 }
@@ -24,7 +24,7 @@ pub struct CountRowsExec {
 impl CountRowsExec {
     /// Puts a counter under every partial aggregate of `plan`; the counter
     /// holds the rows they consumed once the plan has run.
-    pub fn under_partial_aggregates(
+    pub(crate) fn under_partial_aggregates(
         plan: Arc<dyn ExecutionPlan>,
     ) -> DFResult<(Arc<dyn ExecutionPlan>, Arc<AtomicU64>)> {
         let rows = Arc::new(AtomicU64::new(0));
@@ -55,7 +55,7 @@ impl CountRowsExec {
     }
 
     /// The rows counted so far.
-    pub fn count(rows: &AtomicU64) -> u64 {
+    pub(crate) fn count(rows: &AtomicU64) -> u64 {
         rows.load(Ordering::Relaxed)
     }
 }

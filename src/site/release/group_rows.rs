@@ -77,7 +77,7 @@ pub struct StateCounts {
 /// aggregate, the rows of each group, last; and where those counts are.
 /// The policy asks of each input count only whether it is 0 or at least
 /// `k`, so an input's count may stop at `k`.
-pub fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, CountColumns)> {
+pub(crate) fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, CountColumns)> {
     let enough = i64::try_from(k.max(1)).unwrap_or(i64::MAX);
     let schema = partial.input_schema();
     let mut state_width = 0;
@@ -228,7 +228,7 @@ fn guard(
 }
 
 /// The state batches without their count columns, and the counts.
-pub fn split_off(
+pub(crate) fn split_off(
     batches: &[RecordBatch],
     columns: &CountColumns,
     k: u64,

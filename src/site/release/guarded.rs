@@ -38,7 +38,7 @@ use datafusion::logical_expr::{
 
 /// What a guard counts of one input column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Counted {
+pub(crate) enum Counted {
     /// Values that are not NULL.
     NonNull,
     /// Values that are neither NULL nor zero (`false` for booleans): the
@@ -48,7 +48,7 @@ pub enum Counted {
 
 /// What a guard's state column holds per group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Tally {
+pub(crate) enum Tally {
     /// The values that count.
     Counting,
     /// The group's rows whose value does not count (NULL, zero or filtered
@@ -61,7 +61,7 @@ pub enum Tally {
 
 /// `inner` with one count per guarded input column appended to its state.
 #[derive(Debug)]
-pub struct Guarded {
+pub(crate) struct Guarded {
     inner: Arc<AggregateUDF>,
     /// (argument index, what is counted), in the order of the counts.
     inputs: Vec<(usize, Counted)>,
@@ -76,7 +76,7 @@ pub struct Guarded {
 }
 
 impl Guarded {
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<AggregateUDF>,
         inputs: Vec<(usize, Counted)>,
         tally: Tally,
@@ -90,11 +90,6 @@ impl Guarded {
             enough,
             modes,
         }
-    }
-
-    /// How many count columns the state carries after the inner state.
-    pub fn width(&self) -> usize {
-        self.inputs.len() + MODE_WIDTH * self.modes.len()
     }
 }
 
@@ -284,7 +279,7 @@ mod nonzero {
 }
 
 /// The state columns of one input's [`Modes`].
-pub const MODE_WIDTH: usize = 5;
+pub(crate) const MODE_WIDTH: usize = 5;
 
 /// What a guard keeps of one numeric input per group, for the rule that
 /// all but fewer than k of its values must not share one value: the
@@ -301,7 +296,7 @@ pub const MODE_WIDTH: usize = 5;
 /// where it was no reference): the rule may miss, but never refuses an
 /// input that the exact rule would release.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Modes {
+pub(crate) struct Modes {
     pub values: i64,
     pub refs: [(u64, i64); 2],
 }
@@ -326,7 +321,7 @@ impl Modes {
     /// Another state of the same group merged in: the values add up, and
     /// the two references counted most stay (equal references adding up;
     /// on a tie, the earlier).
-    pub fn merge(&mut self, other: &Modes) {
+    pub(crate) fn merge(&mut self, other: &Modes) {
         self.values += other.values;
         let mut refs = [self.refs[0], self.refs[1], other.refs[0], other.refs[1]];
         for i in 1..refs.len() {
@@ -357,7 +352,7 @@ impl Modes {
     /// times as many. Smaller isolations pass this rule (the row count
     /// rule still holds the group to k rows, and `ELSE 0` is refused in
     /// any group).
-    pub fn odd(&self, k: i64) -> i64 {
+    pub(crate) fn odd(&self, k: i64) -> i64 {
         let shared = self.refs[0].1.max(self.refs[1].1);
         let odd = self.values - shared;
         if shared >= k.max(1) && shared >= 4 * odd {
@@ -374,7 +369,7 @@ impl Modes {
     }
 
     /// From the state columns' values.
-    pub fn from_columns(c: [i64; MODE_WIDTH]) -> Self {
+    pub(crate) fn from_columns(c: [i64; MODE_WIDTH]) -> Self {
         Self {
             values: c[0],
             refs: [(c[1] as u64, c[2]), (c[3] as u64, c[4])],

@@ -16,7 +16,7 @@ use crate::protocol::exposure::touches_federated;
 
 /// Refuses `plan` (an encoder, before its scans are bound) if any join of
 /// federated rows could repeat one of them.
-pub async fn check_no_amplification(
+pub(crate) async fn check_no_amplification(
     client: &str,
     plan: &LogicalPlan,
     session: &SessionContext,

@@ -55,16 +55,16 @@
 //! [`crate::site::engine::file_scan`] (to find the file scans a shown plan
 //! must not name).
 
-pub mod covered;
+pub(crate) mod covered;
 pub mod dp;
 pub mod dp_budget;
 pub mod gate;
-pub mod group_rows;
-pub mod guarded;
+pub(crate) mod group_rows;
+pub(crate) mod guarded;
 pub mod identity;
-pub mod joins;
-pub mod never_fail;
+pub(crate) mod joins;
+pub(crate) mod never_fail;
 pub mod policy;
-pub mod secure;
-pub mod shown_plan;
-pub mod sketches;
+pub(crate) mod secure;
+pub(crate) mod shown_plan;
+pub(crate) mod sketches;

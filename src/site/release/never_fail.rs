@@ -29,7 +29,7 @@ use fedsql_udfs::catalogue::{self, OnData};
 use crate::error::Result;
 
 /// The plan with every failing cast and division made NULL-giving.
-pub fn never_fail_on_data(plan: LogicalPlan) -> Result<LogicalPlan> {
+pub(crate) fn never_fail_on_data(plan: LogicalPlan) -> Result<LogicalPlan> {
     Ok(plan
         .transform_up_with_subqueries(|node| {
             let inputs = node.inputs();

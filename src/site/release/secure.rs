@@ -30,7 +30,7 @@ const MAX_PENDING_SESSIONS: usize = 16;
 /// What a client keeps between the two steps: one entry per session; and
 /// the site's long-term identity, if it has one, to sign its session keys.
 #[derive(Default)]
-pub struct ClientSecrets {
+pub(crate) struct ClientSecrets {
     pending: Mutex<VecDeque<Pending>>,
     identity: Option<Arc<SiteIdentity>>,
 }
@@ -52,7 +52,7 @@ struct Pending {
 
 impl ClientSecrets {
     /// Secrets of a site that signs its session keys with `identity`.
-    pub fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
+    pub(crate) fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
         Self {
             pending: Mutex::default(),
             identity,
@@ -60,13 +60,13 @@ impl ClientSecrets {
     }
 
     /// The site's identity key, if it has one.
-    pub fn identity(&self) -> Option<[u8; 32]> {
+    pub(crate) fn identity(&self) -> Option<[u8; 32]> {
         self.identity.as_ref().map(|i| i.public_key())
     }
 
     /// Step 1 at a client whose state for the session is `state`: a fresh
     /// key pair, kept with the state; returns the public key and group keys.
-    pub fn setup(
+    pub(crate) fn setup(
         &self,
         session: &SecureSession,
         state: &StateBatch,
@@ -102,7 +102,7 @@ impl ClientSecrets {
     /// groups and masked; the session's secret is forgotten. `admit`
     /// decides, once this client's place in the session is known, whether
     /// it masks with the relayed participants at all.
-    pub fn mask(
+    pub(crate) fn mask(
         &self,
         encoder: &Encoder,
         request: &MaskRequest,
@@ -191,7 +191,7 @@ impl ClientSecrets {
 /// With no peers listed, only the number of distinct keys is checked — a
 /// coordinator that invents participants passes that (the README's threat
 /// model says so). Returns the rule broken, for the refusal.
-pub fn check_participants(
+pub(crate) fn check_participants(
     request: &MaskRequest,
     me_at: usize,
     own_identity: Option<[u8; 32]>,

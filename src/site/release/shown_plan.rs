@@ -22,11 +22,11 @@ use datafusion::physical_plan::{DisplayFormatType, ExecutionPlan};
 use crate::site::engine::file_scan;
 
 /// What a plan shows in place of a site's files.
-pub const FILES_WITHHELD: &str = "<files withheld>";
+pub(crate) const FILES_WITHHELD: &str = "<files withheld>";
 
 /// The plan as `displayable(plan).indent(false)` shows it, but naming
 /// none of `files` (see the module documentation).
-pub fn without_files(plan: &Arc<dyn ExecutionPlan>, files: &[PathBuf]) -> String {
+pub(crate) fn without_files(plan: &Arc<dyn ExecutionPlan>, files: &[PathBuf]) -> String {
     let mut text = String::new();
     let complete = write_nodes(plan, 0, files, &mut text);
     if !complete || names_a_file(&text, files) {

@@ -28,7 +28,7 @@ const DIGEST: [&str; 6] = [
 
 /// `batch` with each t-digest coarsened to centroids of at least `k`
 /// values, and with its min and max replaced unless `keep_extremes`.
-pub fn coarsen(batch: &RecordBatch, k: f64, keep_extremes: bool) -> Result<RecordBatch> {
+pub(crate) fn coarsen(batch: &RecordBatch, k: f64, keep_extremes: bool) -> Result<RecordBatch> {
     let schema = batch.schema();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let mut columns = batch.columns().to_vec();
@@ -120,7 +120,10 @@ fn merge_to_weight(pairs: &[f64], k: f64) -> Vec<(f64, f64)> {
 /// folded into its end bins; refused if a bin, or the count of missing
 /// values, then counts 1 to k-1 values.
 /// The state is `bins` counts, then below, above and missing.
-pub fn fold_histograms(batch: &RecordBatch, k: i64) -> std::result::Result<RecordBatch, FoldError> {
+pub(crate) fn fold_histograms(
+    batch: &RecordBatch,
+    k: i64,
+) -> std::result::Result<RecordBatch, FoldError> {
     let schema = batch.schema();
     let mut columns = batch.columns().to_vec();
     for (i, field) in schema.fields().iter().enumerate() {

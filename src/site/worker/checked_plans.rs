@@ -22,13 +22,13 @@ const KEPT: usize = 32;
 
 /// Split plans, most recent last.
 #[derive(Debug, Default)]
-pub struct CheckedPlans {
+pub(crate) struct CheckedPlans {
     kept: Mutex<VecDeque<(LogicalPlan, Encoder)>>,
 }
 
 impl CheckedPlans {
     /// The encoder of `plan` (outside any fit), split anew or as before.
-    pub async fn split(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Encoder> {
+    pub(crate) async fn split(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Encoder> {
         let cacheable = reads_one_table(plan);
         if cacheable {
             let kept = self.kept.lock().expect("not poisoned");

@@ -457,7 +457,7 @@ fn parse_limit<T>(
 }
 
 /// `500ms`, `30s`, `10m`, `1h`, or seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -478,7 +478,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 }
 
 /// `512KiB`, `64MiB`, `4GiB` (KB, MB, GB mean the same powers of 1024), or bytes.
-pub fn parse_bytes(text: &str) -> Option<usize> {
+pub(crate) fn parse_bytes(text: &str) -> Option<usize> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

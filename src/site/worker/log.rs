@@ -10,25 +10,25 @@ pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The worker's log.
 #[derive(Clone)]
-pub struct WorkerLog {
+pub(crate) struct WorkerLog {
     sink: LogSink,
 }
 
 impl WorkerLog {
     /// A log writing to `sink`, or to stderr.
-    pub fn new(sink: Option<LogSink>) -> Self {
+    pub(crate) fn new(sink: Option<LogSink>) -> Self {
         Self {
             sink: sink.unwrap_or_else(|| Arc::new(|line: &str| eprintln!("{line}"))),
         }
     }
 
     /// Logs one line about a request from `peer`.
-    pub fn line(&self, peer: &str, line: &str) {
+    pub(crate) fn line(&self, peer: &str, line: &str) {
         (self.sink)(&format!("fedsql worker: peer {peer}: {line}"));
     }
 
     /// Logs a refused request and hands back its status.
-    pub fn refuse(&self, peer: &str, call: &str, status: Status) -> Status {
+    pub(crate) fn refuse(&self, peer: &str, call: &str, status: Status) -> Status {
         self.line(
             peer,
             &format!("{call} REFUSED ({:?}): {}", status.code(), status.message()),

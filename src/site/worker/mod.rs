@@ -24,13 +24,13 @@
 //! tables and binds received plans to them, [`service`] answers the Flight
 //! calls, and [`log`] writes what it released and refused.
 
-pub mod checked_plans;
-pub mod config;
-pub mod log;
-pub mod service;
-pub mod tables;
-pub mod token_check;
-pub mod tokens;
+pub(crate) mod checked_plans;
+pub(crate) mod config;
+pub(crate) mod log;
+pub(crate) mod service;
+pub(crate) mod tables;
+pub(crate) mod token_check;
+pub(crate) mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

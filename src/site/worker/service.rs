@@ -39,7 +39,7 @@ use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
-pub use crate::site::worker::token_check::TokenCheck;
+pub(crate) use crate::site::worker::token_check::TokenCheck;
 use crate::site::worker::token_check::bearer;
 use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
 

@@ -14,14 +14,14 @@ use crate::site::worker::tokens::Tokens;
 /// interceptor runs on the headers alone): an unauthenticated request of
 /// any size is refused without being buffered.
 #[derive(Clone)]
-pub struct TokenCheck {
+pub(crate) struct TokenCheck {
     tokens: Arc<Tokens>,
     log: WorkerLog,
 }
 
 impl TokenCheck {
     /// The check for `token`, logging refusals to `log`.
-    pub fn new(token: &str, log: Option<LogSink>) -> Self {
+    pub(crate) fn new(token: &str, log: Option<LogSink>) -> Self {
         Self {
             tokens: Arc::new(Tokens::new(token, &[])),
             log: WorkerLog::new(log),
@@ -29,7 +29,7 @@ impl TokenCheck {
     }
 
     /// The same check accepting these (named) tokens.
-    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+    pub(crate) fn with_tokens(mut self, tokens: Tokens) -> Self {
         self.tokens = Arc::new(tokens);
         self
     }

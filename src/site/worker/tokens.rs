@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 /// The analyst of the single `--token-file` token.
-pub const DEFAULT_ANALYST: &str = "default";
+pub(crate) const DEFAULT_ANALYST: &str = "default";
 
 /// The tokens a worker accepts, by analyst name.
 #[derive(Debug, Clone, Default)]

@@ -47,7 +47,7 @@ pub(super) struct OverKept {
 
 impl OverKept {
     /// `partial`'s own expressions, over rows kept as the scan gave them.
-    pub fn plain(partial: &AggregateExec) -> Self {
+    pub(super) fn plain(partial: &AggregateExec) -> Self {
         Self {
             aggregates: partial.aggr_expr().to_vec(),
             filters: partial.filter_expr().to_vec(),
@@ -124,7 +124,7 @@ fn may_fold(partial: &AggregateExec) -> bool {
 
 impl Doubles {
     /// The 64-bit integer columns `partial` reads only as doubles.
-    pub fn of(partial: &AggregateExec) -> Self {
+    pub(super) fn of(partial: &AggregateExec) -> Self {
         if !may_fold(partial) {
             return Self::default();
         }
@@ -145,7 +145,7 @@ impl Doubles {
         )
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
@@ -164,7 +164,11 @@ impl Doubles {
     }
 
     /// The scan's `batches` as they are kept: these columns cast, once.
-    pub fn keep(&self, batches: Vec<RecordBatch>, input: &Schema) -> Result<Vec<RecordBatch>> {
+    pub(super) fn keep(
+        &self,
+        batches: Vec<RecordBatch>,
+        input: &Schema,
+    ) -> Result<Vec<RecordBatch>> {
         if self.is_empty() {
             return Ok(batches);
         }
@@ -184,7 +188,7 @@ impl Doubles {
     /// `partial`'s aggregates and filters over the kept rows, each cast of
     /// these columns to `Float64` taken out; `None` when `partial` reads
     /// one of them otherwise (its rows must then be read again).
-    pub fn rewrite(&self, partial: &AggregateExec) -> Option<OverKept> {
+    pub(super) fn rewrite(&self, partial: &AggregateExec) -> Option<OverKept> {
         if self.is_empty() {
             return Some(OverKept::plain(partial));
         }

@@ -37,7 +37,7 @@ use super::parts::{read_at, read_tail};
 const FOOTER_CACHE_BYTES: usize = 64 << 20;
 
 /// The bytes of whole files the cache keeps at most (the oldest go first).
-pub const KEPT_FILE_BYTES: usize = 256 << 20;
+pub(super) const KEPT_FILE_BYTES: usize = 256 << 20;
 
 /// The parsed footers of small files, each with the bytes it was parsed
 /// from and the reader's metadata for the table schema last asked for.

@@ -65,7 +65,7 @@ type RowGroup = (usize, usize);
 
 /// The scan of a site's Parquet files, row group by row group (see the
 /// module's notes).
-pub struct RowGroupsExec {
+pub(crate) struct RowGroupsExec {
     scan: SmallScan,
     files: Arc<[ScanFile]>,
     /// Per stream, its row groups in order.
@@ -91,7 +91,7 @@ impl RowGroupsExec {
     /// of some of `paths` (the site's files) this module can read:
     /// `None` for any other node or scan, and for files without the
     /// table's columns.
-    pub fn of(
+    pub(crate) fn of(
         node: &Arc<dyn ExecutionPlan>,
         paths: &[PathBuf],
         footers: &FooterCache,

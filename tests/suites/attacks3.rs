@@ -297,7 +297,7 @@ async fn a_worker_keys_its_ledger_by_the_token_whatever_the_request_claims() {
 /// Under `serve --users`, a user without a token of their own (carol) is
 /// refused the workers through every path — Parse of a query, Parse of
 /// `EXPLAIN ANALYZE FEDERATED`, `SHOW PRIVACY BUDGET` through the extended
-/// protocol — never let through on the table's token; and a statement
+/// protocol, a table function and its `EXPLAIN FEDERATED` — never let through on the table's token; and a statement
 /// alice prepared on her connection spends alice's budget, not the
 /// table token's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,6 +335,9 @@ async fn a_user_without_a_token_is_refused_on_every_path_to_a_worker() {
         "EXPLAIN ANALYZE FEDERATED SELECT dp_count(*, 0.1) FROM t",
         "SHOW PRIVACY BUDGET t",
         "SELECT count(*) FROM t",
+        // A table function's rounds, and EXPLAIN FEDERATED, which runs them.
+        "SELECT * FROM summary('t', 'x')",
+        "EXPLAIN FEDERATED SELECT * FROM summary('t', 'x')",
     ] {
         let e = carol.query(sql, &[]).await.unwrap_err();
         let text = format!("{e:?}");
@@ -353,4 +356,39 @@ async fn a_user_without_a_token_is_refused_on_every_path_to_a_worker() {
     // Neither the table's token (the coordinator's) nor anyone else paid.
     let own = spent_in(&ctx, "t").await;
     assert!(own.iter().all(|(_, s)| *s == 0.0), "{own:?}");
+}
+
+/// A secure-aggregation round (masked states) that also asks for a DP
+/// aggregate debits its ε at every client: masking the states is no way
+/// around the ledger; the third such query is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_round_with_a_dp_call_debits_at_every_client() {
+    let dir = TempDir::new().unwrap();
+    // Twelve clients of six rows (above the default min_group_rows).
+    for i in 0..12 {
+        let rows: String = (0..6).map(|k| format!("{}\n", i + k)).collect();
+        std::fs::write(
+            dir.path().join(format!("c{i:02}.csv")),
+            format!("x\n{rows}"),
+        )
+        .unwrap();
+    }
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ('dp_budget' '1')",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap();
+    let sql = "SELECT secure_sum(x, 0, 100) AS s, dp_count(*, 0.5) AS n FROM t";
+    for spent in [0.5, 1.0] {
+        run(&ctx, sql).await.unwrap();
+        let lines = spent_in(&ctx, "t").await;
+        assert!(lines.iter().all(|(_, s)| *s == spent), "{lines:?}");
+    }
+    let e = run(&ctx, sql).await.unwrap_err();
+    assert!(e.to_string().contains("dp_budget"), "{e}");
 }

@@ -8,6 +8,8 @@ mod support;
 mod attacks;
 #[path = "suites/attacks2.rs"]
 mod attacks2;
+#[path = "suites/attacks3.rs"]
+mod attacks3;
 #[path = "suites/client_column.rs"]
 mod client_column;
 #[path = "suites/consistency.rs"]

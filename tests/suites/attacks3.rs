@@ -393,86 +393,58 @@ async fn a_secure_round_with_a_dp_call_debits_at_every_client() {
     assert!(e.to_string().contains("dp_budget"), "{e}");
 }
 
-/// A pg user who happens to be called `session` (the name of the ledger
-/// that a session without a user, such as the setup scripts of `fedsql
-/// serve -f` or the embedding program's own context, debits) gets a
-/// ledger of their own: what the operator's session spent is not theirs,
-/// and what they spend is not the operator's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "HOLE (low): a pg user named `session` shares the ledger of the session without a user (SESSION_ANALYST)"]
-async fn a_pg_user_called_session_does_not_share_the_operators_ledger() {
-    let (data, users) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    client_files(data.path(), 3);
+/// A pg user may not be called `session`: that is the name of the ledger
+/// a session without a user debits (the setup scripts of `fedsql serve -f`,
+/// the embedding program's own context), so such a user would share it.
+/// Neither `fedsql passwd` nor loading a users file accepts the name.
+#[tokio::test]
+async fn a_pg_user_may_not_be_called_session() {
+    let users = TempDir::new().unwrap();
     let file = users.path().join("users.toml");
-    auth::set_password(&file, "session", "session").unwrap();
-    let ctx = FedContext::new();
-    run(
-        &ctx,
-        &format!(
-            "CREATE FEDERATED TABLE t STORED AS CSV LOCATION '{}/' OPTIONS ('dp_budget' '1')",
-            data.path().display()
-        ),
-    )
-    .await
-    .unwrap();
-    // The operator's setup spends 0.75 (as a `-f` script would).
-    run(&ctx, "SELECT dp_count(*, 0.75) FROM t").await.unwrap();
-    let server = start(
-        ctx.clone(),
-        ServerOptions {
-            listen: "127.0.0.1:0".into(),
-            users: Some(Arc::new(auth::Users::load(&file).unwrap())),
-            ..ServerOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let user = login(&server, "session").await;
-    assert_eq!(spent_through(&user).await, [0.0; 3]);
-}
-
-/// Budget of `token` at a worker's table `t`, as its privacy-budget
-/// action answers ("budget spent").
-async fn worker_budget(addr: std::net::SocketAddr, token: &str) -> String {
-    let results: Vec<_> = flight(addr)
-        .await
-        .do_action(with_token(
-            Action {
-                r#type: ACTION_PRIVACY_BUDGET.into(),
-                body: b"t".to_vec().into(),
-            },
-            token,
-        ))
-        .await
+    let err = auth::set_password(&file, "session", "session").unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
+    // Written by hand: the same name in the file is refused on load.
+    auth::set_password(&file, "alice", "alice").unwrap();
+    let text = std::fs::read_to_string(&file)
         .unwrap()
-        .into_inner()
-        .try_collect()
-        .await
-        .unwrap();
-    String::from_utf8(results.iter().flat_map(|r| r.body.to_vec()).collect()).unwrap()
+        .replace("alice", "session");
+    std::fs::write(&file, text).unwrap();
+    let err = auth::Users::load(&file).unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
 }
 
-/// A worker whose `[tokens]` names a token `default` (the name of the
-/// single `--token-file` token's ledger) keeps two ledgers, not one shared
-/// by two tokens: what the holder of the single token spends is not
-/// charged to the holder of the named one.
+/// A worker refuses to start with `[tokens]` that would share a ledger: a
+/// token named `default` (the name of the single `--token-file` token's
+/// ledger), or one token under two names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "HOLE (low): a named token called `default` shares the single token's ledger (DEFAULT_ANALYST)"]
-async fn a_token_named_default_does_not_share_the_single_tokens_ledger() {
+async fn a_worker_refuses_tokens_that_would_share_a_ledger() {
     let dir = TempDir::new().unwrap();
     let file = dir.path().join("a.csv");
     std::fs::write(&file, "x\n1\n2\n3\n4\n5\n6\n").unwrap();
-    let workers = Workers::start_with(&[file], "t", |mut config| {
-        config.policy = Some(fedsql::site::release::policy::DisclosurePolicy::default());
-        config.dp.set("dp_budget", "1").unwrap();
-        config.named_tokens = vec![("default".into(), "other-token".into())];
+    let config = |named: Vec<(String, String)>| {
+        let mut config = fedsql::site::worker::WorkerConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            vec![("t".to_string(), file.clone())],
+            crate::remote::TOKEN,
+        );
+        config.named_tokens = named;
         config
-    })
-    .await;
-    let ctx = FedContext::new();
-    run(&ctx, &workers.create("t")).await.unwrap();
-    run(&ctx, "SELECT dp_count(*, 0.75) FROM t").await.unwrap();
-    let addr = workers.workers[0].addr();
-    assert_eq!(worker_budget(addr, crate::remote::TOKEN).await, "1 0.75");
-    assert_eq!(worker_budget(addr, "other-token").await, "1 0");
+    };
+    for (named, says) in [
+        (vec![("default".into(), "other-token".into())], "reserved"),
+        (
+            vec![("ann".into(), crate::remote::TOKEN.into())],
+            "another name",
+        ),
+        (
+            vec![("ann".into(), "same".into()), ("bob".into(), "same".into())],
+            "another name",
+        ),
+    ] {
+        let err = match fedsql::site::worker::start(config(named)).await {
+            Ok(_) => panic!("the worker started"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -56,7 +56,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Mutex;
 
 use crate::error::{FedError, Result};
-use crate::protocol::site::Credential;
+use crate::protocol::site::{Credential, SESSION_ANALYST};
 
 /// PBKDF2 rounds of a new verifier (PostgreSQL's default).
 pub const SCRAM_ITERATIONS: u32 = 4096;
@@ -194,6 +194,7 @@ impl Users {
         })?;
         let mut users = Self::default();
         for (name, entry) in file.users {
+            reserved(&name)?;
             let (text, token_file) = match entry {
                 UserEntry::Verifier(text) => (text, None),
                 UserEntry::Table(table) => (table.verifier, table.token_file),
@@ -306,6 +307,18 @@ impl Users {
     }
 }
 
+/// Refuses the name of the ledger a session without a user debits
+/// ([`SESSION_ANALYST`]: setup scripts, an embedding program): a pg user
+/// of that name would share it.
+fn reserved(name: &str) -> std::result::Result<(), String> {
+    if name == SESSION_ANALYST {
+        return Err(format!(
+            "user `{name}`: the name is reserved (the privacy-budget ledger of sessions without a user); choose another"
+        ));
+    }
+    Ok(())
+}
+
 /// `fedsql passwd USER`: sets the user's password in the users file
 /// (created if missing, readable by its owner only).
 pub fn set_password(path: &Path, user: &str, password: &str) -> Result<()> {
@@ -315,6 +328,7 @@ pub fn set_password(path: &Path, user: &str, password: &str) -> Result<()> {
     if password.is_empty() {
         return Err(FedError::InvalidArgument("the password is empty".into()));
     }
+    reserved(user).map_err(FedError::InvalidArgument)?;
     let mut users = if path.exists() {
         let text = std::fs::read_to_string(path)?;
         Users::parse(&text)

@@ -86,6 +86,9 @@ impl Drop for RunningWorker {
 /// Opens the tables and starts serving them.
 pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     config.check_dp_has_policy()?;
+    // No two analysts share a ledger: no token named as the single one,
+    // no token under two names.
+    tokens::check_names(&config.token, &config.named_tokens)?;
     let peers: Arc<[[u8; 32]]> = config.peers.clone().into();
     // One privacy-budget ledger for every served table (DP, issue 14).
     let ledger = std::sync::Arc::new(match &config.dp_ledger {

@@ -7,6 +7,8 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::error::{FedError, Result};
+
 /// The analyst of the single `--token-file` token.
 pub(crate) const DEFAULT_ANALYST: &str = "default";
 
@@ -40,6 +42,27 @@ impl Tokens {
         }
         found
     }
+}
+
+/// Refuses `[tokens]` that would share a ledger: a name the single token
+/// goes by ([`DEFAULT_ANALYST`]), or one token under two names (only the
+/// first name's ledger would ever be debited).
+pub(crate) fn check_names(single: &str, named: &[(String, String)]) -> Result<()> {
+    for (i, (name, token)) in named.iter().enumerate() {
+        if name == DEFAULT_ANALYST {
+            return Err(FedError::Syntax(format!(
+                "[tokens] {name}: the name is reserved (the ledger of the single token_file); choose another"
+            )));
+        }
+        let twice = (!single.is_empty() && token == single)
+            || named[..i].iter().any(|(_, earlier)| earlier == token);
+        if twice {
+            return Err(FedError::Syntax(format!(
+                "[tokens] {name}: the same token is given under another name; every analyst needs a token of their own (their privacy budget is kept by token)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

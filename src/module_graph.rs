@@ -22,7 +22,6 @@ type Module = Vec<String>;
 /// join this list.
 const PENDING: &[&str] = &[
     "coordinator",
-    "site",
     "site/engine",
     "site/engine/kept_rows",
     "site/engine/small_parquet",

@@ -20,6 +20,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::config::CsvOptions;
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::physical_plan::ExecutionPlan;
+
 use crate::error::{FedError, Result};
 
 /// Rows to read for CSV schema inference, as DataFusion does.
@@ -614,6 +618,13 @@ pub(crate) fn check_declared_schema(seen: ObservedSchema, declared: &Schema) -> 
         });
     }
     Ok(())
+}
+
+/// The file scan of a plan node, if it is one.
+pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    node.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
 }
 
 #[cfg(test)]

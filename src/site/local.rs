@@ -24,13 +24,12 @@ use datafusion::datasource::listing::{
 };
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::DataFusionError;
-use datafusion::execution::{SessionStateBuilder, TaskContext};
+use datafusion::execution::TaskContext;
 use datafusion::functions::core::expr_fn::nullif;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use fedsql_udfs::cox_step;
 
 use crate::error::{FedError, Result};
@@ -54,39 +53,7 @@ use crate::site::release::secure::ClientSecrets;
 use crate::site::release::shown_plan;
 use crate::site::release::sketches;
 
-/// Physical optimizer rules that must not run where a plan is split: the
-/// first answers `count(*)` from file metadata (so a client would not run
-/// it), the second fuses the partial and final aggregates into one.
-const SPLIT_BREAKING_RULES: &[&str] = &["aggregate_statistics", "CombinePartialFinalAggregate"];
-
-/// A session for running encoders at a site.
-pub fn site_session() -> SessionContext {
-    let rules = PhysicalOptimizer::new()
-        .rules
-        .into_iter()
-        .filter(|r| !SPLIT_BREAKING_RULES.contains(&r.name()))
-        .collect();
-    let config = SessionConfig::new()
-        // Never emit per-row "states" (raw values) from the partial stage.
-        .set_str(
-            "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
-            "1.0",
-        )
-        // Each partition reads its own byte ranges of the files, never a
-        // sibling's taken at run time: which partition adds which rows
-        // then depends on the files alone, and a state merged in partition
-        // order has the same bits every run (see `site::engine::in_order`).
-        .set_bool(
-            "datafusion.execution.enable_file_stream_work_stealing",
-            false,
-        );
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_default_features()
-        .with_physical_optimizer_rules(rules)
-        .build();
-    SessionContext::new_with_state(state)
-}
+pub use crate::site::engine::site_session;
 
 pub use crate::error::EVALUATION_REFUSAL;
 

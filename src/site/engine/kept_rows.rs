@@ -489,7 +489,7 @@ mod tests {
     /// A site's context over the file at `path` as table `t`, its scan
     /// spread over `cores` byte ranges (`split`) or one range.
     async fn site_over(path: &std::path::Path, cores: usize, split: bool) -> SessionContext {
-        let config = crate::site::local::site_session()
+        let config = crate::site::engine::site_session()
             .copied_config()
             .with_target_partitions(cores)
             .with_repartition_file_min_size(if split { 0 } else { usize::MAX });
@@ -550,7 +550,7 @@ mod tests {
         // hands them out 300 at a time, and a row group's last rows alone.
         let groups = [5000, 1234, 4800, 7];
         let (_dir, path) = file_of_groups(&groups);
-        let config = crate::site::local::site_session()
+        let config = crate::site::engine::site_session()
             .copied_config()
             .with_target_partitions(2)
             .with_batch_size(300);

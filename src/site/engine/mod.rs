@@ -50,6 +50,7 @@ use datafusion::common::{DataFusionError, Statistics};
 use datafusion::datasource::listing::{ListingTableUrl, PartitionedFile};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -57,11 +58,14 @@ use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::object_store::ObjectMeta;
 use datafusion::object_store::path::Path as StorePath;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::Result;
 use crate::protocol::encoder::Encoder;
 use crate::site::engine::small_parquet::{FooterCache, SMALL_FILE, SmallParquetExec, SmallScan};
+use crate::site::files::file_scan;
 use crate::site::release::group_rows::CountColumns;
 
 /// The table option and worker setting that switches the fast path.
@@ -119,7 +123,7 @@ impl SiteEngine {
     /// A new engine: its own session, memory pool, caches and templates.
     /// The sites that share one share all of these.
     pub fn new() -> Self {
-        let session = crate::site::local::site_session();
+        let session = crate::site::engine::site_session();
         let state = session.state();
         let task_ctx = Arc::new(TaskContext::from(&state));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -397,13 +401,6 @@ pub fn reads_one_table(plan: &LogicalPlan) -> bool {
     scans == 1
 }
 
-/// The file scan of a plan node, if it is one.
-pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
-    node.downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()
-}
-
 /// A site's one file: where it is, and how its scans name it.
 #[derive(Debug, Clone)]
 pub struct SiteFile {
@@ -523,6 +520,40 @@ impl fmt::Display for ChildPool {
             self.limit
         )
     }
+}
+
+/// Physical optimizer rules that must not run where a plan is split: the
+/// first answers `count(*)` from file metadata (so a client would not run
+/// it), the second fuses the partial and final aggregates into one.
+const SPLIT_BREAKING_RULES: &[&str] = &["aggregate_statistics", "CombinePartialFinalAggregate"];
+
+/// A session for running encoders at a site.
+pub fn site_session() -> SessionContext {
+    let rules = PhysicalOptimizer::new()
+        .rules
+        .into_iter()
+        .filter(|r| !SPLIT_BREAKING_RULES.contains(&r.name()))
+        .collect();
+    let config = SessionConfig::new()
+        // Never emit per-row "states" (raw values) from the partial stage.
+        .set_str(
+            "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
+            "1.0",
+        )
+        // Each partition reads its own byte ranges of the files, never a
+        // sibling's taken at run time: which partition adds which rows
+        // then depends on the files alone, and a state merged in partition
+        // order has the same bits every run (see `site::engine::in_order`).
+        .set_bool(
+            "datafusion.execution.enable_file_stream_work_stealing",
+            false,
+        );
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_physical_optimizer_rules(rules)
+        .build();
+    SessionContext::new_with_state(state)
 }
 
 #[cfg(test)]

@@ -309,7 +309,7 @@ impl ExecutionPlan for SmallParquetExec {
         };
         let Some((reader, places)) = opened else {
             let (template_scan, meta) = &self.fallback;
-            let config = engine::file_scan(template_scan).ok_or_else(|| {
+            let config = crate::site::files::file_scan(template_scan).ok_or_else(|| {
                 DataFusionError::Internal("a small file's template scan is no file scan".into())
             })?;
             return engine::bound_scan(config, meta).execute(0, context);
@@ -383,8 +383,8 @@ mod tests {
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
     use super::*;
-    use crate::site::engine::file_scan;
-    use crate::site::local::site_session;
+    use crate::site::engine::site_session;
+    use crate::site::files::file_scan;
 
     fn write(path: &Path, columns: Vec<(&str, ArrayRef)>) {
         let batch = RecordBatch::try_from_iter_with_nullable(

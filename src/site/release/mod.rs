@@ -51,9 +51,9 @@
 //! What the site explains of its plan names none of its files
 //! ([`shown_plan`]); errors under a policy are one fixed refusal.
 //!
-//! Of [`crate::site::engine`] this folder uses only
-//! [`crate::site::engine::file_scan`] (to find the file scans a shown plan
-//! must not name).
+//! This folder uses nothing of [`crate::site::engine`]: the engine uses
+//! the release rules (the counts the policy checks), never the other way
+//! round (a test in [`crate::site`] checks it).
 
 pub(crate) mod covered;
 pub mod dp;

@@ -19,7 +19,7 @@ use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSource;
 use datafusion::physical_plan::{DisplayFormatType, ExecutionPlan};
 
-use crate::site::engine::file_scan;
+use crate::site::files::file_scan;
 
 /// What a plan shows in place of a site's files.
 pub(crate) const FILES_WITHHELD: &str = "<files withheld>";

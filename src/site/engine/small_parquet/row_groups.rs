@@ -46,7 +46,8 @@ use futures::Stream;
 
 use super::parts::PagedFile;
 use super::{FooterCache, OpenFile, SmallScan};
-use crate::site::engine::{SiteFile, file_scan};
+use crate::site::engine::SiteFile;
+use crate::site::files::file_scan;
 
 /// One of the site's files as the scan reads it.
 struct ScanFile {

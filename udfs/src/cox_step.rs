@@ -43,6 +43,9 @@
 //! range. Rows with a NULL in any argument are dropped; rows with a
 //! negative time or an event other than 0/1 are counted (the coordinator
 //! refuses the fit).
+//!
+//! Why this file is over 600 lines: it holds the Cox round's aggregate, its accumulator and its site-only stage, which read together
+//! (the style's one aggregate, one file); its tests are in the same file.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -17,6 +17,9 @@
 //! weights) takes the log-likelihood's logarithm once per
 //! [`FACTORS_PER_LOG`] rows of a lane: Σ ln p is ln Π p, and the
 //! product of that many probabilities of admitted rows cannot underflow.
+//!
+//! Why this file is over 600 lines: it holds the canonical-link IRLS round's aggregate and its accumulator, which read together
+//! (the style's one aggregate, one file); its tests are in a file of their own.
 
 use crate::family::{Family, Link, WholeLogs, whole_count, whole_logs};
 pub use crate::lanes::LANES;

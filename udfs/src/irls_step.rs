@@ -16,6 +16,9 @@
 //! and responses elementwise, then X'WX and X'Wz by one blocked pass of
 //! the symmetric kernel ([`crate::gram`]). Logistic and poisson rounds
 //! compute the row-wise part four rows at a time ([`crate::irls_canonical`]).
+//!
+//! Why this file is over 600 lines: it holds the IRLS round's aggregate and its accumulator, which read together
+//! (the style's one aggregate, one file); its tests are in a file of their own.
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};

@@ -9,6 +9,8 @@
 //! [`Vec4::ln`] are branch-free polynomial versions of `exp` and `ln` (the
 //! Cephes and fdlibm constants, as the `wide` crate has them) for the
 //! arguments a model round feeds them; see each.
+//!
+//! Why this file is over 600 lines: it holds the four-lane row kernels every model round shares, which read together.
 
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 

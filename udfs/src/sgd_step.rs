@@ -22,6 +22,9 @@
 //! `exp` and `log`, [`crate::lanes`]), the gradient by one dot product per
 //! column, and the curvature by one blocked pass of the symmetric kernel
 //! ([`crate::gram`]).
+//!
+//! Why this file is over 600 lines: it holds the FedSGD round aggregates (gradient and Newton), which share their accumulator, which read together
+//! (the style's one aggregate, one file); its tests are in the same file.
 
 use datafusion::arrow::array::{ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, FieldRef, Float64Type};

@@ -12,6 +12,9 @@
 //!
 //! Each takes an optional last `epsilon`. `dp_avg` gives ε/2 to its count
 //! and ε/2 to its sum; `dp_var` ε/3 to each of its three sums.
+//!
+//! Why this file is over 600 lines: it holds the DP aggregates' one generic aggregate and accumulator, which read together
+//! (the style's one aggregate, one file); its tests are in the same file.
 
 use std::sync::Arc;
 

@@ -13,8 +13,9 @@ use fedsql::frontend::pgwire::{Server, ServerOptions, auth, start};
 use fedsql::protocol::flight::ACTION_PRIVACY_BUDGET;
 use futures::TryStreamExt;
 use tempfile::TempDir;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
+use crate::pgwire::simple_rows;
 use crate::remote::{Workers, flight, run, with_token};
 
 /// `SHOW PRIVACY BUDGET table` in process: (client, spent) per client.
@@ -34,27 +35,9 @@ async fn spent_in(ctx: &FedContext, table: &str) -> Vec<(String, f64)> {
     lines
 }
 
-/// Rows of a simple query, as text.
-async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_string))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
-}
-
 /// `SHOW PRIVACY BUDGET t` through a connection: spent per client.
 async fn spent_through(client: &Client) -> Vec<f64> {
-    rows(client, "SHOW PRIVACY BUDGET t")
+    simple_rows(client, "SHOW PRIVACY BUDGET t")
         .await
         .into_iter()
         .map(|r| r[2].as_ref().unwrap().parse().unwrap())

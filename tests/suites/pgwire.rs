@@ -69,7 +69,7 @@ async fn connect(server: &Server) -> Client {
 }
 
 /// The rows of a simple query, as text.
-async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+pub(crate) async fn simple_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
     client
         .simple_query(sql)
         .await

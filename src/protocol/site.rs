@@ -97,7 +97,7 @@ impl fmt::Debug for Analyst {
 }
 
 /// The refusal of a worker call for a user without a token of their own.
-pub fn missing_token(user: &str) -> FedError {
+fn missing_token(user: &str) -> FedError {
     FedError::InvalidArgument(format!(
         "pg user `{user}` has no worker token of their own, and through `fedsql serve --users` \
          every user queries workers with their own token (the worker keeps a privacy budget per token): \

@@ -2,8 +2,8 @@
 //! decodes; it never holds a federated row.
 //!
 //! The data path, in the order a query takes it:
-//! - [`context`]: the catalog and SQL entry point ([`context::FedContext`]),
-//!   with [`fed_statement`] recognising fedsql's own statements, [`ddl`]
+//! - [`context`]: the catalog ([`context::FedContext`]); [`statement`]: its
+//!   SQL entry point, with [`fed_statement`] recognising fedsql's own statements, [`ddl`]
 //!   for `CREATE FEDERATED TABLE` and [`gate`] for what a served session
 //!   may run;
 //! - [`federated_table`]: a federated table's schema and its sites, with
@@ -35,5 +35,6 @@ pub(crate) mod rounds;
 pub(crate) mod secure;
 pub(crate) mod settings;
 pub mod split;
+pub(crate) mod statement;
 pub(crate) mod worker_client;
 pub(crate) mod worker_url;

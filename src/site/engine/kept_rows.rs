@@ -43,20 +43,12 @@ use fedsql_udfs::constant_argument::ConstantArgument;
 
 use crate::error::Result;
 use crate::protocol::rebind;
-use crate::site::engine::SiteEngine;
+use crate::site::engine::session::SiteEngine;
 use crate::site::engine::small_parquet::row_groups::RowGroupsExec;
 use crate::site::engine::yielding::yield_after_each_batch;
 
 mod doubles;
-use doubles::Doubles;
-
-/// Whether a round over kept rows may share the literal arguments of
-/// aggregate `name` between batches (the catalogue's `shares_constants`:
-/// fedsql's step aggregates, which read a literal only through
-/// [`constant_argument::literal_value`]), or it reads none (`count`).
-fn shares_constants(name: &str) -> bool {
-    fedsql_udfs::catalogue::aggregate(name).is_some_and(|a| a.shares_constants)
-}
+use doubles::{Doubles, shares_constants};
 
 /// How many fits' rows a site keeps at once.
 pub(crate) const MAX_KEPT_FITS: usize = 4;

@@ -30,8 +30,15 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_plan::aggregates::AggregateExec;
 
-use super::shares_constants;
 use crate::error::Result;
+
+/// Whether a round over kept rows may share the literal arguments of
+/// aggregate `name` between batches (the catalogue's `shares_constants`:
+/// fedsql's step aggregates, which read a literal only through
+/// `constant_argument::literal_value`), or it reads none (`count`).
+pub(crate) fn shares_constants(name: &str) -> bool {
+    fedsql_udfs::catalogue::aggregate(name).is_some_and(|a| a.shares_constants)
+}
 
 /// The columns of a fit's kept rows held as `Float64` in place of the
 /// 64-bit integers of the scan (ascending; none for most fits).

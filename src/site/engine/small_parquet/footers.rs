@@ -17,7 +17,6 @@
 //! files, filtered scans, the fast path off) use DataFusion's cache only.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,12 +24,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::{DataFusionError, Result as DFResult};
+use datafusion::common::Result as DFResult;
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use datafusion::parquet::file::metadata::ParquetMetaDataReader;
 
-use super::SMALL_FILE;
-use super::parts::{read_at, read_tail};
+use super::open_file::{Inode, OpenFile, SMALL_FILE, Source, unreadable};
+use super::parts::read_tail;
 
 /// The footers the cache keeps at most, in bytes of parsed metadata (the
 /// oldest go first).
@@ -80,10 +79,6 @@ fn settled_stamp(len: u64, modified: Option<SystemTime>, read_at: SystemTime) ->
         .filter(|m| read_at.duration_since(*m).is_ok_and(|age| age >= SETTLED))
         .map(|m| (len, m))
 }
-
-/// The device and inode of a file: a file replaced by another (renamed
-/// over it) has another, whatever its length and time.
-type Inode = (u64, u64);
 
 /// Values by file path, at most `limit` bytes of them (each value's size
 /// as given when it was put in); the oldest go first.
@@ -146,85 +141,6 @@ struct Footer {
     table: SchemaRef,
     reader: ArrowReaderMetadata,
     size: usize,
-}
-
-/// A file opened for a scan, with its length and modification time.
-#[derive(Debug)]
-pub struct OpenFile {
-    source: Source,
-    pub(super) len: u64,
-    modified: Option<SystemTime>,
-    inode: Inode,
-}
-
-/// Where a scan reads a file's bytes from.
-#[derive(Debug)]
-pub(super) enum Source {
-    /// The open file.
-    File(File),
-    /// Its whole bytes, as the cache keeps them.
-    Kept(Bytes),
-}
-
-/// The error of a file that cannot be read.
-fn unreadable(path: &Path) -> impl Fn(std::io::Error) -> DataFusionError + '_ {
-    move |e| DataFusionError::External(format!("cannot read {}: {e}", path.display()).into())
-}
-
-impl OpenFile {
-    /// The file at `path`, opened, with its length and modification time
-    /// (from the `stat` of the open file).
-    pub fn open(path: &Path) -> DFResult<Self> {
-        let file = File::open(path).map_err(unreadable(path))?;
-        let stat = file.metadata().map_err(unreadable(path))?;
-        Ok(Self {
-            len: stat.len(),
-            modified: stat.modified().ok(),
-            inode: (stat.dev(), stat.ino()),
-            source: Source::File(file),
-        })
-    }
-
-    /// Where its bytes are read from.
-    pub(super) fn source(&self) -> &Source {
-        &self.source
-    }
-
-    /// The open file; `None` when the cache's bytes stand for it.
-    pub(super) fn into_file(self) -> Option<File> {
-        match self.source {
-            Source::File(file) => Some(file),
-            Source::Kept(_) => None,
-        }
-    }
-
-    /// `len` bytes from `start`.
-    fn read_at(&self, start: u64, len: usize) -> DFResult<Bytes> {
-        match &self.source {
-            Source::File(file) => read_at(file, start, len),
-            Source::Kept(bytes) => usize::try_from(start)
-                .ok()
-                .and_then(|start| Some(start..start.checked_add(len)?))
-                .filter(|range| range.end <= bytes.len())
-                .map(|range| bytes.slice(range))
-                .ok_or_else(|| {
-                    DataFusionError::External(
-                        format!("Parquet error: bytes {start}..+{len} are past the file's end")
-                            .into(),
-                    )
-                }),
-        }
-    }
-
-    /// The file's length in bytes.
-    pub fn size(&self) -> u64 {
-        self.len
-    }
-
-    /// When the file was last written, where the file system says.
-    pub fn modified(&self) -> Option<SystemTime> {
-        self.modified
-    }
 }
 
 impl FooterCache {

@@ -13,7 +13,7 @@ use datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use datafusion::parquet::errors::{ParquetError, Result as ParquetResult};
 use datafusion::parquet::file::reader::{ChunkReader, Length};
 
-use super::footers::{OpenFile, Source};
+use super::open_file::{OpenFile, Source, read_at};
 
 /// How many of a file's last bytes are read first, in the hope that the
 /// footer is among them (one read instead of two).
@@ -46,13 +46,6 @@ pub(super) fn read_tail(
     } else {
         read_at(len - tail, tail as usize)
     }
-}
-
-/// `len` bytes of `file` from `start`.
-pub(super) fn read_at(file: &File, start: u64, len: usize) -> DFResult<Bytes> {
-    let mut buf = vec![0; len];
-    file.read_exact_at(&mut buf, start)?;
-    Ok(Bytes::from(buf))
 }
 
 /// Ranges of a file read apart, when the gap between them is wider than

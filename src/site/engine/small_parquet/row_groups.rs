@@ -44,9 +44,11 @@ use datafusion::physical_plan::{
 };
 use futures::Stream;
 
+use super::footers::FooterCache;
+use super::open_file::OpenFile;
 use super::parts::PagedFile;
-use super::{FooterCache, OpenFile, SmallScan};
-use crate::site::engine::SiteFile;
+use super::scan::SmallScan;
+use crate::site::engine::site_file::SiteFile;
 use crate::site::files::file_scan;
 
 /// One of the site's files as the scan reads it.

@@ -4,6 +4,7 @@
 //! ([`COMMANDS`]), so that the page cannot drift from the program: a test
 //! regenerates it and fails when the committed page differs
 //! (`FEDSQL_BLESS=1 cargo test --lib -p fedsql cli_reference` rewrites it).
+//! The page is the only use of this module, so it is built with the tests.
 
 use clap::{Arg, ArgAction, CommandFactory};
 

@@ -12,6 +12,8 @@
 
 pub(crate) mod chart;
 pub mod cli;
+#[cfg(test)]
+pub(crate) mod cli_reference;
 pub mod demo;
 pub(crate) mod matrix_display;
 pub mod pgwire;

@@ -327,6 +327,97 @@ mod tests {
         assert_eq!(error_info(&internal).code, "XX000");
     }
 
+    /// The name of an error's kind, as `docs/reference/errors.md` lists
+    /// it. No `_` arm: a new kind does not compile until it is named here
+    /// (and so, by the test below, documented).
+    fn kind_name(error: &FedError) -> &'static str {
+        match error {
+            FedError::Refused { .. } => "Refused",
+            FedError::Policy { .. } => "Policy",
+            FedError::Withheld { .. } => "Withheld",
+            FedError::Client { .. } => "Client",
+            FedError::Timeout { .. } => "Timeout",
+            FedError::Syntax(_) => "Syntax",
+            FedError::UnknownTable(_) => "UnknownTable",
+            FedError::UnknownColumn(_) => "UnknownColumn",
+            FedError::UnknownObject(_) => "UnknownObject",
+            FedError::AlreadyExists(_) => "AlreadyExists",
+            FedError::InvalidArgument(_) => "InvalidArgument",
+            FedError::Internal(_) => "Internal",
+            FedError::DataFusion(_) => "DataFusion",
+            FedError::Arrow(_) => "Arrow",
+            FedError::Io(_) => "Io",
+        }
+    }
+
+    #[test]
+    fn every_error_kind_is_in_the_reference() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/errors.md");
+        let page = std::fs::read_to_string(&path).unwrap();
+        let text = || "x".to_string();
+        // One error of every kind, with whether its SQLSTATE is the kind's
+        // alone (DataFusion's and Arrow's follow their own kinds).
+        let kinds = [
+            (FedError::refused("x", None), true),
+            (
+                FedError::Policy {
+                    client: text(),
+                    rule: text(),
+                    hint: None,
+                },
+                true,
+            ),
+            (FedError::Withheld { detail: text() }, true),
+            (
+                FedError::Client {
+                    client: text(),
+                    location: text(),
+                    message: text(),
+                },
+                true,
+            ),
+            (
+                FedError::Timeout {
+                    client: text(),
+                    location: text(),
+                    after: text(),
+                    hint: text(),
+                },
+                true,
+            ),
+            (FedError::Syntax(text()), true),
+            (FedError::UnknownTable(text()), true),
+            (FedError::UnknownColumn(text()), true),
+            (FedError::UnknownObject(text()), true),
+            (FedError::AlreadyExists(text()), true),
+            (FedError::InvalidArgument(text()), true),
+            (FedError::Internal(text()), true),
+            (FedError::DataFusion(DataFusionError::Plan(text())), false),
+            (
+                FedError::Arrow(datafusion::arrow::error::ArrowError::DivideByZero),
+                false,
+            ),
+            (FedError::Io(std::io::Error::other("x")), true),
+        ];
+        for (error, fixed_code) in kinds {
+            let row = if fixed_code {
+                format!(
+                    "| `{}` | `{}` |",
+                    kind_name(&error),
+                    error_info(&error).code
+                )
+            } else {
+                format!("| `{}` | by its kind |", kind_name(&error))
+            };
+            assert!(
+                page.lines().any(|line| line.starts_with(&row)),
+                "{} has no row starting `{row}`",
+                path.display()
+            );
+        }
+    }
+
     #[test]
     fn datafusion_planning_errors() {
         let table = FedError::DataFusion(DataFusionError::Plan(

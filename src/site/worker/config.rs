@@ -30,7 +30,8 @@ pub struct WorkerArgs {
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
     /// `memory_limit`, `max_shared_rows`, `fast_path`, a `[tables]` section of
-    /// name = "path", and a `[policy]` section with `peers`,
+    /// name = "path", a `[tokens]` section of analyst = "token file", and a
+    /// `[policy]` section with `peers`,
     /// `secure_without_peers`, the DP settings `dp_budget`,
     /// `dp_max_epsilon`, `dp_ledger`, `require_dp`, `dp_domain.COLUMN`,
     /// and `[policy.tables.NAME]` overrides);

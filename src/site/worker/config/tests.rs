@@ -272,3 +272,88 @@ async fn the_fast_path_comes_from_the_toml_or_the_flag() {
         .to_string();
     assert!(e.contains("expected 'on' or 'off'"), "{e}");
 }
+
+/// `docs/reference/worker-toml.md`, the reference of this file's keys.
+fn reference_page() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/worker-toml.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn every_key_and_flag_is_in_the_reference() {
+    let page = reference_page();
+    // The top-level keys, as serde lists them for an unknown one.
+    let err = toml::from_str::<ConfigFile>("no_such_key = 1")
+        .unwrap_err()
+        .to_string();
+    let listed = err.split_once("expected one of").expect(&err).1;
+    let top: Vec<&str> = listed.split('`').skip(1).step_by(2).collect();
+    assert!(top.contains(&"listen") && top.contains(&"tokens"), "{err}");
+    // The `[policy]` keys: the disclosure and DP settings, and those
+    // `worker_policy` and `worker_dp` read themselves.
+    let policy = crate::site::release::policy::POLICY_KEYS
+        .iter()
+        .chain(crate::site::release::dp::DP_KEYS)
+        .map(|k| k.trim_end_matches(".<column>"))
+        .chain(["peers", "secure_without_peers", "dp_ledger", "tables"]);
+    for key in top.iter().copied().chain(policy) {
+        assert!(
+            page.contains(&format!("| `{key}` |")),
+            "worker-toml.md has no row for `{key}`"
+        );
+    }
+    use clap::CommandFactory;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    }
+    for arg in Cli::command().get_arguments() {
+        if let Some(long) = arg.get_long() {
+            assert!(
+                page.contains(&format!("`--{long}")),
+                "worker-toml.md does not name --{long}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_reference_example_is_a_valid_config() {
+    let page = reference_page();
+    let example = page
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```toml block");
+    let dir = tempfile::TempDir::new().unwrap();
+    let config = dir.path().join("worker.toml");
+    std::fs::write(&config, example).unwrap();
+    for (file, text) in [
+        ("secret.token", "s3cret"),
+        ("alice.token", "alice-token"),
+        ("bob.token", "bob-token"),
+        ("cert.pem", "certificate"),
+        ("key.pem", "key"),
+    ] {
+        std::fs::write(dir.path().join(file), text).unwrap();
+    }
+    let c = WorkerConfig::from_args(&WorkerArgs {
+        config: Some(config),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    crate::site::worker::tokens::check_names(&c.token, &c.named_tokens).unwrap();
+    assert_eq!(c.listen.port(), 50051);
+    assert_eq!(c.tables.len(), 3);
+    assert_eq!(c.named_tokens.len(), 2);
+    assert!(c.tls.is_some() && c.identity.is_some());
+    assert_eq!(c.peers.len(), 2);
+    assert_eq!(c.limits, RequestLimits::default());
+    assert_eq!(c.policy.as_ref().unwrap().min_group_rows, 10);
+    assert_eq!(c.policy_of("rare_disease").unwrap().min_group_rows, 20);
+    assert_eq!(c.dp.budget, Some(10.0));
+    assert_eq!(c.dp.domains["region"].len(), 4);
+    assert!(c.dp_ledger.is_some() && c.fast_path);
+}

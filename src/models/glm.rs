@@ -55,6 +55,7 @@ use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::explain_step;
+use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 /// The options `glm` takes.
 const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
@@ -670,6 +671,132 @@ fn fit_model<'a>(
     }
     .boxed()
 }
+
+/// The documentation of `glm`.
+pub(crate) const GLM_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "A generalized linear model by federated IRLS, R's `glm`: one row per term.",
+    syntax: "glm(source, formula, family [, options])",
+    arguments: &[
+        (
+            "source",
+            "a table name, or a query string whose filters run at the sites",
+        ),
+        (
+            "formula",
+            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `cbind(successes, failures)` responses and `offset(col)`",
+        ),
+        (
+            "family",
+            "`gaussian`, `binomial`, `poisson`, `gamma` or `inverse_gaussian`, optionally with a link: `gamma(log)`",
+        ),
+        ("options", "optional `key=value, ...` (the options below)"),
+    ],
+    options: &[
+        DocOption {
+            name: "maxit",
+            default: "25",
+            meaning: "the most IRLS rounds",
+        },
+        DocOption {
+            name: "epsilon",
+            default: "1e-8",
+            meaning: "stop when abs(dev − dev_old) / (abs(dev) + 0.1) < epsilon",
+        },
+        DocOption {
+            name: "weights",
+            default: "none",
+            meaning: "a column of prior weights",
+        },
+    ],
+    returns: "one row per term: `term, estimate, std_error, statistic, p_value, conf_low, conf_high` (Wald, 95%); `statistic` is z for binomial and poisson, t for the families with an estimated dispersion",
+    releases: "per IRLS round one `irls_step` state: X'WX, X'Wz, its deviance, Pearson χ², log-likelihood terms and counts (k² + k + 12 numbers, whatever its rows); with factors, a `GROUP BY` round of their levels first.",
+    example: "SELECT * FROM glm('clinic', 'event ~ age + bmi + smoker', 'binomial')",
+};
+
+/// The documentation of `glm_stats`.
+pub(crate) const GLM_STATS_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "The fit statistics of a generalized linear model: one row.",
+    syntax: "glm_stats(source, formula, family [, options])",
+    arguments: &[
+        (
+            "source",
+            "a table name, or a query string whose filters run at the sites",
+        ),
+        (
+            "formula",
+            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `cbind(successes, failures)` responses and `offset(col)`",
+        ),
+        (
+            "family",
+            "`gaussian`, `binomial`, `poisson`, `gamma` or `inverse_gaussian`, optionally with a link: `gamma(log)`",
+        ),
+        ("options", "optional `key=value, ...` (the options below)"),
+    ],
+    options: &[
+        DocOption {
+            name: "maxit",
+            default: "25",
+            meaning: "the most IRLS rounds",
+        },
+        DocOption {
+            name: "epsilon",
+            default: "1e-8",
+            meaning: "stop when abs(dev − dev_old) / (abs(dev) + 0.1) < epsilon",
+        },
+        DocOption {
+            name: "weights",
+            default: "none",
+            meaning: "a column of prior weights",
+        },
+    ],
+    returns: "one row: `family, link, nobs, rows_dropped, df_null, df_residual, null_deviance, deviance, dispersion, log_likelihood, aic, bic, iterations, converged`",
+    releases: "per IRLS round one `irls_step` state: X'WX, X'Wz, its deviance, Pearson χ², log-likelihood terms and counts (k² + k + 12 numbers, whatever its rows); with factors, a `GROUP BY` round of their levels first.",
+    example: "SELECT * FROM glm_stats('clinic', 'event ~ age + bmi + smoker', 'binomial')",
+};
+
+/// The documentation of `glm_vcov`.
+pub(crate) const GLM_VCOV_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "The covariance matrix of a generalized linear model's estimates, R's `vcov(glm(...))`, in long form.",
+    syntax: "glm_vcov(source, formula, family [, options])",
+    arguments: &[
+        (
+            "source",
+            "a table name, or a query string whose filters run at the sites",
+        ),
+        (
+            "formula",
+            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `cbind(successes, failures)` responses and `offset(col)`",
+        ),
+        (
+            "family",
+            "`gaussian`, `binomial`, `poisson`, `gamma` or `inverse_gaussian`, optionally with a link: `gamma(log)`",
+        ),
+        ("options", "optional `key=value, ...` (the options below)"),
+    ],
+    options: &[
+        DocOption {
+            name: "maxit",
+            default: "25",
+            meaning: "the most IRLS rounds",
+        },
+        DocOption {
+            name: "epsilon",
+            default: "1e-8",
+            meaning: "stop when abs(dev − dev_old) / (abs(dev) + 0.1) < epsilon",
+        },
+        DocOption {
+            name: "weights",
+            default: "none",
+            meaning: "a column of prior weights",
+        },
+    ],
+    returns: "one row per pair of terms: `term1, term2, covariance` (NULL for an aliased term)",
+    releases: "per IRLS round one `irls_step` state: X'WX, X'Wz, its deviance, Pearson χ², log-likelihood terms and counts (k² + k + 12 numbers, whatever its rows); with factors, a `GROUP BY` round of their levels first.",
+    example: "SELECT * FROM glm_vcov('clinic', 'event ~ age + bmi', 'binomial')",
+};
 
 #[cfg(test)]
 mod tests {

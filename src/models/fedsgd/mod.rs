@@ -46,6 +46,7 @@ use crate::notices::Progress;
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::rounds::explain_step;
+use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 mod shared;
 mod spec;
@@ -651,3 +652,191 @@ fn nonfinite_warnings(skipped: &[(String, usize)]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The documentation of `fedsgd`.
+pub(crate) const FEDSGD_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "Federated SGD (FedSGD) with a server-side optimizer: the coefficients after the last round, on the original scale.",
+    syntax: "fedsgd(source, formula, model [, options])",
+    arguments: &[
+        (
+            "source",
+            "a table name, or a query string whose filters run at the sites",
+        ),
+        (
+            "formula",
+            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `offset(col)`",
+        ),
+        ("model", "`linear`, `logistic` or `poisson`"),
+        ("options", "optional `key=value, ...` (the options below)"),
+    ],
+    options: &[
+        DocOption {
+            name: "optimizer",
+            default: "sgd",
+            meaning: "`sgd`, `momentum`, `adam`, `adagrad` or `newton`",
+        },
+        DocOption {
+            name: "learning_rate",
+            default: "0.01 (sgd, momentum), 0.001 (adam, adagrad), 1 (newton)",
+            meaning: "the step size, positive",
+        },
+        DocOption {
+            name: "rounds",
+            default: "100",
+            meaning: "rounds to run, at least 1",
+        },
+        DocOption {
+            name: "tolerance",
+            default: "0 (off)",
+            meaning: "stop when the gradient norm falls below it",
+        },
+        DocOption {
+            name: "l2",
+            default: "0",
+            meaning: "L2 penalty on every coefficient but the intercept",
+        },
+        DocOption {
+            name: "weighting",
+            default: "num_examples",
+            meaning: "`num_examples`: the mean gradient over all examples; `uniform`: the mean of the sites' mean gradients",
+        },
+        DocOption {
+            name: "clients_per_round",
+            default: "all",
+            meaning: "sample that many sites per round, without replacement",
+        },
+        DocOption {
+            name: "seed",
+            default: "0",
+            meaning: "the seed of the sampling",
+        },
+        DocOption {
+            name: "standardize",
+            default: "false",
+            meaning: "fit on (x − mean) / sd from one more round first; coefficients are reported on the original scale",
+        },
+        DocOption {
+            name: "start",
+            default: "mean",
+            meaning: "`mean`: the intercept starts at the intercept-only fit; `zero`: everything at 0",
+        },
+        DocOption {
+            name: "momentum, nesterov",
+            default: "0.9, false",
+            meaning: "momentum optimizer: heavy ball, or Nesterov's",
+        },
+        DocOption {
+            name: "beta1, beta2, epsilon",
+            default: "0.9, 0.999, 1e-7",
+            meaning: "adam",
+        },
+        DocOption {
+            name: "initial_accumulator_value, epsilon",
+            default: "0.1, 1e-7",
+            meaning: "adagrad",
+        },
+        DocOption {
+            name: "damping",
+            default: "0",
+            meaning: "newton: θ ← θ − η (H + λI)⁻¹ g with λ = damping",
+        },
+    ],
+    returns: "one row per term: `term, estimate`",
+    releases: "per round one `sgd_gradient` state: the example count, the loss sum and the gradient sum at the broadcast parameters (k + 3 numbers, whatever its rows; `sgd_newton` adds the k × k curvature block); with factors a `GROUP BY` round of their levels, and with `standardize=true` a round of means and variances, first.",
+    example: "SELECT * FROM fedsgd('clinic', 'event ~ age + bmi + smoker', 'logistic', 'optimizer=adam, learning_rate=0.05, rounds=50, standardize=true')",
+};
+
+/// The documentation of `fedsgd_history`.
+pub(crate) const FEDSGD_HISTORY_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "The rounds of a federated SGD run: the objective and its gradient norm at the parameters each round started from.",
+    syntax: "fedsgd_history(source, formula, model [, options])",
+    arguments: &[
+        (
+            "source",
+            "a table name, or a query string whose filters run at the sites",
+        ),
+        (
+            "formula",
+            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `offset(col)`",
+        ),
+        ("model", "`linear`, `logistic` or `poisson`"),
+        ("options", "optional `key=value, ...` (the options below)"),
+    ],
+    options: &[
+        DocOption {
+            name: "optimizer",
+            default: "sgd",
+            meaning: "`sgd`, `momentum`, `adam`, `adagrad` or `newton`",
+        },
+        DocOption {
+            name: "learning_rate",
+            default: "0.01 (sgd, momentum), 0.001 (adam, adagrad), 1 (newton)",
+            meaning: "the step size, positive",
+        },
+        DocOption {
+            name: "rounds",
+            default: "100",
+            meaning: "rounds to run, at least 1",
+        },
+        DocOption {
+            name: "tolerance",
+            default: "0 (off)",
+            meaning: "stop when the gradient norm falls below it",
+        },
+        DocOption {
+            name: "l2",
+            default: "0",
+            meaning: "L2 penalty on every coefficient but the intercept",
+        },
+        DocOption {
+            name: "weighting",
+            default: "num_examples",
+            meaning: "`num_examples`: the mean gradient over all examples; `uniform`: the mean of the sites' mean gradients",
+        },
+        DocOption {
+            name: "clients_per_round",
+            default: "all",
+            meaning: "sample that many sites per round, without replacement",
+        },
+        DocOption {
+            name: "seed",
+            default: "0",
+            meaning: "the seed of the sampling",
+        },
+        DocOption {
+            name: "standardize",
+            default: "false",
+            meaning: "fit on (x − mean) / sd from one more round first; coefficients are reported on the original scale",
+        },
+        DocOption {
+            name: "start",
+            default: "mean",
+            meaning: "`mean`: the intercept starts at the intercept-only fit; `zero`: everything at 0",
+        },
+        DocOption {
+            name: "momentum, nesterov",
+            default: "0.9, false",
+            meaning: "momentum optimizer: heavy ball, or Nesterov's",
+        },
+        DocOption {
+            name: "beta1, beta2, epsilon",
+            default: "0.9, 0.999, 1e-7",
+            meaning: "adam",
+        },
+        DocOption {
+            name: "initial_accumulator_value, epsilon",
+            default: "0.1, 1e-7",
+            meaning: "adagrad",
+        },
+        DocOption {
+            name: "damping",
+            default: "0",
+            meaning: "newton: θ ← θ − η (H + λI)⁻¹ g with λ = damping",
+        },
+    ],
+    returns: "one row per round: `round, loss, gradient_norm, clients_used`",
+    releases: "per round one `sgd_gradient` state: the example count, the loss sum and the gradient sum at the broadcast parameters (k + 3 numbers, whatever its rows; `sgd_newton` adds the k × k curvature block); with factors a `GROUP BY` round of their levels, and with `standardize=true` a round of means and variances, first.",
+    example: "SELECT * FROM fedsgd_history('clinic', 'event ~ age + bmi + smoker', 'logistic', 'optimizer=newton, rounds=5')",
+};

@@ -64,34 +64,35 @@ pub(crate) fn table_function_doc(
 
 /// What kind of function fedsql added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum FunctionKind {
-    /// An aggregate (`SELECT f(x) FROM t`).
-    Aggregate,
+pub(crate) enum FunctionKind {
     /// A table function (`SELECT * FROM f(...)`).
     Table,
+    /// An aggregate (`SELECT f(x) FROM t`).
+    Aggregate,
 }
 
 /// One function fedsql adds, with its documentation.
 #[derive(Debug, Clone)]
-pub struct DocumentedFunction {
+pub(crate) struct DocumentedFunction {
     /// Its name, as SQL calls it.
-    pub name: String,
+    pub(crate) name: String,
     /// Aggregate or table function.
-    pub kind: FunctionKind,
+    pub(crate) kind: FunctionKind,
     /// Its documentation.
-    pub doc: &'static FunctionDoc,
+    pub(crate) doc: &'static FunctionDoc,
     /// For an aggregate, what the site catalogue says it releases.
-    pub facts: Vec<String>,
+    pub(crate) facts: Vec<String>,
 }
 
 impl DocumentedFunction {
     /// Its section of the reference page.
-    pub fn markdown(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn markdown(&self) -> String {
         self.doc.markdown(&self.name, &self.facts)
     }
 
     /// What `\h NAME` prints.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.doc.text(&self.name, &self.facts)
     }
 }
@@ -120,6 +121,59 @@ pub(crate) fn documented_functions(state: &SessionState) -> Vec<DocumentedFuncti
     let mut functions: Vec<DocumentedFunction> = aggregates.chain(tables).collect();
     functions.sort_by(|a, b| (a.doc.family, a.kind, &a.name).cmp(&(b.doc.family, b.kind, &b.name)));
     functions
+}
+
+/// The function reference, `docs/reference/functions.md`: one section per
+/// family, one subsection per function (written and checked by a test).
+#[cfg(test)]
+pub(crate) fn reference_markdown(state: &SessionState) -> String {
+    use fedsql_udfs::function_doc::FunctionFamily;
+    let functions = documented_functions(state);
+    let mut page = String::from(
+        "# SQL functions\n\n\
+         Every SQL function fedsql adds to DataFusion's: its aggregates (`SELECT f(x) FROM t`) and its \
+         table functions (`SELECT * FROM f(...)`), with their arguments, options and defaults, what \
+         they return, and what leaves each site when they run. `SHOW FUNCTIONS` lists the same \
+         functions with their descriptions (`SHOW FUNCTIONS LIKE 'glm%'`), and `\\h NAME` in the \
+         REPL prints one of these sections. Which functions a site runs at all, DataFusion's \
+         included, is [the site catalogue](site-functions.md).\n\n\
+         This page is generated from the functions' own documentation; after changing one, run \
+         `FEDSQL_BLESS=1 cargo test --lib -p fedsql function_reference`.\n\n",
+    );
+    for family in FunctionFamily::ALL {
+        let names: Vec<String> = functions
+            .iter()
+            .filter(|f| f.doc.family == family)
+            .map(|f| format!("[`{0}`](#{0})", f.name))
+            .collect();
+        if !names.is_empty() {
+            page.push_str(&format!("- {}: {}\n", family.label(), names.join(", ")));
+        }
+    }
+    for family in FunctionFamily::ALL {
+        let members: Vec<&DocumentedFunction> = functions
+            .iter()
+            .filter(|f| f.doc.family == family)
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        while page.ends_with("\n\n") {
+            page.pop();
+        }
+        page.push_str(&format!(
+            "\n## {}\n\n{}\n\n",
+            family.label(),
+            family.about()
+        ));
+        for f in members {
+            page.push_str(&f.markdown());
+        }
+    }
+    while page.ends_with("\n\n") {
+        page.pop();
+    }
+    page
 }
 
 /// What `\h NAME` prints for any function of the session: fedsql's own
@@ -180,4 +234,71 @@ fn datafusion_text(name: &str, documentation: &Documentation) -> String {
         text.push_str(&format!("\nExample:\n{}\n", example.trim_end()));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FedContext;
+
+    #[test]
+    fn the_function_reference_is_current() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/functions.md");
+        let page = reference_markdown(&FedContext::new().session().state());
+        if std::env::var_os("FEDSQL_BLESS").is_some() {
+            std::fs::write(&path, &page).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == page,
+            "{} is not current: run FEDSQL_BLESS=1 cargo test --lib -p fedsql function_reference",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn every_table_function_and_fedsql_aggregate_is_documented() {
+        let state = FedContext::new().session().state();
+        let documented: Vec<String> = documented_functions(&state)
+            .into_iter()
+            .map(|f| f.name)
+            .collect();
+        let datafusion: Vec<String> = datafusion::functions_table::all_default_table_functions()
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        for name in state
+            .table_functions()
+            .keys()
+            .filter(|n| !datafusion.contains(n))
+        {
+            assert!(
+                documented.contains(name),
+                "table function {name} has no documentation"
+            );
+        }
+        for f in fedsql_udfs::all() {
+            assert!(
+                documented.iter().any(|d| d == f.name()),
+                "{} has no documentation",
+                f.name()
+            );
+        }
+    }
+
+    #[test]
+    fn help_prints_fedsql_and_datafusion_functions() {
+        let state = FedContext::new().session().state();
+        let glm = help_text(&state, "GLM").unwrap();
+        assert!(glm.starts_with("glm: "), "{glm}");
+        assert!(
+            glm.contains("maxit") && glm.contains("Leaves each site"),
+            "{glm}"
+        );
+        let dp = help_text(&state, "dp_count").unwrap();
+        assert!(dp.contains("debits") || dp.contains("debiting"), "{dp}");
+        assert!(help_text(&state, "sum").unwrap().starts_with("sum: "));
+        assert!(help_text(&state, "no_such_function").is_none());
+    }
 }

@@ -487,10 +487,15 @@ impl Aggregate {
                     .to_string(),
             ),
         }
-        if let Some(leading) = self.model_leading {
-            facts.push(format!(
-                "The arguments after the first {leading} are model parameters, held to the policy's `max_parameter_ratio`."
-            ));
+        match self.model_leading {
+            Some(0) => facts.push(
+                "Each argument counts as a model parameter for the policy's `max_parameter_ratio`."
+                    .to_string(),
+            ),
+            Some(leading) => facts.push(format!(
+                "Each argument after the first {leading} counts as a model parameter for the policy's `max_parameter_ratio`."
+            )),
+            None => {}
         }
         if let Some(cells) = self.cells {
             facts.push(format!(

@@ -390,5 +390,5 @@ pub const DOC: FunctionDoc = FunctionDoc {
     options: &[],
     returns: "a list of `bins` counts (`list<int64>`)",
     releases: "`bins` + 3 counts: each bin's, and those below and above the range and of NULLs, whatever its rows. Under a disclosure policy the out-of-range counts are folded into the end bins, and a bin with 1 to k − 1 values is refused at the site.",
-    example: "SELECT histogram(bmi, 15, 45, 6) AS bins FROM clinic",
+    example: "SELECT histogram(bmi, 18, 36, 6) AS bins FROM clinic",
 };

@@ -283,5 +283,5 @@ pub const DOC: FunctionDoc = FunctionDoc {
     options: &[],
     returns: "the merged counts as `list<float64>`: rows used, negative times, bad events, rows at or before b0, rows after bm, then the events and the censorings of each interval",
     releases: "5 + 2m counts for m intervals, whatever its rows.",
-    example: "SELECT life_table('breaks=0,40,60,90', age, event) AS counts FROM clinic",
+    example: "SELECT life_table('breaks=0,50,70,100', age, event) AS counts FROM clinic",
 };

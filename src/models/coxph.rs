@@ -49,7 +49,6 @@ use crate::formula::{Formula, design_columns, missing_column, quote_ident};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "coxph('table or SELECT query', 'Surv(time, event) ~ x1 + C(g) [+ strata(s)]' [, 'ties=efron, max_iter=20, tolerance=1e-9, weights=col'])";
 
@@ -559,92 +558,6 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
         converged,
     })
 }
-
-/// The documentation of `coxph`.
-pub(crate) const COXPH_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Survival,
-    description: "A Cox proportional hazards model stratified by site, R's `coxph(Surv(time, event) ~ x + strata(site))`: one row per term.",
-    syntax: "coxph(source, formula [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "`Surv(time, event) ~ terms`, terms as for `glm` plus `strata(a, b)`; no intercept",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "ties",
-            default: "efron",
-            meaning: "`efron` or `breslow`",
-        },
-        DocOption {
-            name: "max_iter",
-            default: "20",
-            meaning: "the most Newton rounds",
-        },
-        DocOption {
-            name: "tolerance",
-            default: "1e-9",
-            meaning: "stop when abs(1 − loglik_old / loglik) ≤ tolerance",
-        },
-        DocOption {
-            name: "weights",
-            default: "none",
-            meaning: "a column of case weights",
-        },
-    ],
-    returns: "one row per term: `term, estimate, std_error, statistic` (z), `p_value, conf_low, conf_high` (Wald, 95%), `exp_estimate` (the hazard ratio)",
-    releases: "a `GROUP BY` round of its strata and factor levels; then per Newton round one `cox_step` state: the gradient and information matrix of its own partial log-likelihood, that log-likelihood and counts (k² + k + 9 numbers, whatever its rows); a last round adds the concordant, discordant and tied pair counts within its strata. No event time leaves it: each site is a stratum.",
-    example: "SELECT * FROM coxph('lung', 'Surv(time, status) ~ age + sex + ph_ecog')",
-};
-
-/// The documentation of `coxph_stats`.
-pub(crate) const COXPH_STATS_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Survival,
-    description: "The fit statistics of a Cox model: likelihoods, concordance and the Wald, score and likelihood-ratio tests, in one row.",
-    syntax: "coxph_stats(source, formula [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "`Surv(time, event) ~ terms`, terms as for `glm` plus `strata(a, b)`; no intercept",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "ties",
-            default: "efron",
-            meaning: "`efron` or `breslow`",
-        },
-        DocOption {
-            name: "max_iter",
-            default: "20",
-            meaning: "the most Newton rounds",
-        },
-        DocOption {
-            name: "tolerance",
-            default: "1e-9",
-            meaning: "stop when abs(1 − loglik_old / loglik) ≤ tolerance",
-        },
-        DocOption {
-            name: "weights",
-            default: "none",
-            meaning: "a column of case weights",
-        },
-    ],
-    returns: "one row: `loglik, loglik_null, n, n_event, rows_dropped, concordance, df, wald_statistic, wald_p_value, score_statistic, score_p_value, lr_statistic, lr_p_value, ties, iterations, converged`",
-    releases: "a `GROUP BY` round of its strata and factor levels; then per Newton round one `cox_step` state: the gradient and information matrix of its own partial log-likelihood, that log-likelihood and counts (k² + k + 9 numbers, whatever its rows); a last round adds the concordant, discordant and tied pair counts within its strata. No event time leaves it: each site is a stratum.",
-    example: "SELECT * FROM coxph_stats('lung', 'Surv(time, status) ~ age + sex + ph_ecog')",
-};
 
 #[cfg(test)]
 mod tests {

@@ -53,7 +53,6 @@ use crate::table_function::arguments::{argument_error, column_list};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "kmeans('table or SELECT query', 'x1, x2, ...', k [, 'centers=1 2; 3 4, iter_max=10, nstart=1, seed=0, scale=false'])";
 
@@ -558,104 +557,6 @@ async fn random_starts(
         })
         .collect())
 }
-
-/// The documentation of `kmeans`.
-pub(crate) const KMEANS_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Multivariate,
-    description: "Federated Lloyd's k-means, R's `kmeans(algorithm = \"Lloyd\")`: one row per cluster with its centre.",
-    syntax: "kmeans(source, columns, k [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("columns", "the numeric columns, separated by commas"),
-        (
-            "k",
-            "the number of clusters; NULL when `centers` gives them",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "centers",
-            default: "drawn",
-            meaning: "starting centres row by row in column order, values separated by spaces and centres by `;`; without it, centres are drawn uniformly inside each column's 1%–99% quantiles",
-        },
-        DocOption {
-            name: "iter_max",
-            default: "10",
-            meaning: "the most Lloyd rounds",
-        },
-        DocOption {
-            name: "nstart",
-            default: "1",
-            meaning: "random starts; the one with the smallest total within sum of squares is kept",
-        },
-        DocOption {
-            name: "seed",
-            default: "0",
-            meaning: "the seed of the draws",
-        },
-        DocOption {
-            name: "scale",
-            default: "false",
-            meaning: "`true` clusters (x − mean) / sd",
-        },
-    ],
-    returns: "one row per cluster: `cluster, size, withinss`, then one column per listed column (the centre)",
-    releases: "a `centered_moments` round (n, means, total sum of squares); without `centers` a round of `approx_percentile_cont` t-digests (at most 100 centroids per column); then per Lloyd round one `kmeans_step` state: per centre its count, the sum of its rows and their within sum of squares, and how many rows changed cluster (k × (p + 2) + 1 numbers).",
-    example: "SELECT * FROM kmeans('clinic', 'age, bmi, systolic', 3, 'nstart=5, seed=1, iter_max=30')",
-};
-
-/// The documentation of `kmeans_summary`.
-pub(crate) const KMEANS_SUMMARY_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Multivariate,
-    description: "The summary of a k-means run: one row.",
-    syntax: "kmeans_summary(source, columns, k [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("columns", "the numeric columns, separated by commas"),
-        (
-            "k",
-            "the number of clusters; NULL when `centers` gives them",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "centers",
-            default: "drawn",
-            meaning: "starting centres row by row in column order, values separated by spaces and centres by `;`; without it, centres are drawn uniformly inside each column's 1%–99% quantiles",
-        },
-        DocOption {
-            name: "iter_max",
-            default: "10",
-            meaning: "the most Lloyd rounds",
-        },
-        DocOption {
-            name: "nstart",
-            default: "1",
-            meaning: "random starts; the one with the smallest total within sum of squares is kept",
-        },
-        DocOption {
-            name: "seed",
-            default: "0",
-            meaning: "the seed of the draws",
-        },
-        DocOption {
-            name: "scale",
-            default: "false",
-            meaning: "`true` clusters (x − mean) / sd",
-        },
-    ],
-    returns: "one row: `n, rows_dropped, totss, tot_withinss, betweenss, iterations, converged`",
-    releases: "a `centered_moments` round (n, means, total sum of squares); without `centers` a round of `approx_percentile_cont` t-digests (at most 100 centroids per column); then per Lloyd round one `kmeans_step` state: per centre its count, the sum of its rows and their within sum of squares, and how many rows changed cluster (k × (p + 2) + 1 numbers).",
-    example: "SELECT * FROM kmeans_summary('clinic', 'age, bmi, systolic', 3, 'nstart=5, seed=1, iter_max=30')",
-};
 
 #[cfg(test)]
 mod tests {

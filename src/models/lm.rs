@@ -34,7 +34,6 @@ use crate::notices::printed_summary::{FitLines, ModelSummary, call_text};
 use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::rounds::explain_step;
-use fedsql_udfs::function_doc::{FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
 
@@ -364,66 +363,3 @@ pub(crate) fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
     arrays.push(Arc::new(Int64Array::from(vec![fit.rows_dropped])));
     Ok(RecordBatch::try_new(stats_schema(), arrays)?)
 }
-
-/// The documentation of `lm`.
-pub(crate) const LM_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Models,
-    description: "Linear regression by least squares, R's `lm`: one row per term with its estimate and inference.",
-    syntax: "lm(source, formula)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
-        ),
-    ],
-    options: &[],
-    returns: "one row per term: `term, estimate, std_error, statistic` (t), `p_value, conf_low, conf_high` (95%); an aliased term has a NULL estimate",
-    releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
-    example: "SELECT * FROM lm('clinic', 'systolic ~ age + bmi + smoker')",
-};
-
-/// The documentation of `lm_stats`.
-pub(crate) const LM_STATS_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Models,
-    description: "The fit statistics of a linear regression, R's `summary(lm(...))`: one row.",
-    syntax: "lm_stats(source, formula)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
-        ),
-    ],
-    options: &[],
-    returns: "one row: `nobs, df_model, df_residual, r_squared, adj_r_squared, sigma, f_statistic, f_p_value, log_likelihood, aic, bic, rows_dropped`",
-    releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
-    example: "SELECT * FROM lm_stats('clinic', 'systolic ~ age + bmi + smoker')",
-};
-
-/// The documentation of `lm_vcov`.
-pub(crate) const LM_VCOV_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Models,
-    description: "The covariance matrix of a linear regression's estimates, R's `vcov(lm(...))`, in long form.",
-    syntax: "lm_vcov(source, formula)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
-        ),
-    ],
-    options: &[],
-    returns: "one row per pair of terms: `term1, term2, covariance` (NULL for an aliased term); the REPL's table format shows it as a matrix",
-    releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
-    example: "SELECT * FROM lm_vcov('clinic', 'systolic ~ age + bmi')",
-};

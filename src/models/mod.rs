@@ -4,6 +4,7 @@
 //! are sent to them.
 
 pub(crate) mod coxph;
+mod docs;
 pub mod fedsgd;
 pub(crate) mod glm;
 pub(crate) mod glm_fit;
@@ -29,7 +30,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "lm",
-        &lm::LM_DOC,
+        &docs::LM_DOC,
         lm::LmFunction {
             output: lm::LmOutput::Coefficients,
         },
@@ -37,7 +38,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "lm_stats",
-        &lm::LM_STATS_DOC,
+        &docs::LM_STATS_DOC,
         lm::LmFunction {
             output: lm::LmOutput::Stats,
         },
@@ -45,7 +46,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "lm_vcov",
-        &lm::LM_VCOV_DOC,
+        &docs::LM_VCOV_DOC,
         lm::LmFunction {
             output: lm::LmOutput::Vcov,
         },
@@ -53,7 +54,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "glm_vcov",
-        &glm::GLM_VCOV_DOC,
+        &docs::GLM_VCOV_DOC,
         glm::GlmFunction {
             output: glm::GlmOutput::Vcov,
         },
@@ -61,7 +62,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "glm",
-        &glm::GLM_DOC,
+        &docs::GLM_DOC,
         glm::GlmFunction {
             output: glm::GlmOutput::Coefficients,
         },
@@ -69,7 +70,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "glm_stats",
-        &glm::GLM_STATS_DOC,
+        &docs::GLM_STATS_DOC,
         glm::GlmFunction {
             output: glm::GlmOutput::Stats,
         },
@@ -77,7 +78,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "fedsgd",
-        &fedsgd::FEDSGD_DOC,
+        &docs::FEDSGD_DOC,
         fedsgd::FedSgdFunction {
             output: fedsgd::FedSgdOutput::Coefficients,
         },
@@ -85,7 +86,7 @@ pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "fedsgd_history",
-        &fedsgd::FEDSGD_HISTORY_DOC,
+        &docs::FEDSGD_HISTORY_DOC,
         fedsgd::FedSgdFunction {
             output: fedsgd::FedSgdOutput::History,
         },
@@ -99,7 +100,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "pca",
-        &pca::PCA_DOC,
+        &docs::PCA_DOC,
         PcaFunction {
             output: PcaOutput::Components,
         },
@@ -107,7 +108,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "pca_loadings",
-        &pca::PCA_LOADINGS_DOC,
+        &docs::PCA_LOADINGS_DOC,
         PcaFunction {
             output: PcaOutput::Loadings,
         },
@@ -116,7 +117,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "kmeans",
-        &kmeans::KMEANS_DOC,
+        &docs::KMEANS_DOC,
         KmeansFunction {
             output: KmeansOutput::Clusters,
         },
@@ -124,7 +125,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "kmeans_summary",
-        &kmeans::KMEANS_SUMMARY_DOC,
+        &docs::KMEANS_SUMMARY_DOC,
         KmeansFunction {
             output: KmeansOutput::Summary,
         },
@@ -133,7 +134,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "kaplan_meier",
-        &survival::KAPLAN_MEIER_DOC,
+        &docs::KAPLAN_MEIER_DOC,
         SurvivalFunction {
             output: SurvivalOutput::KaplanMeier,
         },
@@ -141,7 +142,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "logrank_test",
-        &survival::LOGRANK_TEST_DOC,
+        &docs::LOGRANK_TEST_DOC,
         SurvivalFunction {
             output: SurvivalOutput::LogRank,
         },
@@ -150,7 +151,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "coxph",
-        &coxph::COXPH_DOC,
+        &docs::COXPH_DOC,
         CoxFunction {
             output: CoxOutput::Coefficients,
         },
@@ -158,7 +159,7 @@ fn register_analyses(ctx: &SessionContext) {
     register(
         ctx,
         "coxph_stats",
-        &coxph::COXPH_STATS_DOC,
+        &docs::COXPH_STATS_DOC,
         CoxFunction {
             output: CoxOutput::Stats,
         },

@@ -35,7 +35,6 @@ use crate::table_function::arguments::{argument_error, column_list};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "pca('table or SELECT query', 'x1, x2, ...' [, 'scale=false, center=true'])";
 
@@ -277,72 +276,6 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &PcaSpec) -> Result<PcaFit> {
         rows_dropped: total - n,
     })
 }
-
-/// The documentation of `pca`.
-pub(crate) const PCA_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Multivariate,
-    description: "Principal components of the merged covariance (or correlation) matrix, R's `prcomp`: one row per component.",
-    syntax: "pca(source, columns [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "columns",
-            "the numeric columns, separated by commas: `'x1, x2, ...'`",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "scale",
-            default: "false",
-            meaning: "`true`: the correlation matrix, R's `prcomp(scale. = TRUE)`",
-        },
-        DocOption {
-            name: "center",
-            default: "true",
-            meaning: "`false`: cross products about zero, R's `prcomp(center = FALSE)`",
-        },
-    ],
-    returns: "one row per component: `component, sdev, proportion, cumulative` (`sdev` is R's `prcomp()$sdev`)",
-    releases: "one `centered_moments(x1, ..., xp)` state: n, p means and the p × p centred cross products (p² + p + 1 numbers, whatever its rows).",
-    example: "SELECT * FROM pca('clinic', 'age, bmi, systolic', 'scale=true')",
-};
-
-/// The documentation of `pca_loadings`.
-pub(crate) const PCA_LOADINGS_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Multivariate,
-    description: "The loadings of the principal components, R's `prcomp()$rotation`: one row per variable.",
-    syntax: "pca_loadings(source, columns [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "columns",
-            "the numeric columns, separated by commas: `'x1, x2, ...'`",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "scale",
-            default: "false",
-            meaning: "`true`: the correlation matrix, R's `prcomp(scale. = TRUE)`",
-        },
-        DocOption {
-            name: "center",
-            default: "true",
-            meaning: "`false`: cross products about zero, R's `prcomp(center = FALSE)`",
-        },
-    ],
-    returns: "one row per variable: `variable, PC1, PC2, ...`; each component's largest loading is positive",
-    releases: "one `centered_moments(x1, ..., xp)` state: n, p means and the p × p centred cross products (p² + p + 1 numbers, whatever its rows).",
-    example: "SELECT * FROM pca_loadings('clinic', 'age, bmi, systolic', 'scale=true')",
-};
 
 #[cfg(test)]
 mod tests {

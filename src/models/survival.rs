@@ -51,7 +51,6 @@ use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const KM_USAGE: &str = "kaplan_meier('table or SELECT query', 'time', 'event', 'breaks=0 30 60 90' | 'width=30, max=720' [, 'by=column, conf_level=0.95'])";
 const LR_USAGE: &str = "logrank_test('table or SELECT query', 'time', 'event', 'group', 'breaks=0 30 60 90' | 'width=30, max=720')";
@@ -464,91 +463,6 @@ fn logrank(tables: &[(Option<String>, LifeTable)]) -> Result<RecordBatch> {
     ];
     Ok(RecordBatch::try_new(logrank_schema(), columns)?)
 }
-
-/// The documentation of `kaplan_meier`.
-pub(crate) const KAPLAN_MEIER_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Survival,
-    description: "Kaplan–Meier survival curves on a declared time grid, R's `summary(survfit(...), times = ...)`.",
-    syntax: "kaplan_meier(source, time, event, options)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("time", "the time column, not negative"),
-        (
-            "event",
-            "the event column: 1 (event) or 0 (censored), or boolean",
-        ),
-        (
-            "options",
-            "`key=value, ...`: a grid (`breaks`, or `width` and `max`) and the options below",
-        ),
-    ],
-    options: &[
-        DocOption {
-            name: "breaks",
-            default: "none",
-            meaning: "the time grid: increasing numbers separated by spaces",
-        },
-        DocOption {
-            name: "width, max",
-            default: "none",
-            meaning: "the grid 0, width, 2·width, ... up to max, and max (instead of `breaks`)",
-        },
-        DocOption {
-            name: "by",
-            default: "none",
-            meaning: "a column whose values are the strata",
-        },
-        DocOption {
-            name: "conf_level",
-            default: "0.95",
-            meaning: "the level of the confidence interval (R's `conf.type = \"log\"`)",
-        },
-    ],
-    returns: "per interval and stratum: `stratum, time_lower, time_upper, n_risk, n_event, n_censor, survival, std_err, conf_low, conf_high`",
-    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid and check counts (5 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
-    example: "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'width=180, max=720, by=sex')",
-};
-
-/// The documentation of `logrank_test`.
-pub(crate) const LOGRANK_TEST_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Survival,
-    description: "The log-rank test of survival curves of groups on a declared time grid, R's `survdiff`.",
-    syntax: "logrank_test(source, time, event, group, options)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("time", "the time column, not negative"),
-        (
-            "event",
-            "the event column: 1 (event) or 0 (censored), or boolean",
-        ),
-        ("group", "the column whose values are the groups"),
-        (
-            "options",
-            "`key=value, ...`: a grid (`breaks`, or `width` and `max`)",
-        ),
-    ],
-    options: &[
-        DocOption {
-            name: "breaks",
-            default: "none",
-            meaning: "the time grid: increasing numbers separated by spaces",
-        },
-        DocOption {
-            name: "width, max",
-            default: "none",
-            meaning: "the grid 0, width, 2·width, ... up to max, and max (instead of `breaks`)",
-        },
-    ],
-    returns: "one row: `statistic, parameter, p_value` (χ² on groups − 1 degrees of freedom)",
-    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid and check counts (5 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
-    example: "SELECT * FROM logrank_test('lung', 'time', 'status', 'sex', 'width=1, max=1022')",
-};
 
 #[cfg(test)]
 mod tests {

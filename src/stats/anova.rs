@@ -36,7 +36,6 @@ use crate::formula::{Formula, Response, design_columns, missing_column, quote_id
 use crate::models::source::{ModelSource, learn_levels, string_arguments};
 use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
-use fedsql_udfs::function_doc::{FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "anova('table or SELECT query', 'y ~ a + b + a:b')";
 
@@ -310,27 +309,6 @@ pub(crate) fn sequential_sums(
     }
     (effects, a[[0, 0]].max(0.0), rank)
 }
-
-/// The documentation of `anova`.
-pub(crate) const ANOVA_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "The analysis of variance of a linear model, R's `anova(lm(formula))`: sequential (type I) sums of squares.",
-    syntax: "anova(source, formula)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "formula",
-            "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
-        ),
-    ],
-    options: &[],
-    returns: "one row per term, then `Residuals`: `term, df, sumsq, meansq, statistic, p_value`",
-    releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
-    example: "SELECT * FROM anova('clinic', 'systolic ~ age + bmi + smoker + region')",
-};
 
 #[cfg(test)]
 mod tests {

@@ -34,7 +34,6 @@ use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -363,55 +362,6 @@ fn level_text(level: &ScalarValue) -> String {
         other => other.to_string(),
     }
 }
-
-/// The documentation of `chisq_test`.
-pub(crate) const CHISQ_TEST_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "Pearson's chi-squared test of independence of two columns, R's `chisq.test(table(a, b))`.",
-    syntax: "chisq_test(source, a, b [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "a",
-            "the first column (its values are the rows of the table)",
-        ),
-        ("b", "the second column"),
-        ("options", "optional `key=value` (the option below)"),
-    ],
-    options: &[DocOption {
-        name: "correct",
-        default: "true",
-        meaning: "Yates' continuity correction for a 2 × 2 table",
-    }],
-    returns: "one row: `statistic, parameter, p_value, method`",
-    releases: "`count(*) GROUP BY a, b`: the count of each cell of the table and the cells' values. Under a disclosure policy a cell under k at a site is refused there.",
-    example: "SELECT * FROM chisq_test('clinic', 'smoker', 'event')",
-};
-
-/// The documentation of `crosstab`.
-pub(crate) const CROSSTAB_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "The cross table of two columns with its margins, R's `addmargins(table(a, b))`, in long form.",
-    syntax: "crosstab(source, a, b)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "a",
-            "the first column (its values are the rows of the table)",
-        ),
-        ("b", "the second column"),
-    ],
-    options: &[],
-    returns: "one row per cell and margin: the two columns (named after them, levels as text; NULL in a margin) and `n`",
-    releases: "`count(*) GROUP BY a, b`: the count of each cell of the table and the cells' values. Under a disclosure policy a cell under k at a site is refused there.",
-    example: "SELECT * FROM crosstab('clinic', 'smoker', 'event')",
-};
 
 #[cfg(test)]
 mod tests {

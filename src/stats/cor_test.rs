@@ -27,7 +27,6 @@ use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str =
     "cor_test('table or SELECT query', 'x', 'y' [, 'alternative=two.sided, conf_level=0.95'])";
@@ -192,39 +191,3 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
     ];
     Ok(RecordBatch::try_new(schema(), columns)?)
 }
-
-/// The documentation of `cor_test`.
-pub(crate) const COR_TEST_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "The test of Pearson's correlation of two columns, R's `cor.test` (interval by Fisher's z when n > 3).",
-    syntax: "cor_test(source, x, y [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("x", "a numeric column or expression"),
-        ("y", "a numeric column or expression"),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "alternative",
-            default: "two.sided",
-            meaning: "`two.sided`, `less` or `greater`",
-        },
-        DocOption {
-            name: "conf_level",
-            default: "0.95",
-            meaning: "the level of the confidence interval",
-        },
-        DocOption {
-            name: "method",
-            default: "pearson",
-            meaning: "only `pearson` (rank correlations would need every value)",
-        },
-    ],
-    returns: "one row: `estimate, statistic, parameter, p_value, conf_low, conf_high, method, alternative`",
-    releases: "one `centered_moments(x, y)` state: n, 2 means and the 2 × 2 centred cross products (7 numbers).",
-    example: "SELECT * FROM cor_test('clinic', 'age', 'systolic')",
-};

@@ -31,7 +31,6 @@ use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=..., upper=...'])";
 
@@ -214,36 +213,6 @@ pub(crate) fn histogram_batch(bins: &Bins, counts: &[i64]) -> Result<RecordBatch
     ];
     Ok(RecordBatch::try_new(schema(), columns)?)
 }
-
-/// The documentation of `hist`.
-pub(crate) const HIST_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "A histogram of one column, R's `hist(x, breaks = seq(lower, upper, length.out = bins + 1))`; in the REPL `\\chart` then draws the bars.",
-    syntax: "hist(source, x [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        ("x", "a numeric column or expression"),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "bins",
-            default: "20",
-            meaning: "the number of equal-width bins",
-        },
-        DocOption {
-            name: "lower, upper",
-            default: "the 0.5% and 99.5% quantiles",
-            meaning: "the range of the bins",
-        },
-    ],
-    returns: "one row per bin: `bin, lower, upper, count, density`",
-    releases: "without a range, a round of `approx_percentile_cont` t-digests (at most 100 centroids); then one `histogram(x, lower, upper, bins)` state: `bins` + 3 counts. Under a disclosure policy the out-of-range counts are folded into the end bins and a bin with 1 to k − 1 values is refused at the site.",
-    example: "SELECT * FROM hist('clinic', 'bmi', 'bins=6, lower=18, upper=36')",
-};
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ pub(crate) mod anova;
 pub(crate) mod bar_chart;
 pub(crate) mod chisq_test;
 pub(crate) mod cor_test;
+mod docs;
 pub(crate) mod hist;
 pub(crate) mod hypothesis;
 pub(crate) mod round_values;
@@ -28,12 +29,12 @@ use crate::coordinator::function_docs::register_table_function as register;
 /// Registers the statistics table functions (`t_test`, `anova`,
 /// `chisq_test`, `crosstab`, `cor_test`, `hist`, `summary`).
 pub(crate) fn register_all(ctx: &SessionContext) {
-    register(ctx, "t_test", &t_test::T_TEST_DOC, t_test::TTestFunction);
-    register(ctx, "anova", &anova::ANOVA_DOC, anova::AnovaFunction);
+    register(ctx, "t_test", &docs::T_TEST_DOC, t_test::TTestFunction);
+    register(ctx, "anova", &docs::ANOVA_DOC, anova::AnovaFunction);
     register(
         ctx,
         "chisq_test",
-        &chisq_test::CHISQ_TEST_DOC,
+        &docs::CHISQ_TEST_DOC,
         chisq_test::ChisqFunction {
             output: chisq_test::ChisqOutput::Test,
         },
@@ -41,7 +42,7 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "crosstab",
-        &chisq_test::CROSSTAB_DOC,
+        &docs::CROSSTAB_DOC,
         chisq_test::ChisqFunction {
             output: chisq_test::ChisqOutput::Crosstab,
         },
@@ -49,14 +50,9 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     register(
         ctx,
         "cor_test",
-        &cor_test::COR_TEST_DOC,
+        &docs::COR_TEST_DOC,
         cor_test::CorTestFunction,
     );
-    register(ctx, "hist", &hist::HIST_DOC, hist::HistFunction);
-    register(
-        ctx,
-        "summary",
-        &summary::SUMMARY_DOC,
-        summary::SummaryFunction,
-    );
+    register(ctx, "hist", &docs::HIST_DOC, hist::HistFunction);
+    register(ctx, "summary", &docs::SUMMARY_DOC, summary::SummaryFunction);
 }

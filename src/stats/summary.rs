@@ -24,7 +24,6 @@ use crate::error::{FedError, Result};
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::invalid_argument;
 use crate::table_function::deferred::{Rounds, deferred_table};
-use fedsql_udfs::function_doc::{FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "summary('table or SELECT query', 'col1, col2, ...')";
 
@@ -160,24 +159,3 @@ fn summary_batch(batch: &RecordBatch, columns: &[String], total: i64) -> Result<
     );
     RecordBatch::try_new(schema(), arrays).map_err(FedError::from)
 }
-
-/// The documentation of `summary`.
-pub(crate) const SUMMARY_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "A five-number summary of each listed column, as R's `summary()`: counts, mean, standard deviation, extremes and quartiles (t-digest estimates).",
-    syntax: "summary(source, columns)",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "columns",
-            "the numeric columns, separated by commas: `'c1, c2, ...'`",
-        ),
-    ],
-    options: &[],
-    returns: "one row per column: `column, n, nmiss, mean, sd, min, q1, median, q3, max` (`min` and `max` NULL when a site refuses extremes)",
-    releases: "per column `count`, `avg`, `stddev`, `min`, `max` and `approx_percentile_cont` t-digests (at most 100 centroids) at 0.25, 0.5 and 0.75.",
-    example: "SELECT * FROM summary('clinic', 'age, bmi, systolic')",
-};

@@ -34,7 +34,6 @@ use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
-use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 const USAGE: &str = "t_test('table or SELECT query', 'x' | 'x ~ group' | 'after - before' [, 'mu=0, alternative=two.sided, conf_level=0.95, var_equal=false'])";
 
@@ -386,49 +385,6 @@ fn finish(
         alternative: spec.alternative,
     })
 }
-
-/// The documentation of `t_test`.
-pub(crate) const T_TEST_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Tests,
-    description: "Student's t-test, R's `t.test`: one sample (`'x'`), two samples (`'x ~ group'`, Welch's unless `var_equal=true`), or paired as the one-sample test of a difference (`'after - before'`).",
-    syntax: "t_test(source, value [, options])",
-    arguments: &[
-        (
-            "source",
-            "a table name, or a query string whose filters run at the sites",
-        ),
-        (
-            "value",
-            "`'x'` (a column or expression) or `'x ~ group'` (group of exactly two levels)",
-        ),
-        ("options", "optional `key=value, ...` (the options below)"),
-    ],
-    options: &[
-        DocOption {
-            name: "mu",
-            default: "0",
-            meaning: "the mean under the null hypothesis",
-        },
-        DocOption {
-            name: "alternative",
-            default: "two.sided",
-            meaning: "`two.sided`, `less` or `greater`",
-        },
-        DocOption {
-            name: "conf_level",
-            default: "0.95",
-            meaning: "the level of the confidence interval",
-        },
-        DocOption {
-            name: "var_equal",
-            default: "false",
-            meaning: "two samples: `true` pools the variances",
-        },
-    ],
-    returns: "one row: `estimate, estimate1, estimate2, statistic, parameter, p_value, conf_low, conf_high, method, alternative` (estimate1 and estimate2 NULL for one sample)",
-    releases: "`count`, `avg` and `var_samp` of the value (per group, by `GROUP BY group`, for two samples).",
-    example: "SELECT * FROM t_test('clinic', 'systolic ~ smoker')",
-};
 
 #[cfg(test)]
 mod tests {

@@ -130,3 +130,170 @@ async fn every_documented_example_runs_against_the_demo() {
         assert!(rows > 0, "{sql} returned no row");
     }
 }
+
+/// A table function's documented columns are the columns it returns
+/// (those named after its input columns, and `PC1`, `PC2`, ..., aside).
+#[tokio::test]
+async fn documented_columns_are_the_columns_each_function_returns() {
+    let ctx = demo().await;
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/reference/functions.md"
+    ))
+    .unwrap();
+    for section in reference_sections() {
+        if !section.example.starts_with("SELECT * FROM ") {
+            continue;
+        }
+        let returns = page
+            .split(&format!("\n### `{}`\n", section.name))
+            .nth(1)
+            .and_then(|s| s.split("**Returns:** ").nth(1))
+            .and_then(|s| s.lines().next())
+            .unwrap();
+        let schema = ctx.sql(&section.example).await.unwrap().schema().clone();
+        for field in schema.fields() {
+            let name = field.name();
+            let input = section.example.contains(name.as_str());
+            let component = name
+                .strip_prefix("PC")
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+            assert!(
+                input || component || returns.contains(name.as_str()),
+                "{}: column {name} is not documented: {returns}",
+                section.name
+            );
+        }
+    }
+}
+
+/// One function's section of the reference page: its name, its arguments,
+/// its option keys and its example.
+struct Section {
+    name: String,
+    arguments: Vec<String>,
+    options: Vec<String>,
+    example: String,
+}
+
+/// The sections of the reference page.
+fn reference_sections() -> Vec<Section> {
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/reference/functions.md"
+    ))
+    .unwrap();
+    page.split("\n### `")
+        .skip(1)
+        .map(|section| {
+            let name = section.split('`').next().unwrap().to_string();
+            let mut arguments = Vec::new();
+            let mut options = Vec::new();
+            let mut table = "";
+            for line in section.lines() {
+                if line.starts_with("| argument |") || line.starts_with("| option |") {
+                    table = if line.starts_with("| argument |") {
+                        "arguments"
+                    } else {
+                        "options"
+                    };
+                } else if let Some(cell) = line.strip_prefix("| `") {
+                    let key = cell.split('`').next().unwrap();
+                    match table {
+                        "arguments" => arguments.push(key.to_string()),
+                        _ => options.extend(key.split(", ").map(str::to_string)),
+                    }
+                } else if !line.starts_with('|') {
+                    table = "";
+                }
+            }
+            let example = section
+                .split("**Example:**\n\n```sql\n")
+                .nth(1)
+                .unwrap()
+                .split("\n```")
+                .next()
+                .unwrap()
+                .to_string();
+            Section {
+                name,
+                arguments,
+                options,
+                example,
+            }
+        })
+        .collect()
+}
+
+/// The arguments of the call in `sql` (`SELECT * FROM f(a, 'b, c', 3)`),
+/// as written.
+fn call_arguments(sql: &str) -> Vec<String> {
+    let inner = &sql[sql.find('(').unwrap() + 1..sql.rfind(')').unwrap()];
+    let (mut arguments, mut current, mut quoted) = (Vec::new(), String::new(), false);
+    for c in inner.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                current.push(c);
+            }
+            ',' if !quoted => arguments.push(std::mem::take(&mut current).trim().to_string()),
+            _ => current.push(c),
+        }
+    }
+    arguments.push(current.trim().to_string());
+    arguments
+}
+
+/// Every table function takes exactly the options its page documents: a
+/// call with an unknown option is refused with the list of the keys it
+/// takes, which must be the documented ones (fedsgd's: with every
+/// optimizer).
+#[tokio::test]
+async fn documented_options_are_the_options_each_function_takes() {
+    let ctx = demo().await;
+    let mut checked = 0;
+    for section in reference_sections() {
+        let Some(position) = section.arguments.iter().position(|a| a == "options") else {
+            continue;
+        };
+        if !section.example.starts_with("SELECT * FROM ") {
+            continue;
+        }
+        let mut taken: Vec<String> = Vec::new();
+        let optimizers = ["sgd", "momentum", "adam", "adagrad", "newton"];
+        let prefixes: Vec<String> = if section.options.iter().any(|o| o == "optimizer") {
+            optimizers
+                .iter()
+                .map(|o| format!("optimizer={o}, "))
+                .collect()
+        } else {
+            vec![String::new()]
+        };
+        for prefix in prefixes {
+            let mut arguments = call_arguments(&section.example);
+            arguments.resize(position + 1, "NULL".into());
+            arguments[position] = format!("'{prefix}zz_unknown=1'");
+            let sql = format!("SELECT * FROM {}({})", section.name, arguments.join(", "));
+            let error = match ctx.sql(&sql).await {
+                Ok(df) => df.collect().await.err().map(|e| e.to_string()),
+                Err(e) => Some(e.to_string()),
+            }
+            .unwrap_or_else(|| panic!("{sql} ran"));
+            let keys = error
+                .split("unknown option `zz_unknown`: ")
+                .nth(1)
+                .and_then(|rest| rest.split_once(" takes "))
+                .map(|(_, keys)| keys)
+                .unwrap_or_else(|| panic!("{sql}: {error}"));
+            taken.extend(keys.trim().split(", ").map(str::to_string));
+        }
+        taken.sort();
+        taken.dedup();
+        let mut documented = section.options.clone();
+        documented.sort();
+        documented.dedup();
+        assert_eq!(taken, documented, "{}", section.name);
+        checked += 1;
+    }
+    assert!(checked >= 15, "{checked}");
+}

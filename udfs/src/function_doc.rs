@@ -223,7 +223,7 @@ impl FunctionDoc {
             }
         }
         if !self.options.is_empty() {
-            text.push_str("\nOptions (key=value, separated by commas):\n");
+            text.push_str("\nOptions:\n");
             for o in self.options {
                 text.push_str(&format!(
                     "  {:width$}  {} (default {})\n",

@@ -22,6 +22,21 @@ fn finish(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     labeled_matrix(names, state.covariance().as_ref())
 }
 
+/// The documentation of `covariance_matrix`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The sample covariance matrix of k numeric columns, over the rows where none of them is NULL.",
+    syntax: "covariance_matrix(x1, ..., xk)",
+    arguments: &[(
+        "x1, ..., xk",
+        "numeric columns or expressions (at least one)",
+    )],
+    options: &[],
+    returns: "a labeled k × k matrix, `struct<names: list<utf8>, matrix: list<list<float64>>>` (`cov['matrix'][1][2]`); the REPL prints it as a matrix",
+    releases: "its rows' centred co-moments: n, k means and the k × k centred cross products (k² + k + 1 numbers, whatever its rows).",
+    example: "SELECT covariance_matrix(age, bmi, systolic) AS cov FROM clinic",
+};
+
 #[cfg(test)]
 mod tests {
     use crate::testing::{assert_split_invariant, matrix_of};
@@ -50,18 +65,3 @@ mod tests {
         assert_split_invariant("covariance_matrix(a, b, c)").await;
     }
 }
-
-/// The documentation of `covariance_matrix`.
-pub const DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Matrices,
-    description: "The sample covariance matrix of k numeric columns, over the rows where none of them is NULL.",
-    syntax: "covariance_matrix(x1, ..., xk)",
-    arguments: &[(
-        "x1, ..., xk",
-        "numeric columns or expressions (at least one)",
-    )],
-    options: &[],
-    returns: "a labeled k × k matrix, `struct<names: list<utf8>, matrix: list<list<float64>>>` (`cov['matrix'][1][2]`); the REPL prints it as a matrix",
-    releases: "its rows' centred co-moments: n, k means and the k × k centred cross products (k² + k + 1 numbers, whatever its rows).",
-    example: "SELECT covariance_matrix(age, bmi, systolic) AS cov FROM clinic",
-};

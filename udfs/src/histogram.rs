@@ -311,6 +311,22 @@ impl Accumulator for HistogramAccumulator {
     }
 }
 
+/// The documentation of `histogram`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Descriptive,
+    description: "Counts of x in `bins` equal-width bins over [lower, upper], closed as R's `hist()` closes them: (a, b], the first bin [lower, b].",
+    syntax: "histogram(x, lower, upper, bins)",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constants, finite, lower < upper"),
+        ("bins", "a constant number of bins, 1 to 10000"),
+    ],
+    options: &[],
+    returns: "a list of `bins` counts (`list<int64>`)",
+    releases: "`bins` + 3 counts: each bin's, and those below and above the range and of NULLs, whatever its rows. Under a disclosure policy the out-of-range counts are folded into the end bins, and a bin with 1 to k − 1 values is refused at the site.",
+    example: "SELECT histogram(bmi, 18, 36, 6) AS bins FROM clinic",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,19 +392,3 @@ mod tests {
         assert_split_invariant("histogram(a, 995, 1008, 7)").await;
     }
 }
-
-/// The documentation of `histogram`.
-pub const DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Descriptive,
-    description: "Counts of x in `bins` equal-width bins over [lower, upper], closed as R's `hist()` closes them: (a, b], the first bin [lower, b].",
-    syntax: "histogram(x, lower, upper, bins)",
-    arguments: &[
-        ("x", "a numeric column or expression"),
-        ("lower, upper", "constants, finite, lower < upper"),
-        ("bins", "a constant number of bins, 1 to 10000"),
-    ],
-    options: &[],
-    returns: "a list of `bins` counts (`list<int64>`)",
-    releases: "`bins` + 3 counts: each bin's, and those below and above the range and of NULLs, whatever its rows. Under a disclosure policy the out-of-range counts are folded into the end bins, and a bin with 1 to k − 1 values is refused at the site.",
-    example: "SELECT histogram(bmi, 18, 36, 6) AS bins FROM clinic",
-};

@@ -674,9 +674,6 @@ impl Accumulator for IrlsAccumulator {
 /// once per batch ([`IrlsSums::add_null_deviance`]).
 const NULL_COUNTS: usize = 256;
 
-#[cfg(test)]
-mod tests;
-
 /// The documentation of `irls_step`.
 pub const DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Models,
@@ -730,3 +727,6 @@ pub const DOC: FunctionDoc = FunctionDoc {
     releases: "k² + k + 12 numbers, whatever its rows: X'WX, X'Wz, its deviance, Pearson χ², log-likelihood terms and counts.",
     example: "SELECT irls_step('family=binomial;link=logit;beta=-3,0.04', event, 1.0, 0.0, 1.0, 1.0, age) AS sums FROM clinic",
 };
+
+#[cfg(test)]
+mod tests;

@@ -301,32 +301,6 @@ impl Accumulator for KmeansAccumulator {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_round_trips_exactly() {
-        let config = KmeansConfig {
-            centers: vec![vec![0.1, -1.0 / 3.0], vec![1e300, 2.0]],
-            previous: Some(vec![vec![0.5, 2.0], vec![3.0, 4.0]]),
-            measure: Some(vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
-        };
-        assert_eq!(KmeansConfig::decode(&config.encode()).unwrap(), config);
-        assert!(KmeansConfig::decode("centers=1,2;3").is_err());
-    }
-
-    #[tokio::test]
-    async fn merge_of_split_states_equals_one_pass() {
-        crate::testing::assert_split_invariant("kmeans_step('centers=1000,0;1003,0.01', a, b)")
-            .await;
-        crate::testing::assert_split_invariant(
-            "kmeans_step('centers=1000,0;1003,0.01|previous=1001,0;1002,0|measure=999,0;1004,0', a, b)",
-        )
-        .await;
-    }
-}
-
 /// The documentation of `kmeans_step`.
 pub const DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Multivariate,
@@ -363,3 +337,29 @@ pub const DOC: FunctionDoc = FunctionDoc {
     releases: "k × (p + 2) + 1 numbers, whatever its rows: per centre its count, the sum of its rows and their within sum of squares, and how many rows changed cluster.",
     example: "SELECT kmeans_step('centers=40,25;70,30', age, bmi) AS sums FROM clinic",
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_round_trips_exactly() {
+        let config = KmeansConfig {
+            centers: vec![vec![0.1, -1.0 / 3.0], vec![1e300, 2.0]],
+            previous: Some(vec![vec![0.5, 2.0], vec![3.0, 4.0]]),
+            measure: Some(vec![vec![1.0, 2.0], vec![3.0, 4.0]]),
+        };
+        assert_eq!(KmeansConfig::decode(&config.encode()).unwrap(), config);
+        assert!(KmeansConfig::decode("centers=1,2;3").is_err());
+    }
+
+    #[tokio::test]
+    async fn merge_of_split_states_equals_one_pass() {
+        crate::testing::assert_split_invariant("kmeans_step('centers=1000,0;1003,0.01', a, b)")
+            .await;
+        crate::testing::assert_split_invariant(
+            "kmeans_step('centers=1000,0;1003,0.01|previous=1001,0;1002,0|measure=999,0;1004,0', a, b)",
+        )
+        .await;
+    }
+}

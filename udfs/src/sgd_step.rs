@@ -494,6 +494,80 @@ impl Accumulator for SgdAccumulator {
     }
 }
 
+/// The documentation of `sgd_gradient`.
+pub const GRADIENT_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "One round of federated gradient descent (the round `fedsgd` runs): the example count, the loss sum and the gradient sum Σ ∇ℓᵢ(θ) at the parameters θ of the config.",
+    syntax: "sgd_gradient('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("y", "the response"),
+        (
+            "offset",
+            "a known term of the linear predictor (0 for none)",
+        ),
+        (
+            "x1, ..., xk",
+            "the design columns (an intercept is a column of 1)",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "model",
+            default: "required",
+            meaning: "linear, logistic or poisson",
+        },
+        DocOption {
+            name: "theta",
+            default: "required",
+            meaning: "the current parameters, k numbers separated by commas",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: count, loss sum, rows out of range, then the k gradient sums",
+    releases: "k + 3 numbers, whatever its rows: the example count, the loss sum, the rows out of the model's range and the gradient sum.",
+    example: "SELECT sgd_gradient('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
+};
+
+/// The documentation of `sgd_newton`.
+pub const NEWTON_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "One round of federated Newton descent (the round of `fedsgd` with `optimizer=newton`): the sums of `sgd_gradient` and the curvature block Σ ℓ''ᵢ xᵢxᵢ'.",
+    syntax: "sgd_newton('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("y", "the response"),
+        (
+            "offset",
+            "a known term of the linear predictor (0 for none)",
+        ),
+        (
+            "x1, ..., xk",
+            "the design columns (an intercept is a column of 1)",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "model",
+            default: "required",
+            meaning: "linear, logistic or poisson",
+        },
+        DocOption {
+            name: "theta",
+            default: "required",
+            meaning: "the current parameters, k numbers separated by commas",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: those of `sgd_gradient`, then the k × k curvature block",
+    releases: "k² + k + 3 numbers, whatever its rows: those of `sgd_gradient` and the k × k curvature block.",
+    example: "SELECT sgd_newton('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -635,77 +709,3 @@ mod tests {
         .await;
     }
 }
-
-/// The documentation of `sgd_gradient`.
-pub const GRADIENT_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Models,
-    description: "One round of federated gradient descent (the round `fedsgd` runs): the example count, the loss sum and the gradient sum Σ ∇ℓᵢ(θ) at the parameters θ of the config.",
-    syntax: "sgd_gradient('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
-    arguments: &[
-        (
-            "config",
-            "a constant string of `key=value` entries separated by `;` (the options below)",
-        ),
-        ("y", "the response"),
-        (
-            "offset",
-            "a known term of the linear predictor (0 for none)",
-        ),
-        (
-            "x1, ..., xk",
-            "the design columns (an intercept is a column of 1)",
-        ),
-    ],
-    options: &[
-        DocOption {
-            name: "model",
-            default: "required",
-            meaning: "linear, logistic or poisson",
-        },
-        DocOption {
-            name: "theta",
-            default: "required",
-            meaning: "the current parameters, k numbers separated by commas",
-        },
-    ],
-    returns: "the merged sums as `list<float64>`: count, loss sum, rows out of range, then the k gradient sums",
-    releases: "k + 3 numbers, whatever its rows: the example count, the loss sum, the rows out of the model's range and the gradient sum.",
-    example: "SELECT sgd_gradient('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
-};
-
-/// The documentation of `sgd_newton`.
-pub const NEWTON_DOC: FunctionDoc = FunctionDoc {
-    family: FunctionFamily::Models,
-    description: "One round of federated Newton descent (the round of `fedsgd` with `optimizer=newton`): the sums of `sgd_gradient` and the curvature block Σ ℓ''ᵢ xᵢxᵢ'.",
-    syntax: "sgd_newton('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
-    arguments: &[
-        (
-            "config",
-            "a constant string of `key=value` entries separated by `;` (the options below)",
-        ),
-        ("y", "the response"),
-        (
-            "offset",
-            "a known term of the linear predictor (0 for none)",
-        ),
-        (
-            "x1, ..., xk",
-            "the design columns (an intercept is a column of 1)",
-        ),
-    ],
-    options: &[
-        DocOption {
-            name: "model",
-            default: "required",
-            meaning: "linear, logistic or poisson",
-        },
-        DocOption {
-            name: "theta",
-            default: "required",
-            meaning: "the current parameters, k numbers separated by commas",
-        },
-    ],
-    returns: "the merged sums as `list<float64>`: those of `sgd_gradient`, then the k × k curvature block",
-    releases: "k² + k + 3 numbers, whatever its rows: those of `sgd_gradient` and the k × k curvature block.",
-    example: "SELECT sgd_newton('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
-};

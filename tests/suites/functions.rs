@@ -297,3 +297,32 @@ async fn documented_options_are_the_options_each_function_takes() {
     }
     assert!(checked >= 15, "{checked}");
 }
+
+/// `\h NAME` prints the function's page section as text, DataFusion's own
+/// functions included; `\h` lists fedsql's functions.
+#[tokio::test]
+async fn backslash_h_prints_a_functions_documentation() {
+    let ctx = demo().await;
+    let options = fedsql::frontend::repl::ReplOptions {
+        timing: false,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    fedsql::frontend::repl::run_script(&ctx, "\\h kmeans\n\\h avg\n\\h\n", &mut out, &options)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.starts_with("kmeans: Federated Lloyd's k-means"),
+        "{out}"
+    );
+    for line in [
+        "Syntax: kmeans(source, columns, k [, options])",
+        "  iter_max  the most Lloyd rounds (default 10)",
+        "Leaves each site: a `centered_moments` round",
+        "avg: Returns the average of numeric values in the specified column.",
+        "| secure_sum_vec ",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+}

@@ -245,3 +245,56 @@ impl FunctionDoc {
 fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: FunctionDoc = FunctionDoc {
+        family: FunctionFamily::Tests,
+        description: "Does a | b.",
+        syntax: "f(x [, options])",
+        arguments: &[("x", "a column | expression"), ("options", "key=value")],
+        options: &[DocOption {
+            name: "level",
+            default: "0.95",
+            meaning: "the level",
+        }],
+        returns: "one row: `a, b`",
+        releases: "two counts.",
+        example: "SELECT * FROM f('t')",
+    };
+
+    #[test]
+    fn datafusion_documentation_says_what_leaves_and_lists_the_options() {
+        let documentation = DOC.documentation();
+        assert_eq!(
+            documentation.description,
+            "Does a | b. Leaves each site: two counts."
+        );
+        assert_eq!(documentation.syntax_example, "f(x [, options])");
+        let arguments = documentation.arguments.unwrap();
+        assert_eq!(arguments.len(), 3);
+        assert_eq!(arguments[2].0, "option level");
+        assert_eq!(arguments[2].1, "the level (default 0.95)");
+        assert_eq!(documentation.doc_section.label, "Tests and summaries");
+    }
+
+    #[test]
+    fn markdown_escapes_table_cells_and_text_aligns_names() {
+        let page = DOC.markdown("f", &["A fact.".to_string()]);
+        assert!(page.starts_with("### `f`\n\nDoes a | b.\n\n```sql\nf(x [, options])\n```"));
+        assert!(page.contains("| `x` | a column \\| expression |"), "{page}");
+        assert!(page.contains("| `level` | 0.95 | the level |"));
+        assert!(page.contains("**What leaves each site:** two counts. A fact."));
+        let text = DOC.text("f", &[]);
+        assert!(
+            text.contains("  x        a column | expression\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  level    the level (default 0.95)\n"),
+            "{text}"
+        );
+    }
+}

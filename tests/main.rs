@@ -30,6 +30,8 @@ mod fail_closed;
 mod fedsgd;
 #[path = "suites/formulas.rs"]
 mod formulas;
+#[path = "suites/functions.rs"]
+mod functions;
 #[path = "suites/glm.rs"]
 mod glm;
 #[path = "suites/golden.rs"]

@@ -21,6 +21,7 @@ use crate::coordinator::dp::LedgerFolder;
 use crate::coordinator::explain;
 use crate::coordinator::federated_table::FederatedTable;
 use crate::coordinator::fit_scope::FitScope;
+use crate::coordinator::information_schema::FedInformationSchema;
 use crate::coordinator::settings::FedsqlOptions;
 use crate::coordinator::worker_client::RemoteClient;
 use crate::coordinator::worker_url as remote;
@@ -70,8 +71,10 @@ impl FedContext {
     /// but no table functions: [`FedContext::new`] (in [`crate::session`],
     /// the composition root) adds the models and the statistics.
     pub(crate) fn without_table_functions() -> Self {
+        // DataFusion's built-in information_schema would answer before the
+        // catalog's: fedsql's (which completes it) is registered below.
         let config = SessionConfig::new()
-            .with_information_schema(true)
+            .with_information_schema(false)
             // Uncorrelated scalar subqueries become joins with the subquery's
             // (aggregated, hence shared) result, i.e. an earlier round, rather
             // than a physical side plan that a client's encoder cannot carry.
@@ -83,6 +86,12 @@ impl FedContext {
             .with_extension(Arc::new(Notices::default()))
             .with_extension(Arc::new(SiteEngineSlot::default()));
         let ctx = SessionContext::new_with_config(config);
+        let catalogs = ctx.state().catalog_list().clone();
+        let catalog = ctx.state().config_options().catalog.default_catalog.clone();
+        if let Some(catalog) = catalogs.catalog(&catalog) {
+            let schema = FedInformationSchema::new(&catalogs);
+            let _ = catalog.register_schema("information_schema", Arc::new(schema));
+        }
         fedsql_udfs::register_all(&ctx);
         ctx.add_analyzer_rule(Arc::new(crate::coordinator::dp::SessionEpsilon));
         Self { ctx }

@@ -16,7 +16,9 @@
 //! - [`worker_client`] and [`worker_url`]: the [`crate::protocol::site::Site`]
 //!   that talks to a remote worker;
 //! - [`explain`] (`EXPLAIN FEDERATED`), [`dataframe`] (the DataFrame API),
-//!   [`fit_scope`] (the rounds of one fit).
+//!   [`fit_scope`] (the rounds of one fit);
+//! - [`function_docs`] (the documentation of fedsql's functions) and
+//!   [`information_schema`] (which lists them, for `SHOW FUNCTIONS`).
 
 pub(crate) mod analyst;
 pub mod client_column;
@@ -29,7 +31,9 @@ pub(crate) mod fed_statement;
 pub mod federated_table;
 pub mod fit_scope;
 pub(crate) mod fit_table;
+pub(crate) mod function_docs;
 pub(crate) mod gate;
+pub(crate) mod information_schema;
 pub(crate) mod merge;
 pub(crate) mod rounds;
 pub(crate) mod secure;

@@ -4,6 +4,7 @@
 //! are sent to them.
 
 pub(crate) mod coxph;
+mod docs;
 pub mod fedsgd;
 pub(crate) mod glm;
 pub(crate) mod glm_fit;
@@ -16,9 +17,9 @@ pub(crate) mod source;
 pub(crate) mod step_rounds;
 pub(crate) mod survival;
 
-use std::sync::Arc;
-
 use datafusion::prelude::SessionContext;
+
+use crate::coordinator::function_docs::register_table_function as register;
 
 /// Registers the model table functions (`lm`, `lm_stats`, `lm_vcov`, `glm`,
 /// `glm_stats`, `glm_vcov`,
@@ -26,53 +27,69 @@ use datafusion::prelude::SessionContext;
 /// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
 /// `coxph_stats`).
 pub fn register_all(ctx: &SessionContext) {
-    ctx.register_udtf(
+    register(
+        ctx,
         "lm",
-        Arc::new(lm::LmFunction {
+        &docs::LM_DOC,
+        lm::LmFunction {
             output: lm::LmOutput::Coefficients,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "lm_stats",
-        Arc::new(lm::LmFunction {
+        &docs::LM_STATS_DOC,
+        lm::LmFunction {
             output: lm::LmOutput::Stats,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "lm_vcov",
-        Arc::new(lm::LmFunction {
+        &docs::LM_VCOV_DOC,
+        lm::LmFunction {
             output: lm::LmOutput::Vcov,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "glm_vcov",
-        Arc::new(glm::GlmFunction {
+        &docs::GLM_VCOV_DOC,
+        glm::GlmFunction {
             output: glm::GlmOutput::Vcov,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "glm",
-        Arc::new(glm::GlmFunction {
+        &docs::GLM_DOC,
+        glm::GlmFunction {
             output: glm::GlmOutput::Coefficients,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "glm_stats",
-        Arc::new(glm::GlmFunction {
+        &docs::GLM_STATS_DOC,
+        glm::GlmFunction {
             output: glm::GlmOutput::Stats,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "fedsgd",
-        Arc::new(fedsgd::FedSgdFunction {
+        &docs::FEDSGD_DOC,
+        fedsgd::FedSgdFunction {
             output: fedsgd::FedSgdOutput::Coefficients,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "fedsgd_history",
-        Arc::new(fedsgd::FedSgdFunction {
+        &docs::FEDSGD_HISTORY_DOC,
+        fedsgd::FedSgdFunction {
             output: fedsgd::FedSgdOutput::History,
-        }),
+        },
     );
     register_analyses(ctx);
 }
@@ -80,55 +97,71 @@ pub fn register_all(ctx: &SessionContext) {
 /// The multivariate and survival analyses.
 fn register_analyses(ctx: &SessionContext) {
     use pca::{PcaFunction, PcaOutput};
-    ctx.register_udtf(
+    register(
+        ctx,
         "pca",
-        Arc::new(PcaFunction {
+        &docs::PCA_DOC,
+        PcaFunction {
             output: PcaOutput::Components,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "pca_loadings",
-        Arc::new(PcaFunction {
+        &docs::PCA_LOADINGS_DOC,
+        PcaFunction {
             output: PcaOutput::Loadings,
-        }),
+        },
     );
     use kmeans::{KmeansFunction, KmeansOutput};
-    ctx.register_udtf(
+    register(
+        ctx,
         "kmeans",
-        Arc::new(KmeansFunction {
+        &docs::KMEANS_DOC,
+        KmeansFunction {
             output: KmeansOutput::Clusters,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "kmeans_summary",
-        Arc::new(KmeansFunction {
+        &docs::KMEANS_SUMMARY_DOC,
+        KmeansFunction {
             output: KmeansOutput::Summary,
-        }),
+        },
     );
     use survival::{SurvivalFunction, SurvivalOutput};
-    ctx.register_udtf(
+    register(
+        ctx,
         "kaplan_meier",
-        Arc::new(SurvivalFunction {
+        &docs::KAPLAN_MEIER_DOC,
+        SurvivalFunction {
             output: SurvivalOutput::KaplanMeier,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "logrank_test",
-        Arc::new(SurvivalFunction {
+        &docs::LOGRANK_TEST_DOC,
+        SurvivalFunction {
             output: SurvivalOutput::LogRank,
-        }),
+        },
     );
     use coxph::{CoxFunction, CoxOutput};
-    ctx.register_udtf(
+    register(
+        ctx,
         "coxph",
-        Arc::new(CoxFunction {
+        &docs::COXPH_DOC,
+        CoxFunction {
             output: CoxOutput::Coefficients,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "coxph_stats",
-        Arc::new(CoxFunction {
+        &docs::COXPH_STATS_DOC,
+        CoxFunction {
             output: CoxOutput::Stats,
-        }),
+        },
     );
 }

@@ -15,34 +15,44 @@ pub(crate) mod anova;
 pub(crate) mod bar_chart;
 pub(crate) mod chisq_test;
 pub(crate) mod cor_test;
+mod docs;
 pub(crate) mod hist;
 pub(crate) mod hypothesis;
 pub(crate) mod round_values;
 pub(crate) mod summary;
 pub(crate) mod t_test;
 
-use std::sync::Arc;
-
 use datafusion::prelude::SessionContext;
+
+use crate::coordinator::function_docs::register_table_function as register;
 
 /// Registers the statistics table functions (`t_test`, `anova`,
 /// `chisq_test`, `crosstab`, `cor_test`, `hist`, `summary`).
 pub(crate) fn register_all(ctx: &SessionContext) {
-    ctx.register_udtf("t_test", Arc::new(t_test::TTestFunction));
-    ctx.register_udtf("anova", Arc::new(anova::AnovaFunction));
-    ctx.register_udtf(
+    register(ctx, "t_test", &docs::T_TEST_DOC, t_test::TTestFunction);
+    register(ctx, "anova", &docs::ANOVA_DOC, anova::AnovaFunction);
+    register(
+        ctx,
         "chisq_test",
-        Arc::new(chisq_test::ChisqFunction {
+        &docs::CHISQ_TEST_DOC,
+        chisq_test::ChisqFunction {
             output: chisq_test::ChisqOutput::Test,
-        }),
+        },
     );
-    ctx.register_udtf(
+    register(
+        ctx,
         "crosstab",
-        Arc::new(chisq_test::ChisqFunction {
+        &docs::CROSSTAB_DOC,
+        chisq_test::ChisqFunction {
             output: chisq_test::ChisqOutput::Crosstab,
-        }),
+        },
     );
-    ctx.register_udtf("cor_test", Arc::new(cor_test::CorTestFunction));
-    ctx.register_udtf("hist", Arc::new(hist::HistFunction));
-    ctx.register_udtf("summary", Arc::new(summary::SummaryFunction));
+    register(
+        ctx,
+        "cor_test",
+        &docs::COR_TEST_DOC,
+        cor_test::CorTestFunction,
+    );
+    register(ctx, "hist", &docs::HIST_DOC, hist::HistFunction);
+    register(ctx, "summary", &docs::SUMMARY_DOC, summary::SummaryFunction);
 }

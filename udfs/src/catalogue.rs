@@ -96,6 +96,9 @@ pub struct Aggregate {
     /// For a state whose size varies (below a fixed bound): what it is
     /// and its bound, as `EXPLAIN FEDERATED` states it.
     pub variable_state: Option<&'static str>,
+    /// The documentation of one of fedsql's own aggregates (DataFusion's
+    /// carry their own).
+    pub doc: Option<&'static FunctionDoc>,
 }
 
 impl Aggregate {
@@ -113,6 +116,7 @@ impl Aggregate {
             sized_by: None,
             fixed_list: None,
             variable_state: None,
+            doc: None,
         }
     }
 
@@ -177,6 +181,13 @@ impl Aggregate {
         }
     }
 
+    const fn doc(self, doc: &'static FunctionDoc) -> Self {
+        Self {
+            doc: Some(doc),
+            ..self
+        }
+    }
+
     const fn shares_constants(self) -> Self {
         Self {
             shares_constants: true,
@@ -224,6 +235,12 @@ impl Scalar {
 }
 
 use Privacy::{Dp, Secure};
+
+use std::sync::LazyLock;
+
+use datafusion::logical_expr::Documentation;
+
+use crate::function_doc::FunctionDoc;
 
 /// The most bins a state may have (see `Aggregate::sized_by`).
 pub use crate::histogram::MAX_BINS;
@@ -276,20 +293,40 @@ pub const AGGREGATES: &[Aggregate] = &[
         .identifying()
         .variable_state(T_DIGEST),
     // fedsql's matrix aggregates (y, x... or x...).
-    Aggregate::adding("covariance_matrix").model(0),
-    Aggregate::adding("correlation_matrix").model(0),
-    Aggregate::adding("centered_moments").model(0),
-    Aggregate::adding("normal_equations").model(0),
-    Aggregate::adding("normal_equations_no_intercept").model(1),
+    Aggregate::adding("covariance_matrix")
+        .model(0)
+        .doc(&crate::covariance_matrix::DOC),
+    Aggregate::adding("correlation_matrix")
+        .model(0)
+        .doc(&crate::correlation_matrix::DOC),
+    Aggregate::adding("centered_moments")
+        .model(0)
+        .doc(&crate::centered_moments::DOC),
+    Aggregate::adding("normal_equations")
+        .model(0)
+        .doc(&crate::normal_equations::DOC),
+    Aggregate::adding("normal_equations_no_intercept")
+        .model(1)
+        .doc(&crate::normal_equations::NO_INTERCEPT_DOC),
     // Model rounds: config, y, trials, offset, weight, x...
-    Aggregate::adding("irls_step").model(5).shares_constants(),
+    Aggregate::adding("irls_step")
+        .model(5)
+        .shares_constants()
+        .doc(&crate::irls_step::DOC),
     // config, y, offset, x...
     Aggregate::adding("sgd_gradient")
         .model(3)
-        .shares_constants(),
-    Aggregate::adding("sgd_newton").model(3).shares_constants(),
+        .shares_constants()
+        .doc(&crate::sgd_step::GRADIENT_DOC),
+    Aggregate::adding("sgd_newton")
+        .model(3)
+        .shares_constants()
+        .doc(&crate::sgd_step::NEWTON_DOC),
     // config, stratum, time, event, weight, x...
-    Aggregate::adding("cox_step").model(5).shares_constants(),
+    Aggregate::adding("cox_step")
+        .model(5)
+        .shares_constants()
+        .doc(&crate::cox_step::DOC),
     // Its state sums each cluster's coordinates: it adds its inputs.
     Aggregate::adding("kmeans_step")
         .cells(Cells {
@@ -297,28 +334,50 @@ pub const AGGREGATES: &[Aggregate] = &[
             holds: "a cluster would hold",
             hint: "use fewer clusters",
         })
-        .shares_constants(),
+        .shares_constants()
+        .doc(&crate::kmeans_step::DOC),
     Aggregate::counting("life_table")
         .cells(Cells {
             counts: life_table_cells,
             holds: "a life-table interval would count events or censorings of",
             hint: "use wider intervals (breaks or width)",
         })
-        .shares_constants(),
-    Aggregate::counting("histogram").sized_by(3),
+        .shares_constants()
+        .doc(&crate::life_table::DOC),
+    Aggregate::counting("histogram")
+        .sized_by(3)
+        .doc(&crate::histogram::DOC),
     // Secure sums: quantized sums mod 2^64 that sites mask.
-    Aggregate::adding("secure_sum").privacy(Secure),
-    Aggregate::adding("secure_avg").privacy(Secure),
-    Aggregate::counting("secure_count").privacy(Secure),
+    Aggregate::adding("secure_sum")
+        .privacy(Secure)
+        .doc(&crate::secure_sum::DOC),
+    Aggregate::adding("secure_avg")
+        .privacy(Secure)
+        .doc(&crate::secure_avg::DOC),
+    Aggregate::counting("secure_count")
+        .privacy(Secure)
+        .doc(&crate::secure_count::DOC),
     Aggregate::adding("secure_sum_vec")
         .privacy(Secure)
-        .fixed_list(0),
+        .fixed_list(0)
+        .doc(&crate::secure_sum_vec::DOC),
     // Differentially private aggregates: noised at the site.
-    Aggregate::counting("dp_count").privacy(Dp),
-    Aggregate::adding("dp_sum").privacy(Dp),
-    Aggregate::adding("dp_avg").privacy(Dp),
-    Aggregate::adding("dp_var").privacy(Dp),
-    Aggregate::counting("dp_histogram").privacy(Dp).sized_by(3),
+    Aggregate::counting("dp_count")
+        .privacy(Dp)
+        .doc(&crate::dp::COUNT_DOC),
+    Aggregate::adding("dp_sum")
+        .privacy(Dp)
+        .doc(&crate::dp::SUM_DOC),
+    Aggregate::adding("dp_avg")
+        .privacy(Dp)
+        .doc(&crate::dp::AVG_DOC),
+    Aggregate::adding("dp_var")
+        .privacy(Dp)
+        .doc(&crate::dp::VAR_DOC),
+    Aggregate::counting("dp_histogram")
+        .privacy(Dp)
+        .sized_by(3)
+        .doc(&crate::dp::HISTOGRAM_DOC),
 ];
 
 /// The rows of each cluster in a `kmeans_step` state: blocks of (count,
@@ -386,6 +445,72 @@ pub fn variable_state_of_field(field: &str) -> Option<&'static str> {
         .filter(|a| field.contains(&format!("{}(", a.name)))
         .max_by_key(|a| a.name.len())
         .and_then(|a| a.variable_state)
+}
+
+/// The DataFusion documentation of one of fedsql's own aggregates, built
+/// once from its [`FunctionDoc`]: what its `AggregateUDFImpl::documentation`
+/// returns, so that `SHOW FUNCTIONS` and `information_schema.routines`
+/// describe it.
+pub fn documentation(name: &str) -> Option<&'static Documentation> {
+    static DOCUMENTATION: LazyLock<Vec<(&'static str, Documentation)>> = LazyLock::new(|| {
+        AGGREGATES
+            .iter()
+            .filter_map(|a| a.doc.map(|doc| (a.name, doc.documentation())))
+            .collect()
+    });
+    DOCUMENTATION
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, documentation)| documentation)
+}
+
+impl Aggregate {
+    /// What the catalogue's facts say about the state a site releases, in
+    /// sentences, for the function reference.
+    pub fn release_facts(&self) -> Vec<String> {
+        let mut facts = Vec::new();
+        match self.privacy {
+            Privacy::Exact => facts.push(format!(
+                "Under a disclosure policy the state is held to the site's thresholds; its inputs count towards k when {}.",
+                if self.adds_inputs {
+                    "non-NULL and non-zero"
+                } else {
+                    "non-NULL"
+                }
+            )),
+            Privacy::Dp => facts.push(
+                "The site adds the noise and debits ε before its encoder runs; the state is exempt from the thresholds only under a finite `dp_budget` when every aggregate of the query is DP."
+                    .to_string(),
+            ),
+            Privacy::Secure => facts.push(
+                "The site hands over the state only masked; under a disclosure policy a worker requires `peers` (or `secure_without_peers`)."
+                    .to_string(),
+            ),
+        }
+        match self.model_leading {
+            Some(0) => facts.push(
+                "Each argument counts as a model parameter for the policy's `max_parameter_ratio`."
+                    .to_string(),
+            ),
+            Some(leading) => facts.push(format!(
+                "Each argument after the first {leading} counts as a model parameter for the policy's `max_parameter_ratio`."
+            )),
+            None => {}
+        }
+        if let Some(cells) = self.cells {
+            facts.push(format!(
+                "A site refuses the round when {} fewer than k of its rows ({}).",
+                cells.holds, cells.hint
+            ));
+        }
+        if let Some(argument) = self.sized_by {
+            facts.push(format!(
+                "Argument {} sizes the state: a constant of at most {MAX_BINS}.",
+                argument + 1
+            ));
+        }
+        facts
+    }
 }
 
 /// The facts of aggregate `name` (any case); `None`: not catalogued, so
@@ -561,7 +686,8 @@ pub fn reference_markdown() -> String {
         "# What a site runs: the function catalogue\n\n\
          Generated from `udfs/src/catalogue.rs` (run `FEDSQL_BLESS=1 cargo test -p fedsql-udfs catalogue` \
          after changing it). A site runs no aggregate and no scalar function that is not listed here, \
-         in process and at workers alike; see [the threat model](../security/threat-model.md).\n\n\
+         in process and at workers alike; see [the threat model](../security/threat-model.md). \
+         [The function reference](functions.md) documents fedsql's own functions.\n\n\
          ## Aggregates\n\n\
          | aggregate | inputs count towards k when | extremes | identifying | kind | model parameters | cells held to k | sized by argument |\n\
          |---|---|---|---|---|---|---|---|\n",
@@ -654,6 +780,22 @@ mod tests {
                 aggregate(f.name()).is_some(),
                 "{} is not catalogued",
                 f.name()
+            );
+        }
+    }
+
+    #[test]
+    fn every_fedsql_aggregate_is_documented() {
+        for f in crate::all() {
+            let documentation = f
+                .documentation()
+                .unwrap_or_else(|| panic!("{} has no documentation", f.name()));
+            assert!(!documentation.description.is_empty(), "{}", f.name());
+            assert!(
+                documentation.syntax_example.starts_with(f.name()),
+                "{}: {}",
+                f.name(),
+                documentation.syntax_example
             );
         }
     }

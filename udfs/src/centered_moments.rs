@@ -11,6 +11,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::AggregateUDF;
 
 use crate::comoments::{CoMoments, CoMomentsAggregate};
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::labeled::{
     matrix_array, matrix_type, names_array, names_type, vector_array, vector_type,
 };
@@ -99,6 +100,21 @@ pub fn read(result: &StructArray, row: usize) -> Result<(Vec<String>, CoMoments)
     }
     Ok((names, state))
 }
+
+/// The documentation of `centered_moments`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The merged co-moment state itself: n, the means and the centred cross-product matrix Σ (x − x̄)(x − x̄)ᵀ of k columns, over the rows where none of them is NULL (the sufficient statistics of `lm`, `pca` and `cor_test`).",
+    syntax: "centered_moments(x1, ..., xk)",
+    arguments: &[(
+        "x1, ..., xk",
+        "numeric columns or expressions (at least one)",
+    )],
+    options: &[],
+    returns: "`struct<names: list<utf8>, n: int64, mean: list<float64>, m2: list<list<float64>>>`",
+    releases: "its rows' centred co-moments: n, k means and the k × k centred cross products (k² + k + 1 numbers, whatever its rows).",
+    example: "SELECT centered_moments(age, systolic)['n'] AS n FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

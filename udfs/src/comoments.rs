@@ -420,6 +420,10 @@ impl std::hash::Hash for CoMomentsAggregate {
 }
 
 impl datafusion::logical_expr::AggregateUDFImpl for CoMomentsAggregate {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         self.name
     }

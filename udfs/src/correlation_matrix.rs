@@ -6,6 +6,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::AggregateUDF;
 
 use crate::comoments::{CoMoments, CoMomentsAggregate};
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::labeled::{labeled_matrix, labeled_matrix_type};
 
 /// `correlation_matrix(x1, ..., xk)`: the correlation matrix, as a labeled matrix.
@@ -20,6 +21,21 @@ pub fn correlation_matrix() -> AggregateUDF {
 fn finish(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     labeled_matrix(names, state.correlation().as_ref())
 }
+
+/// The documentation of `correlation_matrix`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The Pearson correlation matrix of k numeric columns, over the rows where none of them is NULL.",
+    syntax: "correlation_matrix(x1, ..., xk)",
+    arguments: &[(
+        "x1, ..., xk",
+        "numeric columns or expressions (at least one)",
+    )],
+    options: &[],
+    returns: "a labeled k × k matrix, `struct<names: list<utf8>, matrix: list<list<float64>>>`",
+    releases: "its rows' centred co-moments: n, k means and the k × k centred cross products (k² + k + 1 numbers, whatever its rows).",
+    example: "SELECT correlation_matrix(age, bmi, systolic) AS r FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

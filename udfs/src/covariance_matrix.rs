@@ -6,6 +6,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::AggregateUDF;
 
 use crate::comoments::{CoMoments, CoMomentsAggregate};
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::labeled::{labeled_matrix, labeled_matrix_type};
 
 /// `covariance_matrix(x1, ..., xk)`: the sample covariance matrix, as a labeled matrix.
@@ -20,6 +21,21 @@ pub fn covariance_matrix() -> AggregateUDF {
 fn finish(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     labeled_matrix(names, state.covariance().as_ref())
 }
+
+/// The documentation of `covariance_matrix`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The sample covariance matrix of k numeric columns, over the rows where none of them is NULL.",
+    syntax: "covariance_matrix(x1, ..., xk)",
+    arguments: &[(
+        "x1, ..., xk",
+        "numeric columns or expressions (at least one)",
+    )],
+    options: &[],
+    returns: "a labeled k × k matrix, `struct<names: list<utf8>, matrix: list<list<float64>>>` (`cov['matrix'][1][2]`); the REPL prints it as a matrix",
+    releases: "its rows' centred co-moments: n, k means and the k × k centred cross products (k² + k + 1 numbers, whatever its rows).",
+    example: "SELECT covariance_matrix(age, bmi, systolic) AS cov FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

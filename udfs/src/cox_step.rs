@@ -61,6 +61,7 @@ use datafusion::logical_expr::{
 };
 
 use crate::flat_state;
+use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 /// Leading arguments before the covariates: config, stratum, time, event, weight.
 const LEADING: usize = 5;
@@ -379,6 +380,10 @@ struct CoxStep {
 }
 
 impl AggregateUDFImpl for CoxStep {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         "cox_step"
     }
@@ -556,6 +561,44 @@ impl Accumulator for CoxAccumulator {
         size_of_val(self) + 8 * (self.rows.len() + self.merged.to_vec().len())
     }
 }
+
+/// The documentation of `cox_step`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Survival,
+    description: "One Newton–Raphson round of a Cox proportional hazards model stratified by site (the round `coxph` runs): the gradient and the information matrix of the partial log-likelihood at the coefficients of the config.",
+    syntax: "cox_step('ties=efron;beta=b1,...,bk', stratum, time, event, weight, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("stratum", "a stratum within the site (a constant for none)"),
+        ("time", "the time"),
+        ("event", "1 for an event, 0 for a censoring"),
+        ("weight", "the case weight (1 for none)"),
+        ("x1, ..., xk", "the covariates (no intercept)"),
+    ],
+    options: &[
+        DocOption {
+            name: "ties",
+            default: "efron",
+            meaning: "efron or breslow",
+        },
+        DocOption {
+            name: "beta",
+            default: "all zero",
+            meaning: "the current coefficients, separated by commas",
+        },
+        DocOption {
+            name: "concordance",
+            default: "0",
+            meaning: "1 also counts the concordant, discordant and tied pairs within each stratum",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: the log-likelihood, counts, the gradient and the information matrix",
+    releases: "k² + k + 9 numbers, whatever its rows: the gradient and information matrix of its own partial log-likelihood, that log-likelihood and its counts. Its rows reach only the site's own reduce stage; the rows field of the state it sends is empty.",
+    example: "SELECT cox_step('ties=efron', 0, age, event, 1.0, bmi) AS sums FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type};
@@ -153,6 +154,10 @@ struct Histogram {
 }
 
 impl AggregateUDFImpl for Histogram {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         NAME
     }
@@ -305,6 +310,22 @@ impl Accumulator for HistogramAccumulator {
         size_of_val(self) + 8 * (self.counts.len() + 2 * self.bins.breaks.len())
     }
 }
+
+/// The documentation of `histogram`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Descriptive,
+    description: "Counts of x in `bins` equal-width bins over [lower, upper], closed as R's `hist()` closes them: (a, b], the first bin [lower, b].",
+    syntax: "histogram(x, lower, upper, bins)",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constants, finite, lower < upper"),
+        ("bins", "a constant number of bins, 1 to 10000"),
+    ],
+    options: &[],
+    returns: "a list of `bins` counts (`list<int64>`)",
+    releases: "`bins` + 3 counts: each bin's, and those below and above the range and of NULLs, whatever its rows. Under a disclosure policy the out-of-range counts are folded into the end bins, and a bin with 1 to k − 1 values is refused at the site.",
+    example: "SELECT histogram(bmi, 18, 36, 6) AS bins FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,7 @@ use crate::family::{
     Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family, whole_count,
 };
 use crate::flat_state;
+use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 use crate::gram::{BLOCK, GramLanes, linear_predictor, masked_where_unweighted, mirror_upper};
 use crate::irls_canonical::{Canonical, CanonicalRows, LANES, RowSums};
 
@@ -546,6 +547,10 @@ impl Default for IrlsStep {
 }
 
 impl AggregateUDFImpl for IrlsStep {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         "irls_step"
     }
@@ -668,6 +673,60 @@ impl Accumulator for IrlsAccumulator {
 /// Counts below this have their poisson null deviance residual computed
 /// once per batch ([`IrlsSums::add_null_deviance`]).
 const NULL_COUNTS: usize = 256;
+
+/// The documentation of `irls_step`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "One round of iteratively reweighted least squares for a GLM (the round `glm` runs): the sums from which the coordinator solves for the next coefficients.",
+    syntax: "irls_step('family=binomial;link=logit;beta=b0,b1,...', y, trials, offset, weight, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("y", "the response"),
+        ("trials", "binomial trials per row (1 for a 0/1 response)"),
+        (
+            "offset",
+            "a known term of the linear predictor (0 for none)",
+        ),
+        ("weight", "the prior weight (1 for none)"),
+        (
+            "x1, ..., xk",
+            "the design columns (an intercept is a column of 1)",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "family",
+            default: "required",
+            meaning: "gaussian, binomial, poisson, gamma or inverse_gaussian",
+        },
+        DocOption {
+            name: "link",
+            default: "the family's canonical link",
+            meaning: "the link function",
+        },
+        DocOption {
+            name: "beta",
+            default: "none: start from R's mustart",
+            meaning: "the current coefficients, separated by commas",
+        },
+        DocOption {
+            name: "null_mu",
+            default: "none",
+            meaning: "the null model's mean (a number, or `offset`: the inverse link of each row's offset)",
+        },
+        DocOption {
+            name: "xtwx",
+            default: "yes",
+            meaning: "`no` leaves X'WX and X'Wz zero (a round whose solution is not wanted)",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: X'WX, X'Wz, the deviance, Pearson's χ², the null deviance, the log-likelihood terms and counts",
+    releases: "k² + k + 12 numbers, whatever its rows: X'WX, X'Wz, its deviance, Pearson χ², log-likelihood terms and counts.",
+    example: "SELECT irls_step('family=binomial;link=logit;beta=-3,0.04', event, 1.0, 0.0, 1.0, 1.0, age) AS sums FROM clinic",
+};
 
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,7 @@ use datafusion::logical_expr::{
 };
 
 use crate::flat_state;
+use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
 /// What the coordinator sends for one round.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +175,10 @@ struct KmeansStep {
 }
 
 impl AggregateUDFImpl for KmeansStep {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         "kmeans_step"
     }
@@ -295,6 +300,43 @@ impl Accumulator for KmeansAccumulator {
         size_of_val(self) + 8 * self.sums.len()
     }
 }
+
+/// The documentation of `kmeans_step`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Multivariate,
+    description: "One round of Lloyd's k-means (the round `kmeans` runs): every row goes to the nearest centre of the config, and each centre gets its count, the sum of its rows and their within sum of squares.",
+    syntax: "kmeans_step('centers=c11,c12;c21,c22', x1, ..., xp)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `|` (the options below); a centre's coordinates are separated by commas, centres by `;`",
+        ),
+        (
+            "x1, ..., xp",
+            "the numeric columns; rows with a NULL are dropped",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "centers",
+            default: "required",
+            meaning: "the current k centres",
+        },
+        DocOption {
+            name: "previous",
+            default: "none",
+            meaning: "the last round's centres: the state then counts the rows whose nearest centre changed",
+        },
+        DocOption {
+            name: "measure",
+            default: "none",
+            meaning: "centres to measure the within sums of squares around, instead of those that assign the rows",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: per centre the count, the p sums and the within sum of squares, then the rows that changed cluster",
+    releases: "k × (p + 2) + 1 numbers, whatever its rows: per centre its count, the sum of its rows and their within sum of squares, and how many rows changed cluster.",
+    example: "SELECT kmeans_step('centers=40,25;70,30', age, bmi) AS sums FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,7 @@ pub mod cox_step;
 pub mod dp;
 pub mod family;
 pub mod flat_state;
+pub mod function_doc;
 pub mod gram;
 pub mod histogram;
 pub mod irls_canonical;

@@ -25,6 +25,7 @@ use datafusion::logical_expr::{
 };
 
 use crate::flat_state;
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 
 /// Counts before the per-interval ones.
 pub const HEADER: usize = 5;
@@ -116,6 +117,10 @@ struct LifeTableAggregate {
 }
 
 impl AggregateUDFImpl for LifeTableAggregate {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         "life_table"
     }
@@ -229,6 +234,28 @@ impl Accumulator for LifeTableAccumulator {
         size_of_val(self) + 8 * (self.counts.len() + self.breaks.len())
     }
 }
+
+/// The documentation of `life_table`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Survival,
+    description: "Counts of events and censorings per interval (b0, b1], (b1, b2], ... of a declared time grid (the round of `kaplan_meier` and `logrank_test`).",
+    syntax: "life_table('breaks=b0,b1,...,bm', time, event)",
+    arguments: &[
+        (
+            "config",
+            "a constant `breaks=` list, increasing, separated by commas",
+        ),
+        (
+            "time",
+            "the non-negative time; rows with a NULL time or event are dropped",
+        ),
+        ("event", "1 for an event, 0 for a censoring"),
+    ],
+    options: &[],
+    returns: "the merged counts as `list<float64>`: rows used, negative times, bad events, rows at or before b0, rows after bm, then the events and the censorings of each interval",
+    releases: "5 + 2m counts for m intervals, whatever its rows.",
+    example: "SELECT life_table('breaks=0,50,70,100', age, event) AS counts FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

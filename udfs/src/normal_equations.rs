@@ -17,6 +17,7 @@ use datafusion::logical_expr::AggregateUDF;
 use ndarray::{Array1, Array2};
 
 use crate::comoments::{CoMoments, CoMomentsAggregate, Finish};
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::labeled::{
     matrix_array, matrix_type, names_array, names_type, vector_array, vector_type,
 };
@@ -102,6 +103,36 @@ fn finish_with_intercept(state: &CoMoments, names: &[String]) -> Result<ScalarVa
 fn finish_without_intercept(state: &CoMoments, names: &[String]) -> Result<ScalarValue> {
     finish(state, names, false)
 }
+
+/// The documentation of `normal_equations`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The blocks of the least-squares normal equations of y on x1, ..., xk with an intercept: X'X (intercept column first), X'y, y'y and n, over the rows where none of the columns is NULL.",
+    syntax: "normal_equations(y, x1, ..., xk)",
+    arguments: &[
+        ("y", "the numeric response"),
+        ("x1, ..., xk", "numeric regressors"),
+    ],
+    options: &[],
+    returns: "`struct<names, n, xtx, xty, yty>`: the regressor names, n, X'X and X'y as labeled matrix and vector, y'y",
+    releases: "the centred co-moments of (y, x1, ..., xk): n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; the raw blocks are rebuilt after the merge.",
+    example: "SELECT normal_equations(systolic, age, bmi)['xtx'] AS xtx FROM clinic",
+};
+
+/// The documentation of `normal_equations_no_intercept`.
+pub const NO_INTERCEPT_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Matrices,
+    description: "The blocks of the least-squares normal equations of y on x1, ..., xk without an intercept column: X'X, X'y, y'y and n, over the rows where none of the columns is NULL.",
+    syntax: "normal_equations_no_intercept(y, x1, ..., xk)",
+    arguments: &[
+        ("y", "the numeric response"),
+        ("x1, ..., xk", "numeric regressors"),
+    ],
+    options: &[],
+    returns: "`struct<names, n, xtx, xty, yty>`, as `normal_equations` without the intercept",
+    releases: "the centred co-moments of (y, x1, ..., xk): n, k + 1 means and the (k + 1)² centred cross products, whatever its rows.",
+    example: "SELECT normal_equations_no_intercept(systolic, age, bmi)['xty'] AS xty FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -6,12 +6,34 @@
 
 use datafusion::logical_expr::AggregateUDF;
 
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::secure_quantized::{Output, SecureAggregate};
 
 /// `secure_avg(value, lower, upper)`.
 pub fn secure_avg() -> AggregateUDF {
     AggregateUDF::from(SecureAggregate::new("secure_avg", Output::Avg))
 }
+
+/// The documentation of `secure_avg`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "The mean of the values clipped to [lower, upper]: the secure sum divided by the secure count, both merged as pairwise-masked sums.",
+    syntax: "secure_avg(value, lower, upper)",
+    arguments: &[
+        (
+            "value",
+            "an INT, BIGINT, REAL or DOUBLE column or expression; NULL and NaN are skipped",
+        ),
+        (
+            "lower, upper",
+            "constant bounds of the value's type, finite, lower < upper",
+        ),
+    ],
+    options: &[],
+    returns: "DOUBLE",
+    releases: "its quantized sum and count, two integers mod 2^64, each masked with pairwise masks that cancel in the merge.",
+    example: "SELECT secure_avg(bmi, 10, 60) AS mean_bmi FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

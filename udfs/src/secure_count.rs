@@ -7,12 +7,25 @@
 
 use datafusion::logical_expr::AggregateUDF;
 
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::secure_quantized::{Output, SecureAggregate};
 
 /// `secure_count(value)`.
 pub fn secure_count() -> AggregateUDF {
     AggregateUDF::from(SecureAggregate::new("secure_count", Output::Count))
 }
+
+/// The documentation of `secure_count`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "The number of non-NULL values, merged as a pairwise-masked sum (`secure_count(1)` counts rows).",
+    syntax: "secure_count(value)",
+    arguments: &[("value", "any column or expression")],
+    options: &[],
+    returns: "BIGINT",
+    releases: "its count, one integer mod 2^64, masked with pairwise masks that cancel in the merge.",
+    example: "SELECT secure_count(bmi) AS n FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

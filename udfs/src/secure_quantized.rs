@@ -102,6 +102,10 @@ impl std::hash::Hash for SecureAggregate {
 }
 
 impl AggregateUDFImpl for SecureAggregate {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         self.name
     }

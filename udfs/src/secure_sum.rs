@@ -7,12 +7,34 @@
 
 use datafusion::logical_expr::AggregateUDF;
 
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::secure_quantized::{Output, SecureAggregate};
 
 /// `secure_sum(value, lower, upper)`.
 pub fn secure_sum() -> AggregateUDF {
     AggregateUDF::from(SecureAggregate::new("secure_sum", Output::Sum))
 }
+
+/// The documentation of `secure_sum`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "The sum of the values clipped to [lower, upper], merged as a pairwise-masked sum so that the coordinator learns only the total; NULL when there is no value.",
+    syntax: "secure_sum(value, lower, upper)",
+    arguments: &[
+        (
+            "value",
+            "an INT, BIGINT, REAL or DOUBLE column or expression; NULL and NaN are skipped",
+        ),
+        (
+            "lower, upper",
+            "constant bounds of the value's type, finite, lower < upper",
+        ),
+    ],
+    options: &[],
+    returns: "the sum, of the value's type (exact for integers with upper − lower < 2^32; otherwise within n · (upper − lower) / (2 · (2^32 − 1)))",
+    releases: "its quantized sum and count, two integers mod 2^64, each masked with pairwise masks that cancel in the merge; no site's own state is readable.",
+    example: "SELECT secure_sum(visits, 0, 20) AS visits FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -7,12 +7,34 @@
 
 use datafusion::logical_expr::AggregateUDF;
 
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use crate::secure_quantized::{Output, SecureAggregate};
 
 /// `secure_sum_vec(values, lowers, uppers)`.
 pub fn secure_sum_vec() -> AggregateUDF {
     AggregateUDF::from(SecureAggregate::new("secure_sum_vec", Output::SumVec))
 }
+
+/// The documentation of `secure_sum_vec`.
+pub const DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "Several secure sums at once, each value clipped to its own bounds.",
+    syntax: "secure_sum_vec([x1, ..., xm], [lower1, ..., lowerm], [upper1, ..., upperm])",
+    arguments: &[
+        (
+            "[x1, ..., xm]",
+            "a list written out, of values of one common type (cast as needed)",
+        ),
+        (
+            "[lower1, ...], [upper1, ...]",
+            "constant lists of bounds, one per value",
+        ),
+    ],
+    options: &[],
+    returns: "a list of m sums, of the values' type; NULL for a value with no non-NULL row",
+    releases: "a list of m quantized sums and a list of m counts, integers mod 2^64, each masked with pairwise masks that cancel in the merge.",
+    example: "SELECT secure_sum_vec([bmi, CAST(visits AS DOUBLE)], [10, 0], [60, 20]) AS sums FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

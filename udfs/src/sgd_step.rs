@@ -36,6 +36,7 @@ use datafusion::logical_expr::{
 use ndarray::{Array1, Array2, ArrayView1};
 
 use crate::flat_state;
+use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 use crate::gram::{BLOCK, add_weighted_gram, linear_predictor};
 use crate::lanes::{self, LANES, Lanes, Vec4, WithLanes};
 
@@ -396,6 +397,10 @@ pub fn sgd_newton() -> AggregateUDF {
 }
 
 impl AggregateUDFImpl for SgdStep {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         if self.curvature {
             "sgd_newton"
@@ -488,6 +493,80 @@ impl Accumulator for SgdAccumulator {
         size_of_val(self) + 8 * (self.config.theta.len() + self.sums.flat_len())
     }
 }
+
+/// The documentation of `sgd_gradient`.
+pub const GRADIENT_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "One round of federated gradient descent (the round `fedsgd` runs): the example count, the loss sum and the gradient sum Σ ∇ℓᵢ(θ) at the parameters θ of the config.",
+    syntax: "sgd_gradient('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("y", "the response"),
+        (
+            "offset",
+            "a known term of the linear predictor (0 for none)",
+        ),
+        (
+            "x1, ..., xk",
+            "the design columns (an intercept is a column of 1)",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "model",
+            default: "required",
+            meaning: "linear, logistic or poisson",
+        },
+        DocOption {
+            name: "theta",
+            default: "required",
+            meaning: "the current parameters, k numbers separated by commas",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: count, loss sum, rows out of range, then the k gradient sums",
+    releases: "k + 3 numbers, whatever its rows: the example count, the loss sum, the rows out of the model's range and the gradient sum.",
+    example: "SELECT sgd_gradient('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
+};
+
+/// The documentation of `sgd_newton`.
+pub const NEWTON_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Models,
+    description: "One round of federated Newton descent (the round of `fedsgd` with `optimizer=newton`): the sums of `sgd_gradient` and the curvature block Σ ℓ''ᵢ xᵢxᵢ'.",
+    syntax: "sgd_newton('model=logistic;theta=t1,...,tk', y, offset, x1, ..., xk)",
+    arguments: &[
+        (
+            "config",
+            "a constant string of `key=value` entries separated by `;` (the options below)",
+        ),
+        ("y", "the response"),
+        (
+            "offset",
+            "a known term of the linear predictor (0 for none)",
+        ),
+        (
+            "x1, ..., xk",
+            "the design columns (an intercept is a column of 1)",
+        ),
+    ],
+    options: &[
+        DocOption {
+            name: "model",
+            default: "required",
+            meaning: "linear, logistic or poisson",
+        },
+        DocOption {
+            name: "theta",
+            default: "required",
+            meaning: "the current parameters, k numbers separated by commas",
+        },
+    ],
+    returns: "the merged sums as `list<float64>`: those of `sgd_gradient`, then the k × k curvature block",
+    releases: "k² + k + 3 numbers, whatever its rows: those of `sgd_gradient` and the k × k curvature block.",
+    example: "SELECT sgd_newton('model=logistic;theta=-3,0.04', event, 0.0, 1.0, age) AS sums FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -32,6 +32,9 @@ pub enum Command {
     /// `\dt [PATTERN]`: the tables whose names match PATTERN (`*` and `?`
     /// as in psql), all without one.
     Tables(Option<String>),
+    /// `\h [NAME]`: the documentation of function NAME; without NAME, the
+    /// functions fedsql adds.
+    Function(Option<String>),
     /// `\clients NAME`: the clients of a federated table.
     Clients(String),
     /// `\timing [on|off]`: toggle (or set) the row-count and elapsed-time line.
@@ -71,6 +74,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "list tables whose names match PATTERN (* and ? wildcards), all without one",
     ),
     ("\\clients NAME", "list the clients of federated table NAME"),
+    (
+        "\\h [NAME]",
+        "show the documentation of function NAME; without NAME, list the functions fedsql adds",
+    ),
     (
         "\\timing [on|off]",
         "toggle the row-count and elapsed-time line after each result",
@@ -141,6 +148,8 @@ impl FromStr for Command {
                     "\\digits takes a number of significant digits (0 for all), not `{n}`"
                 ))
             })?)),
+            ("h" | "help", Some(name)) => Command::Function(Some(unquote(name))),
+            ("h", None) => Command::Function(None),
             ("g", None) => Command::Go,
             ("r", None) => Command::Reset,
             ("clients", Some(table)) => Command::Clients(unquote(table)),
@@ -161,7 +170,7 @@ impl FromStr for Command {
                 }
                 Command::Chart { y, x }
             }
-            ("?" | "help" | "q" | "quit" | "g" | "r", Some(arg)) => {
+            ("?" | "q" | "quit" | "g" | "r", Some(arg)) => {
                 return Err(FedError::Syntax(format!(
                     "\\{name} takes no argument `{arg}` (\\? lists the commands)"
                 )));
@@ -229,6 +238,8 @@ mod tests {
         assert_eq!(parse("\\digits 4"), Command::Digits(Some(4)));
         assert_eq!(parse("\\digits"), Command::Digits(None));
         assert_eq!(parse("\\g"), Command::Go);
+        assert_eq!(parse("\\h"), Command::Function(None));
+        assert_eq!(parse("\\h glm"), Command::Function(Some("glm".into())));
         assert_eq!(parse("\\r"), Command::Reset);
         assert_eq!(parse("\\timing"), Command::Timing(None));
         assert_eq!(parse("\\timing OFF"), Command::Timing(Some(false)));

@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::coordinator::context::{FedContext, TableInfo};
+use crate::coordinator::function_docs::{self, DocumentedFunction, FunctionKind};
 use crate::coordinator::settings::fedsql_options;
 use crate::error::{FedError, Result};
 use crate::frontend::print::{self, OutputFormat, TableStyle};
@@ -334,6 +335,19 @@ impl Session {
                     }
                 }
             }
+            Command::Function(Some(name)) => {
+                let text = function_docs::help_text(&self.ctx.session().state(), &name)
+                    .ok_or_else(|| {
+                        FedError::UnknownObject(format!(
+                            "no function `{name}`: SHOW FUNCTIONS lists them all, \\h the ones fedsql adds"
+                        ))
+                    })?;
+                write!(out, "{text}")?;
+            }
+            Command::Function(None) => {
+                let functions = function_docs::documented_functions(&self.ctx.session().state());
+                self.print(&functions_batch(&functions)?, &mut out)?;
+            }
             Command::Clients(name) => {
                 let batch = self.ctx.clients_batch(&name).await?;
                 self.print(&batch, &mut out)?;
@@ -465,6 +479,31 @@ fn matches_pattern(pattern: &str, name: &str) -> bool {
     }
     let fold = |s: &str| -> Vec<char> { s.to_lowercase().chars().collect() };
     matches(&fold(pattern), &fold(name))
+}
+
+/// `\h` as a result: one row per function fedsql adds, by family.
+fn functions_batch(functions: &[DocumentedFunction]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("function", DataType::Utf8, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("family", DataType::Utf8, false),
+        Field::new("description", DataType::Utf8, false),
+    ]));
+    let column = |value: &dyn Fn(&DocumentedFunction) -> String| {
+        Arc::new(StringArray::from_iter_values(functions.iter().map(value))) as ArrayRef
+    };
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            column(&|f| f.name.clone()),
+            column(&|f| match f.kind {
+                FunctionKind::Aggregate => "aggregate".to_string(),
+                FunctionKind::Table => "table".to_string(),
+            }),
+            column(&|f| f.doc.family.label().to_string()),
+            column(&|f| f.doc.description.to_string()),
+        ],
+    )?)
 }
 
 /// `\d`: one row per table.

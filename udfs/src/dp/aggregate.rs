@@ -259,6 +259,10 @@ struct DpAggregate {
 }
 
 impl AggregateUDFImpl for DpAggregate {
+    fn documentation(&self) -> Option<&datafusion::logical_expr::Documentation> {
+        crate::catalogue::documentation(self.name())
+    }
+
     fn name(&self) -> &str {
         self.kind.name()
     }

@@ -33,6 +33,8 @@ use datafusion::physical_expr::expressions::Literal;
 use rand_core::{CryptoRng, RngCore};
 
 pub use aggregate::{Kind, Params};
+
+use crate::function_doc::{FunctionDoc, FunctionFamily};
 use sampler::{Scale, discrete_laplace};
 
 /// Grid levels: the largest magnitude of a quantized value.
@@ -225,6 +227,101 @@ pub fn all() -> Vec<datafusion::logical_expr::AggregateUDF> {
     .map(aggregate::udaf)
     .collect()
 }
+
+/// The documentation of `dp_count`.
+pub const COUNT_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Dp,
+    description: "A differentially private count of rows (`dp_count(*)`) or of non-NULL values.",
+    syntax: "dp_count(* | x [, epsilon])",
+    arguments: &[
+        ("x", "any column or expression, or `*` for rows"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "BIGINT (unbiased; a noisy count may be negative)",
+    releases: "its count with discrete Laplace noise of scale 1/ε, after debiting ε from its budget.",
+    example: "SELECT dp_count(*) AS n FROM clinic",
+};
+
+/// The documentation of `dp_sum`.
+pub const SUM_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Dp,
+    description: "A differentially private sum of the values clamped to [lower, upper].",
+    syntax: "dp_sum(x, lower, upper [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "BIGINT for integers, else DOUBLE (unbiased)",
+    releases: "the sum of its clamped values on a grid, with discrete Laplace noise of scale max(|lower|, |upper|)/ε, after debiting ε from its budget.",
+    example: "SELECT dp_sum(visits, 0, 10) AS visits FROM clinic",
+};
+
+/// The documentation of `dp_avg`.
+pub const AVG_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Dp,
+    description: "A differentially private mean of the values clamped to [lower, upper].",
+    syntax: "dp_avg(x, lower, upper [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "DOUBLE, clamped into [lower, upper]",
+    releases: "its count (ε/2) and the sum of (x − midpoint) (ε/2), each with discrete Laplace noise, after debiting ε from its budget.",
+    example: "SELECT dp_avg(systolic, 80, 200) AS mean_sbp FROM clinic",
+};
+
+/// The documentation of `dp_var`.
+pub const VAR_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Dp,
+    description: "A differentially private sample variance of the values clamped to [lower, upper].",
+    syntax: "dp_var(x, lower, upper [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "DOUBLE, at least 0",
+    releases: "its count, Σ (x − midpoint) and Σ (x − midpoint)² (ε/3 each), each with discrete Laplace noise, after debiting ε from its budget.",
+    example: "SELECT dp_var(systolic, 80, 200) AS var_sbp FROM clinic",
+};
+
+/// The documentation of `dp_histogram`.
+pub const HISTOGRAM_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Dp,
+    description: "A differentially private histogram: counts in `bins` equal-width bins over [lower, upper], values outside clamped into the end bins; the layout of `histogram`.",
+    syntax: "dp_histogram(x, lower, upper, bins [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        ("bins", "a constant number of bins, 1 to 10000"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "a list of `bins` counts (`list<int64>`)",
+    releases: "its `bins` counts, each with discrete Laplace noise of scale 1/ε (one row changes one bin), after debiting ε from its budget.",
+    example: "SELECT dp_histogram(bmi, 15, 45, 6) AS bmi_bins FROM clinic",
+};
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,8 @@ mod client_column;
 mod consistency;
 #[path = "suites/dataframe.rs"]
 mod dataframe;
+#[path = "suites/doc_sessions.rs"]
+mod doc_sessions;
 #[path = "suites/dp.rs"]
 mod dp;
 #[path = "suites/errors.rs"]

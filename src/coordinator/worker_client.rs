@@ -194,7 +194,15 @@ impl RemoteClient {
         let detail = format!("{}{}", status.message(), error_chain(status));
         let transport = matches!(status.code(), Code::Unknown | Code::Unavailable)
             && detail.contains("transport error");
-        if transport && !self.url.tls && speaks_tls(&self.url.host, self.url.port).await {
+        // A plain HTTP/2 client reading a TLS record fails as a transport
+        // error, or (depending on the record's first bytes) as an HTTP/2
+        // framing error with status Internal.
+        let framing =
+            detail.contains("h2 protocol error") || detail.contains("frame with invalid size");
+        if (transport || framing)
+            && !self.url.tls
+            && speaks_tls(&self.url.host, self.url.port).await
+        {
             return self.error(format!(
                 "the worker speaks TLS: use grpcs://{}:{} (and OPTIONS ('ca_cert' 'ca.pem'))",
                 self.url.host, self.url.port

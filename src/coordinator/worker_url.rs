@@ -214,9 +214,10 @@ pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) 
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}; and their privacy budget: {}, dp_domain.<column>",
                 CSV_OPTION_KEYS.join(", "),
-                crate::site::release::policy::POLICY_KEYS.join(", ")
+                crate::site::release::policy::POLICY_KEYS.join(", "),
+                crate::site::release::dp::DP_OPTION_KEYS.join(", ")
             )));
         }
     }

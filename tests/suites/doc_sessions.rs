@@ -264,3 +264,32 @@ fn the_parser_reads_prompts_continuations_and_output() {
     assert_eq!(normal(steps[0].output.clone()), ["+---+", "| x |"]);
     assert_eq!(steps[1].input, "\\q");
 }
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut bad = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let mut in_fence = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                in_fence = !in_fence;
+            }
+            if in_fence {
+                continue;
+            }
+            for (at, _) in line.match_indices("](") {
+                let rest = &line[at + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = rest[..end].split('#').next().unwrap_or("");
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                if !page.parent().unwrap().join(target).exists() {
+                    bad.push(format!("{}:{}: {target}", page.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "links to nothing:\n{}", bad.join("\n"));
+}

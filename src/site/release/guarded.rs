@@ -318,6 +318,28 @@ impl Modes {
         }
     }
 
+    /// Every value of `values`, as its key: as [`Modes::add`] row by row,
+    /// but once both references are set (from then on they never change)
+    /// the rest is counted in one pass the compiler vectorizes.
+    fn add_slice<T: Copy>(&mut self, values: &[T], key: impl Fn(T) -> u64) {
+        let mut next = 0;
+        while next < values.len() && (self.refs[0].1 == 0 || self.refs[1].1 == 0) {
+            self.add(key(values[next]));
+            next += 1;
+        }
+        let rest = &values[next..];
+        let [(v0, _), (v1, _)] = self.refs;
+        let (mut c0, mut c1) = (0i64, 0i64);
+        for &value in rest {
+            let k = key(value);
+            c0 += i64::from(k == v0);
+            c1 += i64::from(k == v1);
+        }
+        self.values += rest.len() as i64;
+        self.refs[0].1 += c0;
+        self.refs[1].1 += c1;
+    }
+
     /// Another state of the same group merged in: the values add up, and
     /// the two references counted most stay (equal references adding up;
     /// on a tie, the earlier).
@@ -389,7 +411,7 @@ fn float_key(v: f64) -> u64 {
 fn for_each_key(
     values: &ArrayRef,
     rows: Option<&BooleanBuffer>,
-    mut f: impl FnMut(usize, u64),
+    f: impl FnMut(usize, u64),
 ) -> DFResult<()> {
     let nulls = values.logical_nulls();
     let rows = match (rows, nulls) {
@@ -398,23 +420,58 @@ fn for_each_key(
         (None, Some(nulls)) => Some(nulls.into_inner()),
         (None, None) => None,
     };
-    let mut each = |key: &dyn Fn(usize) -> u64| match &rows {
-        Some(rows) => rows.set_indices().for_each(|row| f(row, key(row))),
-        None => (0..values.len()).for_each(|row| f(row, key(row))),
-    };
     match values.data_type() {
         DataType::Int64 => {
             let ints = values.as_primitive::<Int64Type>().values();
-            each(&|row| ints[row] as u64);
+            each_row(rows.as_ref(), ints, |v| v as u64, f);
         }
         DataType::Float64 => {
             let floats = values.as_primitive::<Float64Type>().values();
-            each(&|row| float_key(floats[row]));
+            each_row(rows.as_ref(), floats, float_key, f);
         }
         _ => {
             let floats = cast(values, &DataType::Float64)?;
             let floats = floats.as_primitive::<Float64Type>().values();
-            each(&|row| float_key(floats[row]));
+            each_row(rows.as_ref(), floats, float_key, f);
+        }
+    }
+    Ok(())
+}
+
+/// `f(row, key)` for every row of `values` in `rows` (all when `None`).
+#[inline]
+fn each_row<T: Copy>(
+    rows: Option<&BooleanBuffer>,
+    values: &[T],
+    key: impl Fn(T) -> u64,
+    mut f: impl FnMut(usize, u64),
+) {
+    match rows {
+        Some(rows) => rows.set_indices().for_each(|row| f(row, key(values[row]))),
+        None => values
+            .iter()
+            .enumerate()
+            .for_each(|(row, &v)| f(row, key(v))),
+    }
+}
+
+/// Every value of a numeric `values` that is not NULL, added to `modes`
+/// (as [`for_each_key`] with [`Modes::add`]; without NULLs, in one
+/// vectorized pass once the references are set).
+fn add_values(modes: &mut Modes, values: &ArrayRef) -> DFResult<()> {
+    if values.logical_nulls().is_some() {
+        return for_each_key(values, None, |_, key| modes.add(key));
+    }
+    match values.data_type() {
+        DataType::Int64 => {
+            modes.add_slice(values.as_primitive::<Int64Type>().values(), |v| v as u64)
+        }
+        DataType::Float64 => {
+            modes.add_slice(values.as_primitive::<Float64Type>().values(), float_key)
+        }
+        _ => {
+            let floats = cast(values, &DataType::Float64)?;
+            modes.add_slice(floats.as_primitive::<Float64Type>().values(), float_key);
         }
     }
     Ok(())
@@ -449,7 +506,7 @@ impl Accumulator for GuardedAccumulator {
             }
         }
         for (i, modes) in &mut self.modes {
-            for_each_key(&values[*i], None, |_, key| modes.add(key))?;
+            add_values(modes, &values[*i])?;
         }
         Ok(())
     }

@@ -98,3 +98,37 @@ fn merged_states_keep_the_common_value() {
     e.merge(&modes_of(floats(vec![4.0, 5.0, 6.0])));
     assert_eq!(e.odd(5), 0);
 }
+
+#[test]
+fn the_vectorized_pass_counts_as_the_row_by_row_one() {
+    let columns: Vec<ArrayRef> = vec![
+        floats(vec![]),
+        floats(vec![3.0]),
+        floats(vec![3.0, 3.0, 3.0, -0.0, 0.0, 3.0, 7.5, 0.0, 3.0]),
+        floats((0..1000).map(|i| f64::from(i % 7)).collect()),
+        Arc::new(Int64Array::from(
+            (0..777).map(|i| (i * i) % 5).collect::<Vec<i64>>(),
+        )),
+        Arc::new(datafusion::arrow::array::Int32Array::from(vec![
+            1, 1, 2, 1, 3, 2,
+        ])),
+        Arc::new(Int64Array::from(vec![
+            Some(1),
+            None,
+            Some(1),
+            Some(2),
+            None,
+        ])),
+    ];
+    for (at, column) in columns.iter().enumerate() {
+        let mut fast = Modes::default();
+        add_values(&mut fast, column).unwrap();
+        // Twice: a second batch starts with the references set.
+        add_values(&mut fast, column).unwrap();
+        let mut slow = Modes::default();
+        for _ in 0..2 {
+            for_each_key(column, None, |_, key| slow.add(key)).unwrap();
+        }
+        assert_eq!(fast, slow, "column {at}");
+    }
+}

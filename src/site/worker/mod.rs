@@ -185,6 +185,12 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
             "fedsql worker: WARNING: serving WITHOUT a disclosure policy (--policy none): any aggregate state of any group size leaves this site"
         );
     }
+    if !tls && !config.listen.ip().is_loopback() {
+        eprintln!(
+            "fedsql worker: WARNING: serving in plain text on {}: tokens and aggregate states cross the network unencrypted (--tls-cert and --tls-key turn TLS on)",
+            config.listen
+        );
+    }
     let mut worker = start(config).await?;
     println!(
         "fedsql worker listening on {} ({}; tables: {})",

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Float64Type, Int64Type};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use fedsql_udfs::family::{Family, Link, parse_family};
+use fedsql_udfs::family::Family;
 use fedsql_udfs::irls_step::{IrlsConfig, IrlsSums, NullMean};
 use fedsql_udfs::linalg::{
     ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd, to_dmatrix,
@@ -50,16 +50,14 @@ use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
 use crate::models::step_rounds::StepRounds;
 use crate::notices::Progress;
-use crate::notices::printed_summary::call_text;
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
-use crate::table_function::options::Options;
 use crate::table_function::rounds::explain_step;
 
-/// The options `glm` takes.
-const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
+mod spec;
 
-const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
+pub(crate) use spec::GlmSpec;
+use spec::{USAGE, r_call};
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,54 +72,6 @@ pub(crate) enum GlmOutput {
 #[derive(Debug)]
 pub(crate) struct GlmFunction {
     pub output: GlmOutput,
-}
-
-/// Everything that defines a fit.
-#[derive(Debug, Clone)]
-pub(crate) struct GlmSpec {
-    pub source: ModelSource,
-    pub formula: Formula,
-    pub family: Family,
-    pub link: Link,
-    pub maxit: usize,
-    pub epsilon: f64,
-    pub weights: Option<String>,
-}
-
-impl GlmSpec {
-    /// Parses the string arguments of `glm(source, formula, family [, options])`.
-    pub(crate) fn parse(args: &[String]) -> Result<Self> {
-        if !(3..=4).contains(&args.len()) {
-            return Err(FedError::InvalidArgument(format!(
-                "glm takes 3 or 4 arguments; usage: {USAGE}"
-            )));
-        }
-        let formula = Formula::parse(&args[1])?;
-        let (family, link) = parse_family(&args[2]).map_err(FedError::InvalidArgument)?;
-        if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
-            return Err(FedError::InvalidArgument(
-                "cbind(successes, failures) responses are for the binomial family".into(),
-            ));
-        }
-        let mut spec = GlmSpec {
-            source: ModelSource::parse(&args[0]),
-            formula,
-            family,
-            link,
-            maxit: 25,
-            epsilon: 1e-8,
-            weights: None,
-        };
-        let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
-        for option in &options {
-            match option.key.as_str() {
-                "maxit" => spec.maxit = option.count()?,
-                "epsilon" => spec.epsilon = option.positive()?,
-                _ => spec.weights = Some(option.value.clone()),
-            }
-        }
-        Ok(spec)
-    }
 }
 
 impl TableFunctionImpl for GlmFunction {
@@ -178,22 +128,6 @@ impl TableFunctionImpl for GlmFunction {
             },
         ))
     }
-}
-
-/// R's call for `glm(source, formula, family [, options])`: the family
-/// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
-/// weights as `weights = col`.
-fn r_call(args: &[String], spec: &GlmSpec) -> String {
-    let family = if spec.link == spec.family.default_link() {
-        spec.family.name().to_string()
-    } else {
-        format!("{}(link = \"{}\")", spec.family.name(), spec.link.name())
-    };
-    let mut middle = vec![format!("family = {family}")];
-    if let Some(weights) = &spec.weights {
-        middle.push(format!("weights = {weights}"));
-    }
-    call_text("glm", &args[1], &middle, &args[0])
 }
 
 /// The SQL pieces of a fit: the argument list of `irls_step` after its

@@ -7,7 +7,9 @@
 //! bare names of its own submodules), resolves each to the longest prefix
 //! that is a module file, and looks for circles. It discovers the modules,
 //! so it survives files moving. Test code (from the first `#[cfg(test)]`
-//! of a file on) and comments are not read: a test may reach anywhere.
+//! of a file on), files named `tests.rs` (a module's tests moved beside
+//! it, declared under `#[cfg(test)]`) and comments are not read: a test
+//! may reach anywhere.
 //! The crate root (`lib.rs`) only re-exports, so it is left out.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +24,10 @@ fn modules(src: &Path) -> BTreeMap<Module, String> {
     let mut stack = vec![src.to_path_buf()];
     while let Some(path) = stack.pop() {
         let relative = path.strip_prefix(src).unwrap();
-        if relative.starts_with("bin") || relative == Path::new("main.rs") {
+        if relative.starts_with("bin")
+            || relative == Path::new("main.rs")
+            || path.file_name().is_some_and(|name| name == "tests.rs")
+        {
             continue;
         }
         if path.is_dir() {

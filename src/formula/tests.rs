@@ -1,5 +1,6 @@
 use super::*;
-use datafusion::arrow::datatypes::Field;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::ScalarValue;
 
 fn v(c: &str) -> Variable {
     Variable::column(c.into(), false)

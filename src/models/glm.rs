@@ -28,7 +28,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{Float64Type, Int64Type};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use fedsql_udfs::family::{Family, Link, parse_family};
+use fedsql_udfs::family::Family;
 use fedsql_udfs::irls_step::{IrlsConfig, IrlsSums, NullMean};
 use fedsql_udfs::linalg::{
     ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd, to_dmatrix,
@@ -50,16 +50,14 @@ use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
 use crate::models::step_rounds::StepRounds;
 use crate::notices::Progress;
-use crate::notices::printed_summary::call_text;
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
-use crate::table_function::options::Options;
 use crate::table_function::rounds::explain_step;
 
-/// The options `glm` takes.
-const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
+mod spec;
 
-const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
+pub(crate) use spec::GlmSpec;
+use spec::{USAGE, r_call};
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,54 +72,6 @@ pub(crate) enum GlmOutput {
 #[derive(Debug)]
 pub(crate) struct GlmFunction {
     pub output: GlmOutput,
-}
-
-/// Everything that defines a fit.
-#[derive(Debug, Clone)]
-pub(crate) struct GlmSpec {
-    pub source: ModelSource,
-    pub formula: Formula,
-    pub family: Family,
-    pub link: Link,
-    pub maxit: usize,
-    pub epsilon: f64,
-    pub weights: Option<String>,
-}
-
-impl GlmSpec {
-    /// Parses the string arguments of `glm(source, formula, family [, options])`.
-    pub(crate) fn parse(args: &[String]) -> Result<Self> {
-        if !(3..=4).contains(&args.len()) {
-            return Err(FedError::InvalidArgument(format!(
-                "glm takes 3 or 4 arguments; usage: {USAGE}"
-            )));
-        }
-        let formula = Formula::parse(&args[1])?;
-        let (family, link) = parse_family(&args[2]).map_err(FedError::InvalidArgument)?;
-        if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
-            return Err(FedError::InvalidArgument(
-                "cbind(successes, failures) responses are for the binomial family".into(),
-            ));
-        }
-        let mut spec = GlmSpec {
-            source: ModelSource::parse(&args[0]),
-            formula,
-            family,
-            link,
-            maxit: 25,
-            epsilon: 1e-8,
-            weights: None,
-        };
-        let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
-        for option in &options {
-            match option.key.as_str() {
-                "maxit" => spec.maxit = option.count()?,
-                "epsilon" => spec.epsilon = option.positive()?,
-                _ => spec.weights = Some(option.value.clone()),
-            }
-        }
-        Ok(spec)
-    }
 }
 
 impl TableFunctionImpl for GlmFunction {
@@ -178,22 +128,6 @@ impl TableFunctionImpl for GlmFunction {
             },
         ))
     }
-}
-
-/// R's call for `glm(source, formula, family [, options])`: the family
-/// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
-/// weights as `weights = col`.
-fn r_call(args: &[String], spec: &GlmSpec) -> String {
-    let family = if spec.link == spec.family.default_link() {
-        spec.family.name().to_string()
-    } else {
-        format!("{}(link = \"{}\")", spec.family.name(), spec.link.name())
-    };
-    let mut middle = vec![format!("family = {family}")];
-    if let Some(weights) = &spec.weights {
-        middle.push(format!("weights = {weights}"));
-    }
-    call_text("glm", &args[1], &middle, &args[0])
 }
 
 /// The SQL pieces of a fit: the argument list of `irls_step` after its
@@ -672,80 +606,4 @@ fn fit_model<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::frontend::demo::{DEMO_TABLE, register_demo};
-
-    fn spec(formula: &str, family: &str) -> GlmSpec {
-        GlmSpec::parse(&[DEMO_TABLE.into(), formula.into(), family.into()]).unwrap()
-    }
-
-    #[test]
-    fn a_round_is_expected_last_at_maxit_or_when_the_changes_fall_fast_enough() {
-        let binomial = spec("event ~ age", "binomial");
-        // Newton's steps: each change about the square of the one before.
-        assert!(!expected_last(&[], 1, &binomial));
-        assert!(!expected_last(&[0.3], 2, &binomial));
-        assert!(!expected_last(&[0.3, 1e-2], 3, &binomial));
-        assert!(!expected_last(&[1e-2, 1e-4], 4, &binomial));
-        assert!(expected_last(&[1e-4, 1e-8 * 1.5], 5, &binomial));
-        // The demo's binomial fit: 5.8e-4, 8.2e-7, then 1.8e-12.
-        assert!(expected_last(&[5.8e-4, 8.2e-7], 5, &binomial));
-        // A gamma fit whose next change was 1.8e-8, not below 1e-8.
-        assert!(!expected_last(&[0.47, 4.5e-4], 3, &binomial));
-        // Linear convergence at a rate of a half.
-        assert!(!expected_last(&[2e-8, 1e-8], 6, &binomial));
-        // Changes at the rounding of the sums predict nothing.
-        let tight = GlmSpec {
-            epsilon: 1e-14,
-            ..binomial.clone()
-        };
-        assert!(!expected_last(&[1.8e-8, 6.8e-12], 5, &tight));
-        // A change that grew predicts nothing; maxit ends the fit.
-        assert!(!expected_last(&[1e-12, 1e-11], 5, &binomial));
-        assert!(expected_last(&[], 25, &binomial));
-        let few = GlmSpec {
-            maxit: 2,
-            ..binomial
-        };
-        assert!(expected_last(&[0.3], 2, &few));
-    }
-
-    /// Every printed figure of a fit, to the last bit.
-    fn figures(fit: &GlmFit) -> String {
-        format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
-            fit.estimate,
-            fit.std_error,
-            fit.covariance,
-            fit.deviance,
-            fit.null_deviance,
-            fit.dispersion,
-            fit.log_likelihood,
-            fit.iterations,
-            fit.converged
-        )
-    }
-
-    #[tokio::test]
-    async fn skipping_x_w_x_in_rounds_expected_last_changes_no_figure() {
-        let ctx = FedContext::new();
-        register_demo(&ctx).unwrap();
-        let always: LastRoundRule = |_, _, _| true;
-        let never: LastRoundRule = |_, _, _| false;
-        for (formula, family) in [
-            ("event ~ age + bmi + smoker + C(region)", "binomial"),
-            ("visits ~ age + smoker", "poisson"),
-            ("systolic ~ age + bmi", "Gamma(log)"),
-            ("systolic ~ age + bmi", "gaussian"),
-        ] {
-            let spec = spec(formula, family);
-            let fit = |rule| fit_model(&ctx, &spec, None, true, rule);
-            let usual = figures(&fit(expected_last).await.unwrap());
-            // Every round first without X'WX, then again with it (a round
-            // expected last that was not); and never skipping.
-            assert_eq!(figures(&fit(always).await.unwrap()), usual, "{family}");
-            assert_eq!(figures(&fit(never).await.unwrap()), usual, "{family}");
-        }
-    }
-}
+mod tests;

@@ -1,6 +1,7 @@
-//! Differential privacy at the site: the data owner's DP settings, the
-//! noise it adds to its own state before the state leaves, and the budget
-//! it debits (see [`crate::site::release::dp_budget`]).
+//! Differential privacy at the site: the data owner's DP settings
+//! ([`settings`]), the noise it adds to its own state before the state
+//! leaves, and the budget it debits (see
+//! [`crate::site::release::dp_budget`]).
 //!
 //! The DP aggregates' accumulators keep exact integer state; a site runs
 //! them like any aggregate. *Before* it runs a plan with DP calls
@@ -43,147 +44,11 @@ use rand_chacha::ChaCha20Rng;
 use crate::error::{FedError, Result};
 use crate::protocol::dp::{DpCall, dp_calls, top_aggregate};
 use crate::protocol::site::BudgetLine;
-use crate::site::release::dp_budget::{Ledger, MAX_EPSILON, units};
+use crate::site::release::dp_budget::{Ledger, units};
 
-/// The DP settings of a table at a site (beside its disclosure policy).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DpPolicy {
-    /// Total ε per analyst and table; `None`: unlimited (spending is still
-    /// recorded). Only under a finite budget is DP state exempt from the
-    /// disclosure policy's thresholds.
-    pub budget: Option<f64>,
-    /// The most ε one query may spend here (the sum over its DP calls);
-    /// a query asking for more is refused before it runs. Default
-    /// [`DEFAULT_MAX_EPSILON`].
-    pub max_epsilon: f64,
-    /// Answer only DP aggregates.
-    pub require_dp: bool,
-    /// Columns whose values are public, with their values: DP queries may
-    /// group by them.
-    pub domains: BTreeMap<String, Vec<String>>,
-}
+mod settings;
 
-/// The per-query ε cap of a site that sets none.
-pub const DEFAULT_MAX_EPSILON: f64 = 1.0;
-
-impl Default for DpPolicy {
-    fn default() -> Self {
-        Self {
-            budget: None,
-            max_epsilon: DEFAULT_MAX_EPSILON,
-            require_dp: false,
-            domains: BTreeMap::new(),
-        }
-    }
-}
-
-/// The setting keys (`OPTIONS`, the worker's `[policy]`); a domain is
-/// `dp_domain.<column>` = comma-separated values.
-pub const DP_KEYS: &[&str] = &[
-    "dp_budget",
-    "dp_max_epsilon",
-    "require_dp",
-    "dp_domain.<column>",
-];
-
-/// The DP settings of table OPTIONS (besides `dp_domain.<column>`).
-pub const DP_OPTION_KEYS: &[&str] = &["dp_budget", "dp_max_epsilon", "require_dp"];
-
-impl DpPolicy {
-    /// Whether `key` is a DP setting.
-    pub fn is_key(key: &str) -> bool {
-        matches!(key, "dp_budget" | "dp_max_epsilon" | "require_dp")
-            || key.starts_with("dp_domain.")
-    }
-
-    /// Changes one setting.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let bad = |what: &str| FedError::InvalidArgument(format!("policy {key}={value}: {what}"));
-        match key {
-            "dp_budget" => {
-                self.budget = Some(
-                    value
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|b| *b >= 0.0 && *b <= MAX_EPSILON)
-                        .ok_or_else(|| {
-                            bad(&format!("expected a total ε between 0 and {MAX_EPSILON}"))
-                        })?,
-                )
-            }
-            "dp_max_epsilon" => self.max_epsilon = value
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|e| *e > 0.0 && *e <= MAX_EPSILON)
-                .ok_or_else(|| {
-                    bad(&format!(
-                        "expected the most ε one query may spend, above 0 and at most {MAX_EPSILON}"
-                    ))
-                })?,
-            "require_dp" => {
-                self.require_dp = match value.trim().to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "on" => true,
-                    "false" | "no" | "off" => false,
-                    _ => return Err(bad("use true or false")),
-                }
-            }
-            _ => match key.strip_prefix("dp_domain.") {
-                Some(column) if !column.is_empty() => {
-                    let values: Vec<String> = value
-                        .split(',')
-                        .map(|v| v.trim().to_string())
-                        .filter(|v| !v.is_empty())
-                        .collect();
-                    if values.is_empty() {
-                        return Err(bad(
-                            "list the column's public values, e.g. 'east,north,south,west'",
-                        ));
-                    }
-                    self.domains.insert(column.to_string(), values);
-                }
-                _ => {
-                    return Err(FedError::UnknownObject(format!(
-                        "unknown DP setting `{key}`; the settings are {}",
-                        DP_KEYS.join(", ")
-                    )));
-                }
-            },
-        }
-        Ok(())
-    }
-
-    /// The DP settings `OPTIONS` give, if they give any.
-    pub fn from_options(options: &[(String, String)]) -> Result<Option<Self>> {
-        let mut policy = None;
-        for (key, value) in options {
-            // Unquoted SQL names are lower case: so are the keys.
-            let key = key.to_ascii_lowercase();
-            if Self::is_key(&key) {
-                policy
-                    .get_or_insert_with(DpPolicy::default)
-                    .set(&key, value)?;
-            }
-        }
-        Ok(policy)
-    }
-}
-
-impl std::fmt::Display for DpPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.budget {
-            Some(b) => write!(f, "dp_budget={b}")?,
-            None => write!(f, "dp_budget=unlimited")?,
-        }
-        write!(f, ", dp_max_epsilon={}", self.max_epsilon)?;
-        write!(f, ", require_dp={}", self.require_dp)?;
-        for (column, values) in &self.domains {
-            write!(f, ", dp_domain.{column}={}", values.join("|"))?;
-        }
-        Ok(())
-    }
-}
+pub use settings::{DEFAULT_MAX_EPSILON, DP_KEYS, DP_OPTION_KEYS, DpPolicy};
 
 /// A site's DP settings and its ledger.
 #[derive(Debug, Default)]
@@ -671,43 +536,4 @@ fn trim(epsilon: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_set_dp_settings() {
-        let p = DpPolicy::from_options(&[
-            ("dp_budget".into(), "10".into()),
-            ("require_dp".into(), "true".into()),
-            ("dp_domain.region".into(), "east, north,south,west".into()),
-            ("min_group_rows".into(), "5".into()),
-        ])
-        .unwrap()
-        .unwrap();
-        assert_eq!(p.budget, Some(10.0));
-        assert!(p.require_dp);
-        assert_eq!(p.domains["region"], ["east", "north", "south", "west"]);
-        assert_eq!(
-            DpPolicy::from_options(&[("timeout".into(), "1s".into())]).unwrap(),
-            None
-        );
-        assert!(DpPolicy::from_options(&[("dp_budget".into(), "-1".into())]).is_err());
-        assert_eq!(p.max_epsilon, DEFAULT_MAX_EPSILON);
-        let capped = DpPolicy::from_options(&[("DP_MAX_EPSILON".into(), "0.5".into())])
-            .unwrap()
-            .unwrap();
-        assert_eq!(capped.max_epsilon, 0.5);
-        for bad in ["0", "-1", "inf", "NaN", "1e300", "x"] {
-            assert!(
-                DpPolicy::default().set("dp_max_epsilon", bad).is_err(),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn trimmed_epsilons() {
-        assert_eq!(trim(0.30000000000000004), "0.3");
-        assert_eq!(trim(10.0), "10");
-    }
-}
+mod tests;

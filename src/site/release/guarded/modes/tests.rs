@@ -1,4 +1,9 @@
+//! Tests of a guard's [`Modes`]: the common value seen, kept through merges,
+//! and no odd values in ordinary columns.
+
 use super::*;
+use std::sync::Arc;
+
 use datafusion::arrow::array::{Float64Array, Int64Array};
 
 fn modes_of(values: ArrayRef) -> Modes {

@@ -1,0 +1,79 @@
+//! What defines a GLM fit ([`GlmSpec`]): the arguments and options of
+//! `glm(source, formula, family [, options])` read, and R's call for them.
+
+use fedsql_udfs::family::{Family, Link, parse_family};
+
+use crate::error::{FedError, Result};
+use crate::formula::{Formula, Response};
+use crate::models::source::ModelSource;
+use crate::notices::printed_summary::call_text;
+use crate::table_function::options::Options;
+
+/// The options `glm` takes.
+const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
+
+pub(super) const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
+
+/// Everything that defines a fit.
+#[derive(Debug, Clone)]
+pub(crate) struct GlmSpec {
+    pub source: ModelSource,
+    pub formula: Formula,
+    pub family: Family,
+    pub link: Link,
+    pub maxit: usize,
+    pub epsilon: f64,
+    pub weights: Option<String>,
+}
+
+impl GlmSpec {
+    /// Parses the string arguments of `glm(source, formula, family [, options])`.
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
+        if !(3..=4).contains(&args.len()) {
+            return Err(FedError::InvalidArgument(format!(
+                "glm takes 3 or 4 arguments; usage: {USAGE}"
+            )));
+        }
+        let formula = Formula::parse(&args[1])?;
+        let (family, link) = parse_family(&args[2]).map_err(FedError::InvalidArgument)?;
+        if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
+            return Err(FedError::InvalidArgument(
+                "cbind(successes, failures) responses are for the binomial family".into(),
+            ));
+        }
+        let mut spec = GlmSpec {
+            source: ModelSource::parse(&args[0]),
+            formula,
+            family,
+            link,
+            maxit: 25,
+            epsilon: 1e-8,
+            weights: None,
+        };
+        let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
+        for option in &options {
+            match option.key.as_str() {
+                "maxit" => spec.maxit = option.count()?,
+                "epsilon" => spec.epsilon = option.positive()?,
+                _ => spec.weights = Some(option.value.clone()),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// R's call for `glm(source, formula, family [, options])`: the family
+/// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
+/// weights as `weights = col`.
+pub(super) fn r_call(args: &[String], spec: &GlmSpec) -> String {
+    let family = if spec.link == spec.family.default_link() {
+        spec.family.name().to_string()
+    } else {
+        format!("{}(link = \"{}\")", spec.family.name(), spec.link.name())
+    };
+    let mut middle = vec![format!("family = {family}")];
+    if let Some(weights) = &spec.weights {
+        middle.push(format!("weights = {weights}"));
+    }
+    call_text("glm", &args[1], &middle, &args[0])
+}

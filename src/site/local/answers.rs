@@ -1,0 +1,127 @@
+//! The [`Site`] contract implemented by the embedded site: names, the
+//! privacy budget, the two steps of a secure round, releasing a fit's kept
+//! rows, and EXPLAIN, each over the pipeline of [`super::pipeline`].
+
+use async_trait::async_trait;
+use datafusion::physical_plan::displayable;
+
+use crate::error::{FedError, Result};
+use crate::protocol::encoder::StateBatch;
+use crate::protocol::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup};
+use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
+use crate::site::release::policy::describe_policy;
+use crate::site::release::shown_plan;
+
+use super::client::{LocalClient, Served};
+
+#[async_trait]
+impl Site for LocalClient {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    fn keeps_budget_per_analyst(&self) -> bool {
+        let policy = self.dp.policy();
+        policy.budget.is_some() || policy.require_dp
+    }
+
+    async fn check_reachable(&self, _analyst: &Analyst) -> std::result::Result<(), String> {
+        match self.files.iter().find(|f| !f.is_file()) {
+            None => Ok(()),
+            Some(_) if self.policy.is_some() => {
+                Err("a file is missing (details withheld under its disclosure policy)".into())
+            }
+            Some(file) => Err(format!("the file {} is missing", file.display())),
+        }
+    }
+
+    fn format(&self) -> String {
+        self.format.clone()
+    }
+
+    fn policy(&self) -> String {
+        describe_policy(self.policy.as_ref())
+    }
+
+    async fn encode(&self, request: &SiteRequest<'_>) -> Result<StateBatch> {
+        let plan = self.plain_plan(request.encoder).await?;
+        self.run(request, plan).await
+    }
+
+    async fn privacy_budget(&self, table: &str, analyst: &Analyst) -> Result<Option<BudgetLine>> {
+        Ok(Some(self.dp.budget_line(table, analyst.name())))
+    }
+
+    async fn secure_setup(
+        &self,
+        request: &SiteRequest<'_>,
+        session: &SecureSession,
+    ) -> Result<SecureSetup> {
+        let encoder = request.encoder;
+        self.check_secure_peers()?;
+        if let Some(policy) = &self.policy {
+            policy.check_secure_session(&self.name, session)?;
+        }
+        let plan = self
+            .physical_plan(encoder)
+            .await
+            .map_err(|e| self.site_error(e))?;
+        let mut layout = SecureLayout::of_plan(&plan.plan).map_err(|e| self.error(e))?;
+        if let Some(counts) = &plan.counts {
+            layout = layout.without_columns(&counts.all());
+        }
+        let state = self.run(request, plan).await?;
+        self.secrets
+            .setup(session, &state, layout)
+            .map_err(|e| self.error(e))
+    }
+
+    async fn encode_masked(
+        &self,
+        request: &SiteRequest<'_>,
+        mask: &MaskRequest,
+    ) -> Result<StateBatch> {
+        self.check_secure_peers()?;
+        let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
+        let own = self.secrets.identity();
+        let admit = |me_at: usize| {
+            crate::site::release::secure::check_participants(mask, me_at, own, &self.peers, min).map_err(|rule| {
+                FedError::Policy {
+                    client: self.name.clone(),
+                    rule,
+                    hint: Some(
+                        "run the round over the sites this one lists as peers, each with its identity key".into(),
+                    ),
+                }
+            })
+        };
+        self.secrets
+            .mask(request.encoder, mask, admit)
+            .map_err(|e| self.site_error(e))
+    }
+
+    fn release_fit(&self, scope: u64, _analyst: &Analyst) {
+        self.kept.release(scope);
+    }
+
+    async fn explain(&self, request: &SiteRequest<'_>) -> Result<String> {
+        let plan = self
+            .physical_plan(request.encoder)
+            .await
+            .map_err(|e| self.site_error(e))?;
+        // What a worker answers, or a site under a policy shows, names
+        // none of its files; the analyst's own files are shown as they are.
+        if self.served != Served::InProcess || self.policy.is_some() {
+            return Ok(shown_plan::without_files(&plan.plan, &self.files));
+        }
+        Ok(displayable(plan.plan.as_ref()).indent(false).to_string())
+    }
+}

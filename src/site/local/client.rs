@@ -1,0 +1,337 @@
+//! The embedded site itself: what a [`LocalClient`] holds (its rows, the
+//! engine that runs it, its policy, DP settings, peers and limits) and how
+//! it is made, from files or from batches in memory.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::common::Column;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::{ViewTable, provider_as_source};
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::functions::core::expr_fn::nullif;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
+
+use crate::error::{FedError, Result};
+use crate::site::engine::kept_rows::KeptRows;
+use crate::site::engine::{SiteEngine, SiteFile};
+use crate::site::files::{ClientFiles, FileFormat};
+use crate::site::release::dp::DpSite;
+use crate::site::release::identity::SiteIdentity;
+use crate::site::release::policy::DisclosurePolicy;
+use crate::site::release::secure::ClientSecrets;
+
+/// A site whose rows are local files or in-memory batches.
+pub struct LocalClient {
+    pub(super) name: String,
+    pub(super) location: String,
+    pub(super) format: String,
+    pub(super) rows: Arc<dyn TableProvider>,
+    /// The session, memory pool and encoder templates it shares with the
+    /// other sites of its maker.
+    pub(super) engine: Arc<SiteEngine>,
+    /// Whether the engine's fast path runs this site's encoders (see
+    /// [`crate::site::engine`]); off, DataFusion plans and runs each.
+    pub(super) fast_path: bool,
+    /// What a template of this site's plans is shared by: its format,
+    /// CSV options, schema and policy (`None`: this site plans alone).
+    pub(super) layout: Option<Arc<str>>,
+    /// Its one file, bound into templates (`None` for rows in memory or
+    /// several files).
+    pub(super) file: Option<SiteFile>,
+    /// The decoded input of the current fit's encoder.
+    pub(super) kept: KeptRows,
+    /// Key pairs and states of secure rounds between their two steps.
+    pub(super) secrets: ClientSecrets,
+    /// The data owner's disclosure policy, if any.
+    pub(super) policy: Option<DisclosurePolicy>,
+    /// Identity keys of the peers this site masks with (none listed: any).
+    pub(super) peers: Arc<[[u8; 32]]>,
+    /// How far this site trusts the process it answers: see [`Served`].
+    pub(super) served: Served,
+    /// The most memory one request may use here (`None`: no limit).
+    pub(super) memory_limit: Option<usize>,
+    /// DP settings and budget ledger (DP aggregates are noised even
+    /// without settings).
+    pub(super) dp: Arc<DpSite>,
+    /// The client's files (none for rows held in memory).
+    pub(super) files: Vec<std::path::PathBuf>,
+    /// Whether its CSV files start with a header line (for file lines).
+    pub(super) has_header: bool,
+}
+
+/// Whom a site answers. An in-process site answers the analyst's own
+/// process, which holds its files and its masks' keys anyway; a site that
+/// a worker serves answers a coordinator elsewhere, which learns nothing
+/// of the site's machine (its files' names are withheld from what it
+/// explains) and, under a policy, gets no secure sum without listed
+/// peers unless the data owner trusts it not to invent participants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Served {
+    InProcess,
+    Remotely { secure_without_peers: bool },
+}
+
+impl fmt::Debug for LocalClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalClient({} at {})", self.name, self.location)
+    }
+}
+
+impl LocalClient {
+    /// A site over its files, read with the federated table's `schema`
+    /// (and, for CSV, the client's CSV options), run by `engine` (shared
+    /// with the other sites of its maker).
+    pub fn from_files(
+        files: &ClientFiles,
+        schema: SchemaRef,
+        engine: Arc<SiteEngine>,
+    ) -> Result<Self> {
+        let state = engine.state();
+        let urls = files
+            .files
+            .iter()
+            .map(|f| ListingTableUrl::parse(f.to_string_lossy()))
+            .collect::<Result<Vec<_>, _>>()?;
+        // DataFusion reads `null_value` for inference only: a client that
+        // names one reads its columns as text, and a view turns the token
+        // into NULL before casting to the table's types.
+        let null_value = match files.format {
+            FileFormat::Csv => files.csv.null_value.clone().filter(|n| !n.is_empty()),
+            FileFormat::Parquet => None,
+        };
+        let file_schema = match &null_value {
+            Some(_) => Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(f.name(), DataType::Utf8, true))
+                    .collect::<Vec<_>>(),
+            )),
+            None => Arc::clone(&schema),
+        };
+        let options = match files.format {
+            FileFormat::Csv => ListingOptions::new(Arc::new(
+                CsvFormat::default()
+                    .with_options(files.csv.clone())
+                    .with_has_header(files.has_header()),
+            ))
+            .with_file_extension(""),
+            FileFormat::Parquet => ListingOptions::new(Arc::new(
+                ParquetFormat::default().with_options(state.table_options().parquet.clone()),
+            ))
+            .with_file_extension(files.format.extension()),
+        };
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .with_schema(file_schema);
+        let listing: Arc<dyn TableProvider> = Arc::new(ListingTable::try_new(config)?);
+        let rows = match &null_value {
+            Some(null) => {
+                let exprs: Vec<Expr> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let text = nullif(col(Column::from_name(f.name())), lit(null.as_str()));
+                        let value = if f.data_type() == &DataType::Utf8 {
+                            text
+                        } else {
+                            cast(text, f.data_type().clone())
+                        };
+                        value.alias(f.name())
+                    })
+                    .collect();
+                let plan = LogicalPlanBuilder::scan("rows", provider_as_source(listing), None)?
+                    .project(exprs)?
+                    .build()?;
+                Arc::new(ViewTable::new(plan, None)) as Arc<dyn TableProvider>
+            }
+            None => listing,
+        };
+        let file = match files.files.as_slice() {
+            [one] => Some(SiteFile::new(one)?),
+            _ => None,
+        };
+        let layout = format!(
+            "{:?}|{:?}|{:?}|{}",
+            files.format,
+            files.csv,
+            schema,
+            files.has_header()
+        );
+        Ok(Self {
+            name: files.name.clone(),
+            location: files.describe(),
+            format: files.format.to_string(),
+            rows,
+            engine,
+            fast_path: true,
+            layout: Some(layout.into()),
+            file,
+            kept: KeptRows::default(),
+            secrets: ClientSecrets::default(),
+            policy: None,
+            peers: Arc::new([]),
+            served: Served::InProcess,
+            memory_limit: None,
+            dp: Arc::default(),
+            files: files.files.clone(),
+            has_header: files.format == FileFormat::Csv && files.has_header(),
+        })
+    }
+
+    /// The same site with the engine's fast path on (the default) or off:
+    /// off, every encoder is planned from its logical plan and run by
+    /// DataFusion as it is, with no template, no scan of the site's own
+    /// and no rows kept between the rounds of a fit.
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
+    /// The same site under a disclosure policy (or none).
+    pub fn with_policy(mut self, policy: Option<DisclosurePolicy>) -> Self {
+        if let Some(layout) = &self.layout {
+            self.layout = Some(format!("{layout}|{policy:?}").into());
+        }
+        self.policy = policy;
+        self
+    }
+
+    /// The same site signing its secure-session keys with `identity`, and
+    /// masking only with keys signed by `peers` (when any are listed).
+    pub fn with_identity(
+        mut self,
+        identity: Option<Arc<SiteIdentity>>,
+        peers: Arc<[[u8; 32]]>,
+    ) -> Self {
+        self.secrets = ClientSecrets::with_identity(identity);
+        self.peers = peers;
+        self
+    }
+
+    /// The same site served by a worker to coordinators in other
+    /// processes: what it explains names none of its files, and under a
+    /// policy it takes part in secure sums only with listed peers, unless
+    /// `secure_without_peers` (the data owner's `secure_without_peers`
+    /// setting) trusts the coordinator to relay real participants.
+    pub fn served_remotely(mut self, secure_without_peers: bool) -> Self {
+        self.served = Served::Remotely {
+            secure_without_peers,
+        };
+        self
+    }
+
+    /// Refuses a secure session at a site served remotely under a policy
+    /// with no peers listed (and no `secure_without_peers`): the
+    /// coordinator relays every participant's session key, so without
+    /// signed keys of listed peers it could make up the others and unmask
+    /// this site's state.
+    pub(super) fn check_secure_peers(&self) -> Result<()> {
+        let unauthenticated = self.policy.is_some()
+            && self.peers.is_empty()
+            && self.served
+                == Served::Remotely {
+                    secure_without_peers: false,
+                };
+        if unauthenticated {
+            return Err(FedError::Policy {
+                client: self.name.clone(),
+                rule: "a secure sum here needs the other sites listed as this worker's `peers` (its peers policy): with none listed, the coordinator could invent the other participants and unmask this site's state".into(),
+                hint: Some(
+                    "the data owner lists the other sites' identity keys in [policy] peers (--peer KEY), or sets [policy] secure_without_peers = true (--secure-without-peers) to trust the coordinator not to invent participants".into(),
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The same site with each request's memory capped at `limit` bytes (a
+    /// memory pool of its own per request; nothing is spilled to disk).
+    pub fn with_memory_limit(mut self, limit: Option<usize>) -> Self {
+        self.memory_limit = limit;
+        self
+    }
+
+    /// The task context of one request: under a memory limit, with a
+    /// memory pool of its own (a child of the shared one).
+    pub(super) fn task_ctx(&self) -> Result<Arc<TaskContext>> {
+        self.engine.task_ctx(self.memory_limit)
+    }
+
+    /// Drops the rows kept for fit `scope`; says whether there were any.
+    pub fn release_kept(&self, scope: u64) -> bool {
+        self.kept.release(scope)
+    }
+
+    /// A request past its memory limit is refused, naming the limit.
+    pub(super) fn memory_refusal(&self, e: &DataFusionError) -> Option<FedError> {
+        let limit = self.memory_limit?;
+        let exhausted = matches!(e.find_root(), DataFusionError::ResourcesExhausted(_))
+            || e.to_string().contains("Resources exhausted");
+        exhausted.then(|| FedError::Policy {
+            client: self.name.clone(),
+            rule: format!(
+                "the request needs more than {} of memory (its memory_limit)",
+                format_bytes(limit)
+            ),
+            hint: Some("use fewer groups or columns, or a narrower filter".into()),
+        })
+    }
+
+    /// The same site with these DP settings and ledger (shared by every
+    /// client of one served table).
+    pub fn with_dp(mut self, dp: Arc<DpSite>) -> Self {
+        self.dp = dp;
+        self
+    }
+
+    /// A site over batches held in memory (cast to `schema`), run by `engine`.
+    pub fn from_batches(
+        name: &str,
+        location: &str,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        engine: Arc<SiteEngine>,
+    ) -> Result<Self> {
+        Ok(Self {
+            name: name.to_string(),
+            location: location.to_string(),
+            format: "MEMORY".into(),
+            rows: Arc::new(MemTable::try_new(schema, vec![batches])?),
+            engine,
+            fast_path: true,
+            layout: None,
+            file: None,
+            kept: KeptRows::default(),
+            secrets: ClientSecrets::default(),
+            policy: None,
+            peers: Arc::new([]),
+            served: Served::InProcess,
+            memory_limit: None,
+            dp: Arc::default(),
+            files: Vec::new(),
+            has_header: false,
+        })
+    }
+}
+
+/// Bytes as a worker's settings write them (`64 MiB`).
+pub fn format_bytes(bytes: usize) -> String {
+    const UNITS: [(&str, usize); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}

@@ -1,0 +1,218 @@
+//! The worker's answers that go beyond one encoder's state: how a site's
+//! error crosses the wire, the secure-aggregation setup and masked states,
+//! and EXPLAIN.
+
+use prost::Message;
+use tonic::Status;
+
+use super::calls::{Checked, WorkerService, aggregate_names};
+use crate::error::{FedError, Result};
+use crate::protocol::flight::{
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_SETUP, EncodeMaskedRequest, EncodeRequest,
+    POLICY_REFUSAL, SecureSetupReply, SecureSetupRequest, SessionMessage, batch_from_ipc,
+    batch_to_ipc, public_key,
+};
+use crate::protocol::secure::{MaskRequest, SecureSession, SignedKey};
+use crate::protocol::site::{Analyst, Site, SiteRequest};
+use crate::site::release::policy::error_kind;
+
+impl WorkerService {
+    /// How a site's error crosses the wire, refused and logged: a policy
+    /// refusal as a refusal the coordinator can name (rule and hint), a
+    /// plan refusal as it is; any other error as its kind and a reference
+    /// to the full message in this worker's log — never data values, row
+    /// text or the worker's paths.
+    pub(super) fn site_status(&self, peer: &str, call: &str, table: &str, e: FedError) -> Status {
+        let status = match e {
+            FedError::Policy { rule, hint, .. } => Status::permission_denied(format!(
+                "{POLICY_REFUSAL}{rule}{}",
+                hint.map(|h| format!("\nhint: {h}")).unwrap_or_default()
+            )),
+            refused @ FedError::Refused { .. } => Status::permission_denied(refused.to_string()),
+            // Under a policy: the same words for every failure; the detail
+            // stays in this worker's log, found by a reference that carries
+            // nothing of the failure.
+            FedError::Withheld { detail } => {
+                let reference = format!("{:08x}", rand::random::<u32>());
+                self.log(
+                    peer,
+                    &format!("error {reference} (table={table}): {detail}"),
+                );
+                Status::permission_denied(format!(
+                    "refused: {} (reference {reference} in the worker's log)",
+                    crate::error::EVALUATION_REFUSAL
+                ))
+            }
+            other => {
+                let full = other.to_string();
+                let reference = format!("{:08x}", rand::random::<u32>());
+                self.log(peer, &format!("error {reference} (table={table}): {full}"));
+                Status::internal(format!(
+                    "{} error in table `{table}` (reference {reference}: the full message is in the worker's log)",
+                    error_kind(&full)
+                ))
+            }
+        };
+        self.refuse(peer, call, status)
+    }
+
+    /// Refuses (and logs) a request that does not decode.
+    pub(super) fn malformed(&self, peer: &str, call: &str, e: impl std::fmt::Display) -> Status {
+        self.refuse(
+            peer,
+            call,
+            Status::invalid_argument(format!("malformed request: {e}")),
+        )
+    }
+
+    /// A secure-aggregation request's session, and its encoder checked as
+    /// every encoder is.
+    pub(super) async fn check_secure(
+        &self,
+        peer: &str,
+        call: &str,
+        encode: Option<EncodeRequest>,
+        session: Option<SessionMessage>,
+    ) -> Result<(Checked, SecureSession), Status> {
+        let encode = encode.ok_or_else(|| self.malformed(peer, call, "no encoder"))?;
+        let session = session
+            .ok_or_else(|| self.malformed(peer, call, "no session"))?
+            .session()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let checked = self
+            .check(&encode)
+            .await
+            .map_err(|s| self.refuse(peer, call, s))?;
+        Ok((checked, session))
+    }
+
+    /// The physical plan an encoder would run here, for `EXPLAIN FEDERATED`.
+    pub(super) async fn explain(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let encode = self.decode_request(peer, ACTION_EXPLAIN, body)?;
+        let checked = match self.check(&encode).await {
+            Ok(checked) => checked,
+            Err(status) => return Err(self.refuse(peer, ACTION_EXPLAIN, status)),
+        };
+        let text = checked
+            .client
+            .explain(&SiteRequest::new(&checked.encoder, analyst))
+            .await
+            .map_err(|e| self.site_status(peer, ACTION_EXPLAIN, &checked.table.name, e))?;
+        self.log(peer, &format!("table={}: explain", checked.table.name));
+        Ok(text.into_bytes())
+    }
+
+    /// Secure aggregation, step 1: checks the encoder, runs it, keeps its
+    /// state with a fresh key pair, and answers with the public key and
+    /// the group keys.
+    pub(super) async fn secure_setup(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_SETUP;
+        let request =
+            SecureSetupRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let setup = checked
+            .client
+            .secure_setup(&SiteRequest::new(&checked.encoder, analyst), &session)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: key pair made for [{}], {} group key(s) sent, state kept",
+                checked.table.name,
+                session.id_hex(),
+                aggregate_names(checked.encoder.plan()),
+                setup.group_keys.num_rows()
+            ),
+        );
+        let group_keys =
+            batch_to_ipc(&setup.group_keys).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(SecureSetupReply {
+            public_key: setup.public_key.to_vec(),
+            group_keys,
+            identity: setup
+                .signed
+                .map(|s| s.identity.to_vec())
+                .unwrap_or_default(),
+            signature: setup
+                .signed
+                .map(|s| s.signature.to_vec())
+                .unwrap_or_default(),
+        }
+        .encode_to_vec())
+    }
+
+    /// Secure aggregation, step 2: the kept state, aligned to the
+    /// coordinator's groups and masked.
+    pub(super) async fn encode_masked(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_ENCODE_MASKED;
+        let request =
+            EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let public_keys = request
+            .public_keys
+            .iter()
+            .map(|k| public_key(k))
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let groups = batch_from_ipc(&request.groups).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let signed = if request.identities.is_empty() && request.signatures.is_empty() {
+            Vec::new()
+        } else if request.identities.len() != public_keys.len()
+            || request.signatures.len() != public_keys.len()
+        {
+            return Err(self.malformed(
+                peer,
+                call,
+                "one identity and one signature per public key, or none",
+            ));
+        } else {
+            request
+                .identities
+                .iter()
+                .zip(&request.signatures)
+                .map(|(identity, signature)| SignedKey::from_wire(identity, signature))
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| self.malformed(peer, call, e))?
+        };
+        let mask = MaskRequest {
+            session,
+            public_keys,
+            signed,
+            groups,
+        };
+        let state = checked
+            .client
+            .encode_masked(&SiteRequest::new(&checked.encoder, analyst), &mask)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: released {} masked state row(s) of [{}], {} bytes",
+                checked.table.name,
+                mask.session.id_hex(),
+                state.batch().num_rows(),
+                aggregate_names(checked.encoder.plan()),
+                state.size_bytes()
+            ),
+        );
+        batch_to_ipc(state.batch()).map_err(|e| Status::internal(e.to_string()))
+    }
+}

@@ -1,0 +1,289 @@
+//! What every call of a worker's Flight service goes through: the
+//! service's state ([`WorkerService`]), authorization, the request limits
+//! (a call that runs past them, or whose caller goes away, is stopped and
+//! logged), and the checks and run of a received encoder.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use prost::Message;
+use tonic::{Request, Status};
+
+use crate::error::{FedError, Result};
+use crate::protocol::codec::{self, TableBinder};
+use crate::protocol::encoder::Encoder;
+use crate::protocol::flight::{EncodeRequest, POLICY_REFUSAL};
+use crate::protocol::site::{Analyst, SiteRequest};
+use crate::site::local::{LocalClient, site_session};
+use crate::site::worker::checked_plans::CheckedPlans;
+use crate::site::worker::config::RequestLimits;
+use crate::site::worker::log::{LogSink, WorkerLog};
+use crate::site::worker::tables::{Binder, ServedTable, check_scans};
+use crate::site::worker::token_check::bearer;
+use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
+
+/// A plan that passed the worker's checks, bound to a served table.
+pub(super) struct Checked {
+    pub(super) encoder: Encoder,
+    pub(super) table: Arc<ServedTable>,
+    pub(super) client: Arc<LocalClient>,
+}
+
+/// The Flight service of a worker.
+pub struct WorkerService {
+    pub(super) tables: Arc<BTreeMap<String, Arc<ServedTable>>>,
+    /// Every accepted token by analyst name (DP budgets are per analyst).
+    pub(super) tokens: Tokens,
+    /// Decodes plans (knows fedsql's functions) and plans encoders: a
+    /// snapshot of the worker's session, and its task context, made once.
+    pub(super) state: SessionState,
+    pub(super) task_ctx: Arc<TaskContext>,
+    pub(super) splits: CheckedPlans,
+    pub(super) log: WorkerLog,
+    pub(super) limits: RequestLimits,
+}
+
+impl WorkerService {
+    /// A service over already opened tables.
+    pub fn new(
+        tables: Vec<ServedTable>,
+        token: &str,
+        log: Option<LogSink>,
+        limits: RequestLimits,
+    ) -> Self {
+        let session = site_session();
+        fedsql_udfs::register_all(&session);
+        let log = WorkerLog::new(log);
+        Self {
+            tables: Arc::new(
+                tables
+                    .into_iter()
+                    .map(|t| (t.name.clone(), Arc::new(t)))
+                    .collect(),
+            ),
+            tokens: Tokens::new(token, &[]),
+            task_ctx: session.task_ctx(),
+            state: session.state(),
+            splits: CheckedPlans::default(),
+            log,
+            limits,
+        }
+    }
+
+    /// Runs one request's work under the worker's time limit. If the
+    /// caller goes away first (it timed out, was cancelled or
+    /// disconnected), tonic drops this future, which stops the work — the
+    /// encoder's DataFusion tasks are aborted with it — and the log says so.
+    pub(super) async fn limited<T>(
+        &self,
+        peer: &str,
+        call: &str,
+        work: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        let mut watch = CallWatch {
+            log: self.log.clone(),
+            peer: peer.to_string(),
+            call: call.to_string(),
+            started: Instant::now(),
+            finished: false,
+        };
+        let result = match self.limits.timeout {
+            None => work.await,
+            Some(limit) => match tokio::time::timeout(limit, work).await {
+                Ok(result) => result,
+                Err(_) => Err(self.refuse(
+                    peer,
+                    call,
+                    Status::resource_exhausted(format!(
+                        "{POLICY_REFUSAL}the request ran longer than {limit:?} (its request_timeout)\nhint: use a narrower filter or fewer groups, or ask the data owner for a longer request_timeout"
+                    )),
+                )),
+            },
+        };
+        watch.finished = true;
+        result
+    }
+
+    /// The same service accepting these (named) tokens.
+    pub fn with_tokens(mut self, tokens: Tokens) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// The analyst a request's token names (checked by [`Self::authorize`]).
+    /// The request carries no other name: whatever a coordinator claims,
+    /// the ledger is the token's.
+    pub(super) fn analyst<T>(&self, request: &Request<T>) -> Analyst {
+        Analyst::named(
+            bearer(request.metadata())
+                .and_then(|t| self.tokens.analyst(t.as_bytes()))
+                .unwrap_or(DEFAULT_ANALYST),
+        )
+    }
+
+    pub(super) fn log(&self, peer: &str, line: &str) {
+        self.log.line(peer, line);
+    }
+
+    /// Refuses (and logs) a request.
+    pub(super) fn refuse(&self, peer: &str, call: &str, status: Status) -> Status {
+        self.log.refuse(peer, call, status)
+    }
+
+    /// Checks the request's token, in constant time.
+    pub(super) fn authorize<T>(&self, request: &Request<T>, call: &str) -> Result<String, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        match bearer(request.metadata()) {
+            None => Err(self.refuse(
+                &peer,
+                call,
+                Status::unauthenticated("no token: send `authorization: Bearer <token>`"),
+            )),
+            Some(token) if self.tokens.analyst(token.as_bytes()).is_some() => Ok(peer),
+            Some(_) => Err(self.refuse(&peer, call, Status::unauthenticated("wrong token"))),
+        }
+    }
+
+    /// Decodes and checks a plan; see the module documentation.
+    pub(super) async fn check(&self, request: &EncodeRequest) -> Result<Checked, Status> {
+        let binder: Arc<dyn TableBinder> = Arc::new(Binder {
+            tables: Arc::clone(&self.tables),
+        });
+        let plan = codec::plan_from_bytes(&request.plan, &self.task_ctx, binder).map_err(|e| {
+            match e.find_root() {
+                DataFusionError::External(inner) if inner.downcast_ref::<FedError>().is_some() => {
+                    Status::permission_denied(inner.to_string())
+                }
+                _ => Status::invalid_argument(format!("not a plan this worker can read: {e}")),
+            }
+        })?;
+        check_scans(&plan, self.limits.max_shared_rows)
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        let encoder = self
+            .splits
+            .split(&self.state, &plan)
+            .await
+            .map_err(|e| match e {
+                FedError::Refused { .. } => Status::permission_denied(e.to_string()),
+                other => Status::invalid_argument(format!("refused: {other}")),
+            })?;
+        let encoder = encoder.in_fit(request.fit_scope);
+        let table = self
+            .tables
+            .get(encoder.table())
+            .cloned()
+            .ok_or_else(|| Status::internal("a bound table that is not served"))?;
+        let client = table
+            .client_for(&encoder.table_schema())
+            .map_err(|e| Status::permission_denied(e.to_string()))?;
+        Ok(Checked {
+            encoder,
+            table,
+            client,
+        })
+    }
+
+    pub(super) fn decode_request(
+        &self,
+        peer: &str,
+        call: &str,
+        bytes: &[u8],
+    ) -> Result<EncodeRequest, Status> {
+        EncodeRequest::decode(bytes).map_err(|e| {
+            self.refuse(
+                peer,
+                call,
+                Status::invalid_argument(format!("malformed request: {e}")),
+            )
+        })
+    }
+
+    /// Checks and runs an encoder; logs the state it releases.
+    pub(super) async fn run_encoder(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        request: EncodeRequest,
+    ) -> Result<datafusion::arrow::record_batch::RecordBatch, Status> {
+        let checked = match self.check(&request).await {
+            Ok(checked) => checked,
+            Err(status) => return Err(self.refuse(peer, "encode", status)),
+        };
+        let table = &checked.table.name;
+        self.log(
+            peer,
+            &format!(
+                "table={table}: running encoder [{}]",
+                aggregate_names(checked.encoder.plan())
+            ),
+        );
+        let (state, rows) = checked
+            .client
+            .encode_counted(&SiteRequest::new(&checked.encoder, analyst))
+            .await
+            .map_err(|e| self.site_status(peer, &format!("encode table={table}"), table, e))?;
+        let batch = state.batch().clone();
+        self.log(
+            peer,
+            &format!(
+                "table={table}: released {} state row(s) of [{}], {} bytes, covering {rows} row(s){}",
+                batch.num_rows(),
+                aggregate_names(checked.encoder.plan()),
+                state.size_bytes(),
+                request
+                    .fit_scope
+                    .map(|s| format!(" (fit {s})"))
+                    .unwrap_or_default()
+            ),
+        );
+        Ok(batch)
+    }
+}
+
+/// Logs a call whose future was dropped before it finished: its caller
+/// went away (timed out, cancelled, disconnected) and its work stopped.
+struct CallWatch {
+    log: WorkerLog,
+    peer: String,
+    call: String,
+    started: Instant,
+    finished: bool,
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.log.line(
+                &self.peer,
+                &format!(
+                    "{} CANCELLED after {} ms: the caller went away; its work here was stopped",
+                    self.call,
+                    self.started.elapsed().as_millis()
+                ),
+            );
+        }
+    }
+}
+
+/// The names of the aggregate functions at the plan's root, for the log.
+pub(super) fn aggregate_names(plan: &LogicalPlan) -> String {
+    let LogicalPlan::Aggregate(agg) = plan else {
+        return String::new();
+    };
+    let mut names = Vec::new();
+    for expr in &agg.aggr_expr {
+        let _ = expr.apply(|e| {
+            if let Expr::AggregateFunction(f) = e {
+                names.push(f.func.name().to_string());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    names.join(", ")
+}

@@ -23,7 +23,8 @@
 //! `lpad`, `range`, `array_repeat`, ...) or that makes rows from one row is
 //! not catalogued, and so never runs at a site.
 //!
-//! Why this file is over 600 lines: the catalogue is one table by design (one fact, one place), with its reference page.
+//! Why this file is over 600 lines: the catalogue is one table by design
+//! (one fact, one place); its reference page is built in `catalogue/reference.rs`.
 
 /// How a catalogued function may fail on a row's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -678,135 +679,8 @@ pub const SCALARS: &[Scalar] = &[
     never("arrow_typeof"),
 ];
 
-/// The catalogue as a Markdown page (`docs/reference/site-functions.md`,
-/// checked by a test to be current).
-pub fn reference_markdown() -> String {
-    let yes = |b: bool| if b { "yes" } else { "" };
-    let mut page = String::from(
-        "# What a site runs: the function catalogue\n\n\
-         Generated from `udfs/src/catalogue.rs` (run `FEDSQL_BLESS=1 cargo test -p fedsql-udfs catalogue` \
-         after changing it). A site runs no aggregate and no scalar function that is not listed here, \
-         in process and at workers alike; see [the threat model](../security/threat-model.md). \
-         [The function reference](functions.md) documents fedsql's own functions.\n\n\
-         ## Aggregates\n\n\
-         | aggregate | inputs count towards k when | extremes | identifying | kind | model parameters | cells held to k | sized by argument |\n\
-         |---|---|---|---|---|---|---|---|\n",
-    );
-    for a in AGGREGATES {
-        page.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
-            a.name,
-            if a.adds_inputs {
-                "non-NULL and non-zero"
-            } else {
-                "non-NULL"
-            },
-            yes(a.extremes),
-            yes(a.identifying),
-            match a.privacy {
-                Privacy::Exact => "exact",
-                Privacy::Dp => "DP",
-                Privacy::Secure => "secure sum",
-            },
-            a.model_leading
-                .map(|l| format!("arguments after the first {l}"))
-                .unwrap_or_default(),
-            yes(a.cells.is_some()),
-            a.sized_by
-                .map(|i| format!("argument {} (at most {MAX_BINS})", i + 1))
-                .unwrap_or_default(),
-        ));
-    }
-    page.push_str(
-        "\n## Scalar functions\n\n\
-         Under a disclosure policy a site evaluates those that can fail on a row's values \
-         NULL-on-error (a row it fails on gives NULL), so whether a query fails never depends \
-         on one row.\n\n| function | can fail on data |\n|---|---|\n",
-    );
-    let mut scalars: Vec<&Scalar> = SCALARS.iter().collect();
-    scalars.sort_by_key(|s| s.name);
-    for s in scalars {
-        page.push_str(&format!(
-            "| `{}` | {} |\n",
-            s.name,
-            match s.on_data {
-                OnData::Never => "no",
-                OnData::NullOnError => "yes: NULL-on-error",
-            }
-        ));
-    }
-    page
-}
+mod reference;
+pub use reference::reference_markdown;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn the_reference_page_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../docs/reference/site-functions.md");
-        let page = reference_markdown();
-        if std::env::var_os("FEDSQL_BLESS").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &page).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            committed == page,
-            "{} is not current: run FEDSQL_BLESS=1 cargo test -p fedsql-udfs catalogue",
-            path.display()
-        );
-    }
-
-    #[test]
-    fn names_are_unique_and_lower_case() {
-        let mut seen = HashSet::new();
-        for name in AGGREGATES
-            .iter()
-            .map(|a| a.name)
-            .chain(SCALARS.iter().map(|s| s.name))
-        {
-            assert!(seen.insert(name), "{name} is catalogued twice");
-            assert_eq!(name, name.to_ascii_lowercase());
-        }
-    }
-
-    #[test]
-    fn every_fedsql_aggregate_is_catalogued() {
-        for f in crate::all() {
-            assert!(
-                aggregate(f.name()).is_some(),
-                "{} is not catalogued",
-                f.name()
-            );
-        }
-    }
-
-    #[test]
-    fn every_fedsql_aggregate_is_documented() {
-        for f in crate::all() {
-            let documentation = f
-                .documentation()
-                .unwrap_or_else(|| panic!("{} has no documentation", f.name()));
-            assert!(!documentation.description.is_empty(), "{}", f.name());
-            assert!(
-                documentation.syntax_example.starts_with(f.name()),
-                "{}: {}",
-                f.name(),
-                documentation.syntax_example
-            );
-        }
-    }
-
-    #[test]
-    fn cells_of_a_kmeans_state() {
-        let facts = aggregate("kmeans_step").unwrap();
-        // Two arguments (config, one coordinate): blocks of 3 and a last value.
-        let cells = (facts.cells.unwrap().counts)(2, &[4.0, 1.0, 0.5, 6.0, 2.0, 0.1, 9.0]).unwrap();
-        assert_eq!(cells, vec![4.0, 6.0]);
-        assert_eq!(aggregate("irls_step").unwrap().parameters(7), Some(2));
-        assert_eq!(aggregate("sum").unwrap().parameters(1), None);
-    }
-}
+mod tests;

@@ -402,7 +402,8 @@ async fn to_regtype_answers_psycopg_type_info() {
         simple_rows(&client, "SELECT to_regtype('int4'), to_regtype('hstore')").await,
         [[Some("23".to_string()), None]]
     );
-    let type_info = "SELECT typname AS name, oid, typarray AS array_oid, typdelim AS delimiter                      FROM pg_type t WHERE t.oid = to_regtype($1) ORDER BY t.oid";
+    let type_info = "SELECT typname AS name, oid, typarray AS array_oid, oid::regtype::text AS regtype, \
+                     typdelim AS delimiter FROM pg_type t WHERE t.oid = to_regtype($1) ORDER BY t.oid";
     let rows = client.query(type_info, &[&"hstore"]).await.unwrap();
     assert!(rows.is_empty());
     let rows = client.query(type_info, &[&"text"]).await.unwrap();

@@ -2,6 +2,9 @@
 -- extremes refused) turns away, each with the reason in its error. Without a
 -- policy (e.g. `fedsql --no-demo` and the files of testdata/clinic/
 -- registered with CREATE FEDERATED TABLE) every statement here is answered.
+-- A script stops at its first error unless told to go on, so run it as
+--   fedsql -q --on-error continue -f queries/07_refused_under_a_policy.sql
+-- to see every refusal (the exit code is 4: refused).
 
 -- min and max are one patient's values (extremes=refuse).
 SELECT min(age) AS min_age, max(age) AS max_age, min(bmi) AS min_bmi, max(bmi) AS max_bmi

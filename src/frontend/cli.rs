@@ -3,10 +3,12 @@
 //! Without `-c` or `-f` (and with a terminal on standard input) fedsql
 //! starts the interactive REPL ([`crate::frontend::repl`]) with the demo federation
 //! registered. With `-c SQL` and `-f FILE` — each may be repeated, and they
-//! run in the order given — it runs them non-interactively and exits; the
-//! first error stops it (like psql with `ON_ERROR_STOP`), and `main` prints
-//! it to stderr as `Error: <message>` with a non-zero exit code. Standard
-//! input that is not a terminal is read as a script, as `-f -` would.
+//! run in the order given — it runs them non-interactively and exits. By
+//! default the first error stops it (like psql with `ON_ERROR_STOP`) and is
+//! printed to stderr as `Error: <message>`; `--on-error continue` prints
+//! each error and goes on. The exit code tells the kind of the (first)
+//! error ([`ExitCode`]). Standard input that is not a terminal is read as a
+//! script, as `-f -` would.
 //!
 //! A start-up file (`--rc FILE`, else `~/.fedsqlrc` when it exists; `-X`
 //! skips it) runs first in the same session, so a session need not
@@ -24,6 +26,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use crate::coordinator::context::FedContext;
 use crate::error::Result;
 use crate::frontend::demo;
+pub use crate::frontend::exit_code::ExitCode;
 use crate::frontend::print::OutputFormat;
 pub use crate::frontend::repl::script::{Source, run_sources};
 use crate::frontend::repl::script::{run_rc, run_sources_in};
@@ -35,7 +38,8 @@ use crate::frontend::repl::{self, ReplOptions, Session};
     name = "fedsql",
     version,
     about = "Federated SQL: query data that stays at its clients; only mergeable aggregate states leave a client",
-    after_help = "Without -c or -f, fedsql starts an interactive session (\\? lists its commands)."
+    after_help = "Without -c or -f, fedsql starts an interactive session (\\? lists its commands).",
+    after_long_help = AFTER_LONG_HELP
 )]
 pub struct Args {
     /// Run SQL (several statements separated by `;`, or one backslash
@@ -51,6 +55,12 @@ pub struct Args {
     /// How to print results.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+
+    /// What a `-c`/`-f` run does after an error, as psql's `ON_ERROR_STOP`.
+    /// `stop` is the default because a later statement often needs an
+    /// earlier one, and a pipeline should not go on past a failure.
+    #[arg(long, value_enum, default_value_t = OnError::Stop, value_name = "WHAT")]
+    pub on_error: OnError,
 
     /// Print only results: no banner, no row-count and elapsed-time line.
     #[arg(short, long)]
@@ -77,6 +87,29 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
+
+/// What a non-interactive run does after an error (`--on-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnError {
+    /// Stop at the first error and exit with its code.
+    Stop,
+    /// Print each error, run the rest, and exit with the first error's code.
+    Continue,
+}
+
+/// The exit codes, after the flags in `fedsql --help` (and on the generated
+/// reference page).
+const AFTER_LONG_HELP: &str = "\
+Without -c or -f, fedsql starts an interactive session (\\? lists its commands).
+
+Exit codes of a -c/-f run (with --on-error continue, the code of the first error):
+  0  every statement and command succeeded (also when the reader of the output went away, as with `| head -1`)
+  1  another failure: a script that cannot be read, output that cannot be written, a resource limit
+  2  a usage error on the command line
+  3  an error in the SQL: it does not parse or plan (unknown table, column or function; a bad argument or setting; a value it cannot compute)
+  4  refused: the exposure check or a site's disclosure policy turned the query away (SQLSTATE 42501 in `fedsql serve`)
+  5  a site failed or did not answer in time (a worker down or unreachable, a timeout, a site's data that cannot be read)
+  6  an internal error: a bug in fedsql";
 
 /// Subcommands of `fedsql`.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -134,31 +167,45 @@ where
 
 /// The whole program: parses `args` (clap prints help, version and usage
 /// errors itself and exits), then runs.
-pub async fn main_with_args<I, T>(args: I) -> Result<()>
+///
+/// An error that ends the run is printed to stderr as `Error: <message>`;
+/// the exit code tells its kind ([`ExitCode`]).
+pub async fn main_with_args<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
     let args = try_parse_args(args).unwrap_or_else(|error| error.exit());
-    run(&args).await
+    match run(&args).await {
+        Ok(code) => code,
+        // The reader of the output went away (`| head -1`): nothing to say.
+        Err(error) if error.is_broken_pipe() => ExitCode::Success,
+        Err(error) => {
+            eprintln!("Error: {error}");
+            ExitCode::of(&error)
+        }
+    }
 }
 
-/// Runs parsed arguments: the REPL, or the `-c`/`-f` sources.
-pub async fn run(args: &Args) -> Result<()> {
+/// Runs parsed arguments: the REPL, or the `-c`/`-f` sources. An error
+/// that stops the run is returned; with `--on-error continue` errors are
+/// printed as they happen and the first one's code is returned.
+pub async fn run(args: &Args) -> Result<ExitCode> {
+    let done = |()| ExitCode::Success;
     if let Some(Command::Worker(worker)) = &args.command {
-        return crate::site::worker::run_cli(worker).await;
+        return crate::site::worker::run_cli(worker).await.map(done);
     }
     if let Some(Command::Serve(serve)) = &args.command {
-        return crate::frontend::pgwire::run_cli(serve).await;
+        return crate::frontend::pgwire::run_cli(serve).await.map(done);
     }
     if let Some(Command::Passwd(passwd)) = &args.command {
-        return crate::frontend::pgwire::run_passwd(passwd);
+        return crate::frontend::pgwire::run_passwd(passwd).map(done);
     }
     if let Some(Command::Completions { shell }) = &args.command {
-        return write_stdout(&completions(*shell));
+        return write_stdout(&completions(*shell)).map(done);
     }
     if let Some(Command::Man) = &args.command {
-        return write_stdout(&man_page()?);
+        return write_stdout(&man_page()?).map(done);
     }
     let ctx = FedContext::new();
     if !args.no_demo {
@@ -174,7 +221,8 @@ pub async fn run(args: &Args) -> Result<()> {
             print!("{}", banner(demo_clients));
         }
         return repl::run_interactive(&ctx, args.repl_options(false), args.rc_file().as_deref())
-            .await;
+            .await
+            .map(done);
     }
     let sources = if args.sources.is_empty() {
         Cow::Owned(vec![Source::File(PathBuf::from("-"))])
@@ -182,13 +230,13 @@ pub async fn run(args: &Args) -> Result<()> {
         Cow::Borrowed(&args.sources)
     };
     let mut stdout = io::stdout();
-    let mut session = Session::new(&ctx, args.repl_options(true));
+    let mut session = Session::new(&ctx, args.repl_options(args.on_error == OnError::Stop));
     if let Some(rc) = args.rc_file() {
         run_rc(&mut session, &rc, &mut stdout).await?;
     }
     run_sources_in(&mut session, &sources, &mut stdout).await?;
     stdout.flush()?;
-    Ok(())
+    Ok(session.first_error().unwrap_or(ExitCode::Success))
 }
 
 impl Args {
@@ -263,6 +311,12 @@ mod tests {
         assert_eq!(args.format, OutputFormat::Table);
         assert!(!args.quiet && !args.no_demo);
         assert_eq!(args.repl_options(false), ReplOptions::default());
+        assert_eq!(args.on_error, OnError::Stop);
+        assert_eq!(
+            parse(&["--on-error", "continue"]).on_error,
+            OnError::Continue
+        );
+        assert!(try_parse_args(["fedsql", "--on-error", "maybe"]).is_err());
     }
 
     #[test]

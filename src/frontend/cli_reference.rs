@@ -85,8 +85,38 @@ fn command_section(page: &mut String, cmd: &mut clap::Command, title: &str) {
         page.push('\n');
     }
     if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
-        page.push_str(&format!("{}\n\n", prose(&one_line(&after.to_string()))));
+        page.push_str(&after_help(&after.to_string()));
     }
+}
+
+/// The text after the flags, paragraph by paragraph: a paragraph whose
+/// lines after the first are `  CODE  meaning` (the exit codes) becomes a
+/// table under its first line; any other is prose on one line.
+fn after_help(text: &str) -> String {
+    let mut page = String::new();
+    for paragraph in text.split("\n\n") {
+        let mut lines = paragraph.lines();
+        let first = lines.next().unwrap_or_default();
+        let rows: Vec<(&str, &str)> = lines
+            .filter_map(|line| {
+                let (code, meaning) = line.trim_start().split_once("  ")?;
+                code.parse::<u8>().ok().map(|_| (code, meaning.trim()))
+            })
+            .collect();
+        if rows.is_empty() || rows.len() + 1 != paragraph.lines().count() {
+            page.push_str(&format!("{}\n\n", prose(&one_line(paragraph))));
+            continue;
+        }
+        page.push_str(&format!(
+            "{}\n\n| code | meaning |\n|---|---|\n",
+            prose(&one_line(first))
+        ));
+        for (code, meaning) in rows {
+            page.push_str(&format!("| {code} | {} |\n", cell(meaning)));
+        }
+        page.push('\n');
+    }
+    page
 }
 
 /// `-c`, `--command` (or the positional argument's name).

@@ -15,6 +15,7 @@ pub mod cli;
 #[cfg(test)]
 pub(crate) mod cli_reference;
 pub mod demo;
+pub mod exit_code;
 pub(crate) mod matrix_display;
 pub mod pgwire;
 pub mod print;

@@ -392,6 +392,25 @@ async fn catalog_queries_of_psql_and_drivers() {
     assert_eq!(tables, [[Some("clinic".to_string())]]);
 }
 
+/// psycopg's `TypeInfo.fetch` (SQLAlchemy's psycopg dialect asks it for
+/// `hstore` when it connects) looks a type up with `to_regtype`.
+#[tokio::test]
+async fn to_regtype_answers_psycopg_type_info() {
+    let server = demo_server(ServerOptions::default()).await;
+    let client = connect(&server).await;
+    assert_eq!(
+        simple_rows(&client, "SELECT to_regtype('int4'), to_regtype('hstore')").await,
+        [[Some("23".to_string()), None]]
+    );
+    let type_info = "SELECT typname AS name, oid, typarray AS array_oid, oid::regtype::text AS regtype, \
+                     typdelim AS delimiter FROM pg_type t WHERE t.oid = to_regtype($1) ORDER BY t.oid";
+    let rows = client.query(type_info, &[&"hstore"]).await.unwrap();
+    assert!(rows.is_empty());
+    let rows = client.query(type_info, &[&"text"]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>("name"), "text");
+}
+
 #[tokio::test]
 async fn notices_are_notices_not_rows() {
     let server = demo_server(ServerOptions::default()).await;

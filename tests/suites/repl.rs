@@ -611,3 +611,65 @@ async fn a_covariance_in_long_form_prints_as_a_matrix() {
     let (out, _) = run(&ctx, &format!("{sql};"), &csv).await;
     assert!(out.starts_with("term1,term2,covariance"), "{out}");
 }
+
+/// The exit code tells the kind of the error that ended a run, and
+/// `--on-error continue` runs every statement and exits with the first
+/// error's code.
+#[test]
+fn exit_codes_tell_the_kind_of_error_and_on_error_continue_runs_the_rest() {
+    let home = tempfile::tempdir().unwrap();
+    let code = |args: &[&str]| {
+        let output = fedsql_binary(home.path())
+            .args(["-X", "-q"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8(output.stdout).unwrap(),
+        )
+    };
+    assert_eq!(code(&["-c", "SELECT 1 AS one"]).0, Some(0));
+    assert_eq!(code(&["-c", "SELEC 1"]).0, Some(3));
+    assert_eq!(code(&["-c", "SELECT nope FROM clinic"]).0, Some(3));
+    assert_eq!(code(&["-c", "SELECT min(age) FROM clinic"]).0, Some(4));
+    assert_eq!(code(&["-f", "no/such/script.sql"]).0, Some(1));
+    assert_eq!(code(&["--on-error", "maybe"]).0, Some(2));
+    // A site that does not answer.
+    let token = home.path().join("token");
+    std::fs::write(&token, "secret\n").unwrap();
+    let create = format!(
+        "CREATE FEDERATED TABLE t (x DOUBLE) CLIENTS ('a' = 'grpc://127.0.0.1:1') OPTIONS ('token_file' '{}')",
+        token.display()
+    );
+    assert_eq!(
+        code(&["--no-demo", "-c", &create, "-c", "SELECT count(*) FROM t"]).0,
+        Some(5)
+    );
+    // Stop (the default) runs nothing after the first error.
+    let (status, out) = code(&["-c", "SELECT nope FROM clinic", "-c", "SELECT 7 AS seven"]);
+    assert_eq!(status, Some(3));
+    assert!(!out.contains("seven"), "{out}");
+    // Continue runs the rest and exits with the first error's code.
+    let (status, out) = code(&[
+        "--on-error",
+        "continue",
+        "-c",
+        "SELECT min(age) FROM clinic",
+        "-c",
+        "SELECT nope FROM clinic",
+        "-c",
+        "SELECT 7 AS seven",
+    ]);
+    assert_eq!(status, Some(4), "{out}");
+    assert!(out.contains("seven") && out.contains("Error: "), "{out}");
+    // Every refusal of the example file shows.
+    let (status, out) = code(&[
+        "--on-error",
+        "continue",
+        "-f",
+        "queries/07_refused_under_a_policy.sql",
+    ]);
+    assert_eq!(status, Some(4));
+    assert!(out.matches("Error: ").count() >= 3, "{out}");
+}

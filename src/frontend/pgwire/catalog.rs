@@ -1,6 +1,7 @@
 //! What PostgreSQL clients ask before they ask for data: `pg_catalog`,
-//! `information_schema`, `version()` and the functions psql's `\d`, R's
-//! `dbListTables`, DBeaver's navigator and SQLAlchemy's reflection use.
+//! `information_schema`, `version()`, `to_regtype()` and the functions
+//! psql's `\d`, R's `dbListTables`, DBeaver's navigator, psycopg's
+//! `TypeInfo.fetch` and SQLAlchemy's reflection use.
 //!
 //! `datafusion-pg-catalog` provides the `pg_catalog` tables (built from the
 //! catalog: every federated and shared table is a relation of kind `r`,
@@ -34,6 +35,8 @@ pub(crate) fn install(ctx: &FedContext) -> Result<()> {
     datafusion_pg_catalog::setup_pg_catalog(ctx.session(), "datafusion", EmptyContextProvider)
         .map_err(|e| FedError::from(*e))?;
     ctx.session().register_udf(ScalarUDF::from(Version::new()));
+    ctx.session()
+        .register_udf(ScalarUDF::from(ToRegtype::new()));
     Ok(())
 }
 
@@ -109,6 +112,132 @@ impl ScalarUDFImpl for Version {
     }
 }
 
+/// The OIDs of PostgreSQL's built-in types, by the names `to_regtype`
+/// accepts (the `pg_type` names and their SQL spellings). `[]` or a
+/// leading `_` names the array type.
+const TYPE_OIDS: &[(&str, i32, i32)] = &[
+    // (name, oid, array oid)
+    ("bool", 16, 1000),
+    ("boolean", 16, 1000),
+    ("bytea", 17, 1001),
+    ("char", 18, 1002),
+    ("name", 19, 1003),
+    ("int8", 20, 1016),
+    ("bigint", 20, 1016),
+    ("int2", 21, 1005),
+    ("smallint", 21, 1005),
+    ("int4", 23, 1007),
+    ("integer", 23, 1007),
+    ("int", 23, 1007),
+    ("regproc", 24, 1008),
+    ("text", 25, 1009),
+    ("oid", 26, 1028),
+    ("json", 114, 199),
+    ("xml", 142, 143),
+    ("float4", 700, 1021),
+    ("real", 700, 1021),
+    ("float8", 701, 1022),
+    ("double precision", 701, 1022),
+    ("bpchar", 1042, 1014),
+    ("character", 1042, 1014),
+    ("varchar", 1043, 1015),
+    ("character varying", 1043, 1015),
+    ("date", 1082, 1182),
+    ("time", 1083, 1183),
+    ("time without time zone", 1083, 1183),
+    ("timestamp", 1114, 1115),
+    ("timestamp without time zone", 1114, 1115),
+    ("timestamptz", 1184, 1185),
+    ("timestamp with time zone", 1184, 1185),
+    ("interval", 1186, 1187),
+    ("timetz", 1266, 1270),
+    ("time with time zone", 1266, 1270),
+    ("numeric", 1700, 1231),
+    ("decimal", 1700, 1231),
+    ("regclass", 2205, 2210),
+    ("regtype", 2206, 2211),
+    ("uuid", 2950, 2951),
+    ("jsonb", 3802, 3807),
+];
+
+/// The OID of a built-in type named `name`, as PostgreSQL's `to_regtype`
+/// resolves it (`None` for a type this server does not have, such as
+/// `hstore`).
+fn type_oid(name: &str) -> Option<i32> {
+    let name = name.trim().to_ascii_lowercase();
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(&name).trim();
+    let name = name.trim_matches('"');
+    let (base, array) = match (name.strip_suffix("[]"), name.strip_prefix('_')) {
+        (Some(base), _) | (None, Some(base)) => (base.trim(), true),
+        (None, None) => (name, false),
+    };
+    TYPE_OIDS
+        .iter()
+        .find(|(known, ..)| *known == base)
+        .map(|&(_, oid, array_oid)| if array { array_oid } else { oid })
+}
+
+/// `to_regtype(text)`: a type's OID, or NULL if there is no such type —
+/// what psycopg's `TypeInfo.fetch` (and so SQLAlchemy's psycopg dialect,
+/// looking for `hstore` when it connects) asks.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToRegtype {
+    signature: Signature,
+}
+
+impl ToRegtype {
+    fn new() -> Self {
+        Self {
+            signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ToRegtype {
+    fn name(&self) -> &str {
+        "to_regtype"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        use datafusion::arrow::array::{Array, Int32Array, StringArray};
+        let [name] = args.args.as_slice() else {
+            return datafusion::common::exec_err!("to_regtype takes one argument");
+        };
+        match name {
+            ColumnarValue::Scalar(scalar) => {
+                let oid = match scalar {
+                    ScalarValue::Utf8(name) => name.as_deref().and_then(type_oid),
+                    _ => None,
+                };
+                Ok(ColumnarValue::Scalar(ScalarValue::Int32(oid)))
+            }
+            ColumnarValue::Array(array) => {
+                let names = array
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| {
+                        datafusion::error::DataFusionError::Execution(
+                            "to_regtype takes a text argument".into(),
+                        )
+                    })?;
+                let oids: Int32Array = names.iter().map(|n| n.and_then(type_oid)).collect();
+                Ok(ColumnarValue::Array(std::sync::Arc::new(oids)))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +249,16 @@ mod tests {
         let rewritten = compat_rewrite(sql).unwrap();
         assert!(!rewritten.contains("OPERATOR"), "{rewritten}");
         assert!(!is_catalog_query("SELECT avg(age) FROM clinic"));
+    }
+
+    #[test]
+    fn to_regtype_knows_the_built_in_types() {
+        assert_eq!(type_oid("int4"), Some(23));
+        assert_eq!(type_oid("Double Precision"), Some(701));
+        assert_eq!(type_oid("pg_catalog.text"), Some(25));
+        assert_eq!(type_oid("text[]"), Some(1009));
+        assert_eq!(type_oid("_int8"), Some(1016));
+        assert_eq!(type_oid("hstore"), None);
     }
 
     #[test]

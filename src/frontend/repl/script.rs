@@ -93,8 +93,12 @@ fn read_script(path: &Path) -> Result<String> {
     } else {
         std::fs::read_to_string(path)
     };
+    // An I/O error (exit code 1), as psql's for a file it cannot read.
     read.map_err(|e| {
-        FedError::InvalidArgument(format!("cannot read the script {}: {e}", path.display()))
+        FedError::Io(io::Error::new(
+            e.kind(),
+            format!("cannot read the script {}: {e}", path.display()),
+        ))
     })
 }
 

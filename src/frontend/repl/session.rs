@@ -4,7 +4,9 @@
 //!
 //! Errors follow [`ReplOptions::stop_on_error`]: an interactive session
 //! prints `Error: ...` and goes on; a non-interactive one stops at the first
-//! error and hands it back, like psql with `ON_ERROR_STOP`.
+//! error and hands it back, like psql with `ON_ERROR_STOP` (unless
+//! `--on-error continue`: then it goes on, and remembers the first error's
+//! exit code).
 //!
 //! In the table format everything is written to the one output, as psql
 //! does. In a machine format (csv, json, ndjson) the output holds only
@@ -28,6 +30,7 @@ use crate::coordinator::context::{FedContext, TableInfo};
 use crate::coordinator::function_docs::{self, DocumentedFunction, FunctionKind};
 use crate::coordinator::settings::fedsql_options;
 use crate::error::{FedError, Result};
+use crate::frontend::exit_code::ExitCode;
 use crate::frontend::print::{self, OutputFormat, TableStyle};
 use crate::frontend::repl::command::Command;
 use crate::frontend::repl::input::{Input, LineBuffer};
@@ -99,6 +102,8 @@ pub struct Session {
     diagnostics: Box<dyn Write + Send>,
     /// The progress line, with [`ReplOptions::progress`] on a terminal.
     progress_line: Option<ProgressLine>,
+    /// The exit code of the first error, for a run that went on after it.
+    first_error: Option<ExitCode>,
 }
 
 impl Session {
@@ -115,6 +120,7 @@ impl Session {
                 .progress
                 .then(|| ProgressLine::install(ctx))
                 .flatten(),
+            first_error: None,
         }
     }
 
@@ -157,6 +163,12 @@ impl Session {
     /// What the session has run so far.
     pub fn summary(&self) -> &ScriptSummary {
         &self.summary
+    }
+
+    /// The exit code of the first error so far (see
+    /// [`crate::frontend::exit_code`]), or `None` when nothing failed.
+    pub fn first_error(&self) -> Option<ExitCode> {
+        self.first_error
     }
 
     /// Runs a script — statements and backslash commands, one command per
@@ -237,6 +249,7 @@ impl Session {
 
     fn fail(&mut self, error: FedError, out: &mut dyn Write) -> Result<()> {
         self.summary.errors += 1;
+        self.first_error.get_or_insert(ExitCode::of(&error));
         if self.options.stop_on_error {
             return Err(error);
         }

@@ -204,6 +204,7 @@ impl ChildWorker {
     fn spawn(args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
             .arg("worker")
+            .args(["--audit-log", "none"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

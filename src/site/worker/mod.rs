@@ -203,7 +203,7 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
     }
     if config.audit_log.is_none() {
         eprintln!(
-            "fedsql worker: WARNING: serving WITHOUT an audit trail (--audit-log none): requests and what they released are not recorded"
+            "fedsql worker: WARNING: serving WITHOUT an audit trail (--audit-log none): no request is recorded"
         );
     }
     let mut worker = start(config).await?;

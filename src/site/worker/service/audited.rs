@@ -1,18 +1,13 @@
 //! What a worker's audit trail records of an encoder run: the request's
-//! one-line summary and fingerprint, and the record itself, written (and
-//! synced) before the answer leaves; a record that cannot be written
-//! refuses the request.
-
-use std::time::Instant;
+//! one-line summary and fingerprint, and what the call knows when it is
+//! recorded ([`Outcome`]); `WorkerService::record` in `calls` writes it.
 
 use datafusion::common::Column;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use tonic::Status;
 
-use super::calls::WorkerService;
-use crate::protocol::site::Analyst;
-use crate::site::worker::audit::{AuditEntry, fingerprint, now_rfc3339};
+use crate::site::worker::audit::fingerprint;
 
 /// The longest request summary kept in a record.
 const MAX_SUMMARY: usize = 2000;
@@ -118,61 +113,4 @@ pub(super) struct Outcome<'a> {
     pub(super) rows: u64,
     pub(super) epsilon: f64,
     pub(super) bytes: u64,
-}
-
-impl WorkerService {
-    /// Records one request; an error (the file cannot be written) is the
-    /// refusal the caller gets instead of the answer.
-    pub(super) fn record(
-        &self,
-        (peer, analyst): (&str, &Analyst),
-        started: Instant,
-        outcome: Outcome<'_>,
-    ) -> Result<(), Status> {
-        let Some(audit) = &self.audit else {
-            return Ok(());
-        };
-        let entry = AuditEntry {
-            time: now_rfc3339(),
-            analyst: analyst.name().to_string(),
-            peer: peer.to_string(),
-            table: outcome.table.to_string(),
-            request: outcome
-                .described
-                .map(|d| d.request.clone())
-                .unwrap_or_default(),
-            fingerprint: outcome
-                .described
-                .map(|d| d.fingerprint.clone())
-                .unwrap_or_default(),
-            decision: if outcome.refusal.is_some() {
-                "refused"
-            } else {
-                "released"
-            }
-            .to_string(),
-            rule: outcome.refusal.map(|status| {
-                status
-                    .message()
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string()
-            }),
-            groups: outcome.groups,
-            rows: outcome.rows,
-            epsilon: outcome.epsilon,
-            bytes: outcome.bytes,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        };
-        audit.append(entry).map_err(|e| {
-            self.refuse(
-                peer,
-                "audit",
-                Status::unavailable(format!(
-                    "this worker answers no request it cannot audit: {e}\nhint: ask the data owner to check the worker's --audit-log file and disk"
-                )),
-            )
-        })
-    }
 }

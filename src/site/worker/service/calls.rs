@@ -21,7 +21,7 @@ use crate::protocol::encoder::Encoder;
 use crate::protocol::flight::{EncodeRequest, POLICY_REFUSAL};
 use crate::protocol::site::{Analyst, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
-use crate::site::worker::audit::AuditLog;
+use crate::site::worker::audit::{AuditEntry, AuditLog, now_rfc3339};
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
@@ -309,6 +309,63 @@ impl WorkerService {
             ),
         );
         Ok(batch)
+    }
+}
+
+impl WorkerService {
+    /// Records one request; an error (the file cannot be written) is the
+    /// refusal the caller gets instead of the answer.
+    pub(super) fn record(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        started: Instant,
+        outcome: Outcome<'_>,
+    ) -> Result<(), Status> {
+        let Some(audit) = &self.audit else {
+            return Ok(());
+        };
+        let entry = AuditEntry {
+            time: now_rfc3339(),
+            analyst: analyst.name().to_string(),
+            peer: peer.to_string(),
+            table: outcome.table.to_string(),
+            request: outcome
+                .described
+                .map(|d| d.request.clone())
+                .unwrap_or_default(),
+            fingerprint: outcome
+                .described
+                .map(|d| d.fingerprint.clone())
+                .unwrap_or_default(),
+            decision: if outcome.refusal.is_some() {
+                "refused"
+            } else {
+                "released"
+            }
+            .to_string(),
+            rule: outcome.refusal.map(|status| {
+                status
+                    .message()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            }),
+            groups: outcome.groups,
+            rows: outcome.rows,
+            epsilon: outcome.epsilon,
+            bytes: outcome.bytes,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        audit.append(entry).map_err(|e| {
+            self.refuse(
+                peer,
+                "audit",
+                Status::unavailable(format!(
+                    "this worker answers no request it cannot audit: {e}\nhint: ask the data owner to check the worker's --audit-log file and disk"
+                )),
+            )
+        })
     }
 }
 

@@ -10,6 +10,8 @@ mod attacks;
 mod attacks2;
 #[path = "suites/attacks3.rs"]
 mod attacks3;
+#[path = "suites/audit.rs"]
+mod audit;
 #[path = "suites/client_column.rs"]
 mod client_column;
 #[path = "suites/consistency.rs"]

@@ -123,6 +123,11 @@ pub enum Command {
     Serve(crate::frontend::pgwire::ServeArgs),
     /// Set a user's password in the users file of `fedsql serve --users`.
     Passwd(crate::frontend::pgwire::PasswdArgs),
+    /// Check or print a worker's audit trail (`--audit-log`).
+    Audit {
+        #[command(subcommand)]
+        command: crate::site::worker::audit::AuditCommand,
+    },
     /// Print a completion script for a shell, e.g.
     /// `fedsql completions bash > ~/.local/share/bash-completion/completions/fedsql`.
     Completions {
@@ -200,6 +205,9 @@ pub async fn run(args: &Args) -> Result<ExitCode> {
     }
     if let Some(Command::Passwd(passwd)) = &args.command {
         return crate::frontend::pgwire::run_passwd(passwd).map(done);
+    }
+    if let Some(Command::Audit { command }) = &args.command {
+        return write_stdout(crate::site::worker::audit::run_cli(command)?.as_bytes());
     }
     if let Some(Command::Completions { shell }) = &args.command {
         return write_stdout(&completions(*shell)).map(done);

@@ -803,6 +803,8 @@ impl ChildWorker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
             .args([
                 "worker",
+                "--audit-log",
+                "none",
                 "--policy",
                 "none",
                 "--listen",

@@ -204,6 +204,7 @@ impl ChildWorker {
     fn spawn(args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
             .arg("worker")
+            .args(["--audit-log", "none"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -644,6 +645,7 @@ async fn one_table_has_its_own_policy() {
     .unwrap();
     let args = WorkerArgs {
         config: Some(config.clone()),
+        audit_log: Some("none".into()),
         ..Default::default()
     };
     let mut c = WorkerConfig::from_args(&args).await.unwrap();
@@ -789,6 +791,7 @@ async fn identity_keys_are_made_once_and_listed_as_peers() {
     std::fs::write(&config, toml("identity_key = \"site.key\"\n")).unwrap();
     let args = WorkerArgs {
         config: Some(config.clone()),
+        audit_log: Some("none".into()),
         ..Default::default()
     };
     let c = WorkerConfig::from_args(&args).await.unwrap();

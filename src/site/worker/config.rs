@@ -61,6 +61,8 @@ struct ConfigFile {
     max_shared_rows: Option<usize>,
     /// `"on"` or `"off"` (see [`WorkerArgs::fast_path`]).
     fast_path: Option<String>,
+    /// The audit file, or `"none"` (see [`WorkerArgs::audit_log`]).
+    audit_log: Option<PathBuf>,
     /// Named tokens: analyst name = token file (DP budgets are per analyst).
     #[serde(default)]
     tokens: BTreeMap<String, PathBuf>,
@@ -103,6 +105,10 @@ pub struct WorkerConfig {
     pub dp_ledger: Option<PathBuf>,
     /// Whether the site engine's fast path runs encoders (default on).
     pub fast_path: bool,
+    /// The audit trail's file; `None`: no audit trail (the default of
+    /// [`WorkerConfig::new`]; `fedsql worker` writes
+    /// [`crate::site::worker::audit::DEFAULT_AUDIT_LOG`] unless told `none`).
+    pub audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -142,6 +148,7 @@ impl WorkerConfig {
             secure_without_peers: false,
             limits: RequestLimits::default(),
             fast_path: true,
+            audit_log: None,
         }
     }
 
@@ -320,6 +327,13 @@ impl WorkerConfig {
                 .or(file.max_shared_rows)
                 .unwrap_or(defaults.max_shared_rows),
         };
+        let audit_log = match (&args.audit_log, &file.audit_log) {
+            (Some(path), _) if path.as_os_str() == "none" => None,
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(path)) if path.as_os_str() == "none" => None,
+            (None, Some(path)) => Some(base.join(path)),
+            (None, None) => Some(PathBuf::from(crate::site::worker::audit::DEFAULT_AUDIT_LOG)),
+        };
         let fast_path = match args.fast_path.clone().or(file.fast_path) {
             Some(text) => crate::site::engine::parse_fast_path(&text)?,
             None => true,
@@ -340,6 +354,7 @@ impl WorkerConfig {
             dp,
             dp_ledger,
             fast_path,
+            audit_log,
         };
         config.check_dp_has_policy()?;
         Ok(config)

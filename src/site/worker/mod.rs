@@ -20,10 +20,15 @@
 //! is logged to stderr: the peer, the table, the state released (aggregate
 //! names, rows, bytes) and the rows it covers, or the refusal and its reason.
 //!
+//! Every encoder run is recorded in the [`audit`] trail (on by default),
+//! synced to disk before its answer leaves; a request that cannot be
+//! recorded is refused.
+//!
 //! [`config`] reads its flags and TOML file, [`tables`] holds the served
 //! tables and binds received plans to them, [`service`] answers the Flight
 //! calls, and [`log`] writes what it released and refused.
 
+pub mod audit;
 pub(crate) mod checked_plans;
 pub(crate) mod config;
 pub(crate) mod log;
@@ -118,9 +123,14 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let audit = match &config.audit_log {
+        Some(path) => Some(Arc::new(audit::AuditLog::open(path)?)),
+        None => None,
+    };
     let tokens = tokens::Tokens::new(&config.token, &config.named_tokens);
     let service = WorkerService::new(tables, &config.token, config.log.clone(), config.limits)
-        .with_tokens(tokens.clone());
+        .with_tokens(tokens.clone())
+        .with_audit(audit);
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));
@@ -189,6 +199,11 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         eprintln!(
             "fedsql worker: WARNING: serving in plain text on {}: tokens and aggregate states cross the network unencrypted (--tls-cert and --tls-key turn TLS on)",
             config.listen
+        );
+    }
+    if config.audit_log.is_none() {
+        eprintln!(
+            "fedsql worker: WARNING: serving WITHOUT an audit trail (--audit-log none): no request is recorded"
         );
     }
     let mut worker = start(config).await?;

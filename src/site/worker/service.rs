@@ -4,11 +4,13 @@
 //!
 //! [`calls`] holds the service's state and what every call goes through
 //! (authorization, limits, the checks and run of an encoder);
+//! [`audited`] what the audit trail records of each encoder run;
 //! [`actions`] the secure-aggregation setup, masked states, EXPLAIN and
 //! how a site's error crosses the wire; [`flight`] maps each Flight call
 //! and action to them.
 
 mod actions;
+mod audited;
 mod calls;
 mod flight;
 

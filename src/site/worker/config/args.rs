@@ -18,7 +18,7 @@ pub struct WorkerArgs {
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
-    /// `memory_limit`, `max_shared_rows`, `fast_path`, a `[tables]` section of
+    /// `memory_limit`, `max_shared_rows`, `fast_path`, `audit_log`, a `[tables]` section of
     /// name = "path", a `[tokens]` section of analyst = "token file", and a
     /// `[policy]` section with `peers`,
     /// `secure_without_peers`, the DP settings `dp_budget`,
@@ -104,4 +104,9 @@ pub struct WorkerArgs {
     /// answers are the same (default on).
     #[arg(long, value_name = "on|off")]
     pub fast_path: Option<String>,
+    /// The audit trail: one JSON line per request, synced before the
+    /// answer leaves (default fedsql-audit.jsonl in the working directory;
+    /// `none`: no audit trail, with a warning at start-up).
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
 }

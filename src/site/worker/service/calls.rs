@@ -14,12 +14,14 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use prost::Message;
 use tonic::{Request, Status};
 
+use super::audited::{Outcome, describe};
 use crate::error::{FedError, Result};
 use crate::protocol::codec::{self, TableBinder};
 use crate::protocol::encoder::Encoder;
 use crate::protocol::flight::{EncodeRequest, POLICY_REFUSAL};
 use crate::protocol::site::{Analyst, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
+use crate::site::worker::audit::{AuditEntry, AuditLog, now_rfc3339};
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
@@ -46,6 +48,8 @@ pub struct WorkerService {
     pub(super) splits: CheckedPlans,
     pub(super) log: WorkerLog,
     pub(super) limits: RequestLimits,
+    /// The audit trail; `None`: not kept.
+    pub(super) audit: Option<Arc<AuditLog>>,
 }
 
 impl WorkerService {
@@ -72,6 +76,7 @@ impl WorkerService {
             splits: CheckedPlans::default(),
             log,
             limits,
+            audit: None,
         }
     }
 
@@ -107,6 +112,12 @@ impl WorkerService {
         };
         watch.finished = true;
         result
+    }
+
+    /// The same service recording every encoder run in `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The same service accepting these (named) tokens.
@@ -205,17 +216,37 @@ impl WorkerService {
         })
     }
 
-    /// Checks and runs an encoder; logs the state it releases.
+    /// Checks and runs an encoder; logs the state it releases and records
+    /// the request in the audit trail before the answer leaves.
     pub(super) async fn run_encoder(
         &self,
         (peer, analyst): (&str, &Analyst),
         request: EncodeRequest,
     ) -> Result<datafusion::arrow::record_batch::RecordBatch, Status> {
+        let started = Instant::now();
+        let who = (peer, analyst);
         let checked = match self.check(&request).await {
             Ok(checked) => checked,
-            Err(status) => return Err(self.refuse(peer, "encode", status)),
+            Err(status) => {
+                let status = self.refuse(peer, "encode", status);
+                self.record(
+                    who,
+                    started,
+                    Outcome {
+                        table: "",
+                        described: None,
+                        refusal: Some(&status),
+                        groups: 0,
+                        rows: 0,
+                        epsilon: 0.0,
+                        bytes: 0,
+                    },
+                )?;
+                return Err(status);
+            }
         };
         let table = &checked.table.name;
+        let described = describe(checked.encoder.plan(), request.fit_scope.is_some());
         self.log(
             peer,
             &format!(
@@ -223,12 +254,47 @@ impl WorkerService {
                 aggregate_names(checked.encoder.plan())
             ),
         );
-        let (state, rows) = checked
+        let spent_before = checked.table.dp.budget_line(table, analyst.name()).spent;
+        let encoded = checked
             .client
             .encode_counted(&SiteRequest::new(&checked.encoder, analyst))
-            .await
-            .map_err(|e| self.site_status(peer, &format!("encode table={table}"), table, e))?;
+            .await;
+        let epsilon =
+            (checked.table.dp.budget_line(table, analyst.name()).spent - spent_before).max(0.0);
+        let (state, rows) = match encoded {
+            Ok(encoded) => encoded,
+            Err(e) => {
+                let status = self.site_status(peer, &format!("encode table={table}"), table, e);
+                self.record(
+                    who,
+                    started,
+                    Outcome {
+                        table,
+                        described: Some(&described),
+                        refusal: Some(&status),
+                        groups: 0,
+                        rows: 0,
+                        epsilon,
+                        bytes: 0,
+                    },
+                )?;
+                return Err(status);
+            }
+        };
         let batch = state.batch().clone();
+        self.record(
+            who,
+            started,
+            Outcome {
+                table,
+                described: Some(&described),
+                refusal: None,
+                groups: batch.num_rows() as u64,
+                rows,
+                epsilon,
+                bytes: state.size_bytes() as u64,
+            },
+        )?;
         self.log(
             peer,
             &format!(
@@ -243,6 +309,63 @@ impl WorkerService {
             ),
         );
         Ok(batch)
+    }
+}
+
+impl WorkerService {
+    /// Records one request; an error (the file cannot be written) is the
+    /// refusal the caller gets instead of the answer.
+    pub(super) fn record(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        started: Instant,
+        outcome: Outcome<'_>,
+    ) -> Result<(), Status> {
+        let Some(audit) = &self.audit else {
+            return Ok(());
+        };
+        let entry = AuditEntry {
+            time: now_rfc3339(),
+            analyst: analyst.name().to_string(),
+            peer: peer.to_string(),
+            table: outcome.table.to_string(),
+            request: outcome
+                .described
+                .map(|d| d.request.clone())
+                .unwrap_or_default(),
+            fingerprint: outcome
+                .described
+                .map(|d| d.fingerprint.clone())
+                .unwrap_or_default(),
+            decision: if outcome.refusal.is_some() {
+                "refused"
+            } else {
+                "released"
+            }
+            .to_string(),
+            rule: outcome.refusal.map(|status| {
+                status
+                    .message()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            }),
+            groups: outcome.groups,
+            rows: outcome.rows,
+            epsilon: outcome.epsilon,
+            bytes: outcome.bytes,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        audit.append(entry).map_err(|e| {
+            self.refuse(
+                peer,
+                "audit",
+                Status::unavailable(format!(
+                    "this worker answers no request it cannot audit: {e}\nhint: ask the data owner to check the worker's --audit-log file and disk"
+                )),
+            )
+        })
     }
 }
 

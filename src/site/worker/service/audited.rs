@@ -1,0 +1,116 @@
+//! What a worker's audit trail records of an encoder run: the request's
+//! one-line summary and fingerprint, and what the call knows when it is
+//! recorded ([`Outcome`]); `WorkerService::record` in `calls` writes it.
+
+use datafusion::common::Column;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use tonic::Status;
+
+use crate::site::worker::audit::fingerprint;
+
+/// The longest request summary kept in a record.
+const MAX_SUMMARY: usize = 2000;
+
+/// An encoder's audit view: its summary and fingerprint.
+pub(super) struct Described {
+    pub(super) request: String,
+    pub(super) fingerprint: String,
+}
+
+/// Replaces every literal by `?` (a fit's coefficients change each round).
+fn masked(expr: &Expr) -> Expr {
+    expr.clone()
+        .transform(|e| {
+            Ok(match e {
+                Expr::Literal(..) => Transformed::yes(Expr::Column(Column::from_name("?"))),
+                other => Transformed::no(other),
+            })
+        })
+        .map(|t| t.data)
+        .unwrap_or_else(|_| expr.clone())
+}
+
+/// The summary and fingerprint of an encoder's plan; `fit`: its
+/// aggregates' literals (the coefficients) are masked.
+pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
+    let LogicalPlan::Aggregate(agg) = plan else {
+        let text = plan.display_indent().to_string();
+        return Described {
+            request: String::new(),
+            fingerprint: fingerprint(&text),
+        };
+    };
+    let aggregates: Vec<Expr> = agg
+        .aggr_expr
+        .iter()
+        .map(|e| if fit { masked(e) } else { e.clone() })
+        .collect();
+    let join = |exprs: &[Expr]| {
+        exprs
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut filters = Vec::new();
+    let mut functions = std::collections::BTreeSet::new();
+    let _ = agg.input.apply(|node| {
+        if let LogicalPlan::Filter(filter) = node {
+            filters.push(filter.predicate.to_string());
+        }
+        for expr in node.expressions() {
+            let _ = expr.apply(|e| {
+                if let Expr::ScalarFunction(f) = e {
+                    functions.insert(f.func.name().to_string());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    let mut request = format!("aggregates: {}", join(&aggregates));
+    if !agg.group_expr.is_empty() {
+        request += &format!("; group by: {}", join(&agg.group_expr));
+    }
+    if !filters.is_empty() {
+        request += &format!("; filters: {}", filters.join(" AND "));
+    }
+    if !functions.is_empty() {
+        request += &format!(
+            "; functions: {}",
+            functions.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let request = request.replace(['\n', '\r'], " ");
+    let request = if request.len() > MAX_SUMMARY {
+        let mut end = MAX_SUMMARY;
+        while !request.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &request[..end])
+    } else {
+        request
+    };
+    let canonical = format!(
+        "aggregates: {}\ngroup by: {}\ninput:\n{}",
+        join(&aggregates),
+        join(&agg.group_expr),
+        agg.input.display_indent()
+    );
+    Described {
+        request,
+        fingerprint: fingerprint(&canonical),
+    }
+}
+
+/// What an audited call knows when it is recorded.
+pub(super) struct Outcome<'a> {
+    pub(super) table: &'a str,
+    pub(super) described: Option<&'a Described>,
+    pub(super) refusal: Option<&'a Status>,
+    pub(super) groups: u64,
+    pub(super) rows: u64,
+    pub(super) epsilon: f64,
+    pub(super) bytes: u64,
+}

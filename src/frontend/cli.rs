@@ -207,7 +207,15 @@ pub async fn run(args: &Args) -> Result<ExitCode> {
         return crate::frontend::pgwire::run_passwd(passwd).map(done);
     }
     if let Some(Command::Audit { command }) = &args.command {
-        return write_stdout(crate::site::worker::audit::run_cli(command)?.as_bytes());
+        // `fedsql audit verify` exits 1 on a trail that does not verify,
+        // whatever the kind of the error that says why.
+        return match crate::site::worker::audit::run_cli(command) {
+            Ok(text) => write_stdout(text.as_bytes()).map(done),
+            Err(error) => {
+                eprintln!("Error: {error}");
+                Ok(ExitCode::Other)
+            }
+        };
     }
     if let Some(Command::Completions { shell }) = &args.command {
         return write_stdout(&completions(*shell)).map(done);

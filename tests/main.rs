@@ -4,6 +4,8 @@
 #[path = "suites/support.rs"]
 mod support;
 
+#[path = "suites/admin.rs"]
+mod admin;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]
@@ -50,6 +52,8 @@ mod output;
 mod pgwire;
 #[path = "suites/policy.rs"]
 mod policy;
+#[path = "suites/profiles.rs"]
+mod profiles;
 #[path = "suites/refusal.rs"]
 mod refusal;
 #[path = "suites/remote.rs"]

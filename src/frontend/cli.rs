@@ -128,6 +128,12 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::site::worker::audit::AuditCommand,
     },
+    /// List, approve or deny the requests a worker holds for the data
+    /// owner's approval (`approval = "manual"`).
+    Approvals {
+        #[command(subcommand)]
+        command: crate::site::worker::approvals::ApprovalsCommand,
+    },
     /// Print a completion script for a shell, e.g.
     /// `fedsql completions bash > ~/.local/share/bash-completion/completions/fedsql`.
     Completions {
@@ -210,6 +216,15 @@ pub async fn run(args: &Args) -> Result<ExitCode> {
         // `fedsql audit verify` exits 1 on a trail that does not verify,
         // whatever the kind of the error that says why.
         return match crate::site::worker::audit::run_cli(command) {
+            Ok(text) => write_stdout(text.as_bytes()).map(done),
+            Err(error) => {
+                eprintln!("Error: {error}");
+                Ok(ExitCode::Other)
+            }
+        };
+    }
+    if let Some(Command::Approvals { command }) = &args.command {
+        return match crate::site::worker::approvals::run_cli(command) {
             Ok(text) => write_stdout(text.as_bytes()).map(done),
             Err(error) => {
                 eprintln!("Error: {error}");

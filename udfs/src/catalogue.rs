@@ -679,6 +679,7 @@ pub const SCALARS: &[Scalar] = &[
     never("arrow_typeof"),
 ];
 
+pub mod groups;
 mod reference;
 pub use reference::reference_markdown;
 

@@ -14,11 +14,13 @@ use crate::site::release::dp::DpPolicy;
 use crate::site::release::identity::{SiteIdentity, parse_peer};
 use crate::site::release::policy::DisclosurePolicy;
 use crate::site::worker::log::LogSink;
+use crate::site::worker::profiles::{ProfileSection, Profiles, Served};
 
 mod args;
 mod policy;
 
 pub use args::WorkerArgs;
+pub(crate) use policy::ALL_TABLES;
 use policy::{PolicySettings, without_dp, worker_dp, worker_policy};
 
 /// A request's limits at a worker, whatever its policy.
@@ -66,6 +68,14 @@ struct ConfigFile {
     /// Named tokens: analyst name = token file (DP budgets are per analyst).
     #[serde(default)]
     tokens: BTreeMap<String, PathBuf>,
+    /// Analyst profiles by token name (`[analysts.NAME]`).
+    #[serde(default)]
+    analysts: BTreeMap<String, ProfileSection>,
+    /// The approvals file (see [`WorkerArgs::approvals_file`]).
+    approvals_file: Option<PathBuf>,
+    /// The admin page's address and token file.
+    admin_listen: Option<String>,
+    admin_token_file: Option<PathBuf>,
 }
 
 /// Everything a worker needs to start.
@@ -109,6 +119,15 @@ pub struct WorkerConfig {
     /// [`WorkerConfig::new`]; `fedsql worker` writes
     /// [`crate::site::worker::audit::DEFAULT_AUDIT_LOG`] unless told `none`).
     pub audit_log: Option<PathBuf>,
+    /// Analyst profiles (`[analysts.NAME]`); empty: the policy alone decides.
+    pub profiles: Profiles,
+    /// Tables whose new requests wait for the data owner's approval
+    /// (`approval = "manual"` in `[policy]` or `[policy.tables.NAME]`).
+    pub approval_tables: std::collections::BTreeSet<String>,
+    /// The approvals file (used when a profile or table asks for manual approval).
+    pub approvals_file: PathBuf,
+    /// The admin page's address and token.
+    pub admin: Option<(SocketAddr, String)>,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -149,7 +168,18 @@ impl WorkerConfig {
             limits: RequestLimits::default(),
             fast_path: true,
             audit_log: None,
+            profiles: Profiles::default(),
+            approval_tables: std::collections::BTreeSet::new(),
+            approvals_file: PathBuf::from(
+                crate::site::worker::approvals::DEFAULT_APPROVALS_FILE,
+            ),
+            admin: None,
         }
+    }
+
+    /// Whether any request may wait for manual approval.
+    pub fn needs_approvals(&self) -> bool {
+        !self.approval_tables.is_empty() || self.profiles.iter().any(|p| p.manual_approval)
     }
 
     /// The policy of served table `name`.
@@ -276,6 +306,7 @@ impl WorkerConfig {
             table_policies,
             mut peers,
             secure_without_peers,
+            approval_tables,
         } = worker_policy(args, without_dp(file.policy.as_ref()).as_ref())?;
         for name in table_policies.keys() {
             if !tables.iter().any(|(n, _)| n == name) {
@@ -338,6 +369,56 @@ impl WorkerConfig {
             Some(text) => crate::site::engine::parse_fast_path(&text)?,
             None => true,
         };
+        let approvals_file = match (&args.approvals_file, &file.approvals_file) {
+            (Some(path), _) => path.clone(),
+            (None, Some(path)) => base.join(path),
+            (None, None) => default_approvals_file(audit_log.as_deref()),
+        };
+        let admin = match (
+            args.admin_listen.clone().or(file.admin_listen.clone()),
+            args.admin_token_file
+                .clone()
+                .or_else(|| from_file(&file.admin_token_file)),
+        ) {
+            (None, None) => None,
+            (Some(listen), Some(token)) => Some((resolve(&listen).await?, read_token(&token)?)),
+            (Some(_), None) => {
+                return Err(FedError::Syntax(
+                    "--admin-listen needs --admin-token-file FILE (or `admin_token_file` in --config): the admin page answers only requests that carry its token".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(FedError::Syntax(
+                    "--admin-token-file is given without --admin-listen ADDR".into(),
+                ));
+            }
+        };
+        let analyst_names: Vec<&str> = {
+            let mut names: Vec<&str> = named_tokens.iter().map(|(n, _)| n.as_str()).collect();
+            if !token.is_empty() {
+                names.push(crate::site::worker::tokens::DEFAULT_ANALYST);
+            }
+            names
+        };
+        let served_policies: Vec<(&str, Option<DisclosurePolicy>)> = tables
+            .iter()
+            .map(|(name, _)| {
+                let policy = match table_policies.get(name) {
+                    Some(p) => p.clone(),
+                    None => policy.clone(),
+                };
+                (name.as_str(), policy)
+            })
+            .collect();
+        let profiles = Profiles::from_sections(
+            &file.analysts,
+            &Served {
+                tables: served_policies,
+                dp: &dp,
+                ledger: dp_ledger.is_some(),
+                analysts: analyst_names,
+            },
+        )?;
         let config = Self {
             listen,
             tables,
@@ -355,10 +436,42 @@ impl WorkerConfig {
             dp_ledger,
             fast_path,
             audit_log,
+            profiles,
+            approval_tables,
+            approvals_file,
+            admin,
         };
         config.check_dp_has_policy()?;
         Ok(config)
     }
+}
+
+/// The approvals file beside the audit trail (or in the working
+/// directory without one).
+fn default_approvals_file(audit_log: Option<&Path>) -> PathBuf {
+    let name = crate::site::worker::approvals::DEFAULT_APPROVALS_FILE;
+    match audit_log.and_then(Path::parent) {
+        Some(folder) => folder.join(name),
+        None => PathBuf::from(name),
+    }
+}
+
+/// The approvals file a worker TOML names (`approvals_file`, else the
+/// default beside its `audit_log`), for `fedsql approvals --config`.
+pub(crate) fn approvals_file_of(config: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(config).map_err(|e| {
+        FedError::InvalidArgument(format!("cannot read worker config {}: {e}", config.display()))
+    })?;
+    let file: ConfigFile = toml::from_str(&text)
+        .map_err(|e| FedError::Syntax(format!("worker config {}: {e}", config.display())))?;
+    let base = config.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok(match (&file.approvals_file, &file.audit_log) {
+        (Some(path), _) => base.join(path),
+        (None, Some(audit)) if audit.as_os_str() != "none" => {
+            default_approvals_file(Some(&base.join(audit)))
+        }
+        (None, _) => PathBuf::from(crate::site::worker::approvals::DEFAULT_APPROVALS_FILE),
+    })
 }
 
 /// A limit's setting: `none` (no limit) or a value `parse` reads.

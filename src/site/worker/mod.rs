@@ -28,10 +28,13 @@
 //! tables and binds received plans to them, [`service`] answers the Flight
 //! calls, and [`log`] writes what it released and refused.
 
+pub mod admin;
+pub mod approvals;
 pub mod audit;
 pub(crate) mod checked_plans;
 pub(crate) mod config;
 pub(crate) mod log;
+pub mod profiles;
 pub(crate) mod service;
 pub(crate) mod tables;
 pub(crate) mod token_check;
@@ -60,12 +63,19 @@ pub struct RunningWorker {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     handle: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
+    /// The admin page, when it is served.
+    admin: Option<admin::AdminServer>,
 }
 
 impl RunningWorker {
     /// The address it listens on (with the port chosen, for port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin page's address, when it is served.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(admin::AdminServer::addr)
     }
 
     /// Stops serving and waits until it has.
@@ -102,27 +112,52 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     });
     // One engine for every site of this worker.
     let engine = Arc::new(crate::site::engine::SiteEngine::new());
+    let open = |name: &str, path: &std::path::Path, policy, dp| {
+        let site = SiteOptions {
+            policy,
+            identity: config.identity.clone(),
+            peers: Arc::clone(&peers),
+            secure_without_peers: config.secure_without_peers,
+            memory_limit: config.limits.memory,
+            engine: Arc::clone(&engine),
+            fast_path: config.fast_path,
+        };
+        ServedTable::open(name, path, site).map(|t| {
+            t.with_dp(Arc::new(crate::site::release::dp::DpSite::new(
+                dp,
+                Arc::clone(&ledger),
+            )))
+        })
+    };
     let tables = config
         .tables
         .iter()
-        .map(|(name, path)| {
-            let site = SiteOptions {
-                policy: config.policy_of(name),
-                identity: config.identity.clone(),
-                peers: Arc::clone(&peers),
-                secure_without_peers: config.secure_without_peers,
-                memory_limit: config.limits.memory,
-                engine: Arc::clone(&engine),
-                fast_path: config.fast_path,
-            };
-            ServedTable::open(name, path, site).map(|t| {
-                t.with_dp(Arc::new(crate::site::release::dp::DpSite::new(
-                    config.dp.clone(),
-                    Arc::clone(&ledger),
-                )))
-            })
-        })
+        .map(|(name, path)| open(name, path, config.policy_of(name), config.dp.clone()))
         .collect::<Result<Vec<_>>>()?;
+    // A profile with a larger k, a smaller budget or DP only reaches the
+    // tables through clients of its own, under its own settings.
+    let mut profile_tables = std::collections::BTreeMap::new();
+    for profile in config.profiles.iter().filter(|p| p.tightens()) {
+        let opened = config
+            .tables
+            .iter()
+            .filter(|(name, _)| profile.tables.as_ref().is_none_or(|t| t.contains(name)))
+            .map(|(name, path)| {
+                open(
+                    name,
+                    path,
+                    profile.policy(config.policy_of(name)),
+                    profile.dp(&config.dp),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        profile_tables.insert(profile.name.clone(), opened);
+    }
+    let approvals = if config.needs_approvals() {
+        Some(Arc::new(approvals::Approvals::open(&config.approvals_file)?))
+    } else {
+        None
+    };
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(audit::AuditLog::open(path)?)),
         None => None,
@@ -130,7 +165,14 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let tokens = tokens::Tokens::new(&config.token, &config.named_tokens);
     let service = WorkerService::new(tables, &config.token, config.log.clone(), config.limits)
         .with_tokens(tokens.clone())
-        .with_audit(audit);
+        .with_audit(audit)
+        .with_profiles(config.profiles.clone(), profile_tables)
+        .with_approvals(approvals, config.approval_tables.clone());
+    let service = Arc::new(service);
+    let admin = match &config.admin {
+        Some((addr, token)) => Some(admin::start(*addr, token, Arc::clone(&service)).await?),
+        None => None,
+    };
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));
@@ -151,7 +193,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
             })?;
     }
     let check = service::TokenCheck::new(&config.token, config.log.clone()).with_tokens(tokens);
-    let server = FlightServiceServer::new(service)
+    let server = FlightServiceServer::from_arc(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // The token is checked on the headers, before any body is read.
@@ -167,6 +209,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         addr,
         shutdown: Some(tx),
         handle,
+        admin,
     })
 }
 
@@ -206,7 +249,17 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
             "fedsql worker: WARNING: serving WITHOUT an audit trail (--audit-log none): no request is recorded"
         );
     }
+    if let Some((addr, _)) = &config.admin
+        && !addr.ip().is_loopback()
+    {
+        eprintln!(
+            "fedsql worker: WARNING: the admin page listens on {addr}, beyond this machine, in plain HTTP: its token and pages cross the network unencrypted (put it behind a TLS proxy, or keep it on loopback)"
+        );
+    }
     let mut worker = start(config).await?;
+    if let Some(admin) = worker.admin_addr() {
+        eprintln!("fedsql worker: admin page on http://{admin}/ (sign in with the admin token)");
+    }
     println!(
         "fedsql worker listening on {} ({}; tables: {})",
         worker.addr(),

@@ -7,12 +7,14 @@
 //! [`audited`] what the audit trail records of each encoder run;
 //! [`actions`] the secure-aggregation setup, masked states, EXPLAIN and
 //! how a site's error crosses the wire; [`flight`] maps each Flight call
-//! and action to them.
+//! and action to them; [`overview`] what the admin page shows of it.
 
 mod actions;
 mod audited;
 mod calls;
 mod flight;
+mod overview;
 
 pub(crate) use crate::site::worker::token_check::TokenCheck;
 pub use calls::WorkerService;
+pub(crate) use overview::Overview;

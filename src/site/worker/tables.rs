@@ -87,6 +87,11 @@ impl ServedTable {
         self
     }
 
+    /// The table's disclosure policy, as `\\clients` shows it.
+    pub(super) fn policy_text(&self) -> String {
+        describe_policy(self.site.policy.as_ref())
+    }
+
     fn positional(&self) -> bool {
         self.files.format == FileFormat::Csv
     }

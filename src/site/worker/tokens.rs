@@ -31,6 +31,11 @@ impl Tokens {
         Self { named: tokens }
     }
 
+    /// The analysts' names, in the order given.
+    pub fn names(&self) -> Vec<String> {
+        self.named.iter().map(|(name, _)| name.clone()).collect()
+    }
+
     /// The analyst whose token `given` is, if any.
     pub fn analyst(&self, given: &[u8]) -> Option<&str> {
         let given: [u8; 32] = Sha256::digest(given).into();

@@ -43,6 +43,25 @@ pub fn reference_markdown() -> String {
         ));
     }
     page.push_str(
+        "\n## Profile groups\n\n\
+         What a name in an analyst profile's `functions` allow-list (`[analysts.NAME]` in a \
+         worker's TOML) admits. A site sees encoders, not the table function that made them: \
+         a name admits these aggregates whoever writes the query. A single aggregate's name \
+         admits that aggregate.\n\n| name | kind | admits |\n|---|---|---|\n",
+    );
+    for (kind, list) in [("group", groups::GROUPS), ("table function", groups::TABLE_FUNCTIONS)] {
+        for (name, members) in list {
+            page.push_str(&format!(
+                "| `{name}` | {kind} | {} |\n",
+                members
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    page.push_str(
         "\n## Scalar functions\n\n\
          Under a disclosure policy a site evaluates those that can fail on a row's values \
          NULL-on-error (a row it fails on gives NULL), so whether a query fails never depends \

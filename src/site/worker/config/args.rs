@@ -18,12 +18,14 @@ pub struct WorkerArgs {
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
-    /// `memory_limit`, `max_shared_rows`, `fast_path`, `audit_log`, a `[tables]` section of
+    /// `memory_limit`, `max_shared_rows`, `fast_path`, `audit_log`,
+    /// `approvals_file`, `admin_listen`, `admin_token_file`, a `[tables]` section of
     /// name = "path", a `[tokens]` section of analyst = "token file", and a
     /// `[policy]` section with `peers`,
     /// `secure_without_peers`, the DP settings `dp_budget`,
     /// `dp_max_epsilon`, `dp_ledger`, `require_dp`, `dp_domain.COLUMN`,
-    /// and `[policy.tables.NAME]` overrides);
+    /// `approval`, and `[policy.tables.NAME]` overrides, and
+    /// `[analysts.NAME]` profiles);
     /// command-line flags take precedence.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -109,4 +111,17 @@ pub struct WorkerArgs {
     /// `none`: no audit trail, with a warning at start-up).
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Where requests awaiting manual approval and the data owner's
+    /// decisions are kept (default fedsql-approvals.jsonl beside the audit
+    /// trail); `fedsql approvals` manages it.
+    #[arg(long, value_name = "FILE")]
+    pub approvals_file: Option<PathBuf>,
+    /// Serve the data owner's admin page (policy, analysts, budgets, the
+    /// latest requests, approvals), /metrics and /healthz on this address
+    /// (loopback unless told otherwise); needs --admin-token-file.
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// File holding the admin page's token (every admin request must carry it).
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
 }

@@ -24,6 +24,8 @@ pub(super) struct PolicySettings {
     pub(super) peers: Vec<[u8; 32]>,
     /// `[policy] secure_without_peers` or `--secure-without-peers`.
     pub(super) secure_without_peers: bool,
+    /// Tables with `approval = "manual"` (in `[policy]`: every table).
+    pub(super) approval_tables: std::collections::BTreeSet<String>,
 }
 
 /// The worker's policy settings from its flags and the TOML `policy`; see
@@ -39,6 +41,7 @@ pub(super) fn worker_policy(
             table_policies: BTreeMap::new(),
             peers: Vec::new(),
             secure_without_peers: args.secure_without_peers,
+            approval_tables: std::collections::BTreeSet::new(),
         });
     }
     if let Some(other) = args.policy.as_deref() {
@@ -50,6 +53,8 @@ pub(super) fn worker_policy(
     let mut tables = None;
     let mut peers = Vec::new();
     let mut secure_without_peers = args.secure_without_peers;
+    let mut approval_all = false;
+    let mut approval_tables = std::collections::BTreeSet::new();
     match file {
         None => {}
         Some(toml::Value::Table(settings)) => {
@@ -70,6 +75,7 @@ pub(super) fn worker_policy(
                     ("secure_without_peers", toml::Value::Boolean(trust)) => {
                         secure_without_peers |= *trust;
                     }
+                    ("approval", value) => approval_all = manual_approval("[policy]", value)?,
                     ("tables" | "peers" | "secure_without_peers", other) => {
                         return Err(FedError::Syntax(format!(
                             "worker config: [policy] {key} = {other}: expected {}",
@@ -115,6 +121,12 @@ pub(super) fn worker_policy(
             toml::Value::Table(settings) => {
                 let mut table_policy = policy.clone();
                 for (key, value) in settings {
+                    if key == "approval" {
+                        if manual_approval(&format!("[policy.tables.{name}]"), value)? {
+                            approval_tables.insert(name.clone());
+                        }
+                        continue;
+                    }
                     table_policy.set(key, &setting_text(value))?;
                 }
                 Some(table_policy)
@@ -127,12 +139,30 @@ pub(super) fn worker_policy(
         };
         table_policies.insert(name.clone(), table_policy);
     }
+    if approval_all {
+        approval_tables.insert(ALL_TABLES.to_string());
+    }
     Ok(PolicySettings {
         policy: Some(policy),
         table_policies,
         peers,
         secure_without_peers,
+        approval_tables,
     })
+}
+
+/// In [`PolicySettings::approval_tables`]: every table.
+pub(crate) const ALL_TABLES: &str = "*";
+
+/// `approval = "manual"` (true) or `"none"` (false).
+fn manual_approval(section: &str, value: &toml::Value) -> Result<bool> {
+    match value.as_str() {
+        Some("manual") => Ok(true),
+        Some("none" | "automatic") => Ok(false),
+        _ => Err(FedError::Syntax(format!(
+            "worker config: {section} approval = {value}: expected \"manual\" or \"none\""
+        ))),
+    }
 }
 
 /// A TOML setting's value as text for [`DisclosurePolicy::set`].

@@ -335,6 +335,7 @@ async fn the_reference_example_is_a_valid_config() {
         ("bob.token", "bob-token"),
         ("cert.pem", "certificate"),
         ("key.pem", "key"),
+        ("admin.token", "admin-token-0123456789"),
     ] {
         std::fs::write(dir.path().join(file), text).unwrap();
     }
@@ -356,4 +357,9 @@ async fn the_reference_example_is_a_valid_config() {
     assert_eq!(c.dp.budget, Some(10.0));
     assert_eq!(c.dp.domains["region"].len(), 4);
     assert!(c.dp_ledger.is_some() && c.fast_path);
+    let alice = c.profiles.of("alice").unwrap();
+    assert_eq!(alice.min_group_rows, Some(15));
+    assert_eq!(c.profiles.of("bob").unwrap().name, "default");
+    assert!(c.approval_tables.contains("rare_disease"));
+    assert_eq!(c.admin.as_ref().unwrap().0.port(), 50052);
 }

@@ -5,6 +5,7 @@
 use prost::Message;
 use tonic::Status;
 
+use super::audited::{Outcome, describe};
 use super::calls::{Checked, WorkerService, aggregate_names};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
@@ -69,7 +70,7 @@ impl WorkerService {
     /// every encoder is.
     pub(super) async fn check_secure(
         &self,
-        peer: &str,
+        (peer, analyst): (&str, &Analyst),
         call: &str,
         encode: Option<EncodeRequest>,
         session: Option<SessionMessage>,
@@ -79,10 +80,38 @@ impl WorkerService {
             .ok_or_else(|| self.malformed(peer, call, "no session"))?
             .session()
             .map_err(|e| self.malformed(peer, call, e))?;
-        let checked = self
-            .check(&encode)
-            .await
-            .map_err(|s| self.refuse(peer, call, s))?;
+        let started = std::time::Instant::now();
+        let checked = match self.check(&encode, analyst).await {
+            Ok(checked) => checked,
+            Err(status) => {
+                let status = self.refuse(peer, call, status);
+                self.record(
+                    (peer, analyst),
+                    started,
+                    Outcome {
+                        refusal: Some(&status),
+                        ..Outcome::default()
+                    },
+                )?;
+                return Err(status);
+            }
+        };
+        let described = describe(checked.encoder.plan(), encode.fit_scope.is_some());
+        if let Err((status, pending)) = self.approval(analyst, &checked.table.name, &described) {
+            let status = self.refuse(peer, call, status);
+            self.record(
+                (peer, analyst),
+                started,
+                Outcome {
+                    table: &checked.table.name,
+                    described: Some(&described),
+                    refusal: Some(&status),
+                    pending,
+                    ..Outcome::default()
+                },
+            )?;
+            return Err(status);
+        }
         Ok((checked, session))
     }
 
@@ -93,7 +122,7 @@ impl WorkerService {
         body: &[u8],
     ) -> Result<Vec<u8>, Status> {
         let encode = self.decode_request(peer, ACTION_EXPLAIN, body)?;
-        let checked = match self.check(&encode).await {
+        let checked = match self.check(&encode, analyst).await {
             Ok(checked) => checked,
             Err(status) => return Err(self.refuse(peer, ACTION_EXPLAIN, status)),
         };
@@ -118,7 +147,7 @@ impl WorkerService {
         let request =
             SecureSetupRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
         let (checked, session) = self
-            .check_secure(peer, call, request.encode, request.session)
+            .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
         let setup = checked
             .client
@@ -160,6 +189,7 @@ impl WorkerService {
         body: &[u8],
     ) -> Result<Vec<u8>, Status> {
         let call = ACTION_ENCODE_MASKED;
+        let started = std::time::Instant::now();
         let request =
             EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
         let public_keys = request
@@ -170,7 +200,7 @@ impl WorkerService {
             .map_err(|e| self.malformed(peer, call, e))?;
         let groups = batch_from_ipc(&request.groups).map_err(|e| self.malformed(peer, call, e))?;
         let (checked, session) = self
-            .check_secure(peer, call, request.encode, request.session)
+            .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
         let signed = if request.identities.is_empty() && request.signatures.is_empty() {
             Vec::new()
@@ -202,6 +232,18 @@ impl WorkerService {
             .encode_masked(&SiteRequest::new(&checked.encoder, analyst), &mask)
             .await
             .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        let described = describe(checked.encoder.plan(), false);
+        self.record(
+            (peer, analyst),
+            started,
+            Outcome {
+                table: &checked.table.name,
+                described: Some(&described),
+                groups: state.batch().num_rows() as u64,
+                bytes: state.size_bytes() as u64,
+                ..Outcome::default()
+            },
+        )?;
         self.log(
             peer,
             &format!(

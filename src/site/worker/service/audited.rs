@@ -105,6 +105,7 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
 }
 
 /// What an audited call knows when it is recorded.
+#[derive(Default)]
 pub(super) struct Outcome<'a> {
     pub(super) table: &'a str,
     pub(super) described: Option<&'a Described>,
@@ -113,4 +114,6 @@ pub(super) struct Outcome<'a> {
     pub(super) rows: u64,
     pub(super) epsilon: f64,
     pub(super) bytes: u64,
+    /// Refused because it awaits the data owner's approval.
+    pub(super) pending: bool,
 }

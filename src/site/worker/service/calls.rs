@@ -3,7 +3,7 @@
 //! (a call that runs past them, or whose caller goes away, is stopped and
 //! logged), and the checks and run of a received encoder.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,14 +14,18 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use prost::Message;
 use tonic::{Request, Status};
 
-use super::audited::{Outcome, describe};
+use super::audited::{Described, Outcome, describe};
 use crate::error::{FedError, Result};
 use crate::protocol::codec::{self, TableBinder};
 use crate::protocol::encoder::Encoder;
 use crate::protocol::flight::{EncodeRequest, POLICY_REFUSAL};
 use crate::protocol::site::{Analyst, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
+use crate::site::worker::admin::Metrics;
+use crate::site::worker::approvals::{Approvals, Decision};
 use crate::site::worker::audit::{AuditEntry, AuditLog, now_rfc3339};
+use crate::site::worker::config::ALL_TABLES;
+use crate::site::worker::profiles::Profiles;
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
@@ -50,6 +54,16 @@ pub struct WorkerService {
     pub(super) limits: RequestLimits,
     /// The audit trail; `None`: not kept.
     pub(super) audit: Option<Arc<AuditLog>>,
+    /// Analyst profiles, and the tables opened under a profile's stricter
+    /// policy or DP settings (by profile name).
+    pub(super) profiles: Profiles,
+    pub(super) profile_tables: BTreeMap<String, Arc<BTreeMap<String, Arc<ServedTable>>>>,
+    /// Manual approval: the approvals file, and the tables that need it
+    /// for everyone ([`ALL_TABLES`]: every table).
+    pub(super) approvals: Option<Arc<Approvals>>,
+    pub(super) approval_tables: BTreeSet<String>,
+    /// Requests by decision, bytes released, durations (`/metrics`).
+    pub(super) metrics: Arc<Metrics>,
 }
 
 impl WorkerService {
@@ -77,6 +91,114 @@ impl WorkerService {
             log,
             limits,
             audit: None,
+            profiles: Profiles::default(),
+            profile_tables: BTreeMap::new(),
+            approvals: None,
+            approval_tables: BTreeSet::new(),
+            metrics: Arc::default(),
+        }
+    }
+
+    /// The same service under analyst profiles; `tables`: the served
+    /// tables opened under a profile's own policy, by profile name.
+    pub fn with_profiles(
+        mut self,
+        profiles: Profiles,
+        tables: BTreeMap<String, Vec<ServedTable>>,
+    ) -> Self {
+        self.profiles = profiles;
+        self.profile_tables = tables
+            .into_iter()
+            .map(|(name, tables)| {
+                let tables = tables
+                    .into_iter()
+                    .map(|t| (t.name.clone(), Arc::new(t)))
+                    .collect();
+                (name, Arc::new(tables))
+            })
+            .collect();
+        self
+    }
+
+    /// The same service holding new requests of `tables` (and of profiles
+    /// that say so) for the data owner's approval in `approvals`.
+    pub fn with_approvals(mut self, approvals: Option<Arc<Approvals>>, tables: BTreeSet<String>) -> Self {
+        self.approvals = approvals;
+        self.approval_tables = tables;
+        self
+    }
+
+    /// The tables as `analyst` reaches them: opened under their profile's
+    /// own policy where it has one.
+    pub(super) fn tables_of(&self, analyst: &Analyst) -> Arc<BTreeMap<String, Arc<ServedTable>>> {
+        self.profiles
+            .of(analyst.name())
+            .and_then(|p| self.profile_tables.get(&p.name))
+            .map_or_else(|| Arc::clone(&self.tables), Arc::clone)
+    }
+
+    /// Every opened table, the profiles' own included (for releasing a fit).
+    pub(super) fn every_table(&self) -> impl Iterator<Item = &Arc<ServedTable>> {
+        self.tables
+            .values()
+            .chain(self.profile_tables.values().flat_map(|t| t.values()))
+    }
+
+    /// Whether `analyst`'s new requests over `table` wait for approval.
+    fn needs_approval(&self, analyst: &Analyst, table: &str) -> bool {
+        self.approval_tables.contains(table)
+            || self.approval_tables.contains(ALL_TABLES)
+            || self
+                .profiles
+                .of(analyst.name())
+                .is_some_and(|p| p.manual_approval)
+    }
+
+    /// Manual approval: `Ok` when the request may run; otherwise the
+    /// refusal (pending or denied) and whether it is pending.
+    pub(super) fn approval(
+        &self,
+        analyst: &Analyst,
+        table: &str,
+        described: &Described,
+    ) -> Result<(), (Status, bool)> {
+        if !self.needs_approval(analyst, table) {
+            return Ok(());
+        }
+        let Some(approvals) = &self.approvals else {
+            return Err((
+                Status::internal("this worker holds requests for approval but has no approvals file"),
+                false,
+            ));
+        };
+        match approvals.decide(analyst.name(), table, &described.fingerprint, &described.request) {
+            Ok(Decision::Approved) => Ok(()),
+            Ok(Decision::Pending(id)) => Err((
+                Status::permission_denied(
+                    FedError::refused(
+                        format!("request {id} awaits the data owner's approval at this site (approval = \"manual\")"),
+                        Some(&format!("ask the data owner to approve request {id} (`fedsql approvals approve {id}` or the admin page), then run the query again")),
+                    )
+                    .to_string(),
+                ),
+                true,
+            )),
+            Ok(Decision::Denied(id)) => Err((
+                Status::permission_denied(
+                    FedError::refused(
+                        format!("request {id} was denied by the data owner at this site"),
+                        Some("ask the data owner why, or change the query"),
+                    )
+                    .to_string(),
+                ),
+                false,
+            )),
+            Err(e) => Err((
+                Status::unavailable(format!(
+                    "this worker cannot read or write its approvals file: {e}"
+                )),
+                false,
+            )),
         }
     }
 
@@ -163,9 +285,14 @@ impl WorkerService {
     }
 
     /// Decodes and checks a plan; see the module documentation.
-    pub(super) async fn check(&self, request: &EncodeRequest) -> Result<Checked, Status> {
+    pub(super) async fn check(
+        &self,
+        request: &EncodeRequest,
+        analyst: &Analyst,
+    ) -> Result<Checked, Status> {
+        let tables = self.tables_of(analyst);
         let binder: Arc<dyn TableBinder> = Arc::new(Binder {
-            tables: Arc::clone(&self.tables),
+            tables: Arc::clone(&tables),
         });
         let plan = codec::plan_from_bytes(&request.plan, &self.task_ctx, binder).map_err(|e| {
             match e.find_root() {
@@ -186,11 +313,15 @@ impl WorkerService {
                 other => Status::invalid_argument(format!("refused: {other}")),
             })?;
         let encoder = encoder.in_fit(request.fit_scope);
-        let table = self
-            .tables
+        let table = tables
             .get(encoder.table())
             .cloned()
             .ok_or_else(|| Status::internal("a bound table that is not served"))?;
+        if let Some(profile) = self.profiles.of(analyst.name()) {
+            profile
+                .check(&table.name, encoder.plan())
+                .map_err(|e| Status::permission_denied(e.to_string()))?;
+        }
         let client = table
             .client_for(&encoder.table_schema())
             .map_err(|e| Status::permission_denied(e.to_string()))?;
@@ -225,7 +356,7 @@ impl WorkerService {
     ) -> Result<datafusion::arrow::record_batch::RecordBatch, Status> {
         let started = Instant::now();
         let who = (peer, analyst);
-        let checked = match self.check(&request).await {
+        let checked = match self.check(&request, analyst).await {
             Ok(checked) => checked,
             Err(status) => {
                 let status = self.refuse(peer, "encode", status);
@@ -233,13 +364,8 @@ impl WorkerService {
                     who,
                     started,
                     Outcome {
-                        table: "",
-                        described: None,
                         refusal: Some(&status),
-                        groups: 0,
-                        rows: 0,
-                        epsilon: 0.0,
-                        bytes: 0,
+                        ..Outcome::default()
                     },
                 )?;
                 return Err(status);
@@ -247,6 +373,21 @@ impl WorkerService {
         };
         let table = &checked.table.name;
         let described = describe(checked.encoder.plan(), request.fit_scope.is_some());
+        if let Err((status, pending)) = self.approval(analyst, table, &described) {
+            let status = self.refuse(peer, "encode", status);
+            self.record(
+                who,
+                started,
+                Outcome {
+                    table,
+                    described: Some(&described),
+                    refusal: Some(&status),
+                    pending,
+                    ..Outcome::default()
+                },
+            )?;
+            return Err(status);
+        }
         self.log(
             peer,
             &format!(
@@ -272,10 +413,8 @@ impl WorkerService {
                         table,
                         described: Some(&described),
                         refusal: Some(&status),
-                        groups: 0,
-                        rows: 0,
                         epsilon,
-                        bytes: 0,
+                        ..Outcome::default()
                     },
                 )?;
                 return Err(status);
@@ -293,6 +432,7 @@ impl WorkerService {
                 rows,
                 epsilon,
                 bytes: state.size_bytes() as u64,
+                pending: false,
             },
         )?;
         self.log(
@@ -321,6 +461,15 @@ impl WorkerService {
         started: Instant,
         outcome: Outcome<'_>,
     ) -> Result<(), Status> {
+        let decision = if outcome.pending {
+            "pending"
+        } else if outcome.refusal.is_some() {
+            "refused"
+        } else {
+            "released"
+        };
+        self.metrics
+            .observe(decision, outcome.bytes, started.elapsed().as_secs_f64());
         let Some(audit) = &self.audit else {
             return Ok(());
         };
@@ -337,12 +486,7 @@ impl WorkerService {
                 .described
                 .map(|d| d.fingerprint.clone())
                 .unwrap_or_default(),
-            decision: if outcome.refusal.is_some() {
-                "refused"
-            } else {
-                "released"
-            }
-            .to_string(),
+            decision: decision.to_string(),
             rule: outcome.refusal.map(|status| {
                 status
                     .message()

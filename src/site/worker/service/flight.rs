@@ -38,11 +38,25 @@ impl FlightService for WorkerService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
         let peer = self.authorize(&request, "GetSchema")?;
+        let analyst = self.analyst(&request);
         let path = &request.get_ref().path;
         let table = match path.as_slice() {
             [name] => self.tables.get(name),
             _ => None,
         };
+        // A table outside the analyst's profile is refused, by name.
+        if let (Some(table), Some(profile)) = (table, self.profiles.of(analyst.name()))
+            && profile.tables.as_ref().is_some_and(|t| !t.contains(&table.name))
+        {
+            return Err(self.refuse(
+                &peer,
+                "GetSchema",
+                Status::permission_denied(format!(
+                    "refused: analyst profile `{}` (tables): table `{}` is not among the tables this analyst may query",
+                    profile.name, table.name
+                )),
+            ));
+        }
         let Some(table) = table else {
             return Err(self.refuse(
                 &peer,
@@ -130,8 +144,7 @@ impl FlightService for WorkerService {
                 // Only the session that started the fit knows its (random)
                 // scope id: a release names nothing else's rows.
                 let released = self
-                    .tables
-                    .values()
+                    .every_table()
                     .filter(|table| table.release_fit(release.scope))
                     .count()
                     > 0;
@@ -158,7 +171,8 @@ impl FlightService for WorkerService {
             }
             ACTION_PRIVACY_BUDGET => {
                 let name = String::from_utf8_lossy(&action.body).to_string();
-                let table = self.tables.get(&name).ok_or_else(|| {
+                let tables = self.tables_of(&analyst);
+                let table = tables.get(&name).ok_or_else(|| {
                     self.refuse(
                         &peer,
                         ACTION_PRIVACY_BUDGET,

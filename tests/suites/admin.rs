@@ -85,7 +85,10 @@ fn check_exposition(text: &str) {
             assert!(series.ends_with('}'), "{line}");
             for pair in series[name_end + 1..series.len() - 1].split(',') {
                 let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("{line}"));
-                assert!(!k.is_empty() && v.starts_with('"') && v.ends_with('"'), "{line}");
+                assert!(
+                    !k.is_empty() && v.starts_with('"') && v.ends_with('"'),
+                    "{line}"
+                );
             }
         }
     }
@@ -107,7 +110,10 @@ async fn without_the_token_401_and_metrics_parse() {
         for path in ["/", "/metrics", "/healthz", "/nope", "/approvals"] {
             let (status, body) = get(&format!("{base}{path}"), None);
             assert_eq!(status, 401, "{path}");
-            assert!(!body.contains("clinic") && !body.contains("alice"), "{path}: {body}");
+            assert!(
+                !body.contains("clinic") && !body.contains("alice"),
+                "{path}: {body}"
+            );
             let (status, _) = get(&format!("{base}{path}"), Some("wrong-token"));
             assert_eq!(status, 401, "{path}");
         }
@@ -154,14 +160,22 @@ async fn without_the_token_401_and_metrics_parse() {
             .nth(1)
             .map(|s| s[..12].to_string())
             .unwrap_or_else(|| panic!("no pending request: {page}"));
-        for (csrf, origin) in [("wrong", None), ("", None), ("", Some("http://evil.example"))] {
+        for (csrf, origin) in [
+            ("wrong", None),
+            ("", None),
+            ("", Some("http://evil.example")),
+        ] {
             let mut request = agent()
                 .post(&format!("{base}/approvals/{id}/approve"))
                 .header("Cookie", &cookie);
             if let Some(origin) = origin {
                 request = request.header("Origin", origin);
             }
-            let status = request.send_form([("csrf", csrf)]).unwrap().status().as_u16();
+            let status = request
+                .send_form([("csrf", csrf)])
+                .unwrap()
+                .status()
+                .as_u16();
             assert_eq!(status, 403, "csrf {csrf:?}, origin {origin:?}");
         }
     })
@@ -305,6 +319,19 @@ impl<'a> Browser<'a> {
             .unwrap()
             .to_string()
     }
+
+    /// The page's source once it holds `text` (a form's answer may still
+    /// be loading when a click returns); the last source after 20 s.
+    fn source_with(&self, text: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let source = self.source();
+            if source.contains(text) || started.elapsed() > Duration::from_secs(20) {
+                return source;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl Drop for Browser<'_> {
@@ -342,7 +369,10 @@ async fn in_a_browser_the_page_shows_requests_and_approves() {
         let browser = Browser::new(&driver, profile.path());
         browser.go(&base);
         let sign_in = browser.source();
-        assert!(sign_in.contains("Admin token") && !sign_in.contains("clinic"), "{sign_in}");
+        assert!(
+            sign_in.contains("Admin token") && !sign_in.contains("clinic"),
+            "{sign_in}"
+        );
         let field = browser.element("input[name=token]");
         browser.call(
             "POST",
@@ -351,14 +381,17 @@ async fn in_a_browser_the_page_shows_requests_and_approves() {
         );
         let button = browser.element("#sign-in");
         browser.call("POST", &format!("/element/{button}/click"), json!({}));
-        let page = browser.source();
+        let page = browser.source_with("Latest requests");
         // The request made just before, the budgets, the pending one.
-        assert!(page.contains("avg(clinic.bmi)") || page.contains("avg(bmi)"), "{page}");
+        assert!(
+            page.contains("avg(clinic.bmi)") || page.contains("avg(bmi)"),
+            "{page}"
+        );
         assert!(page.contains("id=\"budgets\""), "{page}");
         assert!(page.contains(&format!("pending-{id}")), "{page}");
         let approve = browser.element(&format!("#approve-{id}"));
         browser.call("POST", &format!("/element/{approve}/click"), json!({}));
-        let after = browser.source();
+        let after = browser.source_with("id=\"no-pending\"");
         drop(browser);
         drop(driver);
         (page, after)

@@ -24,8 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{FedError, Result};
 use crate::site::worker::audit::now_rfc3339;
 
-/// The default approvals file, beside the audit trail.
-pub const DEFAULT_APPROVALS_FILE: &str = "fedsql-approvals.jsonl";
+pub use crate::site::worker::config::DEFAULT_APPROVALS_FILE;
 
 /// One line of the approvals file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,9 +103,10 @@ impl Approvals {
     ) -> Result<Decision> {
         let _guard = self.lock.lock().expect("not poisoned");
         let id = request_id(analyst, table, fingerprint);
-        let latest = read(&self.path)?.into_iter().rev().find(|r| {
-            r.analyst == analyst && r.table == table && r.fingerprint == fingerprint
-        });
+        let latest = read(&self.path)?
+            .into_iter()
+            .rev()
+            .find(|r| r.analyst == analyst && r.table == table && r.fingerprint == fingerprint);
         Ok(match latest.as_ref().map(|r| r.status.as_str()) {
             Some("approved") => Decision::Approved,
             Some("denied") => Decision::Denied(id),

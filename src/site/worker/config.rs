@@ -23,6 +23,9 @@ pub use args::WorkerArgs;
 pub(crate) use policy::ALL_TABLES;
 use policy::{PolicySettings, without_dp, worker_dp, worker_policy};
 
+/// The default approvals file, beside the audit trail.
+pub const DEFAULT_APPROVALS_FILE: &str = "fedsql-approvals.jsonl";
+
 /// A request's limits at a worker, whatever its policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLimits {
@@ -170,9 +173,7 @@ impl WorkerConfig {
             audit_log: None,
             profiles: Profiles::default(),
             approval_tables: std::collections::BTreeSet::new(),
-            approvals_file: PathBuf::from(
-                crate::site::worker::approvals::DEFAULT_APPROVALS_FILE,
-            ),
+            approvals_file: PathBuf::from(DEFAULT_APPROVALS_FILE),
             admin: None,
         }
     }
@@ -449,7 +450,7 @@ impl WorkerConfig {
 /// The approvals file beside the audit trail (or in the working
 /// directory without one).
 fn default_approvals_file(audit_log: Option<&Path>) -> PathBuf {
-    let name = crate::site::worker::approvals::DEFAULT_APPROVALS_FILE;
+    let name = DEFAULT_APPROVALS_FILE;
     match audit_log.and_then(Path::parent) {
         Some(folder) => folder.join(name),
         None => PathBuf::from(name),
@@ -460,7 +461,10 @@ fn default_approvals_file(audit_log: Option<&Path>) -> PathBuf {
 /// default beside its `audit_log`), for `fedsql approvals --config`.
 pub(crate) fn approvals_file_of(config: &Path) -> Result<PathBuf> {
     let text = std::fs::read_to_string(config).map_err(|e| {
-        FedError::InvalidArgument(format!("cannot read worker config {}: {e}", config.display()))
+        FedError::InvalidArgument(format!(
+            "cannot read worker config {}: {e}",
+            config.display()
+        ))
     })?;
     let file: ConfigFile = toml::from_str(&text)
         .map_err(|e| FedError::Syntax(format!("worker config {}: {e}", config.display())))?;
@@ -470,7 +474,7 @@ pub(crate) fn approvals_file_of(config: &Path) -> Result<PathBuf> {
         (None, Some(audit)) if audit.as_os_str() != "none" => {
             default_approvals_file(Some(&base.join(audit)))
         }
-        (None, _) => PathBuf::from(crate::site::worker::approvals::DEFAULT_APPROVALS_FILE),
+        (None, _) => PathBuf::from(DEFAULT_APPROVALS_FILE),
     })
 }
 

@@ -34,6 +34,7 @@ pub mod audit;
 pub(crate) mod checked_plans;
 pub(crate) mod config;
 pub(crate) mod log;
+pub mod metrics;
 pub mod profiles;
 pub(crate) mod service;
 pub(crate) mod tables;
@@ -154,7 +155,9 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         profile_tables.insert(profile.name.clone(), opened);
     }
     let approvals = if config.needs_approvals() {
-        Some(Arc::new(approvals::Approvals::open(&config.approvals_file)?))
+        Some(Arc::new(approvals::Approvals::open(
+            &config.approvals_file,
+        )?))
     } else {
         None
     };

@@ -119,7 +119,8 @@ impl Profiles {
 
 impl Profile {
     fn from_section(name: &str, section: &ProfileSection, served: &Served<'_>) -> Result<Self> {
-        let bad = |what: String| FedError::Syntax(format!("worker config: [analysts.{name}] {what}"));
+        let bad =
+            |what: String| FedError::Syntax(format!("worker config: [analysts.{name}] {what}"));
         if name != DEFAULT_PROFILE && !served.analysts.contains(&name) {
             return Err(bad(format!(
                 "names no analyst of this worker's tokens ({}): add `{name} = \"FILE\"` to [tokens], or name the section after a token",
@@ -174,12 +175,12 @@ impl Profile {
                 }
             }
         }
-        if section.dp_budget.is_some() || section.require_dp {
-            if let Some((table, _)) = reachable.iter().find(|(_, p)| p.is_none()) {
-                return Err(bad(format!(
-                    "dp_budget and require_dp need a disclosure policy, but table `{table}` is served with policy = none"
-                )));
-            }
+        if (section.dp_budget.is_some() || section.require_dp)
+            && let Some((table, _)) = reachable.iter().find(|(_, p)| p.is_none())
+        {
+            return Err(bad(format!(
+                "dp_budget and require_dp need a disclosure policy, but table `{table}` is served with policy = none"
+            )));
         }
         if let Some(budget) = section.dp_budget {
             if !(0.0..=crate::site::release::dp_budget::MAX_EPSILON).contains(&budget) {
@@ -306,7 +307,9 @@ impl Profile {
         if let Some(column) = denied {
             return refuse(
                 "deny_columns",
-                format!("column `{column}` may not be read by this analyst (not in SELECT, WHERE, GROUP BY, joins or formulas)"),
+                format!(
+                    "column `{column}` may not be read by this analyst (not in SELECT, WHERE, GROUP BY, joins or formulas)"
+                ),
                 "leave the column out of the query",
             );
         }
@@ -371,7 +374,9 @@ mod tests {
         assert!(error("approval = \"maybe\"", "alice").contains("approval"));
         let ok = Profile::from_section(
             "default",
-            &section("min_group_rows = 10\ntables = [\"clinic\"]\ndp_budget = 1\nrequire_dp = true"),
+            &section(
+                "min_group_rows = 10\ntables = [\"clinic\"]\ndp_budget = 1\nrequire_dp = true",
+            ),
             &served,
         )
         .unwrap();

@@ -85,14 +85,7 @@ pub const GROUPS: &[Group] = &[
     ),
     (
         "tests",
-        &[
-            "count",
-            "sum",
-            "avg",
-            "max",
-            "var",
-            "centered_moments",
-        ],
+        &["count", "sum", "avg", "max", "var", "centered_moments"],
     ),
     (
         "multivariate",
@@ -107,7 +100,10 @@ pub const GROUPS: &[Group] = &[
             "approx_percentile_cont",
         ],
     ),
-    ("survival", &["count", "sum", "min", "life_table", "cox_step"]),
+    (
+        "survival",
+        &["count", "sum", "min", "life_table", "cox_step"],
+    ),
     (
         "dp",
         &["dp_count", "dp_sum", "dp_avg", "dp_var", "dp_histogram"],

@@ -49,7 +49,10 @@ pub fn reference_markdown() -> String {
          a name admits these aggregates whoever writes the query. A single aggregate's name \
          admits that aggregate.\n\n| name | kind | admits |\n|---|---|---|\n",
     );
-    for (kind, list) in [("group", groups::GROUPS), ("table function", groups::TABLE_FUNCTIONS)] {
+    for (kind, list) in [
+        ("group", groups::GROUPS),
+        ("table function", groups::TABLE_FUNCTIONS),
+    ] {
         for (name, members) in list {
             page.push_str(&format!(
                 "| `{name}` | {kind} | {} |\n",

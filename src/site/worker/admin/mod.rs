@@ -13,7 +13,6 @@
 //! session's CSRF token, and a request whose `Origin` is not this page's is
 //! refused. Pages carry a Content-Security-Policy that allows no script.
 
-mod metrics;
 mod page;
 
 use std::collections::HashMap;
@@ -31,11 +30,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::task::JoinHandle;
 
-pub use metrics::Metrics;
-
 use crate::error::{FedError, Result};
-use crate::site::worker::WorkerService;
 use crate::site::worker::approvals;
+use crate::site::worker::service::WorkerService;
 
 /// How long a signed-in session lasts.
 const SESSION: Duration = Duration::from_secs(8 * 3600);
@@ -111,7 +108,7 @@ fn hardened(mut response: Response) -> Response {
             "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
@@ -147,7 +144,10 @@ impl Admin {
         hardened(
             (
                 StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer realm=\"fedsql worker admin\"")],
+                [(
+                    header::WWW_AUTHENTICATE,
+                    "Bearer realm=\"fedsql worker admin\"",
+                )],
                 page::sign_in(None),
             )
                 .into_response(),
@@ -198,7 +198,11 @@ struct SignIn {
     token: String,
 }
 
-async fn login(State(admin): State<Shared>, headers: HeaderMap, Form(form): Form<SignIn>) -> Response {
+async fn login(
+    State(admin): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Response {
     if !same_origin(&headers) || !admin.token_matches(form.token.trim()) {
         // Slows guessing; the token is long and random in any case.
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -232,11 +236,21 @@ struct Csrf {
     csrf: String,
 }
 
-async fn logout(State(admin): State<Shared>, headers: HeaderMap, Form(form): Form<Csrf>) -> Response {
+async fn logout(
+    State(admin): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<Csrf>,
+) -> Response {
     match admin.signed_in(&headers) {
-        Some(csrf) if !csrf.is_empty() && bool::from(csrf.as_bytes().ct_eq(form.csrf.as_bytes())) => {
+        Some(csrf)
+            if !csrf.is_empty() && bool::from(csrf.as_bytes().ct_eq(form.csrf.as_bytes())) =>
+        {
             if let Some(session) = cookie(&headers, COOKIE) {
-                admin.sessions.lock().expect("not poisoned").remove(&session);
+                admin
+                    .sessions
+                    .lock()
+                    .expect("not poisoned")
+                    .remove(&session);
             }
             hardened(Redirect::to("/").into_response())
         }
@@ -256,7 +270,9 @@ async fn decide(
     // A form must carry its session's CSRF token (a bearer caller has no
     // session and needs none: it cannot be made to send the header).
     let bearer = csrf.is_empty() && form.csrf.is_empty();
-    if !same_origin(&headers) || (!bearer && !bool::from(csrf.as_bytes().ct_eq(form.csrf.as_bytes()))) {
+    if !same_origin(&headers)
+        || (!bearer && !bool::from(csrf.as_bytes().ct_eq(form.csrf.as_bytes())))
+    {
         return hardened((StatusCode::FORBIDDEN, "cross-site request refused").into_response());
     }
     let status = match decision.as_str() {
@@ -266,7 +282,11 @@ async fn decide(
     };
     let Some(path) = admin.service.overview().approvals else {
         return hardened(
-            (StatusCode::NOT_FOUND, "this worker holds no requests for approval").into_response(),
+            (
+                StatusCode::NOT_FOUND,
+                "this worker holds no requests for approval",
+            )
+                .into_response(),
         );
     };
     match approvals::set(&path, &id, status) {

@@ -64,7 +64,8 @@ fn latest_records(path: &std::path::Path, n: usize) -> Vec<AuditEntry> {
 }
 
 fn profile_cells(profile: Option<&Profile>) -> Markup {
-    let list = |items: Option<Vec<String>>| items.map_or_else(|| "all".to_string(), |v| v.join(", "));
+    let list =
+        |items: Option<Vec<String>>| items.map_or_else(|| "all".to_string(), |v| v.join(", "));
     html! {
         @match profile {
             None => td colspan="7" { "no profile: the tables' policies alone" },

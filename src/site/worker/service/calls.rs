@@ -21,14 +21,14 @@ use crate::protocol::encoder::Encoder;
 use crate::protocol::flight::{EncodeRequest, POLICY_REFUSAL};
 use crate::protocol::site::{Analyst, SiteRequest};
 use crate::site::local::{LocalClient, site_session};
-use crate::site::worker::admin::Metrics;
 use crate::site::worker::approvals::{Approvals, Decision};
 use crate::site::worker::audit::{AuditEntry, AuditLog, now_rfc3339};
-use crate::site::worker::config::ALL_TABLES;
-use crate::site::worker::profiles::Profiles;
 use crate::site::worker::checked_plans::CheckedPlans;
+use crate::site::worker::config::ALL_TABLES;
 use crate::site::worker::config::RequestLimits;
 use crate::site::worker::log::{LogSink, WorkerLog};
+use crate::site::worker::metrics::Metrics;
+use crate::site::worker::profiles::Profiles;
 use crate::site::worker::tables::{Binder, ServedTable, check_scans};
 use crate::site::worker::token_check::bearer;
 use crate::site::worker::tokens::{DEFAULT_ANALYST, Tokens};
@@ -122,7 +122,11 @@ impl WorkerService {
 
     /// The same service holding new requests of `tables` (and of profiles
     /// that say so) for the data owner's approval in `approvals`.
-    pub fn with_approvals(mut self, approvals: Option<Arc<Approvals>>, tables: BTreeSet<String>) -> Self {
+    pub fn with_approvals(
+        mut self,
+        approvals: Option<Arc<Approvals>>,
+        tables: BTreeSet<String>,
+    ) -> Self {
         self.approvals = approvals;
         self.approval_tables = tables;
         self
@@ -167,7 +171,9 @@ impl WorkerService {
         }
         let Some(approvals) = &self.approvals else {
             return Err((
-                Status::internal("this worker holds requests for approval but has no approvals file"),
+                Status::internal(
+                    "this worker holds requests for approval but has no approvals file",
+                ),
                 false,
             ));
         };

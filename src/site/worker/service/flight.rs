@@ -46,7 +46,10 @@ impl FlightService for WorkerService {
         };
         // A table outside the analyst's profile is refused, by name.
         if let (Some(table), Some(profile)) = (table, self.profiles.of(analyst.name()))
-            && profile.tables.as_ref().is_some_and(|t| !t.contains(&table.name))
+            && profile
+                .tables
+                .as_ref()
+                .is_some_and(|t| !t.contains(&table.name))
         {
             return Err(self.refuse(
                 &peer,

@@ -87,7 +87,7 @@ impl WorkerService {
     }
 
     /// The worker's metrics.
-    pub(crate) fn metrics(&self) -> &crate::site::worker::admin::Metrics {
+    pub(crate) fn metrics(&self) -> &crate::site::worker::metrics::Metrics {
         &self.metrics
     }
 }

@@ -1,4 +1,4 @@
-//! A worker's Prometheus metrics (`GET /metrics` of the admin page):
+//! A worker's Prometheus metrics (`GET /metrics` of [`super::admin`]):
 //! requests by decision, bytes released, request durations, and the ε
 //! each analyst has spent per table (read from the ledger when scraped).
 
@@ -49,9 +49,9 @@ impl Default for Metrics {
             "Bytes of aggregate state released",
             bytes.clone(),
         );
-        let duration = Histogram::new(
-            [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0].into_iter(),
-        );
+        let duration = Histogram::new([
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]);
         registry.register(
             "request_duration_seconds",
             "Time from a request's arrival to its decision",
@@ -117,8 +117,14 @@ mod tests {
             text.contains("fedsql_worker_requests_total{decision=\"released\"} 1"),
             "{text}"
         );
-        assert!(text.contains("fedsql_worker_released_bytes_total 120"), "{text}");
-        assert!(text.contains("fedsql_worker_request_duration_seconds_count 2"), "{text}");
+        assert!(
+            text.contains("fedsql_worker_released_bytes_total 120"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fedsql_worker_request_duration_seconds_count 2"),
+            "{text}"
+        );
         assert!(
             text.contains("fedsql_worker_dp_epsilon_spent{analyst=\"alice\",table=\"clinic\"} 0.5"),
             "{text}"

@@ -38,7 +38,7 @@ use fedsql_udfs::linalg::{
 };
 use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
-use statrs::distribution::{ChiSquared, ContinuousCDF};
+use fedsql_udfs::distribution::chi_squared_sf;
 
 use super::inference::{Reference, coefficients_batch};
 use super::source::{ModelSource, learn_levels, numeric_argument, string_arguments};
@@ -304,9 +304,7 @@ impl CoxFit {
     fn stats(&self) -> Result<RecordBatch> {
         let df = self.beta.iter().flatten().count();
         let p = |statistic: f64| {
-            ChiSquared::new(df as f64)
-                .map(|c| c.sf(statistic))
-                .unwrap_or(f64::NAN)
+chi_squared_sf(statistic, df as f64)
         };
         let lr = 2.0 * (self.loglik - self.loglik_null);
         let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use fedsql_udfs::ols::{OlsFit, fit_ols};
 use fedsql_udfs::distribution::f_sf;
+use fedsql_udfs::ols::{OlsFit, fit_ols};
 
 use super::inference::{self, Reference, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, levels_sql, string_arguments};

@@ -37,11 +37,11 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::distribution::{chi_squared_sf, normal_quantile};
 use fedsql_udfs::life_table::{LifeTable, encode_breaks};
 use fedsql_udfs::linalg::inverse_spd;
 use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
-use fedsql_udfs::distribution::{chi_squared_sf, normal_quantile};
 
 use super::source::{ModelSource, string_arguments};
 use crate::coordinator::context::FedContext;

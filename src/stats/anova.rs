@@ -25,9 +25,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::comoments::CoMoments;
+use fedsql_udfs::distribution::f_sf;
 use futures::FutureExt;
 use ndarray::Array2;
-use fedsql_udfs::distribution::f_sf;
 
 use super::round_values::{empty_source, one_row};
 use crate::coordinator::context::FedContext;

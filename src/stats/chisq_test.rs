@@ -22,8 +22,8 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
-use futures::FutureExt;
 use fedsql_udfs::distribution::chi_squared_sf;
+use futures::FutureExt;
 
 use super::round_values::{count_at, empty_source};
 use crate::coordinator::context::FedContext;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use futures::FutureExt;
 use fedsql_udfs::distribution::{normal_quantile, t_cdf, t_sf};
+use futures::FutureExt;
 
 use super::hypothesis::Alternative;
 use super::round_values::{empty_source, one_row};

@@ -21,8 +21,8 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray}
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
-use futures::FutureExt;
 use fedsql_udfs::distribution::{t_cdf, t_quantile, t_sf};
+use futures::FutureExt;
 
 use super::hypothesis::Alternative;
 use super::round_values::{as_double, count_at, empty_source, float_at, one_row};
@@ -370,10 +370,7 @@ fn finish(
             let q = t_quantile(1.0 - (1.0 - level) / 2.0, df);
             (2.0 * t_cdf(-t.abs(), df), (t - q, t + q))
         }
-        Alternative::Less => (
-            t_cdf(t, df),
-            (f64::NEG_INFINITY, t + t_quantile(level, df)),
-        ),
+        Alternative::Less => (t_cdf(t, df), (f64::NEG_INFINITY, t + t_quantile(level, df))),
         Alternative::Greater => (t_sf(t, df), (t - t_quantile(level, df), f64::INFINITY)),
     };
     Ok(TTestResult {

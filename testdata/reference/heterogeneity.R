@@ -79,7 +79,8 @@ per_site <- function(model, data) {
       coxph = coxph(Surv(time, status) ~ x1 + x2, data = d, ties = "efron")
     )
     co <- summary(fit)$coefficients
-    list(site = d$site[1], term = rownames(co), estimate = co[, 1], se = co[, 2])
+    se <- if (model == "coxph") co[, "se(coef)"] else co[, 2]
+    list(site = d$site[1], term = rownames(co), estimate = co[, 1], se = se)
   })
 }
 
@@ -155,7 +156,8 @@ lung_sites <- read_sites("testdata/lung_sites")
 pooled_term <- function(sites, fit, term, ...) {
   co <- lapply(sites, function(d) summary(fit(d))$coefficients)
   yi <- sapply(co, function(c) c[term, 1])
-  sei <- sapply(co, function(c) c[term, 2])
+  # coxph's second column is exp(coef): take the standard error by name.
+  sei <- sapply(co, function(c) c[term, if ("se(coef)" %in% colnames(c)) "se(coef)" else 2])
   summary(rma(yi, sei = sei, control = tight, ...))
 }
 sink(file.path(out_dir, "hetero_guide_print.txt"))

@@ -25,6 +25,7 @@ mod spec;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::normal_equations::INTERCEPT;
 use nalgebra::{DMatrix, DVector};
@@ -198,7 +199,8 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &LmmSpec) -> Result<LmmFit> {
         yty: 0.0,
     };
     for batch in &batches {
-        let groups = batch.column(0).as_string::<i32>();
+        let groups = datafusion::arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
+        let groups = groups.as_string::<i32>();
         let states = batch.column(1).as_struct();
         for row in 0..batch.num_rows() {
             if groups.is_null(row) {
@@ -223,7 +225,6 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &LmmSpec) -> Result<LmmFit> {
             }
             moments.groups.push(GroupMoments {
                 level: groups.value(row).to_string(),
-                n,
                 ztz: DMatrix::from_fn(q, q, |a, b| s[(columns.z[a], columns.z[b])]),
                 ztx: DMatrix::from_fn(q, p, |a, j| s[(columns.z[a], columns.x[j])]),
                 zty: DVector::from_fn(q, |a, _| s[(columns.z[a], 1)]),
@@ -257,7 +258,6 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &LmmSpec) -> Result<LmmFit> {
         fixed_terms: columns.x_names,
         random_terms: columns.z_names,
         levels: moments.groups.iter().map(|g| g.level.clone()).collect(),
-        group_sizes: moments.groups.iter().map(|g| g.n).collect(),
         theta,
         solution,
         criterion,

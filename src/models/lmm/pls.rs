@@ -16,7 +16,6 @@ use nalgebra::{DMatrix, DVector};
 #[derive(Debug, Clone)]
 pub(crate) struct GroupMoments {
     pub level: String,
-    pub n: f64,
     pub ztz: DMatrix<f64>,
     pub ztx: DMatrix<f64>,
     pub zty: DVector<f64>,

@@ -106,7 +106,6 @@ pub(crate) struct LmmFit {
     pub fixed_terms: Vec<String>,
     pub random_terms: Vec<String>,
     pub levels: Vec<String>,
-    pub group_sizes: Vec<f64>,
     pub theta: Vec<f64>,
     pub solution: Solution,
     pub criterion: f64,

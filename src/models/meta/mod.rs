@@ -229,6 +229,11 @@ async fn site_fits(ctx: &FedContext, model: MetaModel, spec: &MetaSpec) -> Resul
                 .map(|f| (f.terms, f.beta, f.std_error, f.converged)),
         };
         match fitted {
+            Ok((_, _, std_error, true)) if std_error.iter().all(Option::is_none) => {
+                ctx.notice(format!(
+                    "{name}: site `{site}` left out: no term has a standard error (too few rows for the model)"
+                ))
+            }
             Ok((terms, estimate, std_error, true)) => fits.push(SiteFit {
                 site,
                 terms,

@@ -275,7 +275,8 @@ fn log_likelihood(y: &[f64], v: &[f64], tau2: f64, method: Method) -> f64 {
     let log_det: f64 = v.iter().map(|vi| (vi + tau2).ln()).sum();
     let ln_2pi = (2.0 * std::f64::consts::PI).ln();
     if method == Method::Reml {
-        -0.5 * (k - 1.0) * ln_2pi - 0.5 * log_det - 0.5 * sum_w.ln() - 0.5 * rss
+        // metafor's restricted likelihood keeps the + ½ log|X'X| term (X = 1).
+        -0.5 * (k - 1.0) * ln_2pi + 0.5 * k.ln() - 0.5 * log_det - 0.5 * sum_w.ln() - 0.5 * rss
     } else {
         -0.5 * k * ln_2pi - 0.5 * log_det - 0.5 * rss
     }

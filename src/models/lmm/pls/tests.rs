@@ -37,7 +37,6 @@ fn moments(rows: &[(String, f64, f64, f64)], z: &[usize]) -> Moments {
     for level in levels {
         let mut g = GroupMoments {
             level: level.clone(),
-            n: 0.0,
             ztz: DMatrix::zeros(q, q),
             ztx: DMatrix::zeros(q, 3),
             zty: DVector::zeros(q),
@@ -45,7 +44,6 @@ fn moments(rows: &[(String, f64, f64, f64)], z: &[usize]) -> Moments {
         for r in rows.iter().filter(|r| r.0 == level) {
             let x = [1.0, r.2, r.3];
             let y = r.1;
-            g.n += 1.0;
             m.n += 1.0;
             m.yty += y * y;
             for i in 0..3 {

@@ -161,12 +161,13 @@ pooled_term <- function(sites, fit, term, ...) {
   summary(rma(yi, sei = sei, control = tight, ...))
 }
 sink(file.path(out_dir, "hetero_guide_print.txt"))
-cat("## lm_meta('clinic', 'systolic ~ age + bmi'), term age\n")
-print(pooled_term(clinic_sites, function(d) lm(systolic ~ age + bmi, data = d), "age"))
-cat("## glm_meta('clinic', 'event ~ age + smoker', 'binomial'), term smoker\n")
-print(pooled_term(clinic_sites, function(d) glm(event ~ age + smoker, family = binomial, data = d), "smoker"))
-cat("## coxph_meta('lung', 'Surv(time, status) ~ age + sex'), term sex, method DL\n")
-print(pooled_term(lung_sites, function(d) coxph(Surv(time, status) ~ age + sex, data = d), "sex", method = "DL"))
+cat("## lm_meta('clinic', 'systolic ~ age'), term age\n")
+print(pooled_term(clinic_sites, function(d) lm(systolic ~ age, data = d), "age"))
+cat("## glm_meta('clinic', 'event ~ smoker', 'binomial', 'method=DL, test=knha'), term smoker\n")
+print(pooled_term(clinic_sites, function(d) glm(event ~ smoker, family = binomial, data = d), "smoker",
+  method = "DL", test = "knha"))
+cat("## coxph_meta('lung', 'Surv(time, status) ~ sex', 'method=DL'), term sex\n")
+print(pooled_term(lung_sites, function(d) coxph(Surv(time, status) ~ sex, data = d), "sex", method = "DL"))
 sink()
 
 # --- linear mixed models ------------------------------------------------------

@@ -72,7 +72,7 @@ pub(crate) struct Pooled {
     /// The restricted (REML) or full log-likelihood, as metafor's `logLik`.
     pub log_likelihood: f64,
     /// metafor's deviance: −2 logLik for REML, −2 (logLik − the saturated
-    /// model's) otherwise.
+    /// model's with the sampling variances alone) otherwise.
     pub deviance: f64,
 }
 
@@ -263,8 +263,12 @@ fn deviance(y: &[f64], v: &[f64], tau2: f64, method: Method) -> f64 {
     if method == Method::Reml {
         return -2.0 * log_likelihood(y, v, tau2, method);
     }
-    let (mu, _, w) = pool_at(y, v, tau2);
-    w.iter().zip(y).map(|(wi, yi)| wi * (yi - mu).powi(2)).sum()
+    // −2 (logLik − the saturated model's at τ² = 0), as metafor.
+    let saturated: f64 = v
+        .iter()
+        .map(|vi| -0.5 * (2.0 * std::f64::consts::PI * vi).ln())
+        .sum();
+    -2.0 * (log_likelihood(y, v, tau2, method) - saturated)
 }
 
 /// metafor's `logLik`: restricted for REML, full otherwise.

@@ -118,39 +118,32 @@ pub(crate) fn summary_rma(term: &TermAnalysis, p: &Pooled, options: &MetaOptions
         Some(_) => ("tval", "pval"),
         None => ("zval", "pval"),
     };
-    let df = p.t_df.map(|_| "    df").unwrap_or("");
-    let df_value = p.t_df.map(|d| format!("{d:>6}")).unwrap_or_default();
-    let cells = [
-        fixed(p.estimate),
-        fixed(p.std_error),
-        fixed(p.statistic),
-        p_value(p.p_value),
-        fixed(p.conf_low),
-        fixed(p.conf_high),
+    let mut cells = vec![
+        ("estimate", fixed(p.estimate)),
+        ("se", fixed(p.std_error)),
+        (statistic, fixed(p.statistic)),
     ];
-    let heads = ["estimate", "se", statistic, p_name, "ci.lb", "ci.ub"];
-    let widths: Vec<usize> = heads
-        .iter()
-        .zip(&cells)
-        .map(|(h, c)| h.len().max(c.len()))
-        .collect();
-    let mut head_line = String::new();
-    let mut value_line = String::new();
-    for (i, (h, c)) in heads.iter().zip(&cells).enumerate() {
-        let w = widths[i];
-        head_line.push_str(&format!("{h:>w$}  "));
-        value_line.push_str(&format!("{c:>w$}  "));
-        if i == 2 && p.t_df.is_some() {
-            head_line.push_str(&format!("{df}  "));
-            value_line.push_str(&format!("{df_value}  "));
-        }
+    if let Some(df) = p.t_df {
+        cells.push(("df", df.to_string()));
+    }
+    cells.extend([
+        (p_name, p_value(p.p_value)),
+        ("ci.lb", fixed(p.conf_low)),
+        ("ci.ub", fixed(p.conf_high)),
+    ]);
+    // metafor's layout: each column as wide as its header or value, all
+    // but the first two spaces wider.
+    let (mut head_line, mut value_line) = (String::new(), String::new());
+    for (i, (h, c)) in cells.iter().enumerate() {
+        let w = h.len().max(c.len()) + if i == 0 { 0 } else { 2 };
+        head_line.push_str(&format!("{h:>w$}"));
+        value_line.push_str(&format!("{c:>w$}"));
     }
     out.push_str("Model Results:\n\n");
-    out.push_str(head_line.trim_end());
+    out.push_str(&head_line);
     out.push('\n');
     out.push_str(&format!(
-        "{}{}\n",
-        value_line,
+        "{value_line}  {}\n",
         significance_stars(p.p_value)
     ));
     out

@@ -47,7 +47,10 @@ pub fn ln_beta(a: f64, b: f64) -> f64 {
     let (p, q) = (a.min(b), a.max(b));
     if p >= 10.0 {
         let corr = ln_gamma_correction(p) + ln_gamma_correction(q) - ln_gamma_correction(p + q);
-        -0.5 * q.ln() + LN_SQRT_2PI + corr + (p - 0.5) * (p / (p + q)).ln()
+        -0.5 * q.ln()
+            + LN_SQRT_2PI
+            + corr
+            + (p - 0.5) * (p / (p + q)).ln()
             + q * (-p / (p + q)).ln_1p()
     } else if q >= 10.0 {
         let corr = ln_gamma_correction(q) - ln_gamma_correction(p + q);
@@ -290,14 +293,9 @@ pub fn normal_quantile(p: f64) -> f64 {
     }
     let normal = Normal::standard();
     let start = normal.inverse_cdf(p);
-    polish(
-        p,
-        start,
-        f64::NEG_INFINITY,
-        normal_cdf,
-        normal_sf,
-        |x| normal.pdf(x),
-    )
+    polish(p, start, f64::NEG_INFINITY, normal_cdf, normal_sf, |x| {
+        normal.pdf(x)
+    })
 }
 
 /// The Student t quantile with `df` degrees of freedom, as R's `qt`.

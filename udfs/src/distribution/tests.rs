@@ -15,8 +15,16 @@ const T_QUANTILES: [(f64, f64, f64); 9] = [
     (0.975, 100000.0, 1.9599877075346092587),
 ];
 const T_CDFS: [(f64, f64, f64); 6] = [
-    (-5.800108565932923, 536.541951398976, 5.6651789034589076796e-9),
-    (-12.629940255533867, 502.3184319302898, 2.9868035454932229178e-32),
+    (
+        -5.800108565932923,
+        536.541951398976,
+        5.6651789034589076796e-9,
+    ),
+    (
+        -12.629940255533867,
+        502.3184319302898,
+        2.9868035454932229178e-32,
+    ),
     (0.3, 10.0, 6.148396962171006936e-1),
     (2.0, 3.5, 9.3693073871204323274e-1),
     (-40.0, 1000.0, 5.2394260775866804698e-210),
@@ -66,10 +74,20 @@ fn quantiles_are_exact_to_1e_12() {
         assert_close(&format!("qt({p}, {df})"), t_quantile(p, df), want, 1e-12);
     }
     for (p, df, want) in CHI_SQUARED_QUANTILES {
-        assert_close(&format!("qchisq({p}, {df})"), chi_squared_quantile(p, df), want, 1e-12);
+        assert_close(
+            &format!("qchisq({p}, {df})"),
+            chi_squared_quantile(p, df),
+            want,
+            1e-12,
+        );
     }
     for (p, d1, d2, want) in F_QUANTILES {
-        assert_close(&format!("qf({p}, {d1}, {d2})"), f_quantile(p, d1, d2), want, 1e-12);
+        assert_close(
+            &format!("qf({p}, {d1}, {d2})"),
+            f_quantile(p, d1, d2),
+            want,
+            1e-12,
+        );
     }
     for (p, want) in NORMAL_QUANTILES {
         assert_close(&format!("qnorm({p})"), normal_quantile(p), want, 1e-12);
@@ -83,13 +101,28 @@ fn tail_probabilities_keep_their_digits_when_tiny() {
         // ~1e5, 1e-11 below R's switch to a normal approximation at 4e5.
         let tolerance = if df > 1e5 { 1e-11 } else { 1e-12 };
         assert_close(&format!("pt({t}, {df})"), t_cdf(t, df), want, tolerance);
-        assert_close(&format!("pt({}, {df}, lower = FALSE)", -t), t_sf(-t, df), want, tolerance);
+        assert_close(
+            &format!("pt({}, {df}, lower = FALSE)", -t),
+            t_sf(-t, df),
+            want,
+            tolerance,
+        );
     }
     for (x, df, want) in CHI_SQUARED_SFS {
-        assert_close(&format!("pchisq({x}, {df}, lower = FALSE)"), chi_squared_sf(x, df), want, 1e-12);
+        assert_close(
+            &format!("pchisq({x}, {df}, lower = FALSE)"),
+            chi_squared_sf(x, df),
+            want,
+            1e-12,
+        );
     }
     for (f, d1, d2, want) in F_SFS {
-        assert_close(&format!("pf({f}, {d1}, {d2}, lower = FALSE)"), f_sf(f, d1, d2), want, 1e-12);
+        assert_close(
+            &format!("pf({f}, {d1}, {d2}, lower = FALSE)"),
+            f_sf(f, d1, d2),
+            want,
+            1e-12,
+        );
     }
 }
 
@@ -105,7 +138,12 @@ fn the_quantile_inverts_the_tail_probability() {
     for (d1, d2) in [(1.0, 1.0), (3.0, 7.0), (12.0, 200.0)] {
         for p in [0.01, 0.5, 0.95, 0.999] {
             let q = f_quantile(p, d1, d2);
-            assert_close(&format!("pf(qf({p}, {d1}, {d2}))"), f_cdf(q, d1, d2), p, 1e-12);
+            assert_close(
+                &format!("pf(qf({p}, {d1}, {d2}))"),
+                f_cdf(q, d1, d2),
+                p,
+                1e-12,
+            );
         }
     }
 }
@@ -120,7 +158,16 @@ fn edges_are_r_s() {
     assert_eq!(f_sf(0.0, 2.0, 3.0), 1.0);
     assert_eq!(t_cdf(f64::INFINITY, 4.0), 1.0);
     // mpmath: ln B(300, ½) and ln B(125000, ½).
-    assert_close("lbeta(300, 0.5)", ln_beta(300.0, 0.5), -2.279_109_627_929_634_4, 1e-15);
-    assert_close("lbeta(125000, 0.5)", ln_beta(125_000.0, 0.5), -5.295_668_565_217_519, 1e-15);
+    assert_close(
+        "lbeta(300, 0.5)",
+        ln_beta(300.0, 0.5),
+        -2.279_109_627_929_634_4,
+        1e-15,
+    );
+    assert_close(
+        "lbeta(125000, 0.5)",
+        ln_beta(125_000.0, 0.5),
+        -5.295_668_565_217_519,
+        1e-15,
+    );
 }
-

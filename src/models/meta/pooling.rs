@@ -287,6 +287,7 @@ fn log_likelihood(y: &[f64], v: &[f64], tau2: f64, method: Method) -> f64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::excessive_precision)] // metafor's 17 printed digits
 mod tests {
     use super::*;
 

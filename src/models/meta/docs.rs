@@ -22,6 +22,55 @@ const META_OPTIONS: &[DocOption] = &[
     },
 ];
 
+/// `glm_meta`'s options: the pooling's, then `glm`'s.
+const GLM_META_OPTIONS: &[DocOption] = &[
+    META_OPTIONS[0],
+    META_OPTIONS[1],
+    META_OPTIONS[2],
+    DocOption {
+        name: "maxit",
+        default: "25",
+        meaning: "each site's fit: the most IRLS rounds",
+    },
+    DocOption {
+        name: "epsilon",
+        default: "1e-8",
+        meaning: "each site's fit: the relative deviance change that ends IRLS",
+    },
+    DocOption {
+        name: "weights",
+        default: "none",
+        meaning: "each site's fit: a column of prior weights",
+    },
+];
+
+/// `coxph_meta`'s options: the pooling's, then `coxph`'s.
+const COXPH_META_OPTIONS: &[DocOption] = &[
+    META_OPTIONS[0],
+    META_OPTIONS[1],
+    META_OPTIONS[2],
+    DocOption {
+        name: "ties",
+        default: "efron",
+        meaning: "each site's fit: `efron` or `breslow`",
+    },
+    DocOption {
+        name: "max_iter",
+        default: "20",
+        meaning: "each site's fit: the most Newton rounds",
+    },
+    DocOption {
+        name: "tolerance",
+        default: "1e-9",
+        meaning: "each site's fit: the relative log-likelihood change that ends it",
+    },
+    DocOption {
+        name: "weights",
+        default: "none",
+        meaning: "each site's fit: a column of case weights",
+    },
+];
+
 const RETURNS: &str = "per term, one `site` row per site kept (its estimate, `std_error`, z `statistic`, `p_value`, interval, and its `weight` in percent in the pooled model), then the pooled `fixed` row and, unless `method=FE`, the `random` row with `tau2`, `i2` (percent), Cochran's `q`, `q_df` and `q_p_value`: columns `term, level, site, estimate, std_error, statistic, p_value, conf_low, conf_high, weight, tau2, i2, q, q_df, q_p_value`";
 
 const RELEASES: &str = "at each site, exactly what the model's own fit at that site alone releases, under that site's disclosure policy (a site that refuses, fails or does not converge is left out with a notice naming it); the pooling runs at the coordinator on the released estimates.";
@@ -65,7 +114,7 @@ pub(crate) const GLM_META_DOC: FunctionDoc = FunctionDoc {
             "optional `key=value, ...`: the options below, and `glm`'s `maxit`, `epsilon`, `weights`",
         ),
     ],
-    options: META_OPTIONS,
+    options: GLM_META_OPTIONS,
     returns: RETURNS,
     releases: RELEASES,
     example: "SELECT * FROM glm_meta('clinic', 'event ~ age + smoker', 'binomial')",
@@ -87,7 +136,7 @@ pub(crate) const COXPH_META_DOC: FunctionDoc = FunctionDoc {
             "optional `key=value, ...`: the options below, and `coxph`'s `ties`, `max_iter`, `tolerance`, `weights`",
         ),
     ],
-    options: META_OPTIONS,
+    options: COXPH_META_OPTIONS,
     returns: RETURNS,
     releases: RELEASES,
     example: "SELECT * FROM coxph_meta('lung', 'Surv(time, status) ~ age + sex')",

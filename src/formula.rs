@@ -26,17 +26,20 @@
 //! used column makes the row drop out of the fit.
 //!
 //! [`parse`] reads a formula; [`design`] makes its design columns;
-//! [`arithmetic`] reads the expressions of `I(...)` and its kin.
+//! [`arithmetic`] reads the expressions of `I(...)` and its kin; [`random`]
+//! splits lme4's `(effects | group)` terms off a mixed model's formula.
 
 mod arithmetic;
 mod design;
 mod parse;
+mod random;
 
 pub(crate) use arithmetic::quote_ident;
 pub(crate) use design::{DesignColumn, Levels, design_columns, level_label};
 #[cfg(test)]
 use parse::Variable;
 pub(crate) use parse::{Formula, Response, Term, missing_column};
+pub(crate) use random::split_random_terms;
 
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,8 @@ mod functions;
 mod glm;
 #[path = "suites/golden.rs"]
 mod golden;
+#[path = "suites/heterogeneity.rs"]
+mod heterogeneity;
 #[path = "suites/lm.rs"]
 mod lm;
 #[path = "suites/multivariate.rs"]

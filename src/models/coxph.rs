@@ -33,12 +33,12 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::cox_step::{CoxConfig, CoxSums, Ties};
+use fedsql_udfs::distribution::chi_squared_sf;
 use fedsql_udfs::linalg::{
     ALIAS_TOLERANCE, aliased_columns, inverse_spd, select, select_vector, solve_spd,
 };
 use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 use super::inference::{Reference, coefficients_batch};
 use super::source::{ModelSource, learn_levels, numeric_argument, string_arguments};
@@ -303,11 +303,7 @@ impl CoxFit {
 
     fn stats(&self) -> Result<RecordBatch> {
         let df = self.beta.iter().flatten().count();
-        let p = |statistic: f64| {
-            ChiSquared::new(df as f64)
-                .map(|c| c.sf(statistic))
-                .unwrap_or(f64::NAN)
-        };
+        let p = |statistic: f64| chi_squared_sf(statistic, df as f64);
         let lr = 2.0 * (self.loglik - self.loglik_null);
         let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
         let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use fedsql_udfs::distribution::{normal_quantile, normal_sf, t_quantile, t_sf};
 
 use crate::error::Result;
 
@@ -29,15 +29,13 @@ impl Reference {
     fn tail_and_quantile(self) -> Option<TailAndQuantile> {
         match self {
             Reference::T(df) if df > 0.0 => {
-                let t = StudentsT::new(0.0, 1.0, df).expect("df > 0");
-                let q = t.inverse_cdf(0.975);
-                Some((Box::new(move |s: f64| 2.0 * t.sf(s.abs())), q))
+                let q = t_quantile(0.975, df);
+                Some((Box::new(move |s: f64| 2.0 * t_sf(s.abs(), df)), q))
             }
             Reference::T(_) => None,
             Reference::Z => {
-                let z = Normal::standard();
-                let q = z.inverse_cdf(0.975);
-                Some((Box::new(move |s: f64| 2.0 * z.sf(s.abs())), q))
+                let q = normal_quantile(0.975);
+                Some((Box::new(|s: f64| 2.0 * normal_sf(s.abs())), q))
             }
         }
     }

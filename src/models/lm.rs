@@ -19,8 +19,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::distribution::f_sf;
 use fedsql_udfs::ols::{OlsFit, fit_ols};
-use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::inference::{self, Reference, coefficients_schema};
 use super::source::{ModelSource, complete_cases, learn_levels, levels_sql, string_arguments};
@@ -305,9 +305,7 @@ fn f_test(ols: &OlsFit) -> Option<(f64, f64)> {
     let (df_model, df_residual) = (ols.df_model(), ols.df_residual());
     (df_model > 0.0 && df_residual > 0.0).then(|| {
         let f = ols.f_statistic();
-        let p = FisherSnedecor::new(df_model, df_residual)
-            .expect("positive df")
-            .sf(f);
+        let p = f_sf(f, df_model, df_residual);
         (f, p)
     })
 }

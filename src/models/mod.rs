@@ -11,6 +11,8 @@ pub(crate) mod glm_fit;
 pub(crate) mod inference;
 pub(crate) mod kmeans;
 pub(crate) mod lm;
+pub(crate) mod lmm;
+pub(crate) mod meta;
 pub(crate) mod optimizer;
 pub(crate) mod pca;
 pub(crate) mod source;
@@ -25,7 +27,9 @@ use crate::coordinator::function_docs::register_table_function as register;
 /// `glm_stats`, `glm_vcov`,
 /// `fedsgd`, `fedsgd_history`) and the analyses (`pca`, `pca_loadings`,
 /// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
-/// `coxph_stats`).
+/// `coxph_stats`) and the meta-analyses of per-site fits (`lm_meta`,
+/// `glm_meta`, `coxph_meta`) and the linear mixed models (`lmm`,
+/// `lmm_varcomp`, `lmm_stats`, `lmm_ranef`).
 pub fn register_all(ctx: &SessionContext) {
     register(
         ctx,
@@ -164,4 +168,29 @@ fn register_analyses(ctx: &SessionContext) {
             output: CoxOutput::Stats,
         },
     );
+    use meta::{MetaFunction, MetaModel, docs as meta_docs};
+    for (name, doc, model) in [
+        ("lm_meta", &meta_docs::LM_META_DOC, MetaModel::Lm),
+        ("glm_meta", &meta_docs::GLM_META_DOC, MetaModel::Glm),
+        ("coxph_meta", &meta_docs::COXPH_META_DOC, MetaModel::Coxph),
+    ] {
+        register(ctx, name, doc, MetaFunction { model });
+    }
+    use lmm::{LmmFunction, LmmOutput, docs as lmm_docs};
+    for (name, doc, output) in [
+        ("lmm", &lmm_docs::LMM_DOC, LmmOutput::FixedEffects),
+        (
+            "lmm_varcomp",
+            &lmm_docs::LMM_VARCOMP_DOC,
+            LmmOutput::VarComp,
+        ),
+        ("lmm_stats", &lmm_docs::LMM_STATS_DOC, LmmOutput::Stats),
+        (
+            "lmm_ranef",
+            &lmm_docs::LMM_RANEF_DOC,
+            LmmOutput::RandomEffects,
+        ),
+    ] {
+        register(ctx, name, doc, LmmFunction { output });
+    }
 }

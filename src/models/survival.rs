@@ -37,11 +37,11 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::distribution::{chi_squared_sf, normal_quantile};
 use fedsql_udfs::life_table::{LifeTable, encode_breaks};
 use fedsql_udfs::linalg::inverse_spd;
 use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
-use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
 use super::source::{ModelSource, string_arguments};
 use crate::coordinator::context::FedContext;
@@ -353,7 +353,7 @@ fn kaplan_meier(
     spec: &SurvivalSpec,
     tables: &[(Option<String>, LifeTable)],
 ) -> Result<RecordBatch> {
-    let z = Normal::standard().inverse_cdf(0.5 + spec.conf_level / 2.0);
+    let z = normal_quantile(0.5 + spec.conf_level / 2.0);
     let mut stratum = Vec::new();
     let (mut lower, mut upper) = (Vec::new(), Vec::new());
     let (mut n_risk, mut n_event, mut n_censor) = (Vec::new(), Vec::new(), Vec::new());
@@ -453,9 +453,7 @@ fn logrank(tables: &[(Option<String>, LifeTable)]) -> Result<RecordBatch> {
     })?;
     let statistic = u.dot(&(&inverse * &u));
     let df = free.len();
-    let p = ChiSquared::new(df as f64)
-        .map(|c| c.sf(statistic))
-        .unwrap_or(f64::NAN);
+    let p = chi_squared_sf(statistic, df as f64);
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Float64Array::from(vec![statistic])),
         Arc::new(Int64Array::from(vec![df as i64])),

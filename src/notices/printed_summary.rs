@@ -58,6 +58,10 @@ pub enum FitLines {
         aic: f64,
         iterations: usize,
     },
+    /// A model that prints itself whole, as R's `summary()` of it does (a
+    /// meta-analysis: metafor's `summary(rma)` and a forest plot per term;
+    /// a mixed model: `summary(lmer)`).
+    Printed(String),
 }
 
 impl ModelSummary {
@@ -79,7 +83,11 @@ impl ModelSummary {
     /// machine format writes to stderr, what a projection of the table is
     /// followed by, and what `FedContext::take_notices` hands out).
     pub fn text(&self) -> String {
-        format!("Call:\n{}\n\n{}", self.call, self.fit_lines())
+        match &self.fit {
+            // A model that prints itself (R's own layout has no `Call:`).
+            FitLines::Printed(text) => text.clone(),
+            _ => format!("Call:\n{}\n\n{}", self.call, self.fit_lines()),
+        }
     }
 
     /// The lines under the legend: R², F, ... or dispersion, deviances, ...
@@ -152,6 +160,7 @@ impl ModelSummary {
                     format_number(*aic, SUMMARY_DIGITS + 1)
                 ));
             }
+            FitLines::Printed(text) => out.push_str(text),
         }
         out
     }

@@ -25,9 +25,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::comoments::CoMoments;
+use fedsql_udfs::distribution::f_sf;
 use futures::FutureExt;
 use ndarray::Array2;
-use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::round_values::{empty_source, one_row};
 use crate::coordinator::context::FedContext;
@@ -124,11 +124,7 @@ impl AnovaTable {
         for row in &self.terms {
             let ms = row.sumsq / row.df as f64;
             let f = (res.df > 0).then(|| ms / res_meansq);
-            let p = f.and_then(|f| {
-                FisherSnedecor::new(row.df as f64, res.df as f64)
-                    .ok()
-                    .map(|d| d.sf(f))
-            });
+            let p = f.map(|f| f_sf(f, row.df as f64, res.df as f64));
             term.push(row.term.clone());
             df.push(row.df);
             sumsq.push(Some(row.sumsq));

@@ -22,8 +22,8 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
+use fedsql_udfs::distribution::chi_squared_sf;
 use futures::FutureExt;
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 use super::round_values::{count_at, empty_source};
 use crate::coordinator::context::FedContext;
@@ -308,9 +308,7 @@ impl CrossTable {
             }
         }
         let df = ((r - 1) * (c - 1)) as f64;
-        let p_value = ChiSquared::new(df)
-            .map_err(|e| FedError::InvalidArgument(format!("chisq_test: {e}")))?
-            .sf(statistic);
+        let p_value = chi_squared_sf(statistic, df);
         Ok(ChisqResult {
             statistic,
             df,

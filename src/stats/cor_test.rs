@@ -16,8 +16,8 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::distribution::{normal_quantile, t_cdf, t_sf};
 use futures::FutureExt;
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 use super::hypothesis::Alternative;
 use super::round_values::{empty_source, one_row};
@@ -152,26 +152,27 @@ async fn run(ctx: &FedContext, spec: &CorTestSpec) -> Result<RecordBatch> {
     let r = r.clamp(-1.0, 1.0);
     let df = n - 2.0;
     let t = df.sqrt() * r / (1.0 - r * r).sqrt();
-    let dist = StudentsT::new(0.0, 1.0, df).map_err(|e| {
-        FedError::InvalidArgument(format!("cor_test: t distribution with {df} df: {e}"))
-    })?;
+    if df.is_nan() || df <= 0.0 {
+        return Err(FedError::InvalidArgument(format!(
+            "cor_test: t distribution with {df} df: degrees of freedom must be positive"
+        )));
+    }
     let p_value = match spec.alternative {
-        Alternative::TwoSided => 2.0 * dist.cdf(-t.abs()),
-        Alternative::Less => dist.cdf(t),
-        Alternative::Greater => dist.sf(t),
+        Alternative::TwoSided => 2.0 * t_cdf(-t.abs(), df),
+        Alternative::Less => t_cdf(t, df),
+        Alternative::Greater => t_sf(t, df),
     };
     let (low, high) = if state.n > 3 {
         let z = r.atanh();
         let sigma = 1.0 / (n - 3.0).sqrt();
-        let normal = Normal::standard();
         let level = spec.conf_level;
         let (low, high) = match spec.alternative {
             Alternative::TwoSided => {
-                let q = normal.inverse_cdf((1.0 + level) / 2.0);
+                let q = normal_quantile((1.0 + level) / 2.0);
                 (z - sigma * q, z + sigma * q)
             }
-            Alternative::Less => (f64::NEG_INFINITY, z + sigma * normal.inverse_cdf(level)),
-            Alternative::Greater => (z - sigma * normal.inverse_cdf(level), f64::INFINITY),
+            Alternative::Less => (f64::NEG_INFINITY, z + sigma * normal_quantile(level)),
+            Alternative::Greater => (z - sigma * normal_quantile(level), f64::INFINITY),
         };
         (Some(low.tanh()), Some(high.tanh()))
     } else {

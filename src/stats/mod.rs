@@ -9,7 +9,7 @@
 //! `approx_percentile_cont`, GROUP BY counts), so only fixed-size states leave
 //! a client, and whatever a site enforces on a round applies to them; the
 //! test itself (statistic, p-value, interval) is computed on the coordinator
-//! from the merged values. p-values come from `statrs` distributions.
+//! from the merged values. p-values and quantiles come from `fedsql_udfs::distribution` (R-grade).
 
 pub(crate) mod anova;
 pub(crate) mod bar_chart;

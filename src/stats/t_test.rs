@@ -21,8 +21,8 @@ use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray}
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
+use fedsql_udfs::distribution::{t_cdf, t_quantile, t_sf};
 use futures::FutureExt;
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::hypothesis::Alternative;
 use super::round_values::{as_double, count_at, empty_source, float_at, one_row};
@@ -359,20 +359,19 @@ fn finish(
     estimates: Option<(f64, f64)>,
     method: &'static str,
 ) -> Result<TTestResult> {
-    let dist = StudentsT::new(0.0, 1.0, df).map_err(|e| {
-        FedError::InvalidArgument(format!("t_test: t distribution with {df} df: {e}"))
-    })?;
+    if df.is_nan() || df <= 0.0 {
+        return Err(FedError::InvalidArgument(format!(
+            "t_test: t distribution with {df} df: degrees of freedom must be positive"
+        )));
+    }
     let level = spec.conf_level;
     let (p_value, (low, high)) = match spec.alternative {
         Alternative::TwoSided => {
-            let q = dist.inverse_cdf(1.0 - (1.0 - level) / 2.0);
-            (2.0 * dist.cdf(-t.abs()), (t - q, t + q))
+            let q = t_quantile(1.0 - (1.0 - level) / 2.0, df);
+            (2.0 * t_cdf(-t.abs(), df), (t - q, t + q))
         }
-        Alternative::Less => (
-            dist.cdf(t),
-            (f64::NEG_INFINITY, t + dist.inverse_cdf(level)),
-        ),
-        Alternative::Greater => (dist.sf(t), (t - dist.inverse_cdf(level), f64::INFINITY)),
+        Alternative::Less => (t_cdf(t, df), (f64::NEG_INFINITY, t + t_quantile(level, df))),
+        Alternative::Greater => (t_sf(t, df), (t - t_quantile(level, df), f64::INFINITY)),
     };
     Ok(TTestResult {
         estimate,

@@ -77,7 +77,9 @@ with(clinic, {
     tidy_t("clinic_one", t.test(systolic, mu = 130)),
     tidy_t("clinic_one_greater", t.test(bmi, mu = 27, alternative = "greater")),
     tidy_t("clinic_paired", t.test(systolic - age)),
-    tidy_t("clinic_welch_mu", t.test(age ~ event, mu = -2, conf.level = 0.99))
+    tidy_t("clinic_welch_mu", t.test(age ~ event, mu = -2, conf.level = 0.99)),
+    tidy_t("clinic_welch_mu_greater", t.test(systolic ~ smoker, mu = 2, alternative = "greater")),
+    tidy_t("clinic_pooled_mu_less", t.test(bmi ~ sex, mu = 2, alternative = "less", var.equal = TRUE))
   )
 })
 with(mt, {
@@ -85,7 +87,8 @@ with(mt, {
     tidy_t("mtcars_welch", t.test(mpg ~ trans)),
     tidy_t("mtcars_pooled_greater", t.test(mpg ~ trans, var.equal = TRUE, alternative = "greater")),
     tidy_t("mtcars_one", t.test(mpg, mu = 20)),
-    tidy_t("mtcars_paired", t.test(mpg - qsec, conf.level = 0.9))
+    tidy_t("mtcars_paired", t.test(mpg - qsec, conf.level = 0.9)),
+    tidy_t("mtcars_welch_mu_greater", t.test(mpg ~ trans, mu = 2, alternative = "greater", conf.level = 0.9))
   ))
 })
 write_rows(rows, "stats_t_test.csv")

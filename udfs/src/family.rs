@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use statrs::distribution::{Continuous, ContinuousCDF, Normal};
+use statrs::distribution::{Continuous, Normal};
 use statrs::function::gamma::ln_gamma;
 
 const EPS: f64 = f64::EPSILON;
@@ -185,7 +185,7 @@ impl Link {
             Link::Identity => mu,
             Link::Log => mu.ln(),
             Link::Logit => (mu / (1.0 - mu)).ln(),
-            Link::Probit => standard_normal().inverse_cdf(mu),
+            Link::Probit => crate::distribution::normal_quantile(mu),
             Link::Cloglog => (-(1.0 - mu).ln()).ln(),
             Link::Sqrt => mu.sqrt(),
             Link::Inverse => 1.0 / mu,
@@ -209,8 +209,8 @@ impl Link {
                 e / (1.0 + e)
             }
             Link::Probit => {
-                let thresh = -standard_normal().inverse_cdf(EPS);
-                standard_normal().cdf(eta.clamp(-thresh, thresh))
+                let thresh = -crate::distribution::normal_quantile(EPS);
+                crate::distribution::normal_cdf(eta.clamp(-thresh, thresh))
             }
             Link::Cloglog => (-(-eta.exp()).exp_m1()).clamp(EPS, 1.0 - EPS),
             Link::Sqrt => eta * eta,

@@ -15,6 +15,7 @@ pub mod constant_argument;
 pub mod correlation_matrix;
 pub mod covariance_matrix;
 pub mod cox_step;
+pub mod distribution;
 pub mod dp;
 pub mod family;
 pub mod flat_state;

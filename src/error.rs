@@ -37,7 +37,7 @@ pub enum FedError {
     Withheld { detail: String },
     /// A client's data could not be read, or does not fit the federated
     /// schema, or the client failed while running an encoder.
-    #[error("client '{client}' ({location}): {message}")]
+    #[error("client '{client}' ({location}): {}", without_bug_text(message))]
     Client {
         client: String,
         location: String,
@@ -73,10 +73,12 @@ pub enum FedError {
     #[error("{0}")]
     InvalidArgument(String),
     /// A bug in fedsql: what should not happen did.
-    #[error("internal error: {0}")]
+    #[error("internal error: {}\nhint: {INTERNAL_HINT}", without_bug_text(.0))]
     Internal(String),
-    /// An error from DataFusion that is none of the kinds above.
-    #[error(transparent)]
+    /// An error from DataFusion that is none of the kinds above (its text
+    /// without DataFusion's request to file a bug report, which is not
+    /// the user's to do: see [`without_bug_text`]).
+    #[error("{}", datafusion_text(.0))]
     DataFusion(DataFusionError),
     /// An error from Arrow (building or converting batches).
     #[error(transparent)]
@@ -84,6 +86,49 @@ pub enum FedError {
     /// An I/O error outside a client (reading a script, writing output).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// What a user can do about an error that should not happen.
+const INTERNAL_HINT: &str = "this is a fault of fedsql, not of your query or data; rephrase the query (e.g. cast the column to the type you mean, CAST(x AS DOUBLE)), check the column types with \\d <table>, and report the statement with `fedsql --version`";
+
+/// DataFusion's request that a user file a bug report with DataFusion,
+/// which its internal errors end with.
+const DATAFUSION_BUG_TEXT: &str = "This issue was likely caused by a bug in DataFusion's code. Please help us to resolve this by filing a bug report in our issue tracker: https://github.com/apache/datafusion/issues";
+
+/// A message without DataFusion's request to file a bug report (and the
+/// `.\n` that joins it).
+pub(crate) fn without_bug_text(message: &str) -> String {
+    if !message.contains(DATAFUSION_BUG_TEXT) {
+        return message.to_string();
+    }
+    message
+        .replace(&format!(".\n{DATAFUSION_BUG_TEXT}"), "")
+        .replace(DATAFUSION_BUG_TEXT, "")
+        .trim_end()
+        .to_string()
+}
+
+/// A DataFusion error as a user reads it: an internal error anywhere in
+/// it says so once, with what to do instead of DataFusion's bug report.
+fn datafusion_text(e: &DataFusionError) -> String {
+    let text = e.to_string();
+    // A function's own message about its arguments, first: DataFusion
+    // wraps it in "Function 'f' user-defined coercion failed with: ...".
+    if let Some((_, own)) = text.split_once("user-defined coercion failed with: ") {
+        let mut own = own.trim();
+        while let Some(rest) = ["Error during planning: ", "Execution error: "]
+            .iter()
+            .find_map(|p| own.strip_prefix(p))
+        {
+            own = rest;
+        }
+        return own.to_string();
+    }
+    if !text.contains(DATAFUSION_BUG_TEXT) {
+        return text;
+    }
+    let text = without_bug_text(&text).replace("Internal error: ", "");
+    format!("internal error: {text}\nhint: {INTERNAL_HINT}")
 }
 
 fn hint_line(hint: &Option<String>) -> String {
@@ -170,3 +215,32 @@ fn arrow_broken_pipe(error: &datafusion::arrow::error::ArrowError) -> bool {
 
 /// Result type of the engine.
 pub type Result<T, E = FedError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datafusion_bug_reports_and_coercion_wrappers_are_not_shown() {
+        let internal = FedError::from(DataFusionError::Internal("x went wrong".into()));
+        let text = internal.to_string();
+        assert!(!text.contains("bug report") && text.contains("x went wrong"), "{text}");
+        let nested = FedError::DataFusion(DataFusionError::Context(
+            "running".into(),
+            Box::new(DataFusionError::Internal("y".into())),
+        ));
+        let text = nested.to_string();
+        assert!(
+            !text.contains("DataFusion's code") && text.starts_with("internal error:"),
+            "{text}"
+        );
+        assert!(text.contains("hint:"), "{text}");
+        let coercion = FedError::DataFusion(DataFusionError::Plan(
+            "Execution error: Function 'dp_avg' user-defined coercion failed with: Error during planning: dp_avg takes 3 or 4 arguments: dp_avg(x, lower, upper [, epsilon])".into(),
+        ));
+        assert_eq!(
+            coercion.to_string(),
+            "dp_avg takes 3 or 4 arguments: dp_avg(x, lower, upper [, epsilon])"
+        );
+    }
+}

@@ -46,6 +46,10 @@ mod lm;
 mod multivariate;
 #[path = "suites/output.rs"]
 mod output;
+#[path = "suites/missing_values.rs"]
+mod missing_values;
+#[path = "suites/pg_clients.rs"]
+mod pg_clients;
 #[path = "suites/pgwire.rs"]
 mod pgwire;
 #[path = "suites/policy.rs"]
@@ -62,6 +66,8 @@ mod secure;
 mod stats;
 #[path = "suites/survival.rs"]
 mod survival;
+#[path = "suites/survival_grid.rs"]
+mod survival_grid;
 #[path = "suites/tables.rs"]
 mod tables;
 #[path = "suites/vcov.rs"]

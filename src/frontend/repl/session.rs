@@ -312,12 +312,47 @@ impl Session {
         }
         if self.options.timing {
             let mut line = Vec::new();
-            print::print_timing(print::row_count(&batches, &schema), elapsed, &mut line)?;
+            match self.registered(sql, &schema).await {
+                // What a CREATE FEDERATED TABLE registered, not "0 rows".
+                Some(what) => writeln!(
+                    line,
+                    "{what}\nElapsed {:.3} seconds.\n",
+                    elapsed.as_secs_f64()
+                )?,
+                None => {
+                    print::print_timing(print::row_count(&batches, &schema), elapsed, &mut line)?
+                }
+            }
             let line = String::from_utf8_lossy(&line);
             self.say(out, line.strip_suffix('\n').unwrap_or(&line))?;
         }
         self.last = Some((schema, batches));
         Ok(())
+    }
+
+    /// What a `CREATE FEDERATED TABLE` statement registered, in a line
+    /// ("Registered federated table `t`: 4 clients, 12 columns."); `None`
+    /// for any other statement.
+    async fn registered(&self, sql: &str, schema: &SchemaRef) -> Option<String> {
+        if !schema.fields().is_empty()
+            || !matches!(
+                crate::coordinator::fed_statement::recognise(sql),
+                Some(crate::coordinator::fed_statement::FedStatement::CreateFederatedTable)
+            )
+        {
+            return None;
+        }
+        let name = crate::coordinator::ddl::parse_create_federated(sql).ok()?.name;
+        let tables = self.ctx.tables().await.ok()?;
+        let table = tables.iter().find(|t| t.name == name)?;
+        let clients = table.clients?;
+        let columns = table.schema.fields().len();
+        Some(format!(
+            "Registered federated table `{}`: {clients} client{}, {columns} column{}.",
+            table.name,
+            if clients == 1 { "" } else { "s" },
+            if columns == 1 { "" } else { "s" },
+        ))
     }
 
     async fn run_command(
@@ -571,7 +606,7 @@ fn columns_batch(table: &TableInfo) -> Result<RecordBatch> {
                 fields.iter().map(|f| f.name().as_str()),
             )),
             Arc::new(StringArray::from_iter_values(
-                fields.iter().map(|f| f.data_type().to_string()),
+                fields.iter().map(|f| sql_type_name(f.data_type())),
             )),
             Arc::new(StringArray::from_iter_values(
                 fields
@@ -580,6 +615,33 @@ fn columns_batch(table: &TableInfo) -> Result<RecordBatch> {
             )),
         ],
     )
+}
+
+/// A column's type as psql's `\d` names it (`bigint`, `double precision`,
+/// `text`); an Arrow type with no SQL name keeps Arrow's.
+fn sql_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Boolean => "boolean".into(),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
+        DataType::Int32 | DataType::UInt16 => "integer".into(),
+        DataType::Int64 | DataType::UInt32 => "bigint".into(),
+        DataType::UInt64 => "numeric(20,0)".into(),
+        DataType::Float16 | DataType::Float32 => "real".into(),
+        DataType::Float64 => "double precision".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "bytea".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
+        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
+        DataType::Dictionary(_, value) => sql_type_name(value),
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            format!("{}[]", sql_type_name(item.data_type()))
+        }
+        other => other.to_string(),
+    }
 }
 
 fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<RecordBatch> {

@@ -73,7 +73,7 @@ pub enum FedError {
     #[error("{0}")]
     InvalidArgument(String),
     /// A bug in fedsql: what should not happen did.
-    #[error("internal error: {}\nhint: {INTERNAL_HINT}", without_bug_text(.0))]
+    #[error("{}", internal_text(.0))]
     Internal(String),
     /// An error from DataFusion that is none of the kinds above (its text
     /// without DataFusion's request to file a bug report, which is not
@@ -108,6 +108,52 @@ pub(crate) fn without_bug_text(message: &str) -> String {
         .to_string()
 }
 
+/// An internal error as a user reads it: a call whose arguments no
+/// signature takes (DataFusion reports that as internal for aggregates)
+/// says what to do; anything else says it is a fault, and what to try.
+fn internal_text(message: &str) -> String {
+    if let Some(text) = no_matching_signature(message) {
+        return text;
+    }
+    format!(
+        "internal error: {}\nhint: {INTERNAL_HINT}",
+        without_bug_text(message)
+    )
+}
+
+/// "No function matches the given name and argument types 'avg(Utf8View)'"
+/// as what to do about it.
+fn no_matching_signature(message: &str) -> Option<String> {
+    let (_, rest) =
+        message.split_once("No function matches the given name and argument types '")?;
+    let (call, rest) = rest.split_once('\'')?;
+    let name = call.split('(').next().unwrap_or(call);
+    let candidates: Vec<&str> = rest
+        .split_once("Candidate functions:")
+        .map(|(_, list)| {
+            list.split_whitespace()
+                .filter(|c| c.contains('('))
+                .collect()
+        })
+        .unwrap_or_default();
+    let takes = if candidates.is_empty() {
+        String::new()
+    } else {
+        format!(" (it takes {})", candidates.join(", "))
+    };
+    let text = ["Utf8", "LargeUtf8", "Utf8View"]
+        .iter()
+        .any(|t| call.contains(&format!("({t}")) || call.contains(&format!(", {t}")));
+    let csv = if text {
+        "; a CSV column that reads as text because of a token for a missing value (NA, '.', ...) is read as numbers when the table names the token: CREATE OR REPLACE FEDERATED TABLE ... OPTIONS ('format.null_value' 'NA'), or 'format.null_value.<site>' for one site"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{name} cannot take arguments of types {call}{takes}\nhint: cast the argument to the type you mean, e.g. {name}(CAST(x AS DOUBLE)){csv}"
+    ))
+}
+
 /// A DataFusion error as a user reads it: an internal error anywhere in
 /// it says so once, with what to do instead of DataFusion's bug report.
 fn datafusion_text(e: &DataFusionError) -> String {
@@ -122,7 +168,14 @@ fn datafusion_text(e: &DataFusionError) -> String {
         {
             own = rest;
         }
+        // Then DataFusion's "No function matches ..." adds nothing.
+        if let Some((first, _)) = own.split_once(" No function matches the given name") {
+            own = first.trim_end();
+        }
         return own.to_string();
+    }
+    if let Some(translated) = no_matching_signature(&text) {
+        return translated;
     }
     if !text.contains(DATAFUSION_BUG_TEXT) {
         return text;
@@ -224,7 +277,10 @@ mod tests {
     fn datafusion_bug_reports_and_coercion_wrappers_are_not_shown() {
         let internal = FedError::from(DataFusionError::Internal("x went wrong".into()));
         let text = internal.to_string();
-        assert!(!text.contains("bug report") && text.contains("x went wrong"), "{text}");
+        assert!(
+            !text.contains("bug report") && text.contains("x went wrong"),
+            "{text}"
+        );
         let nested = FedError::DataFusion(DataFusionError::Context(
             "running".into(),
             Box::new(DataFusionError::Internal("y".into())),
@@ -241,6 +297,16 @@ mod tests {
         assert_eq!(
             coercion.to_string(),
             "dp_avg takes 3 or 4 arguments: dp_avg(x, lower, upper [, epsilon])"
+        );
+        let avg = FedError::from(DataFusionError::Internal(
+            "Error during planning: Function 'avg' failed to match any signature, errors: x. No function matches the given name and argument types 'avg(Utf8View)'. You might need to add explicit type casts.\n\tCandidate functions:\n\tavg(Decimal)\n\tavg(Float64)".into(),
+        ))
+        .to_string();
+        assert!(
+            avg.starts_with("avg cannot take arguments of types avg(Utf8View) (it takes avg(Decimal), avg(Float64))")
+                && avg.contains("format.null_value")
+                && !avg.contains("internal"),
+            "{avg}"
         );
     }
 }

@@ -42,12 +42,12 @@ mod glm;
 mod golden;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/missing_values.rs"]
+mod missing_values;
 #[path = "suites/multivariate.rs"]
 mod multivariate;
 #[path = "suites/output.rs"]
 mod output;
-#[path = "suites/missing_values.rs"]
-mod missing_values;
 #[path = "suites/pg_clients.rs"]
 mod pg_clients;
 #[path = "suites/pgwire.rs"]

@@ -140,9 +140,22 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
     let schema = spec.source.schema(ctx).await?;
     let v = numeric_argument(&schema, &spec.column, "column")?;
     let values = format!("(SELECT {v} AS v FROM {}) AS __hist", spec.source.from);
+    // A declared range and bins need no first round.
+    let (lower, upper, bins) = match (spec.lower, spec.upper, spec.bins) {
+        (Some(lower), Some(upper), Some(bins)) => (lower, upper, bins),
+        _ => default_bins(ctx, spec, &values).await?,
+    };
+    count_bins(ctx, spec, &values, lower, upper, bins).await
+}
+
+/// The bins R's `hist()` would take (see the module doc), from a first
+/// round over the values.
+async fn default_bins(ctx: &FedContext, spec: &HistSpec, values: &str) -> Result<(f64, f64, i64)> {
     let range = one_row(
         ctx,
-        &format!("SELECT count(*) AS total, count(v) AS n, min(v) AS lo, max(v) AS hi FROM {values}"),
+        &format!(
+            "SELECT count(*) AS total, count(v) AS n, min(v) AS lo, max(v) AS hi FROM {values}"
+        ),
     )
     .await;
     // A site whose policy refuses exact extremes: the t-digest's range.
@@ -169,7 +182,9 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
             spec.column
         )));
     };
-    let wanted = spec.bins.unwrap_or_else(|| sturges(count_at(&range, "n", 0).unwrap_or(1)));
+    let wanted = spec
+        .bins
+        .unwrap_or_else(|| sturges(count_at(&range, "n", 0).unwrap_or(1)));
     let (lower, upper, bins) = match (spec.lower, spec.upper) {
         (None, None) if exact => pretty(lo, hi, wanted, 1),
         (lower, upper) => (lower.unwrap_or(lo), upper.unwrap_or(hi), wanted),
@@ -180,6 +195,18 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
             spec.column
         )));
     }
+    Ok((lower, upper, bins))
+}
+
+/// The round of the `histogram` aggregate over `bins` bins of [lower, upper].
+async fn count_bins(
+    ctx: &FedContext,
+    spec: &HistSpec,
+    values: &str,
+    lower: f64,
+    upper: f64,
+    bins: i64,
+) -> Result<RecordBatch> {
     let sql = format!(
         "SELECT count(*) AS total, histogram(v, {}, {}, {bins}) AS h, count(v) AS n FROM {values}",
         float_literal(lower),

@@ -31,9 +31,9 @@ use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::quote_ident;
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
-use crate::table_function::rounds::query;
 use crate::table_function::arguments::invalid_argument;
 use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::rounds::query;
 
 const USAGE: &str = "summary('table or SELECT query' [, 'col1, col2, ...'])";
 
@@ -185,17 +185,31 @@ async fn levels_notice(ctx: &FedContext, source: &ModelSource, column: &str) -> 
             levels.push((names.value(row).to_string(), counts.value(row)));
         }
     }
-    levels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    // R lists a factor's levels in order, and past `maxsum` the most
+    // frequent first with the rest as "(Other)".
+    if levels.len() > MAX_LEVELS {
+        levels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    } else {
+        levels.sort();
+    }
     let mut shown: Vec<String> = levels
         .iter()
-        .take(if levels.len() > MAX_LEVELS { MAX_LEVELS - 1 } else { MAX_LEVELS })
+        .take(if levels.len() > MAX_LEVELS {
+            MAX_LEVELS - 1
+        } else {
+            MAX_LEVELS
+        })
         .map(|(name, n)| format!("{name}: {n}"))
         .collect();
     if levels.len() > MAX_LEVELS {
         let other: i64 = levels[MAX_LEVELS - 1..].iter().map(|(_, n)| n).sum();
         shown.push(format!("(Other): {other}"));
     }
-    format!("summary: `{column}` (text, {} levels): {}", levels.len(), shown.join(", "))
+    format!(
+        "summary: `{column}` (text, {} levels): {}",
+        levels.len(),
+        shown.join(", ")
+    )
 }
 
 /// The columns of `summary`.

@@ -54,8 +54,8 @@ fn sites(files: &[(&str, String)]) -> TempDir {
 }
 
 fn value(batches: &[RecordBatch], column: usize) -> f64 {
-    let c = datafusion::arrow::compute::cast(batches[0].column(column), &DataType::Float64)
-        .unwrap();
+    let c =
+        datafusion::arrow::compute::cast(batches[0].column(column), &DataType::Float64).unwrap();
     c.as_primitive::<Float64Type>().value(0)
 }
 
@@ -226,5 +226,8 @@ async fn a_site_of_its_own_token_is_named_and_set_per_site() {
     .await
     .unwrap_err()
     .to_string();
-    assert!(e.contains("unknown option 'format.null_value.nowhere'"), "{e}");
+    assert!(
+        e.contains("unknown option 'format.null_value.nowhere'"),
+        "{e}"
+    );
 }

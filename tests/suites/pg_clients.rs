@@ -77,10 +77,7 @@ async fn in_process(sql: &str) -> Vec<Vec<String>> {
 
 fn assert_same_value(got: &str, want: &str) {
     match (got.parse::<f64>(), want.parse::<f64>()) {
-        (Ok(g), Ok(w)) => assert!(
-            (g - w).abs() <= 1e-9 * w.abs().max(1.0),
-            "{got} != {want}"
-        ),
+        (Ok(g), Ok(w)) => assert!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "{got} != {want}"),
         _ => assert_eq!(got, want),
     }
 }
@@ -96,10 +93,7 @@ async fn psql_copy_to_a_file_runs_without_allow_ddl() {
     let server = demo_server().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("per_site.csv");
-    let copy = format!(
-        "\\copy ({PER_SITE}) TO '{}' CSV HEADER",
-        file.display()
-    );
+    let copy = format!("\\copy ({PER_SITE}) TO '{}' CSV HEADER", file.display());
     let (ok, out, err) = run(psql(&server, &copy)).await;
     assert!(ok, "psql failed: {out}\n{err}");
     let written = std::fs::read_to_string(&file).unwrap();

@@ -53,9 +53,21 @@ async fn the_life_table_on_a_coarse_grid_equals_kmsurv_lifetab() {
                     assert_eq!(got[0].num_rows(), want.len(), "{what}");
                     for (i, row) in want.iter().enumerate() {
                         let what = format!("{what}{method}, interval {i}");
-                        assert_eq!(value(&got, i, "n_risk"), Some(number(row, "nsubs")), "{what}");
-                        assert_eq!(value(&got, i, "n_event"), Some(number(row, "nevent")), "{what}");
-                        assert_eq!(value(&got, i, "n_censor"), Some(number(row, "nlost")), "{what}");
+                        assert_eq!(
+                            value(&got, i, "n_risk"),
+                            Some(number(row, "nsubs")),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            value(&got, i, "n_event"),
+                            Some(number(row, "nevent")),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            value(&got, i, "n_censor"),
+                            Some(number(row, "nlost")),
+                            "{what}"
+                        );
                         assert_matches(&what, value(&got, i, "survival"), &row[column]);
                         if method.is_empty() {
                             assert_matches(&what, value(&got, i, "std_err"), &row["se_end"]);
@@ -110,44 +122,70 @@ async fn the_log_rank_test_on_a_coarse_grid_says_so() {
     assert!(!notices.contains("groups distinct times"), "{notices}");
 }
 
-#[tokio::test]
-async fn a_refusal_names_the_intervals_under_k_and_a_grid_that_passes() {
+async fn lung_under(k: u32) -> FedContext {
     let ctx = FedContext::new();
-    ctx.sql(
-        "CREATE FEDERATED TABLE lung LOCATION 'testdata/lung_sites/' OPTIONS ('min_group_rows' '5')",
-    )
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE lung LOCATION 'testdata/lung_sites/' OPTIONS ('min_group_rows' '{k}')"
+    ))
     .await
     .unwrap()
     .collect()
     .await
     .unwrap();
-    let mut grid = "width=30, max=1080".to_string();
+    ctx
+}
+
+/// Follows the grids the refusals propose, from `grid`: the grid that
+/// passed, or the last refusal (one that proposes none).
+async fn follow(ctx: &FedContext, mut grid: String) -> Result<String, String> {
+    for _ in 0..8 {
+        let sql = format!("SELECT * FROM kaplan_meier('lung', 'time', 'status', '{grid}')");
+        let refusal = match ctx.sql(&sql).await.unwrap().collect().await {
+            Ok(_) => return Ok(grid),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            refusal
+                .contains("a life-table interval would count events or censorings of fewer than"),
+            "{refusal}"
+        );
+        let Some(proposed) = refusal
+            .split("'breaks=")
+            .nth(1)
+            .and_then(|rest| rest.split('\'').next())
+        else {
+            return Err(refusal);
+        };
+        assert!(refusal.contains("interval"), "{refusal}");
+        grid = format!("breaks={proposed}");
+    }
+    panic!("no end after 8 grids; last {grid}");
+}
+
+#[tokio::test]
+async fn a_refusal_names_the_intervals_under_k_and_a_grid_that_passes() {
+    // Each site proposes a grid its own counts pass; a few steps give one
+    // that every site passes.
+    let ctx = lung_under(3).await;
     let first = error(
         &ctx,
-        &format!("SELECT * FROM kaplan_meier('lung', 'time', 'status', '{grid}')"),
+        "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'width=30, max=1080')",
     )
     .await;
     assert!(
-        first.contains("a life-table interval would count events or censorings of fewer than 5")
+        first.contains("a life-table interval would count events or censorings of fewer than 3")
             && first.contains("intervals (")
             && first.contains("passes at this site: 'breaks=0 "),
         "{first}"
     );
-    // Each site proposes a grid its own counts pass; a few steps give one
-    // that every site passes.
-    let mut refusal = first;
-    for _ in 0..6 {
-        let proposed = refusal
-            .split("'breaks=")
-            .nth(1)
-            .and_then(|rest| rest.split('\'').next())
-            .unwrap_or_else(|| panic!("no grid proposed: {refusal}"));
-        grid = format!("breaks={proposed}");
-        let sql = format!("SELECT * FROM kaplan_meier('lung', 'time', 'status', '{grid}')");
-        match ctx.sql(&sql).await.unwrap().collect().await {
-            Ok(_) => return,
-            Err(e) => refusal = e.to_string(),
-        }
-    }
-    panic!("no grid passed; last: {grid}: {refusal}");
+    let passed = follow(&ctx, "width=30, max=1080".into()).await;
+    assert!(passed.is_ok(), "{passed:?}");
+    // site_a has 3 censorings: under k = 5 no grid passes there, and its
+    // refusal says so.
+    let ctx = lung_under(5).await;
+    let end = follow(&ctx, "width=30, max=1080".into()).await.unwrap_err();
+    assert!(
+        end.contains("client 'site_a' refused") && end.contains("no grid passes at this site"),
+        "{end}"
+    );
 }

@@ -63,7 +63,8 @@ pub struct Cells {
     /// Which cells are small and how to ask for cells that pass, from the
     /// call's constant config (its first argument, if text), the state
     /// and k: (what to add to the rule, the hint), when it can tell.
-    pub explain: Option<fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>>,
+    pub explain:
+        Option<fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>>,
 }
 
 /// The facts of one aggregate function.

@@ -169,7 +169,11 @@ pub fn format_break(b: f64) -> String {
 /// The intervals of a state that count 1 to k-1 events or censorings, and
 /// a grid of the same breaks, neighbouring intervals merged, whose
 /// intervals all count 0 or at least k (what a site's refusal says).
-pub fn explain_small_cells(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)> {
+pub fn explain_small_cells(
+    config: Option<&str>,
+    state: &[f64],
+    k: f64,
+) -> Option<(String, String)> {
     let breaks = decode_breaks(config?).ok()?;
     if state.len() != HEADER + 2 * (breaks.len() - 1) {
         return None;
@@ -203,7 +207,11 @@ pub fn explain_small_cells(config: Option<&str>, state: &[f64], k: f64) -> Optio
     }
     let mut rule = String::new();
     if !named.is_empty() {
-        rule = format!(": interval{} {}", if under.len() > 1 { "s" } else { "" }, named.join(", "));
+        rule = format!(
+            ": interval{} {}",
+            if under.len() > 1 { "s" } else { "" },
+            named.join(", ")
+        );
     }
     if !edges.is_empty() {
         rule.push_str(if rule.is_empty() { ": " } else { "; and " });
@@ -218,7 +226,8 @@ pub fn explain_small_cells(config: Option<&str>, state: &[f64], k: f64) -> Optio
             )
         }
         Some(_) => "widen the grid at its ends".to_string(),
-        None => "no grid passes at this site: its events (or censorings) are fewer than k in all".to_string(),
+        None => "no grid passes at this site: its events (or censorings) are fewer than k in all"
+            .to_string(),
     };
     Some((rule, hint))
 }
@@ -455,7 +464,8 @@ mod tests {
         let flag = |breaks: &'static str, filter: &'static str| {
             let ctx = ctx.clone();
             async move {
-                let sql = format!("SELECT life_table('breaks={breaks}', t, e) FROM s WHERE {filter}");
+                let sql =
+                    format!("SELECT life_table('breaks={breaks}', t, e) FROM s WHERE {filter}");
                 let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
                 let list = batches[0].column(0).as_list::<i32>().value(0);
                 LifeTable::from_slice(list.as_primitive::<Float64Type>().values())

@@ -190,7 +190,10 @@ pub(crate) fn encode_rows(
 ) -> PgWireResult<Vec<CopyData>> {
     // The batches' own schema: a plan's may differ in a column's width
     // (a UNION's Int32 planned, Int64 run).
-    let schema = batches.first().map(|b| b.schema()).unwrap_or_else(|| Arc::clone(schema));
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .unwrap_or_else(|| Arc::clone(schema));
     let fields = Arc::new(encode::row_description(&schema, &Format::UnifiedText)?);
     let rows = encode::encode_batches(&fields, &schema, batches)?;
     let mut header = format.header.then(|| {
@@ -305,12 +308,19 @@ mod tests {
             .unwrap();
         assert!(copy.format.csv && copy.format.header);
         assert_eq!(copy.format.delimiter, ',');
-        assert!(copy.query.starts_with("SELECT a, b FROM t"), "{}", copy.query);
+        assert!(
+            copy.query.starts_with("SELECT a, b FROM t"),
+            "{}",
+            copy.query
+        );
         let copy = read("COPY t (a, b) TO STDOUT WITH (FORMAT csv, DELIMITER ';', NULL 'NA')")
             .unwrap()
             .unwrap();
         assert_eq!(copy.query, "SELECT a, b FROM t");
-        assert_eq!((copy.format.delimiter, copy.format.null.as_str()), (';', "NA"));
+        assert_eq!(
+            (copy.format.delimiter, copy.format.null.as_str()),
+            (';', "NA")
+        );
         let copy = read("copy (select 1) to stdout").unwrap().unwrap();
         assert_eq!(copy.format, CopyFormat::text());
         assert!(read("COPY (SELECT 1) TO '/tmp/x.csv'").is_none());
@@ -324,7 +334,12 @@ mod tests {
         let values = [Some(&b"a\tb\\c"[..]), None, Some(&b""[..])];
         assert_eq!(line(&text, &values), b"a\\tb\\\\c\t\\N\t\n");
         let csv = CopyFormat::text().into_csv();
-        let values = [Some(&b"x,y"[..]), None, Some(&b""[..]), Some(&b"say \"hi\""[..])];
+        let values = [
+            Some(&b"x,y"[..]),
+            None,
+            Some(&b""[..]),
+            Some(&b"say \"hi\""[..]),
+        ];
         assert_eq!(line(&csv, &values), b"\"x,y\",,\"\",\"say \"\"hi\"\"\"\n");
     }
 }

@@ -35,6 +35,7 @@ use crate::frontend::print::{self, OutputFormat, TableStyle};
 use crate::frontend::repl::command::Command;
 use crate::frontend::repl::input::{Input, LineBuffer};
 use crate::frontend::repl::progress::ProgressLine;
+use crate::frontend::repl::sql_types;
 use crate::models::inference::coefficients_schema;
 
 /// `\i` files may include others, but not without end.
@@ -342,7 +343,9 @@ impl Session {
         {
             return None;
         }
-        let name = crate::coordinator::ddl::parse_create_federated(sql).ok()?.name;
+        let name = crate::coordinator::ddl::parse_create_federated(sql)
+            .ok()?
+            .name;
         let tables = self.ctx.tables().await.ok()?;
         let table = tables.iter().find(|t| t.name == name)?;
         let clients = table.clients?;
@@ -606,7 +609,9 @@ fn columns_batch(table: &TableInfo) -> Result<RecordBatch> {
                 fields.iter().map(|f| f.name().as_str()),
             )),
             Arc::new(StringArray::from_iter_values(
-                fields.iter().map(|f| sql_type_name(f.data_type())),
+                fields
+                    .iter()
+                    .map(|f| sql_types::sql_type_name(f.data_type())),
             )),
             Arc::new(StringArray::from_iter_values(
                 fields
@@ -615,33 +620,6 @@ fn columns_batch(table: &TableInfo) -> Result<RecordBatch> {
             )),
         ],
     )
-}
-
-/// A column's type as psql's `\d` names it (`bigint`, `double precision`,
-/// `text`); an Arrow type with no SQL name keeps Arrow's.
-fn sql_type_name(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Boolean => "boolean".into(),
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "smallint".into(),
-        DataType::Int32 | DataType::UInt16 => "integer".into(),
-        DataType::Int64 | DataType::UInt32 => "bigint".into(),
-        DataType::UInt64 => "numeric(20,0)".into(),
-        DataType::Float16 | DataType::Float32 => "real".into(),
-        DataType::Float64 => "double precision".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p},{s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "bytea".into(),
-        DataType::Date32 | DataType::Date64 => "date".into(),
-        DataType::Time32(_) | DataType::Time64(_) => "time without time zone".into(),
-        DataType::Timestamp(_, None) => "timestamp without time zone".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
-        DataType::Interval(_) | DataType::Duration(_) => "interval".into(),
-        DataType::Dictionary(_, value) => sql_type_name(value),
-        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
-            format!("{}[]", sql_type_name(item.data_type()))
-        }
-        other => other.to_string(),
-    }
 }
 
 fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<RecordBatch> {

@@ -101,5 +101,8 @@ fn csv_options_of_a_site_override_the_tables() {
         Some(("format.null_value", "R_Site"))
     );
     assert_eq!(site_csv_key("format.null_value"), None);
-    assert_eq!(missing_tokens(&CsvOptions::default()), (vec!["NA", "NaN", "NULL"], false));
+    assert_eq!(
+        missing_tokens(&CsvOptions::default()),
+        (vec!["NA", "NaN", "NULL"], false)
+    );
 }

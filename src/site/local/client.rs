@@ -9,8 +9,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::Column;
+use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -18,8 +20,6 @@ use datafusion::datasource::listing::{
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
-use datafusion::common::ScalarValue;
-use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
 
 use crate::error::{FedError, Result};
@@ -149,8 +149,11 @@ impl LocalClient {
                             text
                         } else {
                             let tokens = tokens.iter().map(|t| lit(t.as_str())).collect();
-                            let cleared = when(text.clone().in_list(tokens, false), lit(ScalarValue::Utf8(None)))
-                                .otherwise(text)?;
+                            let cleared = when(
+                                text.clone().in_list(tokens, false),
+                                lit(ScalarValue::Utf8(None)),
+                            )
+                            .otherwise(text)?;
                             if is_text {
                                 cleared
                             } else {

@@ -102,12 +102,9 @@ pub(crate) fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, 
                 .expressions()
                 .first()
                 .and_then(|e| fedsql_udfs::flat_state::config_literal(&name, e).ok());
-            columns.cells.push((
-                field.name().clone(),
-                name,
-                expr.expressions().len(),
-                config,
-            ));
+            columns
+                .cells
+                .push((field.name().clone(), name, expr.expressions().len(), config));
         }
         // A grouped pass gives a groups accumulator to every aggregate that
         // has one, and wraps the others' plain accumulators per group.

@@ -48,6 +48,11 @@ pub enum Privacy {
     Secure,
 }
 
+/// Which cells of a state are small and how to ask for cells that pass,
+/// from the call's constant config, the state and k: (what to add to the
+/// rule, the hint), when it can tell.
+pub type ExplainCells = fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>;
+
 /// The cells of an aggregate's state that count rows (each held to k), and
 /// how a refusal names them.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +68,7 @@ pub struct Cells {
     /// Which cells are small and how to ask for cells that pass, from the
     /// call's constant config (its first argument, if text), the state
     /// and k: (what to add to the rule, the hint), when it can tell.
-    pub explain:
-        Option<fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>>,
+    pub explain: Option<ExplainCells>,
 }
 
 /// The facts of one aggregate function.
@@ -400,7 +404,7 @@ fn kmeans_cells(args: usize, state: &[f64]) -> Option<Vec<f64>> {
 /// the rows before and beyond its grid.
 fn life_table_cells(_args: usize, state: &[f64]) -> Option<Vec<f64>> {
     let header = crate::life_table::HEADER;
-    let table = (state.len() >= header && (state.len() - header) % 2 == 0)
+    let table = (state.len() >= header && (state.len() - header).is_multiple_of(2))
         .then(|| crate::life_table::LifeTable::from_slice(state))?;
     let mut cells = table.events;
     cells.extend(table.censored);

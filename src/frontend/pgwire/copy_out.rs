@@ -280,7 +280,7 @@ fn csv_value(format: &CopyFormat, value: &[u8], out: &mut Vec<u8>) {
     let text = String::from_utf8_lossy(value);
     let needs_quotes = text.is_empty()
         || text == format.null
-        || text.contains(|c| c == format.delimiter || c == format.quote || c == '\n' || c == '\r');
+        || text.contains([format.delimiter, format.quote, '\n', '\r']);
     if !needs_quotes {
         out.extend_from_slice(value);
         return;

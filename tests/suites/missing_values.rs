@@ -20,7 +20,7 @@ async fn run(ctx: &FedContext, sql: &str) -> fedsql::Result<Vec<RecordBatch>> {
 fn row(i: usize) -> (&'static str, Option<f64>, Option<i64>) {
     let bmi = (i % 7 != 3).then(|| 18.5 + (i * 37 % 130) as f64 / 10.0);
     let age = (i % 11 != 5).then(|| 30 + (i * 13 % 50) as i64);
-    (if i % 2 == 0 { "A" } else { "B" }, bmi, age)
+    (if i.is_multiple_of(2) { "A" } else { "B" }, bmi, age)
 }
 
 /// The rows `range` as a CSV file, missing values written as `missing`.

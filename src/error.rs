@@ -37,7 +37,7 @@ pub enum FedError {
     Withheld { detail: String },
     /// A client's data could not be read, or does not fit the federated
     /// schema, or the client failed while running an encoder.
-    #[error("client '{client}' ({location}): {message}")]
+    #[error("client '{client}' ({location}): {}", without_bug_text(message))]
     Client {
         client: String,
         location: String,
@@ -73,10 +73,12 @@ pub enum FedError {
     #[error("{0}")]
     InvalidArgument(String),
     /// A bug in fedsql: what should not happen did.
-    #[error("internal error: {0}")]
+    #[error("{}", internal_text(.0))]
     Internal(String),
-    /// An error from DataFusion that is none of the kinds above.
-    #[error(transparent)]
+    /// An error from DataFusion that is none of the kinds above (its text
+    /// without DataFusion's request to file a bug report, which is not
+    /// the user's to do: see [`without_bug_text`]).
+    #[error("{}", datafusion_text(.0))]
     DataFusion(DataFusionError),
     /// An error from Arrow (building or converting batches).
     #[error(transparent)]
@@ -84,6 +86,102 @@ pub enum FedError {
     /// An I/O error outside a client (reading a script, writing output).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// What a user can do about an error that should not happen.
+const INTERNAL_HINT: &str = "this is a fault of fedsql, not of your query or data; rephrase the query (e.g. cast the column to the type you mean, CAST(x AS DOUBLE)), check the column types with \\d <table>, and report the statement with `fedsql --version`";
+
+/// DataFusion's request that a user file a bug report with DataFusion,
+/// which its internal errors end with.
+const DATAFUSION_BUG_TEXT: &str = "This issue was likely caused by a bug in DataFusion's code. Please help us to resolve this by filing a bug report in our issue tracker: https://github.com/apache/datafusion/issues";
+
+/// A message without DataFusion's request to file a bug report (and the
+/// `.\n` that joins it).
+pub(crate) fn without_bug_text(message: &str) -> String {
+    if !message.contains(DATAFUSION_BUG_TEXT) {
+        return message.to_string();
+    }
+    message
+        .replace(&format!(".\n{DATAFUSION_BUG_TEXT}"), "")
+        .replace(DATAFUSION_BUG_TEXT, "")
+        .trim_end()
+        .to_string()
+}
+
+/// An internal error as a user reads it: a call whose arguments no
+/// signature takes (DataFusion reports that as internal for aggregates)
+/// says what to do; anything else says it is a fault, and what to try.
+fn internal_text(message: &str) -> String {
+    if let Some(text) = no_matching_signature(message) {
+        return text;
+    }
+    format!(
+        "internal error: {}\nhint: {INTERNAL_HINT}",
+        without_bug_text(message)
+    )
+}
+
+/// "No function matches the given name and argument types 'avg(Utf8View)'"
+/// as what to do about it.
+fn no_matching_signature(message: &str) -> Option<String> {
+    let (_, rest) =
+        message.split_once("No function matches the given name and argument types '")?;
+    let (call, rest) = rest.split_once('\'')?;
+    let name = call.split('(').next().unwrap_or(call);
+    let candidates: Vec<&str> = rest
+        .split_once("Candidate functions:")
+        .map(|(_, list)| {
+            list.split_whitespace()
+                .filter(|c| c.contains('('))
+                .collect()
+        })
+        .unwrap_or_default();
+    let takes = if candidates.is_empty() {
+        String::new()
+    } else {
+        format!(" (it takes {})", candidates.join(", "))
+    };
+    let text = ["Utf8", "LargeUtf8", "Utf8View"]
+        .iter()
+        .any(|t| call.contains(&format!("({t}")) || call.contains(&format!(", {t}")));
+    let csv = if text {
+        "; a CSV column that reads as text because of a token for a missing value (NA, '.', ...) is read as numbers when the table names the token: CREATE OR REPLACE FEDERATED TABLE ... OPTIONS ('format.null_value' 'NA'), or 'format.null_value.<site>' for one site"
+    } else {
+        ""
+    };
+    Some(format!(
+        "{name} cannot take arguments of types {call}{takes}\nhint: cast the argument to the type you mean, e.g. {name}(CAST(x AS DOUBLE)){csv}"
+    ))
+}
+
+/// A DataFusion error as a user reads it: an internal error anywhere in
+/// it says so once, with what to do instead of DataFusion's bug report.
+fn datafusion_text(e: &DataFusionError) -> String {
+    let text = e.to_string();
+    // A function's own message about its arguments, first: DataFusion
+    // wraps it in "Function 'f' user-defined coercion failed with: ...".
+    if let Some((_, own)) = text.split_once("user-defined coercion failed with: ") {
+        let mut own = own.trim();
+        while let Some(rest) = ["Error during planning: ", "Execution error: "]
+            .iter()
+            .find_map(|p| own.strip_prefix(p))
+        {
+            own = rest;
+        }
+        // Then DataFusion's "No function matches ..." adds nothing.
+        if let Some((first, _)) = own.split_once(" No function matches the given name") {
+            own = first.trim_end();
+        }
+        return own.to_string();
+    }
+    if let Some(translated) = no_matching_signature(&text) {
+        return translated;
+    }
+    if !text.contains(DATAFUSION_BUG_TEXT) {
+        return text;
+    }
+    let text = without_bug_text(&text).replace("Internal error: ", "");
+    format!("internal error: {text}\nhint: {INTERNAL_HINT}")
 }
 
 fn hint_line(hint: &Option<String>) -> String {
@@ -170,3 +268,45 @@ fn arrow_broken_pipe(error: &datafusion::arrow::error::ArrowError) -> bool {
 
 /// Result type of the engine.
 pub type Result<T, E = FedError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datafusion_bug_reports_and_coercion_wrappers_are_not_shown() {
+        let internal = FedError::from(DataFusionError::Internal("x went wrong".into()));
+        let text = internal.to_string();
+        assert!(
+            !text.contains("bug report") && text.contains("x went wrong"),
+            "{text}"
+        );
+        let nested = FedError::DataFusion(DataFusionError::Context(
+            "running".into(),
+            Box::new(DataFusionError::Internal("y".into())),
+        ));
+        let text = nested.to_string();
+        assert!(
+            !text.contains("DataFusion's code") && text.starts_with("internal error:"),
+            "{text}"
+        );
+        assert!(text.contains("hint:"), "{text}");
+        let coercion = FedError::DataFusion(DataFusionError::Plan(
+            "Execution error: Function 'dp_avg' user-defined coercion failed with: Error during planning: dp_avg takes 3 or 4 arguments: dp_avg(x, lower, upper [, epsilon])".into(),
+        ));
+        assert_eq!(
+            coercion.to_string(),
+            "dp_avg takes 3 or 4 arguments: dp_avg(x, lower, upper [, epsilon])"
+        );
+        let avg = FedError::from(DataFusionError::Internal(
+            "Error during planning: Function 'avg' failed to match any signature, errors: x. No function matches the given name and argument types 'avg(Utf8View)'. You might need to add explicit type casts.\n\tCandidate functions:\n\tavg(Decimal)\n\tavg(Float64)".into(),
+        ))
+        .to_string();
+        assert!(
+            avg.starts_with("avg cannot take arguments of types avg(Utf8View) (it takes avg(Decimal), avg(Float64))")
+                && avg.contains("format.null_value")
+                && !avg.contains("internal"),
+            "{avg}"
+        );
+    }
+}

@@ -46,10 +46,14 @@ mod golden;
 mod heterogeneity;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/missing_values.rs"]
+mod missing_values;
 #[path = "suites/multivariate.rs"]
 mod multivariate;
 #[path = "suites/output.rs"]
 mod output;
+#[path = "suites/pg_clients.rs"]
+mod pg_clients;
 #[path = "suites/pgwire.rs"]
 mod pgwire;
 #[path = "suites/policy.rs"]
@@ -68,6 +72,8 @@ mod secure;
 mod stats;
 #[path = "suites/survival.rs"]
 mod survival;
+#[path = "suites/survival_grid.rs"]
+mod survival_grid;
 #[path = "suites/tables.rs"]
 mod tables;
 #[path = "suites/vcov.rs"]

@@ -233,14 +233,16 @@ impl FedContext {
                 )));
             }
         }
-        let csv = files::csv_options(&stmt.options)?;
+        let csv = |site: &str| files::csv_options_for(&stmt.options, Some(site));
         let sites: Vec<SiteSpec> = match &stmt.clients {
             ClientList::Location(dir) => {
-                remote::check_option_keys(&stmt.options, &[])?;
-                ClientFiles::discover(dir, stmt.format)?
-                    .into_iter()
-                    .map(|c| SiteSpec::Local(Box::new(c.with_csv(csv.clone()))))
-                    .collect()
+                let found = ClientFiles::discover(dir, stmt.format)?;
+                let names: Vec<&str> = found.iter().map(|c| c.name.as_str()).collect();
+                remote::check_option_keys(&stmt.options, &names)?;
+                found
+                    .iter()
+                    .map(|c| Ok(SiteSpec::Local(Box::new(c.clone().with_csv(csv(&c.name)?)))))
+                    .collect::<Result<Vec<_>>>()?
             }
             ClientList::Named(named) => {
                 let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
@@ -250,6 +252,7 @@ impl FedContext {
                     .map(|(name, path)| {
                         let location = path.to_string_lossy();
                         if remote::is_url(&location) {
+                            remote::check_no_site_csv(&stmt.options, name)?;
                             let url = remote::WorkerUrl::parse(&location, &stmt.name)?;
                             let options = remote::RemoteOptions::for_client(&stmt.options, name)?;
                             Ok(SiteSpec::Remote(Arc::new(RemoteClient::new(
@@ -258,7 +261,7 @@ impl FedContext {
                         } else {
                             Ok(SiteSpec::Local(Box::new(
                                 ClientFiles::from_path(name, path, stmt.format)?
-                                    .with_csv(csv.clone()),
+                                    .with_csv(csv(name)?),
                             )))
                         }
                     })

@@ -199,6 +199,8 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
         .unwrap_or(0)
         .min(partial.group_expr().expr().len());
     let mut notices = Vec::new();
+    let count = calls.len();
+    let total: f64 = calls.iter().map(|c| c.release.epsilon).sum();
     for call in calls {
         let r = &call.release;
         let sd = match r.params.kind {
@@ -262,6 +264,13 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
             if clients == 1 { "" } else { "s" },
             format_sd(sd),
             format_sd(INTERVAL_95 * sd),
+        ));
+    }
+    if count > 1 {
+        // SET fedsql.dp_epsilon gives each call its ε: they add up.
+        notices.push(format!(
+            "this query spends ε = {} in all at each client (its {count} DP calls' ε add up)",
+            (total * 1e9).round() / 1e9
         ));
     }
     Ok(notices)

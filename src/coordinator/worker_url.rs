@@ -193,9 +193,12 @@ pub(crate) use crate::site::files::CSV_OPTION_KEYS;
 pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) -> Result<()> {
     for (key, _) in options {
         let lower = key.to_ascii_lowercase();
+        let site_csv = crate::site::files::site_csv_key(key)
+            .is_some_and(|(_, site)| clients.iter().any(|c| c.eq_ignore_ascii_case(site)));
         if crate::site::release::policy::POLICY_KEYS.contains(&lower.as_str())
             || crate::site::release::dp::DpPolicy::is_key(&lower)
             || CSV_OPTION_KEYS.contains(&lower.as_str())
+            || site_csv
             || lower == crate::site::engine::FAST_PATH_KEY
         {
             continue;
@@ -214,10 +217,26 @@ pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) 
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}; and their privacy budget: {}, dp_domain.<column>",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} (or '<option>.<client>' for one of them) and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}; and their privacy budget: {}, dp_domain.<column>",
                 CSV_OPTION_KEYS.join(", "),
                 crate::site::release::policy::POLICY_KEYS.join(", "),
                 crate::site::release::dp::DP_OPTION_KEYS.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a CSV option for one site when that site is a worker: a worker
+/// reads its own files as its data owner set them up (NA, NaN, NULL and
+/// empty fields are missing in numeric columns there too).
+pub(crate) fn check_no_site_csv(options: &[(String, String)], client: &str) -> Result<()> {
+    for (key, _) in options {
+        if let Some((_, site)) = crate::site::files::site_csv_key(key)
+            && site.eq_ignore_ascii_case(client)
+        {
+            return Err(FedError::InvalidArgument(format!(
+                "option '{key}': client '{client}' is a worker, which reads its own files; CSV options apply to local files only (a worker reads NA, NaN, NULL and empty fields as missing in numeric columns)"
             )));
         }
     }

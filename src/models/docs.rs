@@ -402,9 +402,14 @@ pub(crate) const KAPLAN_MEIER_DOC: FunctionDoc = FunctionDoc {
             default: "0.95",
             meaning: "the level of the confidence interval (R's `conf.type = \"log\"`)",
         },
+        DocOption {
+            name: "method",
+            default: "auto",
+            meaning: "`auto`: the product-limit (R's `survfit`) where every time is a break, the life table (actuarial, n − c/2 at risk, `KMsurv::lifetab`) on a grid that groups times, with a notice; `km` or `actuarial` to choose",
+        },
     ],
     returns: "per interval and stratum: `stratum, time_lower, time_upper, n_risk, n_event, n_censor, survival, std_err, conf_low, conf_high`",
-    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid and check counts (5 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
+    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid, check counts and a 0/1 flag saying whether the grid groups distinct times (6 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
     example: "SELECT * FROM kaplan_meier('lung', 'time', 'status', 'width=180, max=720, by=sex')",
 };
 
@@ -442,7 +447,7 @@ pub(crate) const LOGRANK_TEST_DOC: FunctionDoc = FunctionDoc {
         },
     ],
     returns: "one row: `statistic, parameter, p_value` (χ² on groups − 1 degrees of freedom)",
-    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid and check counts (5 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
+    releases: "per stratum (or group) one `life_table` state: each interval's events and censorings, the rows after the grid, check counts and a 0/1 flag saying whether the grid groups distinct times (6 + 2m numbers for m intervals, whatever its rows); the grid is declared, never taken from the data.",
     example: "SELECT * FROM logrank_test('lung', 'time', 'status', 'sex', 'width=1, max=1022')",
 };
 

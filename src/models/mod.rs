@@ -18,6 +18,7 @@ pub(crate) mod pca;
 pub(crate) mod source;
 pub(crate) mod step_rounds;
 pub(crate) mod survival;
+pub(crate) mod survival_grid;
 
 use datafusion::prelude::SessionContext;
 

@@ -12,8 +12,8 @@
 //! `width` with `max` (0, width, 2·width, ... up to max, and max). Each site
 //! releases, per stratum (`by`) or group, one `life_table` state: for each
 //! interval (time_lower, time_upper] its events and censorings, plus the
-//! rows after the grid and a few counts for checks — 5 + 2m numbers for m
-//! intervals. The number at risk at an interval's start is every row in
+//! rows after the grid, a few counts for checks and whether the grid
+//! groups distinct times — 6 + 2m numbers for m intervals. The number at risk at an interval's start is every row in
 //! that interval or later, so the coordinator computes everything else.
 //!
 //! `kaplan_meier` returns per interval and stratum `stratum, time_lower,
@@ -21,10 +21,11 @@
 //! conf_high`: the product-limit estimate at time_upper, Greenwood's
 //! standard error of the survival (R's `summary(survfit)$std.err`) and R's
 //! default `conf.type = "log"` interval (95%; `conf_level` changes it).
-//! With a break at every distinct time this is R's `survfit` exactly; with
-//! a coarser grid, events and censorings within an interval are taken as
-//! if at its end. `logrank_test` returns `statistic, parameter, p_value`,
-//! R's `survdiff` (exact, too, when the grid holds every distinct time).
+//! With a break at every distinct time this is R's `survfit` exactly; on a
+//! grid that groups times it is the life-table estimate, with a notice
+//! (see [`super::survival_grid`]). `logrank_test` returns `statistic,
+//! parameter, p_value`, R's `survdiff` (exact, too, when the grid holds
+//! every distinct time; a notice says when it does not).
 //!
 //! Rows with a NULL time, event (or `by`/group value) are dropped and a
 //! notice says how many; a negative time or an event other than 0/1 (or
@@ -44,6 +45,7 @@ use futures::FutureExt;
 use nalgebra::{DMatrix, DVector};
 
 use super::source::{ModelSource, string_arguments};
+use super::survival_grid::{Estimate, LOGRANK_NOTICE, km_notice, step};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{missing_column, quote_ident};
@@ -52,7 +54,7 @@ use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 use crate::table_function::rounds::query;
 
-const KM_USAGE: &str = "kaplan_meier('table or SELECT query', 'time', 'event', 'breaks=0 30 60 90' | 'width=30, max=720' [, 'by=column, conf_level=0.95'])";
+const KM_USAGE: &str = "kaplan_meier('table or SELECT query', 'time', 'event', 'breaks=0 30 60 90' | 'width=30, max=720' [, 'by=column, conf_level=0.95, method=auto|km|actuarial'])";
 const LR_USAGE: &str = "logrank_test('table or SELECT query', 'time', 'event', 'group', 'breaks=0 30 60 90' | 'width=30, max=720')";
 
 /// The declared time grid and the other options.
@@ -65,6 +67,8 @@ pub(crate) struct SurvivalSpec {
     pub group: Option<String>,
     pub breaks: Vec<f64>,
     pub conf_level: f64,
+    /// Which estimate `kaplan_meier` gives (`method=`).
+    pub estimate: Estimate,
 }
 
 impl SurvivalSpec {
@@ -79,7 +83,7 @@ impl SurvivalSpec {
         let allowed: &[&str] = if group.is_some() {
             &["breaks", "width", "max"]
         } else {
-            &["breaks", "width", "max", "by", "conf_level"]
+            &["breaks", "width", "max", "by", "conf_level", "method"]
         };
         let mut spec = SurvivalSpec {
             source: ModelSource::parse(source),
@@ -88,6 +92,7 @@ impl SurvivalSpec {
             group: group.map(|g| g.trim().to_string()),
             breaks: Vec::new(),
             conf_level: 0.95,
+            estimate: Estimate::Auto,
         };
         let (mut breaks, mut width, mut max) = (None, None, None);
         let options = Options::parse(function, options, allowed)?;
@@ -97,6 +102,7 @@ impl SurvivalSpec {
                 "width" => width = Some(option.number()?),
                 "max" => max = Some(option.number()?),
                 "by" => spec.group = Some(option.value.clone()),
+                "method" => spec.estimate = Estimate::parse(function, &option.value)?,
                 _ => {
                     spec.conf_level = option.number()?;
                     if !(spec.conf_level > 0.0 && spec.conf_level < 1.0) {
@@ -206,9 +212,21 @@ impl TableFunctionImpl for SurvivalFunction {
                 let spec = spec.clone();
                 async move {
                     let tables = life_tables(&ctx, name, &spec).await?;
+                    let grouped = tables.iter().any(|(_, t)| t.groups_times());
                     match output {
-                        SurvivalOutput::KaplanMeier => kaplan_meier(&spec, &tables),
-                        SurvivalOutput::LogRank => logrank(&tables),
+                        SurvivalOutput::KaplanMeier => {
+                            let actuarial = spec.estimate.actuarial(grouped);
+                            if grouped {
+                                ctx.notice(km_notice(actuarial));
+                            }
+                            kaplan_meier(&spec, &tables, actuarial)
+                        }
+                        SurvivalOutput::LogRank => {
+                            if grouped {
+                                ctx.notice(LOGRANK_NOTICE.to_string());
+                            }
+                            logrank(&tables)
+                        }
                     }
                 }
                 .boxed()
@@ -348,10 +366,12 @@ async fn life_tables(
     Ok(tables)
 }
 
-/// The product-limit estimate per interval and stratum.
+/// The product-limit (or, `actuarial`, the life-table) estimate per
+/// interval and stratum.
 fn kaplan_meier(
     spec: &SurvivalSpec,
     tables: &[(Option<String>, LifeTable)],
+    actuarial: bool,
 ) -> Result<RecordBatch> {
     let z = normal_quantile(0.5 + spec.conf_level / 2.0);
     let mut stratum = Vec::new();
@@ -364,13 +384,9 @@ fn kaplan_meier(
         let (mut s, mut greenwood) = (1.0f64, 0.0f64);
         for (i, &n) in risk.iter().enumerate() {
             let d = table.events[i];
-            if n > 0.0 && d > 0.0 {
-                s *= 1.0 - d / n;
-                greenwood += if n > d {
-                    d / (n * (n - d))
-                } else {
-                    f64::INFINITY
-                };
+            if let Some((factor, variance)) = step(n, d, table.censored[i], actuarial) {
+                s *= factor;
+                greenwood += variance;
             }
             let se_hazard = greenwood.sqrt();
             let se = s * se_hazard;

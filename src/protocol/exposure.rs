@@ -265,7 +265,7 @@ fn check_aggregates(agg: &Aggregate, table: &str) -> Result<()> {
                 let name = f.func.name().to_ascii_lowercase();
                 if f.params.distinct {
                     let hint = (name == "count")
-                        .then_some("use approx_distinct(x) (HyperLogLog state of 16 KiB) to count distinct values");
+                        .then_some("count the groups instead: SELECT count(*) FROM (SELECT x FROM t GROUP BY x) AS g (exact; each value's group is held to a site's k), or approx_distinct(x) (a HyperLogLog estimate, refused under a disclosure policy: its registers are hashes of values)");
                     refusal = Some(FedError::refused(
                         format!(
                             "{}(DISTINCT ...) over federated table `{table}`: a DISTINCT aggregate keeps every distinct value in its state",

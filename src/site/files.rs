@@ -30,7 +30,10 @@ use crate::error::{FedError, Result};
 mod csv;
 
 use csv::NA_TOKENS;
-pub(crate) use csv::{CSV_OPTION_KEYS, ParseFailure, csv_format, csv_options};
+pub(crate) use csv::{
+    CSV_OPTION_KEYS, ParseFailure, csv_format, csv_options_for, holds_tokens, missing_tokens,
+    site_csv_key,
+};
 
 /// Rows to read for CSV schema inference, as DataFusion does.
 const CSV_INFER_ROWS: usize = 1000;
@@ -253,8 +256,23 @@ pub(crate) struct ObservedSchema {
 pub(crate) fn na_hint(seen: &ObservedSchema, column: &str) -> Option<String> {
     let (_, token) = seen.na_text.iter().find(|(c, _)| c == column)?;
     Some(format!(
-        "column `{column}` reads as text at client '{}' because of '{token}' tokens among its numbers: if they mean a missing value, add OPTIONS ('format.null_value' '{token}')",
-        seen.client
+        "column `{column}` reads as text at site '{}' because of '{token}' tokens among its numbers: if they mean a missing value, add OPTIONS ('format.null_value.{}' '{token}') (or 'format.null_value' '{token}' for every site)",
+        seen.client, seen.client
+    ))
+}
+
+/// What to say about a column that is text at `text` only because of an
+/// NA-like token, while site `numeric` read it as numbers of type `other`.
+fn na_conflict(
+    text: &ObservedSchema,
+    numeric: &ObservedSchema,
+    column: &str,
+    other: &DataType,
+) -> Option<String> {
+    let (_, token) = text.na_text.iter().find(|(c, _)| c == column)?;
+    Some(format!(
+        "column `{column}` reads as text at site '{}' only because of '{token}' tokens among its numbers, while site '{}' reads it as {other}: if '{token}' marks a missing value there, add OPTIONS ('format.null_value.{}' '{token}') (or 'format.null_value' '{token}' for every site); NA, NaN, NULL and empty fields are missing by default",
+        text.client, numeric.client, text.client
     ))
 }
 
@@ -313,8 +331,8 @@ pub(crate) fn unify_schemas(table: &str, observed: &[ObservedSchema]) -> Result<
             match unify_types(field.data_type(), theirs.data_type()) {
                 Some(t) => *field = field.clone().with_data_type(t),
                 None => {
-                    if let Some(hint) =
-                        na_hint(seen, field.name()).or_else(|| na_hint(origin, field.name()))
+                    if let Some(hint) = na_conflict(seen, origin, field.name(), field.data_type())
+                        .or_else(|| na_conflict(origin, seen, field.name(), theirs.data_type()))
                     {
                         return Err(FedError::Client {
                             client: seen.client.clone(),

@@ -162,7 +162,7 @@ pub(crate) const COR_TEST_DOC: FunctionDoc = FunctionDoc {
 /// The documentation of `hist`.
 pub(crate) const HIST_DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Tests,
-    description: "A histogram of one column, R's `hist(x, breaks = seq(lower, upper, length.out = bins + 1))`; in the REPL `\\chart` then draws the bars.",
+    description: "A histogram of one column, as R's `hist(x)`: by default its breaks (Sturges' number of classes through `pretty()` over the range, every value counted); with a range, `hist(x, breaks = seq(lower, upper, length.out = bins + 1))`; in the REPL `\\chart` then draws the bars.",
     syntax: "hist(source, x [, options])",
     arguments: &[
         (
@@ -175,17 +175,17 @@ pub(crate) const HIST_DOC: FunctionDoc = FunctionDoc {
     options: &[
         DocOption {
             name: "bins",
-            default: "20",
-            meaning: "the number of equal-width bins",
+            default: "Sturges: ceiling(log2(n) + 1)",
+            meaning: "the number of equal-width bins (without a range, `pretty()` rounds it as R's `hist(x, breaks = bins)`)",
         },
         DocOption {
             name: "lower, upper",
-            default: "the 0.5% and 99.5% quantiles",
+            default: "`pretty(range(x))`; where a site refuses extremes, the 0.5% and 99.5% quantiles",
             meaning: "the range of the bins",
         },
     ],
     returns: "one row per bin: `bin, lower, upper, count, density`",
-    releases: "without a range, a round of `approx_percentile_cont` t-digests (at most 100 centroids); then one `histogram(x, lower, upper, bins)` state: `bins` + 3 counts. Under a disclosure policy the out-of-range counts are folded into the end bins and a bin with 1 to k − 1 values is refused at the site.",
+    releases: "without a range, a round of `count`, `min` and `max` (or, where a site refuses extremes, `approx_percentile_cont` t-digests of at most 100 centroids); then one `histogram(x, lower, upper, bins)` state: `bins` + 3 counts. Under a disclosure policy the out-of-range counts are folded into the end bins and a bin with 1 to k − 1 values is refused at the site.",
     example: "SELECT * FROM hist('clinic', 'bmi', 'bins=6, lower=18, upper=36')",
 };
 
@@ -193,8 +193,8 @@ pub(crate) const HIST_DOC: FunctionDoc = FunctionDoc {
 /// The documentation of `summary`.
 pub(crate) const SUMMARY_DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Tests,
-    description: "A five-number summary of each listed column, as R's `summary()`: counts, mean, standard deviation, extremes and quartiles (t-digest estimates).",
-    syntax: "summary(source, columns)",
+    description: "A five-number summary of each listed column (every column without a list), as R's `summary()`: counts, mean, standard deviation, extremes and quartiles (t-digest estimates); a text column's levels are counted in a notice, as R counts a factor's.",
+    syntax: "summary(source [, columns])",
     arguments: &[
         (
             "source",
@@ -202,11 +202,11 @@ pub(crate) const SUMMARY_DOC: FunctionDoc = FunctionDoc {
         ),
         (
             "columns",
-            "the numeric columns, separated by commas: `'c1, c2, ...'`",
+            "the columns, separated by commas: `'c1, c2, ...'` (numeric, or text: counted by level); without it, every column",
         ),
     ],
     options: &[],
-    returns: "one row per column: `column, n, nmiss, mean, sd, min, q1, median, q3, max` (`min` and `max` NULL when a site refuses extremes)",
-    releases: "per column `count`, `avg`, `stddev`, `min`, `max` and `approx_percentile_cont` t-digests (at most 100 centroids) at 0.25, 0.5 and 0.75.",
-    example: "SELECT * FROM summary('clinic', 'age, bmi, systolic')",
+    returns: "one row per column: `column, n, nmiss, mean, sd, min, q1, median, q3, max` (`min` and `max` NULL when a site refuses extremes; only `n` and `nmiss` for a text column)",
+    releases: "per numeric column `count`, `avg`, `stddev`, `min`, `max` and `approx_percentile_cont` t-digests (at most 100 centroids) at 0.25, 0.5 and 0.75; per text column its `count` and, in a second round, the count of each level (each held to a site's k).",
+    example: "SELECT * FROM summary('clinic')",
 };

@@ -1,20 +1,23 @@
-//! `hist(source, column [, 'bins=20, lower=..., upper=...'])`: a histogram
+//! `hist(source, column [, 'bins=k, lower=..., upper=...'])`: a histogram
 //! of a numeric column, one row per bin: `bin, lower, upper, count, density`
 //! (density = count / (counts in all bins × bin width), as R's `hist()`).
 //!
 //! ```sql
 //! SELECT * FROM hist('clinic', 'systolic', 'bins=12, lower=80, upper=200');
-//! SELECT * FROM hist('clinic', 'bmi');            -- 20 bins over the 0.5%–99.5% range
+//! SELECT * FROM hist('clinic', 'bmi');            -- R's breaks: Sturges, pretty()
 //! ```
 //!
 //! One round of the `histogram(x, lower, upper, bins)` aggregate (bin counts,
 //! `bins + 3` integers per client) with the counts of values below and above
-//! the range. Without `lower` or `upper`, a first round of
-//! `approx_percentile_cont` (t-digest) at 0.5% and 99.5% gives them, so about
-//! 1% of the values fall outside the bins; a notice says how many (give
-//! `lower=` and `upper=` to cover them). Bins are closed as R's `hist()`
-//! closes them: (a, b], the first [lower, b]. In the REPL, `\chart` after a
-//! `hist` draws it as a bar chart.
+//! the range. Without `lower` and `upper`, a first round of `count`, `min`
+//! and `max` gives R's default breaks: `pretty(range(x), n = bins)`, with
+//! `bins` by default Sturges' `ceiling(log2(n) + 1)` ([`super::pretty`]), so
+//! every value is counted. Where a site's policy refuses exact extremes, the
+//! range is the t-digest's 0.5% to 99.5% instead, so about 1% of the values
+//! fall outside the bins; a notice says how many (give `lower=` and
+//! `upper=` to cover them). Bins are closed as R's `hist()` closes them:
+//! (a, b], the first [lower, b]. In the REPL, `\chart` after a `hist` draws
+//! it as a bar chart.
 
 use std::sync::Arc;
 
@@ -24,6 +27,7 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::histogram::Bins;
 use futures::FutureExt;
 
+use super::pretty::{pretty, sturges};
 use super::round_values::{count_at, empty_source, float_at, float_literal, one_row};
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
@@ -32,7 +36,7 @@ use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
 
-const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=20, lower=..., upper=...'])";
+const USAGE: &str = "hist('table or SELECT query', 'column' [, 'bins=k, lower=..., upper=...'])";
 
 /// The table function `hist`.
 #[derive(Debug)]
@@ -43,7 +47,8 @@ pub(crate) struct HistFunction;
 pub(crate) struct HistSpec {
     pub source: ModelSource,
     pub column: String,
-    pub bins: i64,
+    /// `None`: Sturges' rule, as R's `hist()`.
+    pub bins: Option<i64>,
     pub lower: Option<f64>,
     pub upper: Option<f64>,
 }
@@ -59,7 +64,7 @@ impl HistSpec {
         let mut spec = HistSpec {
             source: ModelSource::parse(&args[0]),
             column: args[1].trim().to_string(),
-            bins: 20,
+            bins: None,
             lower: None,
             upper: None,
         };
@@ -71,10 +76,11 @@ impl HistSpec {
         for option in &options {
             match option.key.as_str() {
                 "bins" => {
-                    spec.bins = option.integer()?;
-                    if spec.bins <= 0 {
+                    let bins = option.integer()?;
+                    if bins <= 0 {
                         return Err(option.bad("bins must be at least 1"));
                     }
+                    spec.bins = Some(bins);
                 }
                 "lower" => spec.lower = Some(option.number()?),
                 _ => spec.upper = Some(option.number()?),
@@ -134,44 +140,79 @@ async fn run(ctx: &FedContext, spec: &HistSpec) -> Result<RecordBatch> {
     let schema = spec.source.schema(ctx).await?;
     let v = numeric_argument(&schema, &spec.column, "column")?;
     let values = format!("(SELECT {v} AS v FROM {}) AS __hist", spec.source.from);
-    let (lower, upper) = match (spec.lower, spec.upper) {
-        (Some(lower), Some(upper)) => (lower, upper),
-        (lower, upper) => {
+    // A declared range and bins need no first round.
+    let (lower, upper, bins) = match (spec.lower, spec.upper, spec.bins) {
+        (Some(lower), Some(upper), Some(bins)) => (lower, upper, bins),
+        _ => default_bins(ctx, spec, &values).await?,
+    };
+    count_bins(ctx, spec, &values, lower, upper, bins).await
+}
+
+/// The bins R's `hist()` would take (see the module doc), from a first
+/// round over the values.
+async fn default_bins(ctx: &FedContext, spec: &HistSpec, values: &str) -> Result<(f64, f64, i64)> {
+    let range = one_row(
+        ctx,
+        &format!(
+            "SELECT count(*) AS total, count(v) AS n, min(v) AS lo, max(v) AS hi FROM {values}"
+        ),
+    )
+    .await;
+    // A site whose policy refuses exact extremes: the t-digest's range.
+    let (range, exact) = match range {
+        Err(e) if e.to_string().contains("extremes=refuse") => {
             let range = one_row(
                 ctx,
                 &format!(
-                    "SELECT count(*) AS total, approx_percentile_cont(v, 0.005) AS lo, \
+                    "SELECT count(*) AS total, count(v) AS n, approx_percentile_cont(v, 0.005) AS lo, \
                      approx_percentile_cont(v, 0.995) AS hi FROM {values}"
                 ),
             )
             .await?;
-            if count_at(&range, "total", 0)? == 0 {
-                return Err(empty_source("hist", &spec.source.given));
-            }
-            let (Some(lo), Some(hi)) = (float_at(&range, "lo", 0)?, float_at(&range, "hi", 0)?)
-            else {
-                return Err(FedError::InvalidArgument(format!(
-                    "hist: `{}` has no values (all NULL)",
-                    spec.column
-                )));
-            };
-            let (lower, upper) = (lower.unwrap_or(lo), upper.unwrap_or(hi));
-            if lower >= upper {
-                return Err(FedError::InvalidArgument(format!(
-                    "hist: the range of `{}` is [{lower}, {upper}], which is empty (data essentially constant?); give lower= and upper=",
-                    spec.column
-                )));
-            }
-            (lower, upper)
+            (range, false)
         }
+        other => (other?, true),
     };
-    let bins = Bins::new(lower, upper, spec.bins)?;
+    if count_at(&range, "total", 0)? == 0 {
+        return Err(empty_source("hist", &spec.source.given));
+    }
+    let (Some(lo), Some(hi)) = (float_at(&range, "lo", 0)?, float_at(&range, "hi", 0)?) else {
+        return Err(FedError::InvalidArgument(format!(
+            "hist: `{}` has no values (all NULL)",
+            spec.column
+        )));
+    };
+    let wanted = spec
+        .bins
+        .unwrap_or_else(|| sturges(count_at(&range, "n", 0).unwrap_or(1)));
+    let (lower, upper, bins) = match (spec.lower, spec.upper) {
+        (None, None) if exact => pretty(lo, hi, wanted, 1),
+        (lower, upper) => (lower.unwrap_or(lo), upper.unwrap_or(hi), wanted),
+    };
+    if lower >= upper {
+        return Err(FedError::InvalidArgument(format!(
+            "hist: the range of `{}` is [{lower}, {upper}], which is empty (data essentially constant?); give lower= and upper=",
+            spec.column
+        )));
+    }
+    Ok((lower, upper, bins))
+}
+
+/// The round of the `histogram` aggregate over `bins` bins of [lower, upper].
+async fn count_bins(
+    ctx: &FedContext,
+    spec: &HistSpec,
+    values: &str,
+    lower: f64,
+    upper: f64,
+    bins: i64,
+) -> Result<RecordBatch> {
     let sql = format!(
-        "SELECT count(*) AS total, histogram(v, {}, {}, {}) AS h, count(v) AS n FROM {values}",
+        "SELECT count(*) AS total, histogram(v, {}, {}, {bins}) AS h, count(v) AS n FROM {values}",
         float_literal(lower),
         float_literal(upper),
-        spec.bins,
     );
+    let bins = Bins::new(lower, upper, bins)?;
     let batch = one_row(ctx, &sql).await?;
     if count_at(&batch, "total", 0)? == 0 {
         return Err(empty_source("hist", &spec.source.given));
@@ -227,7 +268,7 @@ mod tests {
         let spec = parse(&["clinic", "bmi", "bins=7, lower=10, upper=50"]).unwrap();
         assert_eq!(
             (spec.bins, spec.lower, spec.upper),
-            (7, Some(10.0), Some(50.0))
+            (Some(7), Some(10.0), Some(50.0))
         );
         let err = |args: &[&str]| parse(args).unwrap_err().to_string();
         assert!(err(&["t", "x", "bins=0"]).contains("at least 1"));

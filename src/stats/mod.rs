@@ -18,6 +18,7 @@ pub(crate) mod cor_test;
 mod docs;
 pub(crate) mod hist;
 pub(crate) mod hypothesis;
+mod pretty;
 pub(crate) mod round_values;
 pub(crate) mod summary;
 pub(crate) mod t_test;

@@ -1,9 +1,13 @@
-//! `summary(source, 'col1, col2, ...')`: per numeric column, `column, n,
+//! `summary(source [, 'col1, col2, ...'])`: per numeric column, `column, n,
 //! nmiss, mean, sd, min, q1, median, q3, max`, as R's `summary()` and
-//! DataSHIELD's `ds.quantileMean`.
+//! DataSHIELD's `ds.quantileMean`. Without columns, every column of the
+//! source. A text column gets its `n` and `nmiss`, and its levels are
+//! counted, as R's `summary()` of a factor counts them, in a notice (one
+//! more round, a GROUP BY that a site's policy holds to k).
 //!
 //! ```sql
 //! SELECT * FROM summary('clinic', 'age, bmi, systolic');
+//! SELECT * FROM summary('clinic');
 //! ```
 //!
 //! One round of ordinary aggregates per column: `count`, `avg`, `stddev`,
@@ -14,18 +18,27 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use futures::FutureExt;
 
 use super::round_values::{count_at, empty_source, float_at, one_row};
+use crate::coordinator::client_column::CLIENT_COLUMN;
+use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
+use crate::formula::quote_ident;
 use crate::models::source::{ModelSource, numeric_argument, string_arguments};
 use crate::table_function::arguments::invalid_argument;
 use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::rounds::query;
 
-const USAGE: &str = "summary('table or SELECT query', 'col1, col2, ...')";
+const USAGE: &str = "summary('table or SELECT query' [, 'col1, col2, ...'])";
+
+/// The most levels of a text column the notice lists (R's `maxsum`).
+const MAX_LEVELS: usize = 7;
 
 /// The table function `summary`.
 #[derive(Debug)]
@@ -36,38 +49,61 @@ impl TableFunctionImpl for SummaryFunction {
         &self,
         args: TableFunctionArgs,
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
-        let strings = string_arguments("summary", USAGE, args.exprs(), 2)?;
-        if strings.len() != 2 {
+        let strings = string_arguments("summary", USAGE, args.exprs(), 1)?;
+        if strings.len() > 2 {
             return Err(invalid_argument(
                 "summary",
-                format!("summary takes 2 arguments; usage: {USAGE}"),
+                format!("summary takes 1 or 2 arguments; usage: {USAGE}"),
             ));
         }
-        let columns: Vec<String> = strings[1]
-            .split(',')
-            .map(|c| c.trim().to_string())
-            .filter(|c| !c.is_empty())
-            .collect();
-        if columns.is_empty() {
-            return Err(invalid_argument(
-                "summary",
-                format!("name at least one column; usage: {USAGE}"),
-            ));
-        }
+        let named: Vec<String> = strings
+            .get(1)
+            .map(|list| {
+                list.split(',')
+                    .map(|c| c.trim().to_string())
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
         let source = ModelSource::parse(&strings[0]);
-        let label = format!("summary('{}', '{}')", source.given, strings[1]);
+        let label = match strings.get(1) {
+            Some(columns) => format!("summary('{}', '{columns}')", source.given),
+            None => format!("summary('{}')", source.given),
+        };
         Ok(deferred_table(
             label,
             schema(),
             Rounds::Independent,
             None,
             move |ctx, _| {
-                let (source, columns) = (source.clone(), columns.clone());
+                let (source, named) = (source.clone(), named.clone());
                 async move {
                 let schema = source.schema(&ctx).await?;
+                let columns: Vec<String> = if named.is_empty() {
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .filter(|n| n != CLIENT_COLUMN)
+                        .collect()
+                } else {
+                    named
+                };
+                let text: Vec<bool> = columns
+                    .iter()
+                    .map(|c| schema.field_with_name(c).is_ok_and(|f| is_text(f.data_type())))
+                    .collect();
                 let select = |extremes: bool| -> Result<String> {
                     let mut selects = vec!["count(*) AS total".to_string()];
                     for (i, c) in columns.iter().enumerate() {
+                        if text[i] {
+                            let none = "CAST(NULL AS DOUBLE)";
+                            selects.push(format!(
+                                "count({}) AS n{i}, {none} AS mean{i}, {none} AS sd{i}, {none} AS min{i}, {none} AS max{i}, {none} AS q1_{i}, {none} AS median{i}, {none} AS q3_{i}",
+                                quote_ident(c)
+                            ));
+                            continue;
+                        }
                         let v = numeric_argument(&schema, c, "column")?;
                         let (min, max) = if extremes {
                             (format!("min({v})"), format!("max({v})"))
@@ -100,14 +136,80 @@ impl TableFunctionImpl for SummaryFunction {
                     ctx.notice("summary: min and max are withheld (NULL): a client's disclosure policy refuses exact extremes (extremes=refuse)",
                     );
                 }
-                ctx.notice("summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
-                );
+                if text.iter().any(|t| !t) {
+                    ctx.notice("summary: q1, median and q3 are t-digest estimates (approx_percentile_cont), not exact quantiles",
+                    );
+                }
+                for (column, _) in columns.iter().zip(&text).filter(|(_, t)| **t) {
+                    ctx.notice(levels_notice(&ctx, &source, column).await);
+                }
                 summary_batch(&batch, &columns, total)
             }
             .boxed()
             },
         ))
     }
+}
+
+fn is_text(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(..)
+    )
+}
+
+/// A text column's levels and their counts, as R's `summary()` of a factor
+/// lists them (the most frequent first, the rest as `(Other)`), or why they
+/// are withheld.
+async fn levels_notice(ctx: &FedContext, source: &ModelSource, column: &str) -> String {
+    let quoted = quote_ident(column);
+    let sql = format!(
+        "SELECT CAST({quoted} AS VARCHAR) AS level, count(*) AS n FROM {} WHERE {quoted} IS NOT NULL GROUP BY {quoted}",
+        source.from
+    );
+    let batches = match query(&ctx.one_off(), &sql).await {
+        Ok(batches) => batches,
+        Err(e) => {
+            let reason = e.to_string();
+            let reason = reason.lines().next().unwrap_or_default();
+            return format!("summary: the levels of `{column}` are withheld: {reason}");
+        }
+    };
+    let mut levels: Vec<(String, i64)> = Vec::new();
+    for batch in &batches {
+        let names = datafusion::arrow::compute::cast(batch.column(0), &DataType::Utf8);
+        let Ok(names) = names else { continue };
+        let names = names.as_string::<i32>();
+        let counts = batch.column(1).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            levels.push((names.value(row).to_string(), counts.value(row)));
+        }
+    }
+    // R lists a factor's levels in order, and past `maxsum` the most
+    // frequent first with the rest as "(Other)".
+    if levels.len() > MAX_LEVELS {
+        levels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    } else {
+        levels.sort();
+    }
+    let mut shown: Vec<String> = levels
+        .iter()
+        .take(if levels.len() > MAX_LEVELS {
+            MAX_LEVELS - 1
+        } else {
+            MAX_LEVELS
+        })
+        .map(|(name, n)| format!("{name}: {n}"))
+        .collect();
+    if levels.len() > MAX_LEVELS {
+        let other: i64 = levels[MAX_LEVELS - 1..].iter().map(|(_, n)| n).sum();
+        shown.push(format!("(Other): {other}"));
+    }
+    format!(
+        "summary: `{column}` (text, {} levels): {}",
+        levels.len(),
+        shown.join(", ")
+    )
 }
 
 /// The columns of `summary`.

@@ -88,10 +88,10 @@ async fn a_bad_value_names_client_column_data_row_and_file_line() {
 }
 
 #[tokio::test]
-async fn na_tokens_are_named_and_format_null_value_reads_them_as_null() {
+async fn other_na_tokens_are_named_and_format_null_value_reads_them_as_null() {
     let dir = folder(&[
         ("a.csv", "x,y\n1,2.5\n3,4\n"),
-        ("b.csv", "x,y\n5,NA\n7,8\nNA,1\n"),
+        ("b.csv", "x,y\n5,.\n7,8\n.,1\n"),
     ]);
     let ctx = FedContext::new();
     let e = run(
@@ -105,14 +105,15 @@ async fn na_tokens_are_named_and_format_null_value_reads_them_as_null() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("reads as text at client 'b' because of 'NA' tokens")
-            && e.contains("OPTIONS ('format.null_value' 'NA')"),
+        e.contains("reads as text at site 'b' only because of '.' tokens")
+            && e.contains("while site 'a' reads it as Int64")
+            && e.contains("OPTIONS ('format.null_value.b' '.')"),
         "{e}"
     );
     run(
         &ctx,
         &format!(
-            "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('format.null_value' 'NA')",
+            "CREATE FEDERATED TABLE t LOCATION '{}' OPTIONS ('format.null_value' '.')",
             dir.path().display()
         ),
     )
@@ -124,7 +125,7 @@ async fn na_tokens_are_named_and_format_null_value_reads_them_as_null() {
     )
     .await
     .unwrap();
-    // Centralized: the same rows with NA as NULL.
+    // Centralized: the same rows with '.' as NULL.
     let central = datafusion::prelude::SessionContext::new();
     let want = central
         .sql("SELECT sum(x), count(x), sum(y), count(y), count(*) FROM (VALUES (1, 2.5), (3, 4.0), (5, NULL), (7, 8.0), (NULL, 1.0)) AS v(x, y)")

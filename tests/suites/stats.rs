@@ -456,33 +456,25 @@ async fn hist_matches_r() {
 }
 
 #[tokio::test]
-async fn hist_takes_its_default_range_from_a_first_round_of_percentiles() {
+async fn hist_takes_r_default_breaks_from_a_first_round_of_extremes() {
+    // R 4.2.2 on the demo's files: hist(systolic)$breaks and $counts
+    // (Sturges: 12 classes for 1060 values, through pretty()).
     let (ctx, _files) = dataset("clinic", 3).await;
     let got = run(&ctx, "SELECT * FROM hist('clinic', 'systolic')").await;
-    assert_eq!(got[0].num_rows(), 20);
-    let counted: f64 = (0..20).map(|i| value(&got, i, "count").unwrap()).sum();
-    // Independently, from the demo's files: the values, their range.
-    let mut systolic: Vec<f64> = fedsql::frontend::demo::DEMO_CLIENTS
-        .iter()
-        .flat_map(|(_, csv)| csv.lines().skip(1))
-        .map(|line| line.split(',').nth(4).unwrap().parse::<f64>().unwrap())
-        .collect();
-    systolic.sort_by(f64::total_cmp);
-    let n = systolic.len() as f64;
-    // The 0.5% and 99.5% quantiles leave about 1% of the values out.
-    assert!((0.98 * n..n).contains(&counted), "{counted} of {n}");
-    let (lo, hi) = (
-        value(&got, 0, "lower").unwrap(),
-        value(&got, 19, "upper").unwrap(),
-    );
-    let at = |q: f64| systolic[((n - 1.0) * q).round() as usize];
-    assert!(
-        lo > systolic[0] && lo <= at(0.02) && hi < systolic[systolic.len() - 1] && hi >= at(0.98),
-        "{lo} {hi}"
-    );
+    let breaks = [
+        80.0, 90.0, 100.0, 110.0, 120.0, 130.0, 140.0, 150.0, 160.0, 170.0, 180.0,
+    ];
+    let counts = [2.0, 20.0, 62.0, 149.0, 245.0, 259.0, 195.0, 99.0, 24.0, 5.0];
+    assert_eq!(got[0].num_rows(), counts.len());
+    for (i, count) in counts.iter().enumerate() {
+        assert_eq!(value(&got, i, "lower"), Some(breaks[i]), "bin {i}");
+        assert_eq!(value(&got, i, "upper"), Some(breaks[i + 1]), "bin {i}");
+        assert_eq!(value(&got, i, "count"), Some(*count), "bin {i}");
+    }
+    // Every value is counted: no notice of values in no bin.
     let notices = ctx.take_notices();
     assert!(
-        notices.iter().any(|n| n.contains("are in no bin")),
+        !notices.iter().any(|n| n.contains("are in no bin")),
         "{notices:?}"
     );
 }
@@ -675,7 +667,7 @@ async fn errors_name_what_is_wrong() {
         ),
         (
             &clinic,
-            "summary('clinic', 'region')".into(),
+            "summary('SELECT CAST(''2020-01-01'' AS DATE) AS d FROM clinic', 'd')".into(),
             "must be numeric",
         ),
     ];
@@ -683,6 +675,30 @@ async fn errors_name_what_is_wrong() {
         let err = run_err(ctx, &format!("SELECT * FROM {call}")).await;
         assert!(err.contains(message), "{call}: {err}");
     }
+}
+
+/// `summary(source)`: every column; a text column's levels counted as R
+/// counts a factor's, in a notice.
+#[tokio::test]
+async fn summary_of_every_column_counts_text_levels() {
+    let ctx = FedContext::new();
+    fedsql::frontend::demo::register_demo_with(&ctx, false).unwrap();
+    let got = run(&ctx, "SELECT * FROM summary('clinic')").await;
+    let columns = got[0].column(0).as_string::<i32>();
+    let names: Vec<&str> = (0..columns.len()).map(|i| columns.value(i)).collect();
+    assert_eq!(
+        names,
+        [
+            "region", "age", "sex", "bmi", "systolic", "smoker", "event", "visits"
+        ]
+    );
+    assert_eq!(value(&got, 0, "n"), Some(1060.0));
+    assert_eq!(value(&got, 0, "mean"), None);
+    let notices = ctx.take_notices().join("\n");
+    assert!(
+        notices.contains("`region` (text, 4 levels): east: 235, north: 315, south: 312, west: 198"),
+        "{notices}"
+    );
 }
 
 #[tokio::test]

@@ -48,6 +48,11 @@ pub enum Privacy {
     Secure,
 }
 
+/// Which cells of a state are small and how to ask for cells that pass,
+/// from the call's constant config, the state and k: (what to add to the
+/// rule, the hint), when it can tell.
+pub type ExplainCells = fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>;
+
 /// The cells of an aggregate's state that count rows (each held to k), and
 /// how a refusal names them.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +65,10 @@ pub struct Cells {
     pub holds: &'static str,
     /// How to ask for larger cells.
     pub hint: &'static str,
+    /// Which cells are small and how to ask for cells that pass, from the
+    /// call's constant config (its first argument, if text), the state
+    /// and k: (what to add to the rule, the hint), when it can tell.
+    pub explain: Option<ExplainCells>,
 }
 
 /// The facts of one aggregate function.
@@ -334,6 +343,7 @@ pub const AGGREGATES: &[Aggregate] = &[
             counts: kmeans_cells,
             holds: "a cluster would hold",
             hint: "use fewer clusters",
+            explain: None,
         })
         .shares_constants()
         .doc(&crate::kmeans_step::DOC),
@@ -342,6 +352,7 @@ pub const AGGREGATES: &[Aggregate] = &[
             counts: life_table_cells,
             holds: "a life-table interval would count events or censorings of",
             hint: "use wider intervals (breaks or width)",
+            explain: Some(crate::life_table::explain_small_cells),
         })
         .shares_constants()
         .doc(&crate::life_table::DOC),
@@ -392,7 +403,8 @@ fn kmeans_cells(args: usize, state: &[f64]) -> Option<Vec<f64>> {
 /// The events and the censorings per interval of a `life_table` state, and
 /// the rows before and beyond its grid.
 fn life_table_cells(_args: usize, state: &[f64]) -> Option<Vec<f64>> {
-    let table = (state.len() >= 5 && state.len() % 2 == 1)
+    let header = crate::life_table::HEADER;
+    let table = (state.len() >= header && (state.len() - header).is_multiple_of(2))
         .then(|| crate::life_table::LifeTable::from_slice(state))?;
     let mut cells = table.events;
     cells.extend(table.censored);

@@ -1,14 +1,17 @@
 //! `life_table(config, time, event)`: counts of events and censorings per
 //! interval of a declared time grid, as a mergeable aggregate; state: a list
-//! of 5 + 2m counts for m intervals, whatever the rows (m is fixed by the
+//! of 6 + 2m counts for m intervals, whatever the rows (m is fixed by the
 //! config's grid, never by the data).
 //!
 //! `config` is `breaks=0,30,60,90` (increasing). The intervals are
 //! (b0, b1], (b1, b2], ...: an event or a censoring at b1 counts in the
 //! first. `event` is 1 (event) or 0 (censored). The counts: rows used,
 //! rows with a negative time, rows whose event is neither 0 nor 1, rows at
-//! or before b0, rows after the last break, then the events and the
-//! censorings of each interval. The number at risk just after b_i is the
+//! or before b0, rows after the last break, whether any time falls strictly
+//! inside an interval (a 0/1 flag, merged by max: then the grid groups
+//! distinct times, and Kaplan–Meier on it is not R's `survfit`), then the
+//! events and the censorings of each interval. The number at risk just
+//! after b_i is the
 //! rows in the intervals from i + 1 on plus those after the last break, so
 //! the coordinator needs nothing else for Kaplan–Meier or the log-rank test.
 //! Rows with a NULL time or event are dropped.
@@ -28,7 +31,10 @@ use crate::flat_state;
 use crate::function_doc::{FunctionDoc, FunctionFamily};
 
 /// Counts before the per-interval ones.
-pub const HEADER: usize = 5;
+pub const HEADER: usize = 6;
+
+/// Where the off-grid flag is in the state (merged by max, not summed).
+const OFF_GRID: usize = 5;
 
 /// Reads `breaks=...` (comma-separated, strictly increasing).
 pub fn decode_breaks(config: &str) -> std::result::Result<Vec<f64>, String> {
@@ -72,6 +78,9 @@ pub struct LifeTable {
     pub invalid_event: f64,
     pub before: f64,
     pub beyond: f64,
+    /// Greater than 0 when some time falls strictly inside an interval:
+    /// the grid groups distinct times.
+    pub off_grid: f64,
     pub events: Vec<f64>,
     pub censored: Vec<f64>,
 }
@@ -86,6 +95,7 @@ impl LifeTable {
             invalid_event: values[2],
             before: values[3],
             beyond: values[4],
+            off_grid: values[OFF_GRID],
             events: values[HEADER..HEADER + m].to_vec(),
             censored: values[HEADER + m..HEADER + 2 * m].to_vec(),
         }
@@ -102,6 +112,124 @@ impl LifeTable {
         }
         risk
     }
+
+    /// Whether the grid groups distinct times (some time falls strictly
+    /// inside an interval).
+    pub fn groups_times(&self) -> bool {
+        self.off_grid > 0.0
+    }
+
+    /// The intervals (0-based) whose events or censorings are 1 to k-1,
+    /// and a coarser grid whose intervals all count 0 or at least k of
+    /// each (the indices of the breaks it keeps, the first and last
+    /// always), merging neighbouring intervals from the left; `None` when
+    /// even one interval over the whole grid would count 1 to k-1.
+    pub fn coarsen(&self, k: f64) -> (Vec<usize>, Option<Vec<usize>>) {
+        let small = |n: f64| n > 0.0 && n < k;
+        let m = self.events.len();
+        let under: Vec<usize> = (0..m)
+            .filter(|&i| small(self.events[i]) || small(self.censored[i]))
+            .collect();
+        let mut kept = vec![0usize];
+        let (mut events, mut censored) = (0.0, 0.0);
+        for i in 0..m {
+            events += self.events[i];
+            censored += self.censored[i];
+            if !small(events) && !small(censored) {
+                kept.push(i + 1);
+                events = 0.0;
+                censored = 0.0;
+            }
+        }
+        if kept.last() != Some(&m) {
+            // The rest joins the intervals before it, until it passes.
+            loop {
+                if kept.len() == 1 {
+                    return (under, None);
+                }
+                kept.pop();
+                let from = *kept.last().unwrap_or(&0);
+                let events: f64 = self.events[from..].iter().sum();
+                let censored: f64 = self.censored[from..].iter().sum();
+                if !small(events) && !small(censored) {
+                    break;
+                }
+            }
+            kept.push(m);
+        }
+        (under, Some(kept))
+    }
+}
+
+/// A break as a user writes it in `breaks=` (`30`, `0.5`).
+pub fn format_break(b: f64) -> String {
+    format!("{b}")
+}
+
+/// The intervals of a state that count 1 to k-1 events or censorings, and
+/// a grid of the same breaks, neighbouring intervals merged, whose
+/// intervals all count 0 or at least k (what a site's refusal says).
+pub fn explain_small_cells(
+    config: Option<&str>,
+    state: &[f64],
+    k: f64,
+) -> Option<(String, String)> {
+    let breaks = decode_breaks(config?).ok()?;
+    if state.len() != HEADER + 2 * (breaks.len() - 1) {
+        return None;
+    }
+    let table = LifeTable::from_slice(state);
+    let (under, kept) = table.coarsen(k);
+    let interval = |i: usize| {
+        format!(
+            "({}, {}]",
+            format_break(breaks[i]),
+            format_break(breaks[i + 1])
+        )
+    };
+    let mut named: Vec<String> = under.iter().take(8).map(|&i| interval(i)).collect();
+    if under.len() > 8 {
+        named.push(format!("and {} more", under.len() - 8));
+    }
+    let small = |n: f64| n > 0.0 && n < k;
+    let mut edges = Vec::new();
+    if small(table.before) {
+        edges.push(format!(
+            "the rows at or before {} (set the first break lower)",
+            format_break(breaks[0])
+        ));
+    }
+    if small(table.beyond) {
+        edges.push(format!(
+            "the rows after {} (set a larger last break)",
+            format_break(breaks[breaks.len() - 1])
+        ));
+    }
+    let mut rule = String::new();
+    if !named.is_empty() {
+        rule = format!(
+            ": interval{} {}",
+            if under.len() > 1 { "s" } else { "" },
+            named.join(", ")
+        );
+    }
+    if !edges.is_empty() {
+        rule.push_str(if rule.is_empty() { ": " } else { "; and " });
+        rule.push_str(&edges.join(", "));
+    }
+    let hint = match kept {
+        Some(kept) if !under.is_empty() => {
+            let grid: Vec<String> = kept.iter().map(|&i| format_break(breaks[i])).collect();
+            format!(
+                "a grid of the same breaks, neighbouring intervals merged, passes at this site: 'breaks={}'",
+                grid.join(" ")
+            )
+        }
+        Some(_) => "widen the grid at its ends".to_string(),
+        None => "no grid passes at this site: its events (or censorings) are fewer than k in all"
+            .to_string(),
+    };
+    Some((rule, hint))
 }
 
 /// `life_table(config, time, event)`.
@@ -142,7 +270,7 @@ impl AggregateUDFImpl for LifeTableAggregate {
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         // The grid is in the config, a constant the state's type cannot
-        // see: the state is a list of exactly 5 + 2m counts.
+        // see: the state is a list of exactly 6 + 2m counts.
         let item = Arc::new(Field::new_list_field(DataType::Float64, true));
         Ok(vec![Arc::new(Field::new(
             format_state_name(args.name, "interval_counts"),
@@ -192,6 +320,9 @@ impl Accumulator for LifeTableAccumulator {
             } else {
                 // The first break >= t closes t's interval.
                 let upper = self.breaks.partition_point(|&b| b < t);
+                if self.breaks[upper] != t {
+                    self.counts[OFF_GRID] = 1.0;
+                }
                 let interval = upper - 1;
                 let slot = if e == 1.0 { HEADER } else { HEADER + m };
                 self.counts[slot + interval] += 1.0;
@@ -215,8 +346,12 @@ impl Accumulator for LifeTableAccumulator {
                     self.counts.len()
                 );
             }
-            for (total, v) in self.counts.iter_mut().zip(values.iter()) {
-                *total += v;
+            for (i, (total, v)) in self.counts.iter_mut().zip(values.iter()).enumerate() {
+                if i == OFF_GRID {
+                    *total = total.max(*v);
+                } else {
+                    *total += v;
+                }
             }
         }
         Ok(())
@@ -252,8 +387,8 @@ pub const DOC: FunctionDoc = FunctionDoc {
         ("event", "1 for an event, 0 for a censoring"),
     ],
     options: &[],
-    returns: "the merged counts as `list<float64>`: rows used, negative times, bad events, rows at or before b0, rows after bm, then the events and the censorings of each interval",
-    releases: "5 + 2m counts for m intervals, whatever its rows.",
+    returns: "the merged counts as `list<float64>`: rows used, negative times, bad events, rows at or before b0, rows after bm, whether a time falls strictly inside an interval (1 or 0), then the events and the censorings of each interval",
+    releases: "6 + 2m counts for m intervals, whatever its rows (one of them a 0/1 flag: whether the grid groups distinct times).",
     example: "SELECT life_table('breaks=0,50,70,100', age, event) AS counts FROM clinic",
 };
 
@@ -273,8 +408,72 @@ mod tests {
     #[test]
     fn at_risk_counts_everyone_after_the_interval_start() {
         // 2 intervals; 1 row beyond the grid.
-        let t = LifeTable::from_slice(&[6.0, 0.0, 0.0, 1.0, 1.0, 2.0, 1.0, 0.0, 1.0]);
+        let t = LifeTable::from_slice(&[6.0, 0.0, 0.0, 1.0, 1.0, 0.0, 2.0, 1.0, 0.0, 1.0]);
         assert_eq!(t.at_risk(), [5.0, 3.0]);
+        assert!(!t.groups_times());
+    }
+
+    fn table(events: &[f64], censored: &[f64]) -> LifeTable {
+        LifeTable {
+            rows: 0.0,
+            negative: 0.0,
+            invalid_event: 0.0,
+            before: 0.0,
+            beyond: 0.0,
+            off_grid: 1.0,
+            events: events.to_vec(),
+            censored: censored.to_vec(),
+        }
+    }
+
+    #[test]
+    fn coarsen_merges_small_intervals_with_their_neighbours() {
+        // k = 5: intervals 1 and 2 (events 2 and 3) merge into one of 5;
+        // the last (censored 1) joins the one before it.
+        let t = table(&[6.0, 2.0, 3.0, 7.0, 0.0], &[0.0, 0.0, 0.0, 5.0, 1.0]);
+        let (under, kept) = t.coarsen(5.0);
+        assert_eq!(under, [1, 2, 4]);
+        assert_eq!(kept.unwrap(), [0, 1, 3, 5]);
+        // Nothing small: every break stays.
+        let t = table(&[6.0, 0.0, 5.0], &[0.0, 9.0, 0.0]);
+        assert_eq!(t.coarsen(5.0), (vec![], Some(vec![0, 1, 2, 3])));
+        // Too few events in all: no grid passes.
+        let t = table(&[1.0, 2.0], &[0.0, 0.0]);
+        assert_eq!(t.coarsen(5.0), (vec![0, 1], None));
+    }
+
+    #[tokio::test]
+    async fn the_off_grid_flag_says_whether_the_grid_groups_times() {
+        use datafusion::arrow::array::{Float64Array, RecordBatch};
+        use datafusion::arrow::datatypes::{Field, Schema};
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_udaf(life_table());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("t", DataType::Float64, false),
+            Field::new("e", DataType::Float64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Float64Array::from(vec![1.0, 2.0, 2.0, 2.5])),
+                Arc::new(Float64Array::from(vec![1.0, 0.0, 1.0, 1.0])),
+            ],
+        )
+        .unwrap();
+        ctx.register_batch("s", batch).unwrap();
+        let flag = |breaks: &'static str, filter: &'static str| {
+            let ctx = ctx.clone();
+            async move {
+                let sql =
+                    format!("SELECT life_table('breaks={breaks}', t, e) FROM s WHERE {filter}");
+                let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+                let list = batches[0].column(0).as_list::<i32>().value(0);
+                LifeTable::from_slice(list.as_primitive::<Float64Type>().values())
+            }
+        };
+        assert!(!flag("0,1,2,3", "t <> 2.5").await.groups_times());
+        assert!(flag("0,1,2,3", "true").await.groups_times());
+        assert!(flag("0,3", "true").await.groups_times());
     }
 
     #[tokio::test]

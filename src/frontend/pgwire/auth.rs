@@ -163,6 +163,15 @@ struct UserTable {
 }
 
 impl Users {
+    /// The user a start-up line suggests connecting as: `preferred` when
+    /// the file holds it, else the file's first user (by name).
+    pub(crate) fn suggested<'a>(&'a self, preferred: &'a str) -> Option<&'a str> {
+        if self.users.contains_key(preferred) {
+            return Some(preferred);
+        }
+        self.users.keys().next().map(String::as_str)
+    }
+
     /// Reads a users file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| {

@@ -16,6 +16,7 @@
 
 pub mod auth;
 pub(crate) mod catalog;
+pub(crate) mod copy_out;
 pub(crate) mod encode;
 pub(crate) mod server;
 pub(crate) mod session;
@@ -144,6 +145,12 @@ pub async fn run_cli(args: &ServeArgs) -> Result<()> {
         options.tls.is_some(),
         options.allow_ddl,
     );
+    // A user the users file holds (the login's own name if it does).
+    let login = std::env::var("USER").unwrap_or_else(|_| "analyst".into());
+    let user = match &options.users {
+        Some(users) => users.suggested(&login).unwrap_or(&login).to_string(),
+        None => login,
+    };
     let mut server = start(ctx, options).await?;
     println!(
         "fedsql serving the PostgreSQL protocol on {} ({}; {}; DDL {}; tables: {})",
@@ -165,7 +172,7 @@ pub async fn run_cli(args: &ServeArgs) -> Result<()> {
         "connect with: psql -h {} -p {} -U {} fedsql",
         server.addr().ip(),
         server.addr().port(),
-        std::env::var("USER").unwrap_or_else(|_| "analyst".into())
+        user
     );
     std::io::stdout().flush()?;
     tokio::select! {

@@ -26,7 +26,7 @@ use datafusion::common::ParamValues;
 use futures::{Sink, SinkExt, stream};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, METADATA_USER, Type};
@@ -35,7 +35,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
 
 use super::statement::{self, FedKind, SessionStatement, Statement};
-use super::{catalog, encode, sqlstate};
+use super::{catalog, copy_out, encode, sqlstate};
 use crate::coordinator::context::FedContext;
 use crate::coordinator::dataframe::FedDataFrame;
 use crate::coordinator::gate::StatementGate;
@@ -117,6 +117,15 @@ impl Connection {
                 sql,
                 kind: FedKind::Command(tag),
             } => Action::Command { sql, tag },
+            Statement::CopyOut(copy) => {
+                let df = self.ctx.clone().sql(&copy.query).await?;
+                let schema = df.schema().inner().clone();
+                Action::CopyOut {
+                    df: Box::new(df),
+                    schema,
+                    format: copy.format,
+                }
+            }
             Statement::Fed {
                 sql,
                 kind: FedKind::Query,
@@ -203,6 +212,15 @@ impl Connection {
                     schema: schema.clone(),
                     batches,
                 }
+            }
+            Action::CopyOut { df, schema, format } => {
+                let batches = run_apart((**df).clone().collect()).await?;
+                let rows = copy_out::encode_rows(format, schema, &batches)?;
+                Outcome::Tag(Response::CopyOut(CopyResponse::new(
+                    0,
+                    schema.fields().len(),
+                    stream::iter(rows.into_iter().map(Ok)),
+                )))
             }
             Action::Show(name) => {
                 let value = self.show(name);
@@ -358,6 +376,12 @@ enum Action {
     },
     /// A statement the connection answers.
     Session(SessionStatement),
+    /// `COPY (query) TO STDOUT`: the planned query and how its rows are written.
+    CopyOut {
+        df: Box<FedDataFrame>,
+        schema: SchemaRef,
+        format: copy_out::CopyFormat,
+    },
 }
 
 impl Prepared {

@@ -18,7 +18,8 @@
 //! the text (a comment hint, a quote, an `EXPLAIN` in front) can differ
 //! from what runs. Here the statement is only read, with the tokenizer of
 //! the dialect that runs it, for what the connection answers itself and
-//! for the command tag a DDL statement answers with.
+//! for the command tag a DDL statement answers with. `COPY (query) TO
+//! STDOUT` is read here too ([`super::copy_out`]): only its query runs.
 
 use std::time::Duration;
 
@@ -39,6 +40,10 @@ pub(crate) enum Statement {
     /// Runs through `FedContext::sql`: the text to run, and whether it
     /// returns rows (a query) or only a command tag.
     Fed { sql: String, kind: FedKind },
+    /// `COPY (query) TO STDOUT`: the query runs through `FedContext::sql`
+    /// and its rows go to the client as COPY data (nothing is written at
+    /// the server, so it needs no `--allow-ddl`).
+    CopyOut(super::copy_out::CopyOut),
 }
 
 /// How a statement run by `FedContext::sql` answers.
@@ -165,6 +170,11 @@ pub(crate) fn classify(sql: &str, allow_ddl: bool) -> Result<Statement> {
             }
         }
         _ => {}
+    }
+    if first == "COPY"
+        && let Some(copy) = super::copy_out::read(sql)
+    {
+        return Ok(Statement::CopyOut(copy?));
     }
     // Statements that answer with a command tag rather than rows run when
     // executed. Without --allow-ddl they are planned like queries, so that

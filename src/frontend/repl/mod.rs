@@ -16,6 +16,7 @@ pub(crate) mod interactive;
 pub(crate) mod progress;
 pub(crate) mod script;
 pub(crate) mod session;
+pub(crate) mod sql_types;
 
 use std::io::Write;
 

@@ -35,6 +35,7 @@ use crate::frontend::print::{self, OutputFormat, TableStyle};
 use crate::frontend::repl::command::Command;
 use crate::frontend::repl::input::{Input, LineBuffer};
 use crate::frontend::repl::progress::ProgressLine;
+use crate::frontend::repl::sql_types;
 use crate::models::inference::coefficients_schema;
 
 /// `\i` files may include others, but not without end.
@@ -312,12 +313,49 @@ impl Session {
         }
         if self.options.timing {
             let mut line = Vec::new();
-            print::print_timing(print::row_count(&batches, &schema), elapsed, &mut line)?;
+            match self.registered(sql, &schema).await {
+                // What a CREATE FEDERATED TABLE registered, not "0 rows".
+                Some(what) => writeln!(
+                    line,
+                    "{what}\nElapsed {:.3} seconds.\n",
+                    elapsed.as_secs_f64()
+                )?,
+                None => {
+                    print::print_timing(print::row_count(&batches, &schema), elapsed, &mut line)?
+                }
+            }
             let line = String::from_utf8_lossy(&line);
             self.say(out, line.strip_suffix('\n').unwrap_or(&line))?;
         }
         self.last = Some((schema, batches));
         Ok(())
+    }
+
+    /// What a `CREATE FEDERATED TABLE` statement registered, in a line
+    /// ("Registered federated table `t`: 4 clients, 12 columns."); `None`
+    /// for any other statement.
+    async fn registered(&self, sql: &str, schema: &SchemaRef) -> Option<String> {
+        if !schema.fields().is_empty()
+            || !matches!(
+                crate::coordinator::fed_statement::recognise(sql),
+                Some(crate::coordinator::fed_statement::FedStatement::CreateFederatedTable)
+            )
+        {
+            return None;
+        }
+        let name = crate::coordinator::ddl::parse_create_federated(sql)
+            .ok()?
+            .name;
+        let tables = self.ctx.tables().await.ok()?;
+        let table = tables.iter().find(|t| t.name == name)?;
+        let clients = table.clients?;
+        let columns = table.schema.fields().len();
+        Some(format!(
+            "Registered federated table `{}`: {clients} client{}, {columns} column{}.",
+            table.name,
+            if clients == 1 { "" } else { "s" },
+            if columns == 1 { "" } else { "s" },
+        ))
     }
 
     async fn run_command(
@@ -571,7 +609,9 @@ fn columns_batch(table: &TableInfo) -> Result<RecordBatch> {
                 fields.iter().map(|f| f.name().as_str()),
             )),
             Arc::new(StringArray::from_iter_values(
-                fields.iter().map(|f| f.data_type().to_string()),
+                fields
+                    .iter()
+                    .map(|f| sql_types::sql_type_name(f.data_type())),
             )),
             Arc::new(StringArray::from_iter_values(
                 fields

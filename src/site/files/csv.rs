@@ -1,6 +1,13 @@
-//! CSV at a site: the CSV options a table may set, the arrow CSV format
-//! they give, and a value the CSV reader could not parse, read from
-//! arrow's error to name its line and column.
+//! CSV at a site: the CSV options a table may set (for every site, or
+//! for one as `'format.null_value.<site>'`), the tokens read as a missing
+//! value, the arrow CSV format they give, and a value the CSV reader could
+//! not parse, read from arrow's error to name its line and column.
+//!
+//! Missing values come as R writes them (`NA`), as pandas does (an empty
+//! field) or as databases do (`NULL`, `NaN`): by default all of these are
+//! missing in a column of numbers (or dates, or booleans), and a text
+//! column keeps its text. A table's `'format.null_value' 'X'` replaces the
+//! default: then `X` (and an empty field) is missing in every column.
 
 use crate::error::{FedError, Result};
 use datafusion::arrow::csv::reader::Format as CsvFileFormat;
@@ -47,7 +54,7 @@ impl ParseFailure {
             ""
         };
         format!(
-            "column `{}`: '{}' at data row {} (file line {line}{}{file}) is not a {}; fix the value, declare the column's type (e.g. VARCHAR), or, if it marks a missing value, add OPTIONS ('format.null_value' '{}')",
+            "column `{}`: '{}' at data row {} (file line {line}{}{file}) is not a {}; fix the value, declare the column's type (e.g. VARCHAR), or, if it marks a missing value, add OPTIONS ('format.null_value' '{}') (or 'format.null_value.<site>' for this site only)",
             self.column,
             self.value,
             self.data_row,
@@ -69,22 +76,47 @@ pub(crate) const CSV_OPTION_KEYS: &[&str] = &[
     "format.compression",
 ];
 
-/// The CSV options of a table's OPTIONS (`'format.delimiter'` ...), by
-/// DataFusion's names; other keys are left to their own checks.
-pub(crate) fn csv_options(options: &[(String, String)]) -> Result<CsvOptions> {
+/// The CSV options of one site, by DataFusion's names: the table's
+/// (`'format.null_value'`), then the site's own
+/// (`'format.null_value.<site>'`, any case) over them; other keys are left
+/// to their own checks.
+pub(crate) fn csv_options_for(
+    options: &[(String, String)],
+    site: Option<&str>,
+) -> Result<CsvOptions> {
     use datafusion::common::config::ConfigField;
     let mut csv = CsvOptions::default();
+    let set = |csv: &mut CsvOptions, key: &str, name: &str, value: &str| {
+        csv.set(name, value)
+            .map_err(|e| FedError::InvalidArgument(format!("option '{key}' '{value}': {e}")))
+    };
     for (key, value) in options {
         let lower = key.to_ascii_lowercase();
-        if !CSV_OPTION_KEYS.contains(&lower.as_str()) {
-            continue;
+        if CSV_OPTION_KEYS.contains(&lower.as_str()) {
+            set(&mut csv, key, &lower["format.".len()..], value)?;
         }
-        if let Some(name) = lower.strip_prefix("format.") {
-            csv.set(name, value)
-                .map_err(|e| FedError::InvalidArgument(format!("option '{key}' '{value}': {e}")))?;
+    }
+    let Some(site) = site else {
+        return Ok(csv);
+    };
+    for (key, value) in options {
+        if let Some((base, name)) = site_csv_key(key)
+            && name.eq_ignore_ascii_case(site)
+        {
+            set(&mut csv, key, &base["format.".len()..], value)?;
         }
     }
     Ok(csv)
+}
+
+/// A CSV option set for one site (`format.null_value.r_site`): the
+/// option's key and the site's name as written.
+pub(crate) fn site_csv_key(key: &str) -> Option<(&'static str, &str)> {
+    let lower = key.to_ascii_lowercase();
+    CSV_OPTION_KEYS.iter().find_map(|base| {
+        let rest = lower.strip_prefix(base)?.strip_prefix('.')?;
+        (!rest.is_empty()).then(|| (*base, &key[key.len() - rest.len()..]))
+    })
 }
 
 /// The tokens R and spreadsheets write for a missing value.
@@ -92,8 +124,65 @@ pub(super) const NA_TOKENS: &[&str] = &[
     "NA", "N/A", "NaN", "na", "n/a", "null", "NULL", ".", "-", "?",
 ];
 
+/// What a site reads as missing by default, besides an empty field: R's
+/// `NA`, and `NaN` and `NULL` (pandas writes an empty field).
+pub(crate) const DEFAULT_MISSING: &[&str] = &["NA", "NaN", "NULL"];
+
+/// The tokens a site reads as missing besides an empty field, and whether
+/// they are missing in text columns too (a table's own `null_value`) or in
+/// the other columns only (the default).
+pub(crate) fn missing_tokens(csv: &CsvOptions) -> (Vec<&str>, bool) {
+    match csv.null_value.as_deref() {
+        None => (DEFAULT_MISSING.to_vec(), false),
+        Some("") => (Vec::new(), true),
+        Some(token) => (vec![token], true),
+    }
+}
+
+/// Whether a CSV file holds one of `tokens` as a whole field anywhere
+/// (quoted or not). It reads the file once, in blocks; a match across a
+/// block's edge is found as the blocks overlap, and a false match (a
+/// header named `NA`) only costs the reading of the file as text.
+pub(crate) fn holds_tokens(
+    mut read: impl std::io::Read,
+    tokens: &[&str],
+    delimiter: u8,
+) -> std::io::Result<bool> {
+    if tokens.is_empty() {
+        return Ok(false);
+    }
+    let alternatives: Vec<String> = tokens.iter().map(|t| regex::escape(t)).collect();
+    let delimiter = regex::escape(&(delimiter as char).to_string());
+    let pattern = format!(
+        r#"(?m)(?:^|{delimiter})"?(?:{})"?(?:{delimiter}|\r?$)"#,
+        alternatives.join("|")
+    );
+    let Ok(found) = regex::bytes::Regex::new(&pattern) else {
+        return Ok(true);
+    };
+    let overlap = tokens.iter().map(|t| t.len()).max().unwrap_or(0) + 4;
+    let mut block = vec![0u8; 1 << 22];
+    let mut kept = 0usize;
+    loop {
+        let n = read.read(&mut block[kept..])?;
+        if n == 0 {
+            return Ok(kept > 0 && found.is_match(&block[..kept]));
+        }
+        let end = kept + n;
+        if end < block.len() {
+            kept = end;
+            continue;
+        }
+        if found.is_match(&block[..end]) {
+            return Ok(true);
+        }
+        block.copy_within(end - overlap..end, 0);
+        kept = overlap;
+    }
+}
+
 /// The arrow CSV format for `csv` (delimiter, quote, escape, header, and
-/// `null_value` as a NULL pattern).
+/// the missing tokens as a NULL pattern, an empty field among them).
 pub(crate) fn csv_format(csv: &CsvOptions) -> std::result::Result<CsvFileFormat, String> {
     let mut format = CsvFileFormat::default()
         .with_header(csv.has_header.unwrap_or(true))
@@ -102,8 +191,10 @@ pub(crate) fn csv_format(csv: &CsvOptions) -> std::result::Result<CsvFileFormat,
     if let Some(escape) = csv.escape {
         format = format.with_escape(escape);
     }
-    if let Some(null) = csv.null_value.as_deref().filter(|n| !n.is_empty()) {
-        let regex = regex::Regex::new(&format!("^{}$", regex::escape(null)))
+    let (tokens, _) = missing_tokens(csv);
+    if !tokens.is_empty() {
+        let alternatives: Vec<String> = tokens.iter().map(|t| regex::escape(t)).collect();
+        let regex = regex::Regex::new(&format!("^(?:{})?$", alternatives.join("|")))
             .map_err(|e| format!("format.null_value: {e}"))?;
         format = format.with_null_regex(regex);
     }

@@ -60,3 +60,49 @@ fn missing_and_extra_columns_are_errors() {
     let err = unify_schemas("t", &[b, a]).unwrap_err().to_string();
     assert!(err.contains("has column `y`"), "{err}");
 }
+
+#[test]
+fn missing_tokens_are_found_as_whole_fields_anywhere() {
+    let tokens = ["NA", "NaN", "NULL"];
+    let holds = |text: &str| holds_tokens(text.as_bytes(), &tokens, b',').unwrap();
+    assert!(holds("x,y\n1,NA\n"));
+    assert!(holds("x,y\nNA,1\n"));
+    assert!(holds("x,y\r\n1,\"NaN\"\r\n"));
+    assert!(!holds("x,y\n1,NAB\nANA,2\n"));
+    assert!(!holds("x,y\n1,2\n"));
+    // Past the first block of 4 MiB, and across its edge.
+    let mut long = "x,y\n".to_string();
+    while long.len() < (1 << 22) - 3 {
+        long.push_str("1,2\n");
+    }
+    long.push_str("1,NULL\n");
+    assert!(holds(&long));
+    assert!(!holds(&long.replace("NULL", "3")));
+}
+
+#[test]
+fn csv_options_of_a_site_override_the_tables() {
+    let options: Vec<(String, String)> = [
+        ("format.null_value", "."),
+        ("format.null_value.R_Site", "NA"),
+        ("format.delimiter.other", ";"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let r = csv_options_for(&options, Some("r_site")).unwrap();
+    assert_eq!(r.null_value.as_deref(), Some("NA"));
+    assert_eq!(r.delimiter, b',');
+    let other = csv_options_for(&options, Some("other")).unwrap();
+    assert_eq!(other.null_value.as_deref(), Some("."));
+    assert_eq!(other.delimiter, b';');
+    assert_eq!(
+        site_csv_key("format.null_value.R_Site"),
+        Some(("format.null_value", "R_Site"))
+    );
+    assert_eq!(site_csv_key("format.null_value"), None);
+    assert_eq!(
+        missing_tokens(&CsvOptions::default()),
+        (vec!["NA", "NaN", "NULL"], false)
+    );
+}

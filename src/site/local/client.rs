@@ -9,8 +9,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::Column;
+use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -18,13 +20,12 @@ use datafusion::datasource::listing::{
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
-use datafusion::functions::core::expr_fn::nullif;
-use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
 
 use crate::error::{FedError, Result};
 use crate::site::engine::kept_rows::KeptRows;
 use crate::site::engine::{SiteEngine, SiteFile};
-use crate::site::files::{ClientFiles, FileFormat};
+use crate::site::files::{ClientFiles, FileFormat, holds_tokens, missing_tokens};
 use crate::site::release::dp::DpSite;
 use crate::site::release::identity::SiteIdentity;
 use crate::site::release::policy::DisclosurePolicy;
@@ -102,14 +103,15 @@ impl LocalClient {
             .iter()
             .map(|f| ListingTableUrl::parse(f.to_string_lossy()))
             .collect::<Result<Vec<_>, _>>()?;
-        // DataFusion reads `null_value` for inference only: a client that
-        // names one reads its columns as text, and a view turns the token
-        // into NULL before casting to the table's types.
-        let null_value = match files.format {
-            FileFormat::Csv => files.csv.null_value.clone().filter(|n| !n.is_empty()),
+        // DataFusion reads `null_value` for inference only: a site whose
+        // files hold a missing token reads its columns as text, and a
+        // view turns the tokens into NULL before casting to the table's
+        // types (in text columns too when the table names its token).
+        let missing = match files.format {
+            FileFormat::Csv => missing_in_files(files)?,
             FileFormat::Parquet => None,
         };
-        let file_schema = match &null_value {
+        let file_schema = match &missing {
             Some(_) => Arc::new(Schema::new(
                 schema
                     .fields()
@@ -135,21 +137,32 @@ impl LocalClient {
             .with_listing_options(options)
             .with_schema(file_schema);
         let listing: Arc<dyn TableProvider> = Arc::new(ListingTable::try_new(config)?);
-        let rows = match &null_value {
-            Some(null) => {
+        let rows = match &missing {
+            Some((tokens, in_text)) => {
                 let exprs: Vec<Expr> = schema
                     .fields()
                     .iter()
                     .map(|f| {
-                        let text = nullif(col(Column::from_name(f.name())), lit(null.as_str()));
-                        let value = if f.data_type() == &DataType::Utf8 {
+                        let text = col(Column::from_name(f.name()));
+                        let is_text = f.data_type() == &DataType::Utf8;
+                        let value = if is_text && !in_text {
                             text
                         } else {
-                            cast(text, f.data_type().clone())
+                            let tokens = tokens.iter().map(|t| lit(t.as_str())).collect();
+                            let cleared = when(
+                                text.clone().in_list(tokens, false),
+                                lit(ScalarValue::Utf8(None)),
+                            )
+                            .otherwise(text)?;
+                            if is_text {
+                                cleared
+                            } else {
+                                cast(cleared, f.data_type().clone())
+                            }
                         };
-                        value.alias(f.name())
+                        Ok(value.alias(f.name()))
                     })
-                    .collect();
+                    .collect::<Result<_>>()?;
                 let plan = LogicalPlanBuilder::scan("rows", provider_as_source(listing), None)?
                     .project(exprs)?
                     .build()?;
@@ -162,11 +175,12 @@ impl LocalClient {
             _ => None,
         };
         let layout = format!(
-            "{:?}|{:?}|{:?}|{}",
+            "{:?}|{:?}|{:?}|{}|{:?}",
             files.format,
             files.csv,
             schema,
-            files.has_header()
+            files.has_header(),
+            missing
         );
         Ok(Self {
             name: files.name.clone(),
@@ -323,6 +337,41 @@ impl LocalClient {
             has_header: false,
         })
     }
+}
+
+/// The tokens a site's CSV files mark missing values with, if they hold
+/// any, and whether text columns read them as missing too (see
+/// [`crate::site::files`]): a table's own `null_value` is always applied;
+/// the default tokens only where a file holds one, so that files without
+/// them are read as DataFusion reads them.
+fn missing_in_files(files: &ClientFiles) -> Result<Option<(Vec<String>, bool)>> {
+    let (tokens, in_text) = missing_tokens(&files.csv);
+    if tokens.is_empty() {
+        return Ok(None);
+    }
+    let owned = || tokens.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    if in_text {
+        return Ok(Some((owned(), true)));
+    }
+    for path in &files.files {
+        let unreadable = |e: std::io::Error| FedError::Client {
+            client: files.name.clone(),
+            location: path.display().to_string(),
+            message: format!("cannot read: {e}"),
+        };
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        let read = FileCompressionType::from(files.csv.compression)
+            .convert_read(file)
+            .map_err(|e| FedError::Client {
+                client: files.name.clone(),
+                location: path.display().to_string(),
+                message: format!("cannot decompress: {e}"),
+            })?;
+        if holds_tokens(read, &tokens, files.csv.delimiter).map_err(unreadable)? {
+            return Ok(Some((owned(), false)));
+        }
+    }
+    Ok(None)
 }
 
 /// Bytes as a worker's settings write them (`64 MiB`).

@@ -258,6 +258,14 @@ impl DpSite {
             .ledger
             .debit(analyst, table, cost, self.policy.budget)?
         {
+            let hint = if over.remaining() > 0.0 {
+                format!(
+                    "ask for ε ≤ {} in all (the ε of a query's DP calls add up); SHOW PRIVACY BUDGET shows what each client has left",
+                    trim(over.remaining())
+                )
+            } else {
+                "this budget is spent: no DP query on this table can run here until its data owner grants more (dp_budget) or starts a new ledger; SHOW PRIVACY BUDGET shows what each client has left".to_string()
+            };
             return Err(refuse(
                 format!(
                     "the query would spend ε = {} of the privacy budget for `{table}`, but only ε = {} of {} remains (its dp_budget policy)",
@@ -265,7 +273,7 @@ impl DpSite {
                     trim(over.remaining()),
                     trim(over.budget)
                 ),
-                "SHOW PRIVACY BUDGET shows what each client has left; ask for a smaller epsilon",
+                &hint,
             ));
         }
         Ok(Paid { calls })

@@ -265,11 +265,11 @@ impl DisclosurePolicy {
         &self,
         client: &str,
         batches: &[RecordBatch],
-        cells: &[(String, String, usize)],
+        cells: &[(String, String, usize, Option<String>)],
     ) -> Result<()> {
         let k = self.min_group_rows as f64;
         for batch in batches {
-            for (column, aggregate, args) in cells {
+            for (column, aggregate, args, config) in cells {
                 let Some(lists) = batch
                     .column_by_name(column)
                     .and_then(|c| c.as_list_opt::<i32>())
@@ -290,13 +290,19 @@ impl DisclosurePolicy {
                     let small = (cells.counts)(*args, values.values())
                         .is_some_and(|counts| counts.iter().any(|&n| n > 0.0 && n < k));
                     if small {
+                        // Which cells, and cells that would pass, where the
+                        // aggregate can say (the intervals of a life table).
+                        let (which, hint) = cells
+                            .explain
+                            .and_then(|explain| explain(config.as_deref(), values.values(), k))
+                            .unwrap_or_else(|| (String::new(), cells.hint.to_string()));
                         return Err(FedError::Policy {
                             client: client.to_string(),
                             rule: format!(
-                                "{} fewer than {} of its rows (its min_group_rows policy)",
+                                "{} fewer than {} of its rows (its min_group_rows policy){which}",
                                 cells.holds, self.min_group_rows
                             ),
-                            hint: Some(cells.hint.into()),
+                            hint: Some(hint),
                         });
                     }
                 }

@@ -34,9 +34,7 @@ mod parse;
 
 pub(crate) use arithmetic::quote_ident;
 pub(crate) use design::{DesignColumn, Levels, design_columns, level_label};
-#[cfg(test)]
-use parse::Variable;
-pub(crate) use parse::{Formula, Response, Term, missing_column};
+pub(crate) use parse::{Formula, Response, Term, Variable, missing_column};
 
 #[cfg(test)]
 mod tests;

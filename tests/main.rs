@@ -40,6 +40,8 @@ mod functions;
 mod glm;
 #[path = "suites/golden.rs"]
 mod golden;
+#[path = "suites/idioms.rs"]
+mod idioms;
 #[path = "suites/lm.rs"]
 mod lm;
 #[path = "suites/multivariate.rs"]

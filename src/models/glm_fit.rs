@@ -42,6 +42,9 @@ pub(crate) fn stats_schema() -> SchemaRef {
 #[derive(Debug, Clone)]
 pub(crate) struct GlmFit {
     pub family: Family,
+    /// A quasi family (`quasibinomial`, `quasipoisson`): the dispersion
+    /// is estimated and there is no likelihood.
+    pub quasi: bool,
     pub link: Link,
     pub terms: Vec<String>,
     pub estimate: Vec<Option<f64>>,
@@ -65,6 +68,20 @@ pub(crate) struct GlmFit {
 impl GlmFit {
     pub(crate) fn df_residual(&self) -> i64 {
         self.nobs - self.rank as i64
+    }
+
+    /// R's name of the family (`quasipoisson` for a quasi family).
+    pub(crate) fn family_name(&self) -> String {
+        if self.quasi {
+            format!("quasi{}", self.family.name())
+        } else {
+            self.family.name().to_string()
+        }
+    }
+
+    /// Whether the dispersion is estimated (t statistics) rather than 1.
+    pub(crate) fn estimates_dispersion(&self) -> bool {
+        self.quasi || self.family.estimates_dispersion()
     }
 
     pub(crate) fn df_null(&self) -> i64 {
@@ -92,8 +109,8 @@ impl GlmFit {
             aliased: self.estimate.iter().filter(|e| e.is_none()).count(),
             rows_dropped: self.rows_dropped,
             fit: FitLines::Glm {
-                family: self.family.name().to_string(),
-                estimated_dispersion: self.family.estimates_dispersion(),
+                family: self.family_name(),
+                estimated_dispersion: self.estimates_dispersion(),
                 dispersion: self.dispersion,
                 null_deviance: self.null_deviance,
                 df_null: self.df_null(),
@@ -107,7 +124,7 @@ impl GlmFit {
 
     /// One row per term.
     pub(crate) fn coefficients(&self) -> Result<RecordBatch> {
-        let reference = if self.family.estimates_dispersion() {
+        let reference = if self.estimates_dispersion() {
             Reference::T(self.df_residual() as f64)
         } else {
             Reference::Z
@@ -120,7 +137,7 @@ impl GlmFit {
         let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
         let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(vec![self.family.name()])),
+            Arc::new(StringArray::from(vec![self.family_name()])),
             Arc::new(StringArray::from(vec![self.link.name()])),
             int(self.nobs),
             int(self.rows_dropped),

@@ -13,6 +13,7 @@ pub(crate) mod kmeans;
 pub(crate) mod lm;
 pub(crate) mod optimizer;
 pub(crate) mod pca;
+pub(crate) mod robust;
 pub(crate) mod source;
 pub(crate) mod step_rounds;
 pub(crate) mod survival;

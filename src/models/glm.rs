@@ -614,7 +614,8 @@ fn fit_model<'a>(
             nobs,
             lm: false,
         };
-        if spec.quasi && df_residual > 0.0 {
+        let working_dispersion = spec.quasi || matches!(spec.family, Family::NegativeBinomial(_));
+        if working_dispersion && df_residual > 0.0 {
             // R's dispersion: its working weights (of the last iteration)
             // times the squared working residuals, one more round.
             let pearson = robust::working_pearson(ctx, &input).await?;

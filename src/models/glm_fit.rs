@@ -75,7 +75,7 @@ impl GlmFit {
         if self.quasi {
             format!("quasi{}", self.family.name())
         } else {
-            self.family.name().to_string()
+            self.family.r_name()
         }
     }
 
@@ -91,7 +91,7 @@ impl GlmFit {
     /// Parameters counted by AIC/BIC: coefficients, plus the dispersion
     /// where the family estimates one (R's `logLik.glm`).
     fn parameters(&self) -> f64 {
-        self.rank as f64 + f64::from(u8::from(self.family.estimates_dispersion()))
+        self.rank as f64 + f64::from(u8::from(self.family.counts_dispersion()))
     }
 
     pub(crate) fn aic(&self) -> f64 {
@@ -159,7 +159,7 @@ impl GlmFit {
 /// The log-likelihood at the fit, as R's family `aic` functions define it.
 pub(super) fn log_likelihood(family: Family, s: &IrlsSums) -> f64 {
     match family {
-        Family::Binomial | Family::Poisson => s.log_pmf,
+        Family::Binomial | Family::Poisson | Family::NegativeBinomial(_) => s.log_pmf,
         // R: n (log(2π dev / n) + 1) + 2 is the gaussian aic term.
         Family::Gaussian => {
             -0.5 * s.n * ((2.0 * std::f64::consts::PI * s.deviance / s.n).ln() + 1.0)

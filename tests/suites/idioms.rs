@@ -210,6 +210,11 @@ async fn formula_idioms_equal_r() {
             "quasipoisson",
         ),
         ("quasibinomial", "responded ~ sex + age", "quasibinomial"),
+        (
+            "negbin_theta2",
+            "events ~ treatment + age + offset(log(followup))",
+            "negative.binomial(2)",
+        ),
     ];
     for (name, formula, family) in fits {
         let args = format!("'idioms', '{formula}', '{family}', 'names=r'");

@@ -22,7 +22,7 @@ use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatility};
 
-use crate::family::{Family, Link, parse_family};
+use crate::family::{Family, Link, family_from_config};
 use crate::flat_state;
 use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 
@@ -67,9 +67,8 @@ impl SandwichConfig {
     /// The config string the aggregate reads (floats round-trip exactly).
     pub fn encode(&self) -> String {
         let mut s = format!(
-            "family={};link={};beta={}",
-            self.family.name(),
-            self.link.name(),
+            "{};beta={}",
+            self.family.config_entries(self.link),
             joined(&self.beta)
         );
         if let Some(w) = &self.beta_w {
@@ -83,8 +82,8 @@ impl SandwichConfig {
 
     /// Reads a config string.
     pub fn decode(text: &str) -> std::result::Result<Self, String> {
-        let (mut family, mut link, mut beta, mut beta_w, mut bread, mut power) =
-            (None, None, None, None, None, 0u8);
+        let (mut family, mut link, mut theta, mut beta, mut beta_w, mut bread, mut power) =
+            (None, None, None, None, None, None, 0u8);
         for part in text.split(';').filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
@@ -92,6 +91,7 @@ impl SandwichConfig {
             match key {
                 "family" => family = Some(value.to_string()),
                 "link" => link = Some(value.to_string()),
+                "theta" => theta = Some(value.to_string()),
                 "beta" => beta = Some(numbers(value, "coefficient")?),
                 "beta_w" => beta_w = Some(numbers(value, "coefficient")?),
                 "bread" => bread = Some(numbers(value, "bread entry")?),
@@ -106,12 +106,7 @@ impl SandwichConfig {
                 other => return Err(format!("unknown config key `{other}`")),
             }
         }
-        let family = family.ok_or("config needs family=")?;
-        let spec = match link {
-            Some(link) => format!("{family}({link})"),
-            None => family,
-        };
-        let (family, link) = parse_family(&spec)?;
+        let (family, link) = family_from_config(family, link, theta)?;
         Ok(Self {
             family,
             link,

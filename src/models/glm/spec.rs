@@ -99,16 +99,27 @@ fn quasi_family(text: &str) -> (bool, &str) {
 /// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
 /// weights as `weights = col`.
 pub(super) fn r_call(args: &[String], spec: &GlmSpec) -> String {
-    let name = if spec.quasi {
-        format!("quasi{}", spec.family.name())
-    } else {
-        spec.family.name().to_string()
+    let name = match spec.family {
+        _ if spec.quasi => format!("quasi{}", spec.family.name()),
+        Family::NegativeBinomial(theta) => {
+            return call_with_family(
+                args,
+                spec,
+                format!("negative.binomial({:?})", theta.value()),
+            );
+        }
+        _ => spec.family.name().to_string(),
     };
     let family = if spec.link == spec.family.default_link() {
         name
     } else {
         format!("{name}(link = \"{}\")", spec.link.name())
     };
+    call_with_family(args, spec, family)
+}
+
+/// R's call with the family as R writes it.
+fn call_with_family(args: &[String], spec: &GlmSpec, family: String) -> String {
     let mut middle = vec![format!("family = {family}")];
     if let Some(weights) = &spec.weights {
         middle.push(format!("weights = {weights}"));

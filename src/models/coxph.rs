@@ -228,9 +228,8 @@ impl TableFunctionImpl for CoxFunction {
                     );
                 }
                 ctx.notice(format!(
-                    "coxph: stratified by site: {} strata (each site's rows form their own risk sets{}; R: coxph(... + strata(site))); 'strata=none' (a pooled fit) is refused: it would release event times",
-                    fit.strata,
-                    if spec.strata.is_empty() { String::new() } else { format!(", split by strata({})", spec.strata.join(", ")) }
+                    "coxph: stratified by site: {} strata (R: coxph(... + strata(site)))",
+                    fit.strata
                 ));
                 if output == CoxOutput::Coefficients {
                     ctx.push_summary(fit.printed_summary(call.clone()));

@@ -619,13 +619,12 @@ fn fit_model<'a>(
             // R's dispersion: its working weights (of the last iteration)
             // times the squared working residuals, one more round.
             let pearson = robust::working_pearson(ctx, &input).await?;
-            for j in 0..k {
-                std_error[j] =
-                    std_error[j].map(|s| s * (pearson / df_residual / dispersion).sqrt());
-                for l in 0..k {
-                    covariance[j][l] =
-                        covariance[j][l].map(|c| c * pearson / df_residual / dispersion);
-                }
+            let ratio = pearson / df_residual / dispersion;
+            for se in std_error.iter_mut() {
+                *se = se.map(|s| s * ratio.sqrt());
+            }
+            for c in covariance.iter_mut().flatten() {
+                *c = c.map(|c| c * ratio);
             }
             dispersion = pearson / df_residual;
         }

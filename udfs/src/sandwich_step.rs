@@ -202,7 +202,7 @@ impl SandwichSums {
                 }
             };
             let variance_w = family.variance(mu_w);
-            if mu_eta == 0.0 || mu_eta_w == 0.0 || !(variance_w > 0.0) {
+            if mu_eta == 0.0 || mu_eta_w == 0.0 || variance_w.is_nan() || variance_w <= 0.0 {
                 continue;
             }
             let working = prior * mu_eta_w * mu_eta_w / variance_w;

@@ -36,9 +36,7 @@ mod random;
 
 pub(crate) use arithmetic::quote_ident;
 pub(crate) use design::{DesignColumn, Levels, design_columns, level_label};
-#[cfg(test)]
-use parse::Variable;
-pub(crate) use parse::{Formula, Response, Term, missing_column};
+pub(crate) use parse::{Formula, Response, Term, Variable, missing_column};
 pub(crate) use random::split_random_terms;
 
 #[cfg(test)]

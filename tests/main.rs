@@ -44,6 +44,8 @@ mod glm;
 mod golden;
 #[path = "suites/heterogeneity.rs"]
 mod heterogeneity;
+#[path = "suites/idioms.rs"]
+mod idioms;
 #[path = "suites/lm.rs"]
 mod lm;
 #[path = "suites/missing_values.rs"]

@@ -15,6 +15,8 @@ use super::parse::{Formula, Variable, is_factor, missing_column};
 pub(crate) struct DesignColumn {
     pub name: String,
     pub sql: String,
+    /// The name R gives the column (`treatmentdrugB`, `age:sexM`), for `names=r`.
+    pub r_name: String,
 }
 
 /// The levels of each factor, sorted, NULL excluded.
@@ -29,8 +31,8 @@ pub(crate) fn design_columns(
     let mut columns = Vec::new();
     let mut full_coding_used = false;
     for term in &formula.terms {
-        // Each variable's coding: (name part, sql) alternatives.
-        let mut codings: Vec<Vec<(String, String)>> = Vec::new();
+        // Each variable's coding: (name part, R's name part, sql) alternatives.
+        let mut codings: Vec<Vec<(String, String, String)>> = Vec::new();
         for v in &term.variables {
             if let Some(transform) = &v.transform {
                 for column in &transform.columns {
@@ -45,7 +47,11 @@ pub(crate) fn design_columns(
                         )));
                     }
                 }
-                codings.push(vec![(v.column.clone(), transform.sql.clone())]);
+                codings.push(vec![(
+                    v.column.clone(),
+                    v.column.clone(),
+                    transform.sql.clone(),
+                )]);
                 continue;
             }
             let is_factor = is_factor(v, schema)?;
@@ -63,7 +69,7 @@ pub(crate) fn design_columns(
                 // level (R's and patsy's full-rank coding); else drop the reference.
                 let full = !formula.intercept && term.variables.len() == 1 && !full_coding_used;
                 full_coding_used |= full;
-                let coded: Vec<(String, String)> = values
+                let coded: Vec<(String, String, String)> = values
                     .iter()
                     .skip(usize::from(!full))
                     .map(|level| {
@@ -75,6 +81,7 @@ pub(crate) fn design_columns(
                         };
                         (
                             name,
+                            format!("{}{}", v.r_name(), r_level_label(level)),
                             format!(
                                 "CAST(({} = {}) AS DOUBLE)",
                                 quote_ident(&v.column),
@@ -86,6 +93,7 @@ pub(crate) fn design_columns(
                 codings.push(coded);
             } else if field.data_type().is_numeric() {
                 codings.push(vec![(
+                    v.column.clone(),
                     v.column.clone(),
                     format!("CAST({} AS DOUBLE)", quote_ident(&v.column)),
                 )]);
@@ -99,31 +107,32 @@ pub(crate) fn design_columns(
             }
         }
         // The product of the codings of the term's variables.
-        let mut product: Vec<(String, String)> = vec![(String::new(), String::new())];
+        let mut product: Vec<DesignColumn> = vec![DesignColumn {
+            name: String::new(),
+            sql: String::new(),
+            r_name: String::new(),
+        }];
         for coding in &codings {
             let mut next = Vec::new();
-            for (name, sql) in &product {
-                for (part_name, part_sql) in coding {
-                    let name = if name.is_empty() {
-                        part_name.clone()
-                    } else {
-                        format!("{name}:{part_name}")
+            for column in &product {
+                for (part_name, part_r_name, part_sql) in coding {
+                    let join = |a: &String, b: &String, by: &str| {
+                        if a.is_empty() {
+                            b.clone()
+                        } else {
+                            format!("{a}{by}{b}")
+                        }
                     };
-                    let sql = if sql.is_empty() {
-                        part_sql.clone()
-                    } else {
-                        format!("{sql} * {part_sql}")
-                    };
-                    next.push((name, sql));
+                    next.push(DesignColumn {
+                        name: join(&column.name, part_name, ":"),
+                        sql: join(&column.sql, part_sql, " * "),
+                        r_name: join(&column.r_name, part_r_name, ":"),
+                    });
                 }
             }
             product = next;
         }
-        columns.extend(
-            product
-                .into_iter()
-                .map(|(name, sql)| DesignColumn { name, sql }),
-        );
+        columns.extend(product);
     }
     Ok(columns)
 }
@@ -159,6 +168,16 @@ pub(crate) fn level_label(level: &ScalarValue) -> String {
         ScalarValue::Float64(Some(f)) => format!("{f:?}"),
         ScalarValue::Float32(Some(f)) => format!("{f:?}"),
         other => other.to_string(),
+    }
+}
+
+/// How a level shows in R's name of a column: `TRUE`, `2`, `drugB`.
+fn r_level_label(level: &ScalarValue) -> String {
+    match level {
+        ScalarValue::Boolean(Some(b)) => if *b { "TRUE" } else { "FALSE" }.to_string(),
+        ScalarValue::Float64(Some(f)) => f.to_string(),
+        ScalarValue::Float32(Some(f)) => f.to_string(),
+        other => level_label(other),
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Variable {
     pub reference: Option<String>,
     /// For a transform: the SQL computing it and the columns it reads.
     pub transform: Option<Transform>,
+    /// How R names the variable when it was written as one of R's calls
+    /// (`factor(x)`, `as.factor(x)`, `relevel(x, "b")`), for `names=r`.
+    pub written: Option<String>,
 }
 
 /// A numeric variable computed from columns: `I(...)`, `log(...)`, ...
@@ -48,6 +51,17 @@ impl Variable {
             forced_factor,
             reference: None,
             transform: None,
+            written: None,
+        }
+    }
+
+    /// The variable as R names it in a coefficient (`names=r`).
+    pub fn r_name(&self) -> String {
+        match (&self.written, &self.reference, self.forced_factor) {
+            (Some(written), _, _) => written.clone(),
+            (None, Some(level), _) => format!("C({}, Treatment(\"{level}\"))", self.column),
+            (None, None, true) => format!("C({})", self.column),
+            (None, None, false) => self.column.clone(),
         }
     }
 
@@ -97,7 +111,8 @@ pub struct Formula {
     pub response: Response,
     pub terms: Vec<Term>,
     pub intercept: bool,
-    pub offset: Option<String>,
+    /// `offset(...)`: a column or an expression of columns.
+    pub offset: Option<Variable>,
     /// Terms written with `-`, applied again when `.` is expanded.
     pub removed: Vec<Term>,
 }
@@ -134,9 +149,9 @@ impl Formula {
                 DOT if sign => formula.terms.push(Term {
                     variables: vec![Variable::column(DOT.into(), false)],
                 }),
-                _ if item.starts_with("offset(") => {
-                    let column = inner(item, "offset").map_err(err)?;
-                    if formula.offset.replace(column).is_some() {
+                _ if is_call(item, "offset") => {
+                    let offset = parse_offset(&inner(item, "offset").map_err(err)?).map_err(err)?;
+                    if formula.offset.replace(offset).is_some() {
                         return Err(err("give one offset(...)".into()));
                     }
                 }
@@ -183,7 +198,7 @@ impl Formula {
             }
         }
         if let Some(offset) = &self.offset {
-            add(offset);
+            offset.source_columns().iter().for_each(|c| add(c));
         }
         columns
     }
@@ -214,7 +229,7 @@ impl Formula {
                 failures,
             } => vec![successes.clone(), failures.clone()],
         };
-        named.extend(self.offset.iter().cloned());
+        named.extend(self.offset.iter().flat_map(Variable::source_columns));
         for term in &self.terms {
             if let [v] = term.variables.as_slice()
                 && v.transform.is_none()
@@ -282,10 +297,74 @@ fn parse_product(item: &str) -> Result<Vec<Term>, String> {
     Ok(terms)
 }
 
+/// The argument of `offset(...)`: a column, or an expression of columns
+/// (`offset(log(followup))`).
+fn parse_offset(text: &str) -> Result<Variable, String> {
+    if identifier(text).is_ok() {
+        return Ok(Variable::column(identifier(text)?, false));
+    }
+    let mut columns = Vec::new();
+    let sql = Arithmetic::new(text, &mut columns).parse()?;
+    if columns.is_empty() {
+        return Err(format!("`offset({text})` reads no column"));
+    }
+    Ok(Variable {
+        transform: Some(Transform { sql, columns }),
+        ..Variable::column(text.split_whitespace().collect::<Vec<_>>().join(" "), false)
+    })
+}
+
+/// R's factor calls: `factor(x)` and `as.factor(x)` (as `C(x)`), and
+/// `relevel(x, "ref")` (as `C(x, Treatment('ref'))`); `None` for other text.
+fn r_factor_call(text: &str) -> Option<Result<Variable, String>> {
+    let call = ["factor", "as.factor", "relevel"]
+        .into_iter()
+        .find(|f| is_call(text, f))?;
+    Some((|| {
+        let args = split_top(&inner(text, call)?, ',');
+        match (call, args.as_slice()) {
+            ("relevel", [column, reference]) => {
+                let column = identifier(column)?;
+                let reference = reference.trim();
+                let reference = reference
+                    .strip_prefix("ref")
+                    .and_then(|r| r.trim_start().strip_prefix('='))
+                    .unwrap_or(reference)
+                    .trim();
+                let level =
+                    treatment_reference(&format!("Treatment({reference})")).map_err(|_| {
+                        format!(
+                            "cannot read the level in `{text}`: write relevel(column, \"level\")"
+                        )
+                    })?;
+                Ok(Variable {
+                    reference: Some(level.clone()),
+                    written: Some(format!("relevel({column}, \"{level}\")")),
+                    ..Variable::column(column, true)
+                })
+            }
+            ("relevel", _) => Err(format!(
+                "cannot read `{text}`: write relevel(column, \"level\")"
+            )),
+            (_, [column]) => {
+                let column = identifier(column)?;
+                Ok(Variable {
+                    written: Some(format!("{call}({column})")),
+                    ..Variable::column(column, true)
+                })
+            }
+            _ => Err(format!("cannot read `{text}`: write {call}(column)")),
+        }
+    })())
+}
+
 fn parse_variable(text: &str) -> Result<Variable, String> {
     let text = text.trim();
     if text == DOT {
         return Err("`.` stands alone, as a term of its own (`y ~ . + z`, `y ~ . - x`)".into());
+    }
+    if let Some(variable) = r_factor_call(text) {
+        return variable;
     }
     if text.starts_with("C(") {
         let args = split_top(&inner(text, "C")?, ',');
@@ -387,7 +466,7 @@ fn identifier(text: &str) -> Result<String, String> {
         Err("a term is missing".into())
     } else {
         Err(format!(
-            "`{text}` is not a column name (supported: columns, C(col), C(col, Treatment('level')), I(expr), log(x), exp(x), sqrt(x), ., a:b, a*b, - 1, offset(col); for a power write I(x^2))"
+            "`{text}` is not a column name (supported: columns, C(col), C(col, Treatment('level')), factor(col), as.factor(col), relevel(col, \"level\"), I(expr), log(x), exp(x), sqrt(x), ., a:b, a*b, - 1, offset(expr); for a power write I(x^2))"
         ))
     }
 }

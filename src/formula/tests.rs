@@ -42,7 +42,7 @@ fn parses_counts_and_offset() {
             failures: "f".into()
         }
     );
-    assert_eq!(f.offset.as_deref(), Some("log_n"));
+    assert_eq!(f.offset.as_ref().map(|v| v.column.as_str()), Some("log_n"));
     assert_eq!(f.columns(), ["s", "f", "x", "log_n"]);
 }
 

@@ -46,9 +46,13 @@ use super::step_rounds::StepRounds;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, design_columns, missing_column, quote_ident};
+use crate::notices::printed_summary::{FitLines, ModelSummary, call_text};
 use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::options::Options;
+
+/// Why `strata=none` is refused.
+const POOLED_REFUSED: &str = "coxph 'strata=none': a pooled (unstratified) Cox fit needs, at every event time, the risk set over the union of the sites, so each event time would have to leave its site; fedsql fits each site as a stratum (R: coxph(Surv(time, event) ~ x + strata(site))), which is exact and releases no event time. For a pooled analysis on a time grid use kaplan_meier / logrank_test with 'breaks=...'";
 
 const USAGE: &str = "coxph('table or SELECT query', 'Surv(time, event) ~ x1 + C(g) [+ strata(s)]' [, 'ties=efron, max_iter=20, tolerance=1e-9, weights=col'])";
 
@@ -156,12 +160,17 @@ impl CoxSpec {
         let options = Options::parse(
             "coxph",
             args.get(2).map(String::as_str),
-            &["ties", "max_iter", "tolerance", "weights"],
+            &["ties", "max_iter", "tolerance", "weights", "strata"],
         )?;
         for option in &options {
             let value = &option.value;
             match option.key.as_str() {
                 "ties" => spec.ties = Ties::parse(value).map_err(FedError::InvalidArgument)?,
+                "strata" => {
+                    if option.choice(&["site", "none"])? == "none" {
+                        return Err(FedError::InvalidArgument(POOLED_REFUSED.into()));
+                    }
+                }
                 "max_iter" => spec.max_iter = option.unsigned()? as usize,
                 "tolerance" => {
                     spec.tolerance = option.number()?;
@@ -197,6 +206,7 @@ impl TableFunctionImpl for CoxFunction {
         let spec = CoxSpec::parse(&strings).map_err(|e| argument_error(name, e))?;
         let label = format!("{name}('{}', ties {})", spec.source.given, spec.ties.name());
         let output = self.output;
+        let call = call_text("coxph", &strings[1], &[], &strings[0]);
         let schema = match output {
             CoxOutput::Coefficients => coefficients_schema(),
             CoxOutput::Stats => stats_schema(),
@@ -207,7 +217,7 @@ impl TableFunctionImpl for CoxFunction {
             Rounds::Iterative,
             None,
             move |ctx, _| {
-                let spec = spec.clone();
+                let (spec, call) = (spec.clone(), call.clone());
                 async move {
                 let fit = fit(&ctx, &spec).await?;
                 if !fit.converged {
@@ -216,6 +226,13 @@ impl TableFunctionImpl for CoxFunction {
                             spec.max_iter
                         ),
                     );
+                }
+                ctx.notice(format!(
+                    "coxph: stratified by site: {} strata (R: coxph(... + strata(site)))",
+                    fit.strata
+                ));
+                if output == CoxOutput::Coefficients {
+                    ctx.push_summary(fit.printed_summary(call.clone()));
                 }
                 if fit.rows_dropped > 0 {
                     ctx.notice(format!(
@@ -289,9 +306,39 @@ pub(crate) struct CoxFit {
     pub ties: Ties,
     pub iterations: usize,
     pub converged: bool,
+    /// Strata with at least one event (sites, times their `strata()` levels).
+    pub strata: i64,
 }
 
 impl CoxFit {
+    /// R's `summary.coxph` lines: n, events, concordance and the three tests.
+    fn printed_summary(&self, call: String) -> ModelSummary {
+        let df = self.beta.iter().flatten().count();
+        let p = |statistic: f64| {
+            ChiSquared::new(df as f64)
+                .map(|c| c.sf(statistic))
+                .unwrap_or(f64::NAN)
+        };
+        let lr = 2.0 * (self.loglik - self.loglik_null);
+        ModelSummary {
+            call,
+            aliased: self.beta.iter().filter(|b| b.is_none()).count(),
+            rows_dropped: self.rows_dropped,
+            fit: FitLines::Cox {
+                n: self.n,
+                events: self.n_event,
+                strata: self.strata,
+                concordance: self.concordance,
+                df,
+                tests: [
+                    (lr, p(lr)),
+                    (self.wald, p(self.wald)),
+                    (self.score, p(self.score)),
+                ],
+            },
+        }
+    }
+
     fn coefficients(&self) -> Result<RecordBatch> {
         let table = coefficients_batch(&self.terms, &self.beta, &self.std_error, Reference::Z)?;
         let mut columns = table.columns().to_vec();
@@ -552,6 +599,7 @@ pub(crate) async fn fit(ctx: &FedContext, spec: &CoxSpec) -> Result<CoxFit> {
         ties: spec.ties,
         iterations,
         converged,
+        strata: last.strata_with_events as i64,
     })
 }
 

@@ -14,17 +14,37 @@ const LM_ARGUMENTS: &[(&str, &str)] = &[
     ),
     (
         "formula",
-        "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
+        "an R formula: `y ~ a + b`, factors `C(g)`, `factor(g)`, `relevel(g, \"ref\")`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`",
     ),
+    ("options", "optional `key=value, ...` (the options below)"),
+];
+
+/// The options of `lm`, `lm_stats` and `lm_vcov`.
+const LM_OPTIONS: &[DocOption] = &[
+    DocOption {
+        name: "se",
+        default: "classical",
+        meaning: "`HC0`, `HC1`, `HC2`, `HC3` (sandwich::vcovHC) or `cluster` (sandwich::vcovCL, HC1, clusters = sites unless `cluster=`)",
+    },
+    DocOption {
+        name: "cluster",
+        default: "the site",
+        meaning: "the column whose values are the clusters of `se=cluster` (alone, it implies it)",
+    },
+    DocOption {
+        name: "names",
+        default: "patsy",
+        meaning: "`r`: terms named as R names them (`sexM`, `age:sexM`)",
+    },
 ];
 
 /// The documentation of `lm`.
 pub(crate) const LM_DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Models,
     description: "Linear regression by least squares, R's `lm`: one row per term with its estimate and inference.",
-    syntax: "lm(source, formula)",
+    syntax: "lm(source, formula [, options])",
     arguments: LM_ARGUMENTS,
-    options: &[],
+    options: LM_OPTIONS,
     returns: "one row per term: `term, estimate, std_error, statistic` (t), `p_value, conf_low, conf_high` (95%); an aliased term has a NULL estimate",
     releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
     example: "SELECT * FROM lm('clinic', 'systolic ~ age + bmi + smoker')",
@@ -34,9 +54,9 @@ pub(crate) const LM_DOC: FunctionDoc = FunctionDoc {
 pub(crate) const LM_STATS_DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Models,
     description: "The fit statistics of a linear regression, R's `summary(lm(...))`: one row.",
-    syntax: "lm_stats(source, formula)",
+    syntax: "lm_stats(source, formula [, options])",
     arguments: LM_ARGUMENTS,
-    options: &[],
+    options: LM_OPTIONS,
     returns: "one row: `nobs, df_model, df_residual, r_squared, adj_r_squared, sigma, f_statistic, f_p_value, log_likelihood, aic, bic, rows_dropped`",
     releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
     example: "SELECT * FROM lm_stats('clinic', 'systolic ~ age + bmi + smoker')",
@@ -46,9 +66,9 @@ pub(crate) const LM_STATS_DOC: FunctionDoc = FunctionDoc {
 pub(crate) const LM_VCOV_DOC: FunctionDoc = FunctionDoc {
     family: FunctionFamily::Models,
     description: "The covariance matrix of a linear regression's estimates, R's `vcov(lm(...))`, in long form.",
-    syntax: "lm_vcov(source, formula)",
+    syntax: "lm_vcov(source, formula [, options])",
     arguments: LM_ARGUMENTS,
-    options: &[],
+    options: LM_OPTIONS,
     returns: "one row per pair of terms: `term1, term2, covariance` (NULL for an aliased term); the REPL's table format shows it as a matrix",
     releases: "one `centered_moments(y, x1, ..., xk)` state: n, k + 1 means and the (k + 1)² centred cross products, whatever its rows; with factors, a `GROUP BY` round of their levels first.",
     example: "SELECT * FROM lm_vcov('clinic', 'systolic ~ age + bmi')",
@@ -63,11 +83,11 @@ const GLM_ARGUMENTS: &[(&str, &str)] = &[
     ),
     (
         "formula",
-        "an R formula: `y ~ a + b`, factors `C(g)`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `cbind(successes, failures)` responses and `offset(col)`",
+        "an R formula: `y ~ a + b`, factors `C(g)`, `factor(g)`, `relevel(g, \"ref\")`, interactions `a:b`, `a*b`, `- 1`, `I(...)`, `log(x)`, `y ~ .`; `cbind(successes, failures)`, logical and text binomial responses, `offset(expr)`",
     ),
     (
         "family",
-        "`gaussian`, `binomial`, `poisson`, `gamma` or `inverse_gaussian`, optionally with a link: `gamma(log)`",
+        "`gaussian`, `binomial`, `poisson`, `gamma`, `inverse_gaussian`, `quasibinomial`, `quasipoisson` or `negative.binomial(theta)`, optionally with a link: `gamma(log)`",
     ),
     ("options", "optional `key=value, ...` (the options below)"),
 ];
@@ -88,6 +108,21 @@ const GLM_OPTIONS: &[DocOption] = &[
         name: "weights",
         default: "none",
         meaning: "a column of prior weights",
+    },
+    DocOption {
+        name: "se",
+        default: "classical",
+        meaning: "`HC0`, `HC1`, `HC2`, `HC3` (sandwich::vcovHC) or `cluster` (sandwich::vcovCL, HC0, clusters = sites unless `cluster=`)",
+    },
+    DocOption {
+        name: "cluster",
+        default: "the site",
+        meaning: "the column whose values are the clusters of `se=cluster` (alone, it implies it)",
+    },
+    DocOption {
+        name: "names",
+        default: "patsy",
+        meaning: "`r`: terms named as R names them (`sexM`, `age:sexM`)",
     },
 ];
 
@@ -486,6 +521,11 @@ const COXPH_OPTIONS: &[DocOption] = &[
         name: "weights",
         default: "none",
         meaning: "a column of case weights",
+    },
+    DocOption {
+        name: "strata",
+        default: "site",
+        meaning: "`site`: each site is a stratum (the only fit); `none` (a pooled fit) is refused, as it would release event times",
     },
 ];
 

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::{Float64Type, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::family::Family;
 use fedsql_udfs::irls_step::{IrlsConfig, IrlsSums, NullMean};
@@ -48,6 +48,7 @@ use crate::coordinator::context::FedContext;
 use crate::coordinator::fit_table::Program;
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response, design_columns};
+use crate::models::robust::{self, Covariance, SandwichInput};
 use crate::models::step_rounds::StepRounds;
 use crate::notices::Progress;
 use crate::table_function::arguments::argument_error;
@@ -111,6 +112,12 @@ impl TableFunctionImpl for GlmFunction {
                 let (spec, call) = (spec.clone(), call.clone());
                 Box::pin(async move {
                     let fit = fit(&ctx, &spec, progress.as_deref()).await?;
+                    if spec.covariance != Covariance::Classical {
+                        ctx.notice(format!(
+                            "Standard errors: {}",
+                            spec.covariance.described(false)
+                        ));
+                    }
                     if output == GlmOutput::Coefficients {
                         // R's summary() lines, which the REPL prints around the table.
                         ctx.push_summary(fit.printed_summary(call));
@@ -141,7 +148,45 @@ struct Design {
 async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
     let schema = spec.source.schema(ctx).await?;
     let numeric = |column: &str, role: &str| numeric_argument(&schema, column, role);
+    let mut factors = spec.formula.factors(&schema)?;
+    let text_response = match &spec.formula.response {
+        Response::Column(y) if spec.family == Family::Binomial => {
+            let t = schema
+                .field_with_name(y)
+                .map_err(|_| crate::formula::missing_column(y, &schema))?
+                .data_type();
+            let text = matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+            if text && !factors.contains(y) {
+                factors.push(y.clone());
+            }
+            (text || *t == DataType::Boolean).then_some((y.clone(), text))
+        }
+        _ => None,
+    };
+    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
     let (y, trials) = match &spec.formula.response {
+        // As R: a logical response is TRUE for a success; of a text
+        // (factor) response the first level, sorted, is failure and every
+        // other level success.
+        Response::Column(_) if text_response.is_some() => {
+            let (y, text) = text_response.expect("some");
+            let quoted = crate::formula::quote_ident(&y);
+            let sql = if text {
+                let first = levels
+                    .iter()
+                    .find(|(c, _)| *c == y)
+                    .and_then(|(_, l)| l.first())
+                    .map(crate::formula::level_label)
+                    .unwrap_or_default();
+                format!(
+                    "CASE WHEN {quoted} IS NULL THEN NULL WHEN {quoted} = '{}' THEN 0.0 ELSE 1.0 END",
+                    first.replace('\'', "''")
+                )
+            } else {
+                format!("CAST({quoted} AS DOUBLE)")
+            };
+            (sql, "1.0".to_string())
+        }
         Response::Column(y) => (numeric(y, "response")?, "1.0".to_string()),
         Response::Counts {
             successes,
@@ -155,15 +200,13 @@ async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
         }
     };
     let offset = match &spec.formula.offset {
-        Some(column) => numeric(column, "offset")?,
+        Some(v) => super::source::offset_sql(&schema, v)?,
         None => "0.0".into(),
     };
     let weight = match &spec.weights {
         Some(column) => numeric(column, "weights column")?,
         None => "1.0".into(),
     };
-    let factors = spec.formula.factors(&schema)?;
-    let levels = learn_levels(ctx, &spec.source, &spec.formula, &factors).await?;
     let columns = design_columns(&spec.formula, &schema, &levels)?;
     let mut names = Vec::new();
     let mut arguments = vec![y, trials, offset, weight];
@@ -172,7 +215,7 @@ async fn design(ctx: &FedContext, spec: &GlmSpec) -> Result<Design> {
         arguments.push("1.0".into());
     }
     for c in columns {
-        names.push(c.name);
+        names.push(if spec.r_names { c.r_name } else { c.name });
         arguments.push(c.sql);
     }
     Ok(Design { arguments, names })
@@ -535,7 +578,7 @@ fn fit_model<'a>(
         let nobs = last.n;
         let rank = kept.len();
         let df_residual = nobs - rank as f64;
-        let dispersion = if spec.family.estimates_dispersion() {
+        let mut dispersion = if spec.quasi || spec.family.estimates_dispersion() {
             if df_residual > 0.0 {
                 last.pearson / df_residual
             } else {
@@ -557,6 +600,43 @@ fn fit_model<'a>(
                 covariance[j][l] = Some(dispersion * inverse[(i, a)]);
             }
         }
+        let input = SandwichInput {
+            source: &spec.source,
+            family: spec.family,
+            link: spec.link,
+            leading: design.arguments[..4].to_vec(),
+            columns: kept
+                .iter()
+                .map(|&j| design.arguments[4 + j].clone())
+                .collect(),
+            beta: kept.iter().map(|&j| beta[j]).collect(),
+            beta_w: previous.map(|p| kept.iter().map(|&j| p[j]).collect()),
+            nobs,
+            lm: false,
+        };
+        let working_dispersion = spec.quasi || matches!(spec.family, Family::NegativeBinomial(_));
+        if working_dispersion && df_residual > 0.0 {
+            // R's dispersion: its working weights (of the last iteration)
+            // times the squared working residuals, one more round.
+            let pearson = robust::working_pearson(ctx, &input).await?;
+            let ratio = pearson / df_residual / dispersion;
+            for se in std_error.iter_mut() {
+                *se = se.map(|s| s * ratio.sqrt());
+            }
+            for c in covariance.iter_mut().flatten() {
+                *c = c.map(|c| c * ratio);
+            }
+            dispersion = pearson / df_residual;
+        }
+        if spec.covariance != Covariance::Classical {
+            let robust = robust::covariance(ctx, &input, &spec.covariance).await?;
+            let mut slots = vec![None; k];
+            kept.iter()
+                .enumerate()
+                .for_each(|(i, &j)| slots[j] = Some(i));
+            covariance = robust::spread(&robust, &slots);
+            std_error = (0..k).map(|j| covariance[j][j].map(f64::sqrt)).collect();
+        }
         let null_deviance = match null_mu {
             NullMean::None if !with_null => f64::NAN,
             NullMean::None => {
@@ -574,6 +654,7 @@ fn fit_model<'a>(
                         terms: Vec::new(),
                         ..spec.formula.clone()
                     },
+                    covariance: Covariance::Classical,
                     ..spec.clone()
                 };
                 fit_model(ctx, &null_spec, None, false, last_round)
@@ -584,6 +665,7 @@ fn fit_model<'a>(
         };
         Ok(GlmFit {
             family: spec.family,
+            quasi: spec.quasi,
             link: spec.link,
             terms: design.names,
             estimate,
@@ -595,7 +677,12 @@ fn fit_model<'a>(
             deviance: last.deviance,
             null_deviance,
             dispersion,
-            log_likelihood: log_likelihood(spec.family, &last),
+            // A quasi family has no likelihood (R: AIC is NA).
+            log_likelihood: if spec.quasi {
+                f64::NAN
+            } else {
+                log_likelihood(spec.family, &last)
+            },
             iterations,
             converged,
             warnings,

@@ -42,6 +42,9 @@ pub(crate) fn stats_schema() -> SchemaRef {
 #[derive(Debug, Clone)]
 pub(crate) struct GlmFit {
     pub family: Family,
+    /// A quasi family (`quasibinomial`, `quasipoisson`): the dispersion
+    /// is estimated and there is no likelihood.
+    pub quasi: bool,
     pub link: Link,
     pub terms: Vec<String>,
     pub estimate: Vec<Option<f64>>,
@@ -67,6 +70,20 @@ impl GlmFit {
         self.nobs - self.rank as i64
     }
 
+    /// R's name of the family (`quasipoisson` for a quasi family).
+    pub(crate) fn family_name(&self) -> String {
+        if self.quasi {
+            format!("quasi{}", self.family.name())
+        } else {
+            self.family.r_name()
+        }
+    }
+
+    /// Whether the dispersion is estimated (t statistics) rather than 1.
+    pub(crate) fn estimates_dispersion(&self) -> bool {
+        self.quasi || self.family.estimates_dispersion()
+    }
+
     pub(crate) fn df_null(&self) -> i64 {
         self.nobs - i64::from(self.intercept)
     }
@@ -74,7 +91,7 @@ impl GlmFit {
     /// Parameters counted by AIC/BIC: coefficients, plus the dispersion
     /// where the family estimates one (R's `logLik.glm`).
     fn parameters(&self) -> f64 {
-        self.rank as f64 + f64::from(u8::from(self.family.estimates_dispersion()))
+        self.rank as f64 + f64::from(u8::from(self.family.counts_dispersion()))
     }
 
     pub(crate) fn aic(&self) -> f64 {
@@ -92,8 +109,8 @@ impl GlmFit {
             aliased: self.estimate.iter().filter(|e| e.is_none()).count(),
             rows_dropped: self.rows_dropped,
             fit: FitLines::Glm {
-                family: self.family.name().to_string(),
-                estimated_dispersion: self.family.estimates_dispersion(),
+                family: self.family_name(),
+                estimated_dispersion: self.estimates_dispersion(),
                 dispersion: self.dispersion,
                 null_deviance: self.null_deviance,
                 df_null: self.df_null(),
@@ -107,7 +124,7 @@ impl GlmFit {
 
     /// One row per term.
     pub(crate) fn coefficients(&self) -> Result<RecordBatch> {
-        let reference = if self.family.estimates_dispersion() {
+        let reference = if self.estimates_dispersion() {
             Reference::T(self.df_residual() as f64)
         } else {
             Reference::Z
@@ -120,7 +137,7 @@ impl GlmFit {
         let float = |v: f64| Arc::new(Float64Array::from(vec![v])) as ArrayRef;
         let int = |v: i64| Arc::new(Int64Array::from(vec![v])) as ArrayRef;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(vec![self.family.name()])),
+            Arc::new(StringArray::from(vec![self.family_name()])),
             Arc::new(StringArray::from(vec![self.link.name()])),
             int(self.nobs),
             int(self.rows_dropped),
@@ -142,7 +159,7 @@ impl GlmFit {
 /// The log-likelihood at the fit, as R's family `aic` functions define it.
 pub(super) fn log_likelihood(family: Family, s: &IrlsSums) -> f64 {
     match family {
-        Family::Binomial | Family::Poisson => s.log_pmf,
+        Family::Binomial | Family::Poisson | Family::NegativeBinomial(_) => s.log_pmf,
         // R: n (log(2π dev / n) + 1) + 2 is the gaussian aic term.
         Family::Gaussian => {
             -0.5 * s.n * ((2.0 * std::f64::consts::PI * s.deviance / s.n).ln() + 1.0)

@@ -22,7 +22,10 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use fedsql_udfs::distribution::f_sf;
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 
+use fedsql_udfs::family::{Family, Link};
+
 use super::inference::{self, Reference, coefficients_schema};
+use super::robust::{self, Covariance, SandwichInput};
 use super::source::{ModelSource, complete_cases, learn_levels, levels_sql, string_arguments};
 use crate::coordinator::context::FedContext;
 use crate::coordinator::fit_table::Program;
@@ -33,9 +36,36 @@ use crate::formula::{
 use crate::notices::printed_summary::{FitLines, ModelSummary, call_text};
 use crate::table_function::arguments::{argument_error, invalid_argument};
 use crate::table_function::deferred::{Rounds, deferred_table};
+use crate::table_function::options::Options;
 use crate::table_function::rounds::explain_step;
 
-const USAGE: &str = "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)')";
+const USAGE: &str =
+    "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)' [, 'se=HC3, cluster=col'])";
+
+/// The options `lm` takes.
+const OPTIONS: &[&str] = &["se", "cluster", "names"];
+
+/// The options of an `lm` call.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LmOptions {
+    /// Model-based or robust standard errors.
+    pub covariance: Covariance,
+    /// Terms named as R names them (`names=r`).
+    pub r_names: bool,
+}
+
+impl LmOptions {
+    fn parse(text: Option<&str>) -> Result<Self> {
+        let options = Options::parse("lm", text, OPTIONS)?;
+        Ok(Self {
+            covariance: Covariance::from_options(&options)?,
+            r_names: match options.get("names") {
+                Some(o) => o.choice(&["r", "patsy"])? == "r",
+                None => false,
+            },
+        })
+    }
+}
 
 /// Which table a call returns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,13 +91,15 @@ impl TableFunctionImpl for LmFunction {
     ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
         let name = self.name();
         let strings = string_arguments(name, USAGE, args.exprs(), 2)?;
-        if strings.len() > 2 {
+        if strings.len() > 3 {
             return Err(invalid_argument(
                 name,
-                format!("{name} takes 2 arguments; usage: {USAGE}"),
+                format!("{name} takes 2 or 3 arguments; usage: {USAGE}"),
             ));
         }
         let formula = Formula::parse(&strings[1]).map_err(|e| argument_error(name, e))?;
+        let options = LmOptions::parse(strings.get(2).map(String::as_str))
+            .map_err(|e| argument_error(name, e))?;
         if formula.offset.is_some() || matches!(formula.response, Response::Counts { .. }) {
             return Err(invalid_argument(
                 name,
@@ -90,8 +122,9 @@ impl TableFunctionImpl for LmFunction {
             Some(program),
             move |ctx, _| {
                 let (source, formula, call) = (source.clone(), formula.clone(), call.clone());
+                let options = options.clone();
                 Box::pin(async move {
-                    let fit = fit(&ctx, &source, &formula).await?;
+                    let fit = fit(&ctx, &source, &formula, &options).await?;
                     match output {
                         LmOutput::Coefficients => {
                             // R's summary() lines, which the REPL prints around the table.
@@ -176,6 +209,7 @@ pub(crate) async fn fit(
     ctx: &FedContext,
     source: &ModelSource,
     formula: &Formula,
+    options: &LmOptions,
 ) -> Result<LmFit> {
     let schema = source.schema(ctx).await?;
     let Response::Column(y) = &formula.response else {
@@ -212,12 +246,74 @@ pub(crate) async fn fit(
             source.given
         )));
     }
-    let names: Vec<String> = design.iter().map(|c| c.name.clone()).collect();
-    let ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::InvalidArgument)?;
+    let names: Vec<String> = design
+        .iter()
+        .map(|c| {
+            if options.r_names {
+                c.r_name.clone()
+            } else {
+                c.name.clone()
+            }
+        })
+        .collect();
+    let mut ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::InvalidArgument)?;
+    if options.covariance != Covariance::Classical {
+        robust_errors(ctx, source, y, &design, &mut ols, &options.covariance).await?;
+        ctx.notice(format!(
+            "Standard errors: {}",
+            options.covariance.described(true)
+        ));
+    }
     Ok(LmFit {
         ols,
         rows_dropped: total - state.n as i64,
     })
+}
+
+/// Replaces the fit's covariance and standard errors by robust ones.
+async fn robust_errors(
+    ctx: &FedContext,
+    source: &ModelSource,
+    y: &str,
+    design: &[DesignColumn],
+    ols: &mut OlsFit,
+    covariance: &Covariance,
+) -> Result<()> {
+    let mut sql: Vec<String> = Vec::new();
+    if ols.intercept {
+        sql.push("1.0".into());
+    }
+    sql.extend(design.iter().map(|c| c.sql.clone()));
+    let (mut columns, mut beta, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+    for (column, estimate) in sql.into_iter().zip(&ols.estimate) {
+        slots.push(estimate.map(|_| columns.len()));
+        if let Some(b) = estimate {
+            columns.push(column);
+            beta.push(*b);
+        }
+    }
+    let input = SandwichInput {
+        source,
+        family: Family::Gaussian,
+        link: Link::Identity,
+        leading: vec![
+            format!("CAST({} AS DOUBLE)", quote_ident(y)),
+            "1.0".into(),
+            "0.0".into(),
+            "1.0".into(),
+        ],
+        columns,
+        beta,
+        beta_w: None,
+        nobs: ols.nobs as f64,
+        lm: true,
+    };
+    let matrix = robust::covariance(ctx, &input, covariance).await?;
+    ols.covariance = robust::spread(&matrix, &slots);
+    ols.std_error = (0..slots.len())
+        .map(|j| ols.covariance[j][j].map(f64::sqrt))
+        .collect();
+    Ok(())
 }
 
 /// The query of the co-moments round and the design columns (after the

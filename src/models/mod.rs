@@ -15,6 +15,7 @@ pub(crate) mod lmm;
 pub(crate) mod meta;
 pub(crate) mod optimizer;
 pub(crate) mod pca;
+pub(crate) mod robust;
 pub(crate) mod source;
 pub(crate) mod step_rounds;
 pub(crate) mod survival;

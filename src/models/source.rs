@@ -81,6 +81,20 @@ pub(crate) fn numeric_argument(schema: &Schema, column: &str, role: &str) -> Res
     Ok(format!("CAST({} AS DOUBLE)", quote_ident(column)))
 }
 
+/// The SQL of a formula's `offset(...)`: a numeric column, or an
+/// expression of numeric columns (`offset(log(followup))`).
+pub(crate) fn offset_sql(schema: &Schema, offset: &crate::formula::Variable) -> Result<String> {
+    match &offset.transform {
+        Some(t) => {
+            for column in &t.columns {
+                numeric_argument(schema, column, "offset column")?;
+            }
+            Ok(t.sql.clone())
+        }
+        None => numeric_argument(schema, &offset.column, "offset"),
+    }
+}
+
 /// `"a" IS NOT NULL AND "b" IS NOT NULL ...`: the rows a fit uses.
 pub(crate) fn complete_cases(columns: &[String]) -> String {
     columns

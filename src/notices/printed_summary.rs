@@ -62,6 +62,17 @@ pub enum FitLines {
     /// meta-analysis: metafor's `summary(rma)` and a forest plot per term;
     /// a mixed model: `summary(lmer)`).
     Printed(String),
+    /// `coxph`: R's `summary.coxph` footer, and the strata by site.
+    Cox {
+        n: i64,
+        events: i64,
+        /// Strata with events (each site is one, or more with `strata()`).
+        strata: i64,
+        concordance: f64,
+        df: usize,
+        /// (statistic, p-value) of the likelihood ratio, Wald and score tests.
+        tests: [(f64, f64); 3],
+    },
 }
 
 impl ModelSummary {
@@ -161,6 +172,32 @@ impl ModelSummary {
                 ));
             }
             FitLines::Printed(text) => out.push_str(text),
+            FitLines::Cox {
+                n,
+                events,
+                strata,
+                concordance,
+                df,
+                tests,
+            } => {
+                out.push_str(&format!("n= {n}, number of events= {events} \n"));
+                out.push_str(deleted.as_deref().unwrap_or(""));
+                out.push_str(&format!("Stratified by site: {strata} strata\n\n"));
+                let round = |x: f64, d: i32| (x * 10f64.powi(d)).round() / 10f64.powi(d);
+                out.push_str(&format!("Concordance= {}\n", round(*concordance, 3)));
+                let names = [
+                    "Likelihood ratio test= ",
+                    "Wald test            = ",
+                    "Score (logrank) test = ",
+                ];
+                for (name, (statistic, p)) in names.iter().zip(tests) {
+                    out.push_str(&format!(
+                        "{name}{}  on {df} df,   p={}\n",
+                        round(*statistic, 2),
+                        format_pval(*p, 3)
+                    ));
+                }
+            }
         }
         out
     }

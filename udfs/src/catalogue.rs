@@ -323,6 +323,11 @@ pub const AGGREGATES: &[Aggregate] = &[
         .model(5)
         .shares_constants()
         .doc(&crate::irls_step::DOC),
+    // config, y, trials, offset, weight, x... (robust standard errors)
+    Aggregate::adding("sandwich_step")
+        .model(5)
+        .shares_constants()
+        .doc(&crate::sandwich_step::DOC),
     // config, y, offset, x...
     Aggregate::adding("sgd_gradient")
         .model(3)

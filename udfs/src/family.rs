@@ -21,6 +21,25 @@ pub enum Family {
     Poisson,
     Gamma,
     InverseGaussian,
+    /// MASS's `negative.binomial(theta)`: V(μ) = μ + μ²/θ, θ known.
+    NegativeBinomial(Theta),
+}
+
+/// The θ of a negative binomial family, held as its bits so that a family
+/// stays `Eq` and `Hash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Theta(u64);
+
+impl Theta {
+    /// A θ (positive and finite; [`parse_family`] checks it).
+    pub fn new(theta: f64) -> Self {
+        Self(theta.to_bits())
+    }
+
+    /// Its value.
+    pub fn value(self) -> f64 {
+        f64::from_bits(self.0)
+    }
 }
 
 /// A link function.
@@ -45,7 +64,29 @@ impl Family {
             Family::Poisson => "poisson",
             Family::Gamma => "Gamma",
             Family::InverseGaussian => "inverse.gaussian",
+            Family::NegativeBinomial(_) => "negative.binomial",
         }
+    }
+
+    /// The family as R's `family()$family` names it (`Negative
+    /// Binomial(2.5)`, θ rounded to 4 decimals as MASS prints it).
+    pub fn r_name(self) -> String {
+        match self {
+            Family::NegativeBinomial(t) => {
+                format!("Negative Binomial({})", (t.value() * 1e4).round() / 1e4)
+            }
+            other => other.name().to_string(),
+        }
+    }
+
+    /// The `family=...;link=...` entries of a round's config (with
+    /// `theta=` for the negative binomial); [`family_from_config`] reads them.
+    pub fn config_entries(self, link: Link) -> String {
+        let mut s = format!("family={};link={}", self.name(), link.name());
+        if let Family::NegativeBinomial(t) = self {
+            s.push_str(&format!(";theta={:?}", t.value()));
+        }
+        s
     }
 
     /// The canonical (default) link.
@@ -56,6 +97,7 @@ impl Family {
             Family::Poisson => Link::Log,
             Family::Gamma => Link::Inverse,
             Family::InverseGaussian => Link::InverseSquare,
+            Family::NegativeBinomial(_) => Link::Log,
         }
     }
 
@@ -72,11 +114,25 @@ impl Family {
                 Link::Inverse,
                 Link::Identity,
             ],
+            Family::NegativeBinomial(_) => &[Link::Log, Link::Sqrt, Link::Identity],
         }
     }
 
-    /// Whether the dispersion is estimated (t statistics) rather than 1 (z).
+    /// Whether the dispersion is estimated (t statistics) rather than 1
+    /// (z). R's `summary.glm` fixes it only for binomial and poisson, so a
+    /// `negative.binomial(θ)` fit estimates it too.
     pub fn estimates_dispersion(self) -> bool {
+        matches!(
+            self,
+            Family::Gaussian
+                | Family::Gamma
+                | Family::InverseGaussian
+                | Family::NegativeBinomial(_)
+        )
+    }
+
+    /// Whether R's `logLik.glm` counts the dispersion as a parameter.
+    pub fn counts_dispersion(self) -> bool {
         matches!(
             self,
             Family::Gaussian | Family::Gamma | Family::InverseGaussian
@@ -91,6 +147,7 @@ impl Family {
             Family::Poisson => mu,
             Family::Gamma => mu * mu,
             Family::InverseGaussian => mu * mu * mu,
+            Family::NegativeBinomial(t) => mu + mu * mu / t.value(),
         }
     }
 
@@ -106,6 +163,11 @@ impl Family {
                 -2.0 * w * (ratio.ln() - (y - mu) / mu)
             }
             Family::InverseGaussian => w * (y - mu) * (y - mu) / (y * mu * mu),
+            Family::NegativeBinomial(t) => {
+                let theta = t.value();
+                2.0 * w
+                    * (y * (y.max(1.0) / mu).ln() - (y + theta) * ((y + theta) / (mu + theta)).ln())
+            }
         }
     }
 
@@ -115,6 +177,7 @@ impl Family {
         match self {
             Family::Binomial => (w * y + 0.5) / (w + 1.0),
             Family::Poisson => y + 0.1,
+            Family::NegativeBinomial(_) => y + if y == 0.0 { 1.0 / 6.0 } else { 0.0 },
             Family::Gaussian | Family::Gamma | Family::InverseGaussian => y,
         }
     }
@@ -126,6 +189,9 @@ impl Family {
                 "binomial responses must be in [0, 1] (or counts given as cbind(successes, failures))",
             ),
             Family::Poisson if y < 0.0 => Some("poisson responses must be non-negative counts"),
+            Family::NegativeBinomial(_) if y < 0.0 => {
+                Some("negative binomial responses must be non-negative counts")
+            }
             Family::Gamma if y <= 0.0 => Some("Gamma responses must be positive"),
             Family::InverseGaussian if y <= 0.0 => {
                 Some("inverse.gaussian responses must be positive")
@@ -151,8 +217,11 @@ impl FromStr for Family {
             "poisson" => Ok(Family::Poisson),
             "gamma" => Ok(Family::Gamma),
             "inverse.gaussian" | "inversegaussian" => Ok(Family::InverseGaussian),
+            "negative.binomial" | "negbin" => Err(
+                "the negative binomial family needs θ: negative.binomial(theta) or negative.binomial(theta, link); to estimate θ use glm_nb".into(),
+            ),
             other => Err(format!(
-                "unknown family `{other}`: use gaussian, binomial, poisson, gamma or inverse_gaussian, optionally with a link, e.g. 'binomial(probit)'"
+                "unknown family `{other}`: use gaussian, binomial, poisson, gamma, inverse_gaussian, quasibinomial, quasipoisson or negative.binomial(theta), optionally with a link, e.g. 'binomial(probit)'"
             )),
         }
     }
@@ -295,6 +364,49 @@ impl fmt::Display for Link {
 /// Parses `family` or `family(link)`, checking the link belongs to the family.
 pub fn parse_family(text: &str) -> Result<(Family, Link), String> {
     let text = text.trim();
+    let lower = text.to_ascii_lowercase().replace('_', ".");
+    if let Some(args) = lower
+        .strip_prefix("negative.binomial")
+        .map(str::trim_start)
+        .and_then(|a| a.strip_prefix('('))
+    {
+        let args = args.strip_suffix(')').ok_or_else(|| {
+            format!("cannot read family `{text}`: expected negative.binomial(theta)")
+        })?;
+        let (theta, link) = match args.split_once(',') {
+            Some((t, l)) => (
+                t,
+                Some(
+                    l.trim()
+                        .trim_start_matches("link")
+                        .trim_start_matches([' ', '='])
+                        .trim_matches(['"', '\'']),
+                ),
+            ),
+            None => (args, None),
+        };
+        let theta = theta
+            .trim()
+            .trim_start_matches("theta")
+            .trim_start_matches([' ', '='])
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| {
+                format!("`{text}`: θ must be a positive number, e.g. negative.binomial(2)")
+            })?;
+        let family = Family::NegativeBinomial(Theta::new(theta));
+        let link = match link {
+            Some(l) => l.parse::<Link>()?,
+            None => family.default_link(),
+        };
+        if !family.links().contains(&link) {
+            return Err(format!(
+                "the negative binomial family has no `{link}` link; its links: log, sqrt, identity"
+            ));
+        }
+        return Ok((family, link));
+    }
     let (family, link) = match text.split_once('(') {
         Some((f, rest)) => {
             let link = rest
@@ -313,6 +425,32 @@ pub fn parse_family(text: &str) -> Result<(Family, Link), String> {
         ));
     }
     Ok((family, link))
+}
+
+/// The family and link of a round's config entries (`family=`, `link=`,
+/// `theta=`; see [`Family::config_entries`]).
+pub fn family_from_config(
+    family: Option<String>,
+    link: Option<String>,
+    theta: Option<String>,
+) -> Result<(Family, Link), String> {
+    let family = family.ok_or("config needs family=")?;
+    let spec = match (theta, link) {
+        (Some(theta), Some(link)) => format!("{family}({theta}, {link})"),
+        (Some(theta), None) => format!("{family}({theta})"),
+        (None, Some(link)) => format!("{family}({link})"),
+        (None, None) => family,
+    };
+    parse_family(&spec)
+}
+
+/// log of the negative binomial probability of `y` at mean `mu` and θ (the
+/// term of MASS's `negative.binomial()$aic`).
+pub fn ln_negative_binomial_pmf(y: f64, mu: f64, theta: f64) -> f64 {
+    ln_gamma(theta + y) - ln_gamma(theta) - ln_gamma(y + 1.0)
+        + theta * theta.ln()
+        + y * (mu + if y == 0.0 { 1.0 } else { 0.0 }).ln()
+        - (theta + y) * (theta + mu).ln()
 }
 
 fn standard_normal() -> Normal {

@@ -28,7 +28,8 @@ use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatil
 use ndarray::{Array1, Array2};
 
 use crate::family::{
-    Family, Link, ln_binomial_pmf, ln_factorial, ln_whole, parse_family, whole_count,
+    Family, Link, family_from_config, ln_binomial_pmf, ln_factorial, ln_negative_binomial_pmf,
+    ln_whole, whole_count,
 };
 use crate::flat_state;
 use crate::function_doc::{DocOption, FunctionDoc, FunctionFamily};
@@ -68,7 +69,7 @@ pub enum NullMean {
 impl IrlsConfig {
     /// The config string the aggregate reads (floats round-trip exactly).
     pub fn encode(&self) -> String {
-        let mut s = format!("family={};link={}", self.family.name(), self.link.name());
+        let mut s = self.family.config_entries(self.link);
         if let Some(beta) = &self.beta {
             let values: Vec<String> = beta.iter().map(|b| format!("{b:?}")).collect();
             s.push_str(&format!(";beta={}", values.join(",")));
@@ -88,6 +89,7 @@ impl IrlsConfig {
     pub fn decode(text: &str) -> std::result::Result<Self, String> {
         let mut family = None;
         let mut link = None;
+        let mut theta = None;
         let mut beta = None;
         let mut null_mu = NullMean::None;
         let mut xtwx = true;
@@ -98,6 +100,7 @@ impl IrlsConfig {
             match key {
                 "family" => family = Some(value.to_string()),
                 "link" => link = Some(value.to_string()),
+                "theta" => theta = Some(value.to_string()),
                 "beta" => {
                     let parsed = value
                         .split(',')
@@ -118,12 +121,7 @@ impl IrlsConfig {
                 other => return Err(format!("unknown config key `{other}`")),
             }
         }
-        let family = family.ok_or("config needs family=")?;
-        let spec = match link {
-            Some(link) => format!("{family}({link})"),
-            None => family,
-        };
-        let (family, link) = parse_family(&spec)?;
+        let (family, link) = family_from_config(family, link, theta)?;
         Ok(Self {
             family,
             link,
@@ -487,6 +485,10 @@ impl IrlsSums {
                         prior * (yi * log_mu - mu - ln_factorial(yi)),
                     )
                 }
+                Family::NegativeBinomial(theta) => (
+                    family.deviance_residual(yi, mu, w),
+                    prior * ln_negative_binomial_pmf(yi, mu, theta.value()),
+                ),
                 _ => {
                     self.sum_w_log_y += w * yi.ln();
                     self.sum_w_log_mu += w * mu.ln();

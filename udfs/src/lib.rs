@@ -32,6 +32,7 @@ pub mod linalg;
 pub mod normal_equations;
 pub mod ols;
 pub mod quantizer;
+pub mod sandwich_step;
 pub mod secure_avg;
 pub mod secure_count;
 pub mod secure_quantized;
@@ -53,6 +54,7 @@ pub fn all() -> Vec<AggregateUDF> {
         normal_equations::normal_equations_no_intercept(),
         centered_moments::centered_moments(),
         AggregateUDF::from(irls_step::IrlsStep::default()),
+        AggregateUDF::from(sandwich_step::SandwichStep::default()),
         sgd_step::sgd_gradient(),
         sgd_step::sgd_newton(),
         kmeans_step::kmeans_step(),
@@ -100,6 +102,10 @@ mod tests {
                 // Leading arguments: config, y, trials, offset, weight.
                 "irls_step" => {
                     "irls_step('family=gaussian;beta=1.0,0.5', c, 1.0, 0.0, 1.0, a, b)".to_string()
+                }
+                "sandwich_step" => {
+                    "sandwich_step('family=gaussian;beta=1.0,0.5', c, 1.0, 0.0, 1.0, a, b)"
+                        .to_string()
                 }
                 "sgd_gradient" | "sgd_newton" => {
                     format!("{}('model=linear;theta=1.0,0.5', c, 0.0, a, b)", f.name())

@@ -222,7 +222,7 @@ async fn design(ctx: &FedContext, spec: &FedSgdSpec) -> Result<Design> {
     };
     let response = numeric_argument(&schema, y, "response")?;
     let offset = match &spec.formula.offset {
-        Some(column) => numeric_argument(&schema, column, "offset")?,
+        Some(offset) => crate::models::source::offset_sql(&schema, offset)?,
         None => "0.0".into(),
     };
     let formula = &spec.formula.expand_dot(&schema);

@@ -5,12 +5,13 @@ use fedsql_udfs::family::{Family, Link, parse_family};
 
 use crate::error::{FedError, Result};
 use crate::formula::{Formula, Response};
+use crate::models::robust::Covariance;
 use crate::models::source::ModelSource;
 use crate::notices::printed_summary::call_text;
 use crate::table_function::options::Options;
 
 /// The options `glm` takes.
-const OPTIONS: &[&str] = &["maxit", "epsilon", "weights"];
+const OPTIONS: &[&str] = &["maxit", "epsilon", "weights", "se", "cluster", "names"];
 
 pub(super) const USAGE: &str = "glm('table or SELECT query', 'y ~ x1 + C(factor)', 'family[(link)]' [, 'maxit=25, epsilon=1e-8, weights=col'])";
 
@@ -24,6 +25,13 @@ pub(crate) struct GlmSpec {
     pub maxit: usize,
     pub epsilon: f64,
     pub weights: Option<String>,
+    /// `quasibinomial` or `quasipoisson`: the family's fit with the
+    /// dispersion estimated (Pearson's χ² / df, as R).
+    pub quasi: bool,
+    /// Terms named as R names them (`names=r`).
+    pub r_names: bool,
+    /// Model-based or robust standard errors (`se=`, `cluster=`).
+    pub covariance: Covariance,
 }
 
 impl GlmSpec {
@@ -35,7 +43,8 @@ impl GlmSpec {
             )));
         }
         let formula = Formula::parse(&args[1])?;
-        let (family, link) = parse_family(&args[2]).map_err(FedError::InvalidArgument)?;
+        let (quasi, family_text) = quasi_family(&args[2]);
+        let (family, link) = parse_family(family_text).map_err(FedError::InvalidArgument)?;
         if matches!(formula.response, Response::Counts { .. }) && family != Family::Binomial {
             return Err(FedError::InvalidArgument(
                 "cbind(successes, failures) responses are for the binomial family".into(),
@@ -49,16 +58,40 @@ impl GlmSpec {
             maxit: 25,
             epsilon: 1e-8,
             weights: None,
+            quasi,
+            r_names: false,
+            covariance: Covariance::Classical,
         };
         let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
         for option in &options {
             match option.key.as_str() {
                 "maxit" => spec.maxit = option.count()?,
                 "epsilon" => spec.epsilon = option.positive()?,
-                _ => spec.weights = Some(option.value.clone()),
+                "weights" => spec.weights = Some(option.value.clone()),
+                "names" => spec.r_names = option.choice(&["r", "patsy"])? == "r",
+                _ => {}
             }
         }
+        spec.covariance = Covariance::from_options(&options)?;
         Ok(spec)
+    }
+}
+
+/// `quasibinomial(...)` and `quasipoisson(...)`: whether the text names a
+/// quasi family, and the family it fits as.
+fn quasi_family(text: &str) -> (bool, &str) {
+    let trimmed = text.trim();
+    match trimmed.get(..5) {
+        Some(prefix) if prefix.eq_ignore_ascii_case("quasi") => {
+            let rest = &trimmed[5..];
+            let lower = rest.to_ascii_lowercase();
+            if lower.starts_with("binomial") || lower.starts_with("poisson") {
+                (true, rest)
+            } else {
+                (false, trimmed)
+            }
+        }
+        _ => (false, trimmed),
     }
 }
 
@@ -66,11 +99,27 @@ impl GlmSpec {
 /// as R writes it (`binomial`, `binomial(link = "probit")`) and prior
 /// weights as `weights = col`.
 pub(super) fn r_call(args: &[String], spec: &GlmSpec) -> String {
-    let family = if spec.link == spec.family.default_link() {
-        spec.family.name().to_string()
-    } else {
-        format!("{}(link = \"{}\")", spec.family.name(), spec.link.name())
+    let name = match spec.family {
+        _ if spec.quasi => format!("quasi{}", spec.family.name()),
+        Family::NegativeBinomial(theta) => {
+            return call_with_family(
+                args,
+                spec,
+                format!("negative.binomial({:?})", theta.value()),
+            );
+        }
+        _ => spec.family.name().to_string(),
     };
+    let family = if spec.link == spec.family.default_link() {
+        name
+    } else {
+        format!("{name}(link = \"{}\")", spec.link.name())
+    };
+    call_with_family(args, spec, family)
+}
+
+/// R's call with the family as R writes it.
+fn call_with_family(args: &[String], spec: &GlmSpec, family: String) -> String {
     let mut middle = vec![format!("family = {family}")];
     if let Some(weights) = &spec.weights {
         middle.push(format!("weights = {weights}"));

@@ -58,6 +58,7 @@ mod remote;
 mod repl;
 #[path = "suites/secure.rs"]
 mod secure;
+mod secure_dropout;
 #[path = "suites/stats.rs"]
 mod stats;
 #[path = "suites/survival.rs"]

@@ -1,46 +1,62 @@
-//! Secure aggregation: the coordinator learns only the sum of the clients'
-//! states of `secure_sum`, `secure_avg`, `secure_count` and `secure_sum_vec`.
+//! Secure aggregation: the coordinator learns only the sum of the states
+//! of `secure_sum`, `secure_avg`, `secure_count` and `secure_sum_vec` over
+//! the sites that took part, and the round survives sites that drop out.
 //!
 //! Those aggregates keep their state as `UInt64` words summed mod 2^64 (see
-//! [`fedsql_udfs::secure_quantized`]). A round with one of them in its
-//! encoder runs as two request/response exchanges with every client, so that
-//! a network worker can serve it the same way as a local client:
+//! [`fedsql_udfs::secure_quantized`]). A round with one of them runs the
+//! double-masking protocol of Bonawitz et al. (CCS 2017) as four
+//! request/response exchanges, each site answering the coordinator, so a
+//! network worker serves it as a local site does:
 //!
-//! 1. **Setup** (`Site::secure_setup`): the coordinator sends a
-//!    fresh [`SecureSession`] (a random id and the names of the round's
-//!    clients, in order). Each client runs the encoder, keeps its state
-//!    under the session id, draws a fresh X25519 key pair for the session,
-//!    and answers with its public key and its group keys ([`SecureSetup`]).
-//! 2. **Masked state** (`Site::encode_masked`): the coordinator
-//!    relays every public key and the union of all group keys in a
-//!    canonical order ([`MaskRequest`]). Each client aligns its state to that
-//!    group list (the empty-accumulator state, the monoid's identity, for a
-//!    group it lacks), derives with every other client `j` a pairwise key
-//!    from the X25519 shared secret (HKDF-SHA256 bound to the session id and
-//!    both public keys), expands it with ChaCha20 into one 64-bit word per
-//!    secure state word, and adds those words mod 2^64 if its index is below
-//!    `j`'s, subtracts them if above. It forgets the session's secret and
-//!    answers with the masked state.
+//! 1. **Setup** (`Site::secure_setup`): the coordinator sends a fresh
+//!    [`SecureSession`] (a random id, the round's clients in order, and the
+//!    threshold t). Each site runs the encoder, keeps its state, draws two
+//!    X25519 key pairs (a *mask key* for pairwise masks, a *cipher key* for
+//!    the envelopes of its shares) and a 32-byte self-mask seed, and answers
+//!    with both public keys, the seed's commitment and its group keys
+//!    ([`SecureSetup`]), signed by its identity if it has one.
+//! 2. **Shares** (`Site::secure_share`): the coordinator relays every
+//!    answering site's keys ([`ShareRequest`]). Each site checks them (its
+//!    peers, its floor, t > n/2), splits its mask secret key and its self
+//!    seed t-of-n with Shamir ([`shamir`]) and seals the pair of shares of
+//!    every other site for it alone ([`masks::seal`]); the coordinator only
+//!    relays these envelopes.
+//! 3. **Masked state** (`Site::encode_masked`): the coordinator relays to
+//!    each site the envelopes addressed to it, from the sites that sent
+//!    theirs, and the union of group keys ([`MaskRequest`]). The site opens
+//!    them, aligns its state to the groups, and adds mod 2^64 its self mask
+//!    and, with every site whose envelope it opened, the pairwise mask
+//!    (added by the lower place, subtracted by the higher).
+//! 4. **Unmasking** (`Site::secure_unmask`): the coordinator names the sites
+//!    whose masked state it received ([`UnmaskRequest`]). Each of them, once
+//!    per session, reveals for every other site either its share of that
+//!    site's self seed (it is listed) or of its mask key (it is not) —
+//!    never both, and nothing if fewer than t are listed or it is not
+//!    listed itself. The coordinator rebuilds the self seeds of the
+//!    survivors and the mask keys of the sites that dropped after masking,
+//!    checks them against their public keys and commitments, and removes
+//!    those masks from the sum.
 //!
-//! A client refuses the plain `encode` of such an encoder, so its secure
-//! state leaves it only masked.
-//!
-//! Summing all masked states mod 2^64 — the final aggregate's ordinary
-//! merge — cancels every pairwise mask and leaves the true sum; any proper
-//! subset of the masked states is uniformly random to the coordinator.
-//! Columns of other aggregates in the same query travel in plain, as in a
-//! round without secure aggregates.
-//!
-//! What the coordinator still sees: which group keys each client has (as in
-//! any GROUP BY), the row counts it is told in plain by plain aggregates,
-//! and the total. With a single client, the total is that client's state.
-//! If a client fails after the keys were exchanged, the round fails with an
-//! error naming it: dropout recovery (Bonawitz et al. 2017) is not done.
+//! A site that fails before its masked state is left out; one that fails
+//! after it is recovered. Fewer than t sites at any step fail the round.
+//! What the coordinator learns: the sum over the sites that took part,
+//! which sites did, their group keys, and the plain columns of other
+//! aggregates. A site refuses the plain `encode` of such an encoder.
 //!
 //! This module holds what both sides agree on: the session, the messages,
-//! the layout of a state's secure columns and the canonical group order.
-//! A site's keys and masks are in `site::release::secure`; the
-//! coordinator's relay is in `coordinator::secure`.
+//! the masks and envelopes ([`masks`]), Shamir sharing ([`shamir`]), the
+//! layout of a state's secure columns and the canonical group order. A
+//! site's keys and steps are in `site::release::secure`; the coordinator's
+//! relay and unmasking in `coordinator::secure`.
+
+pub mod masks;
+mod messages;
+pub mod shamir;
+
+pub use messages::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSetup, ShareEnvelope,
+    ShareRequest, UnmaskRequest,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,45 +77,40 @@ use crate::error::{FedError, Result};
 pub struct SecureSession {
     pub id: [u8; 16],
     pub clients: Vec<String>,
+    /// How many sites must take part (and hold shares) for the round to
+    /// be unmasked.
+    pub threshold: usize,
+}
+
+/// The default threshold over `n` sites: a strict majority, ⌊n/2⌋ + 1, the
+/// least for which no two disjoint sets of t sites exist (so a coordinator
+/// cannot collect both kinds of shares of one site).
+pub fn default_threshold(n: usize) -> usize {
+    n / 2 + 1
 }
 
 impl SecureSession {
-    /// A new session over `clients`, with a random id.
+    /// A new session over `clients`, with a random id and the default
+    /// threshold.
     pub fn fresh(clients: Vec<String>) -> Self {
+        let threshold = default_threshold(clients.len());
         Self {
             id: rand::random(),
             clients,
+            threshold,
         }
+    }
+
+    /// The same session with threshold `t`.
+    pub fn with_threshold(mut self, t: usize) -> Self {
+        self.threshold = t;
+        self
     }
 
     /// The session id as hex, for messages.
     pub fn id_hex(&self) -> String {
         self.id.iter().map(|b| format!("{b:02x}")).collect()
     }
-}
-
-/// A client's answer to the setup: its public key for the session, the
-/// group keys it has state for (the key columns of its state; no columns
-/// without GROUP BY), and — at a site with a long-term identity — its
-/// signature of the session key.
-#[derive(Debug, Clone)]
-pub struct SecureSetup {
-    pub public_key: [u8; 32],
-    pub group_keys: RecordBatch,
-    pub signed: Option<SignedKey>,
-}
-
-/// The coordinator's request for masked states: every client's public key
-/// (in session order), each with its site's signature if it has one, and
-/// the union of all group keys, in canonical order.
-#[derive(Debug, Clone)]
-pub struct MaskRequest {
-    pub session: SecureSession,
-    pub public_keys: Vec<[u8; 32]>,
-    /// One entry per public key (or none at all, from a relay that has no
-    /// signatures to pass on).
-    pub signed: Vec<Option<SignedKey>>,
-    pub groups: RecordBatch,
 }
 
 /// A session key signed with a site's long-term Ed25519 identity key: what
@@ -113,10 +124,11 @@ pub struct SignedKey {
 }
 
 /// Domain separation of session-key signatures.
-const SIGNATURE_CONTEXT: &[u8] = b"fedsql secure aggregation v1: session key";
+const SIGNATURE_CONTEXT: &[u8] = b"fedsql secure aggregation v2: session keys";
 
-/// What a site signs: the session id and its X25519 key for that session,
-/// so that a signature is good for one session and one key only.
+/// What a site signs: the session id and the digest of its keys for that
+/// session ([`ParticipantKeys::digest`]), so that a signature is good for
+/// one session and one set of keys only.
 pub fn signed_message(session: &[u8; 16], public_key: &[u8; 32]) -> Vec<u8> {
     let mut message = SIGNATURE_CONTEXT.to_vec();
     message.extend_from_slice(session);

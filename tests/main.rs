@@ -58,6 +58,7 @@ mod remote;
 mod repl;
 #[path = "suites/secure.rs"]
 mod secure;
+#[path = "suites/secure_dropout.rs"]
 mod secure_dropout;
 #[path = "suites/stats.rs"]
 mod stats;

@@ -124,13 +124,21 @@ fn site_rows(c: usize) -> RecordBatch {
 }
 
 fn local(c: usize, engine: &Arc<fedsql::site::engine::SiteEngine>) -> Arc<LocalClient> {
+    local_with(c, site_rows(c), engine)
+}
+
+fn local_with(
+    c: usize,
+    rows: RecordBatch,
+    engine: &Arc<fedsql::site::engine::SiteEngine>,
+) -> Arc<LocalClient> {
     let name = format!("site{c}");
     Arc::new(
         LocalClient::from_batches(
             &name,
             &format!("memory:{name}"),
             schema(),
-            vec![site_rows(c)],
+            vec![rows],
             Arc::clone(engine),
         )
         .unwrap(),
@@ -139,11 +147,18 @@ fn local(c: usize, engine: &Arc<fedsql::site::engine::SiteEngine>) -> Arc<LocalC
 
 /// A federation of `n` sites, each failing as `fail` says.
 fn federation(n: usize, fail: impl Fn(usize) -> Fail) -> FedContext {
+    federation_of((0..n).map(site_rows).collect(), fail)
+}
+
+/// A federation of sites with these rows, each failing as `fail` says.
+fn federation_of(rows: Vec<RecordBatch>, fail: impl Fn(usize) -> Fail) -> FedContext {
     let engine = Arc::new(fedsql::site::engine::SiteEngine::new());
-    let runners: Vec<Arc<dyn Site>> = (0..n)
-        .map(|c| {
+    let runners: Vec<Arc<dyn Site>> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(c, rows)| {
             Arc::new(Flaky {
-                inner: local(c, &engine),
+                inner: local_with(c, rows, &engine),
                 fail: fail(c),
             }) as Arc<dyn Site>
         })
@@ -233,6 +248,34 @@ async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
             }
         }
     }
+}
+
+/// A group that only a site lost after masking has is not in the answer
+/// (as on the data of the sites that took part).
+#[tokio::test]
+async fn a_group_only_a_dropped_site_had_is_not_in_the_answer() {
+    let mut rows: Vec<RecordBatch> = (0..5).map(site_rows).collect();
+    rows[4] = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(vec![0, 7])),
+            Arc::new(Int64Array::from(vec![5, 9])),
+        ],
+    )
+    .unwrap();
+    let fed = federation_of(rows, |c| if c == 4 { Fail::Mask } else { Fail::Never });
+    let batches = fed
+        .sql("SELECT g, secure_sum(x, 0, 1000) AS s FROM t GROUP BY g ORDER BY g")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let groups: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    assert_eq!(groups, vec![0, 1]);
 }
 
 /// Fewer sites than the threshold at any step: an error naming the sites
@@ -432,7 +475,12 @@ impl Driven {
             .encode_masked(&self.request(c), &self.mask_request(c, envelopes, groups))
             .await
             .unwrap();
-        state.batch().column(0).as_primitive::<UInt64Type>().value(0)
+        // The first word of the secure state (the quantized sum).
+        let batch = state.batch();
+        let column = (0..batch.num_columns())
+            .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+            .expect("a secure state column");
+        batch.column(column).as_primitive::<UInt64Type>().value(0)
     }
 
     fn unmask(&self, survivors: &[u32]) -> UnmaskRequest {
@@ -603,4 +651,144 @@ async fn unmasking_below_the_threshold_or_twice_reveals_nothing() {
         };
         assert_eq!(r.kind, want, "{r:?}");
     }
+}
+
+/// A `fedsql worker` child process serving `t` from one CSV file; killed
+/// (and continued first, if stopped) when dropped.
+struct FrozenWorker {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl FrozenWorker {
+    fn spawn(file: &std::path::Path, token_file: &std::path::Path) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fedsql"))
+            .args(["worker", "--audit-log", "none", "--policy", "none"])
+            .args(["--listen", "127.0.0.1:0", "--table"])
+            .arg(format!("t={}", file.display()))
+            .arg("--token-file")
+            .arg(token_file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .strip_prefix("fedsql worker listening on ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Self { child, addr }
+    }
+
+    fn signal(&self, signal: &str) {
+        std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+}
+
+impl Drop for FrozenWorker {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The acceptance test: five workers, the table's timeout at 2 s. One
+/// worker frozen (SIGSTOP) at some moment of a `secure_sum` gives the sum
+/// over all five, or over the four that took part with a notice naming the
+/// fifth, within the timeout and a margin; two frozen with threshold 4
+/// give an error naming them. Never another number.
+#[tokio::test]
+async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "frozen-worker-token\n").unwrap();
+    let values: Vec<Vec<i64>> = (0..5)
+        .map(|w| (0..(w + 2)).map(|i| (w * 100 + i * 7) as i64).collect())
+        .collect();
+    let workers: Vec<FrozenWorker> = (0..5)
+        .map(|w| {
+            let file = dir.path().join(format!("w{w}.csv"));
+            let body: String = values[w].iter().map(|v| format!("{v}\n")).collect();
+            std::fs::write(&file, format!("x\n{body}")).unwrap();
+            FrozenWorker::spawn(&file, &token)
+        })
+        .collect();
+    let create = |threshold: &str| {
+        let clients: Vec<String> = workers
+            .iter()
+            .enumerate()
+            .map(|(w, k)| format!("'w{w}' = 'grpc://{}'", k.addr))
+            .collect();
+        format!(
+            "CREATE OR REPLACE FEDERATED TABLE t CLIENTS ({}) OPTIONS ('token_file' '{}', 'timeout' '2s'{threshold})",
+            clients.join(", "),
+            token.display()
+        )
+    };
+    let total = |skip: &[usize]| -> i64 {
+        (0..5)
+            .filter(|w| !skip.contains(w))
+            .flat_map(|w| values[w].iter())
+            .sum()
+    };
+    let fed = FedContext::new();
+    fed.sql(&create("")).await.unwrap();
+    let sql = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
+    let sum = |batches: &[RecordBatch]| batches[0].column(0).as_primitive::<Int64Type>().value(0);
+    // All present.
+    let got = fed.sql(sql).await.unwrap().collect().await.unwrap();
+    assert_eq!(sum(&got), total(&[]));
+    fed.take_notices();
+    // Worker 4 frozen after a delay: before, during or after its steps.
+    for delay_ms in [0u64, 5, 20, 60, 150] {
+        let started = std::time::Instant::now();
+        let query = fed.sql(sql);
+        let freeze = async {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            workers[4].signal("-STOP");
+        };
+        let (answer, ()) = tokio::join!(async { query.await?.collect().await }, freeze);
+        let elapsed = started.elapsed();
+        workers[4].signal("-CONT");
+        let got = sum(&answer.unwrap_or_else(|e| panic!("delay {delay_ms} ms: {e}")));
+        let notices = fed.take_notices();
+        if got == total(&[]) {
+            assert!(
+                notices.iter().all(|l| !l.contains("'w4'") || l.contains("did not answer the unmasking")),
+                "{notices:?}"
+            );
+        } else {
+            assert_eq!(got, total(&[4]), "delay {delay_ms} ms: a different number");
+            assert!(
+                notices
+                    .iter()
+                    .any(|l| l.contains("4 of 5 clients took part") && l.contains("'w4'")),
+                "{notices:?}"
+            );
+        }
+        assert!(
+            elapsed < std::time::Duration::from_secs(2 + 8),
+            "delay {delay_ms} ms: {elapsed:?}"
+        );
+        // Let the thawed worker finish what it had.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // Two frozen, threshold 4: an error naming both.
+    fed.sql(&create(", 'secure_threshold' '4'")).await.unwrap();
+    workers[3].signal("-STOP");
+    workers[4].signal("-STOP");
+    let err = fed.sql(sql).await.unwrap().collect().await.unwrap_err().to_string();
+    workers[3].signal("-CONT");
+    workers[4].signal("-CONT");
+    assert!(err.contains("fewer than the threshold 4"), "{err}");
+    assert!(err.contains("'w3'") && err.contains("'w4'"), "{err}");
 }

@@ -194,10 +194,41 @@ pub(crate) async fn collect_masked_states(
     let (first, state, time) = masked.remove(0);
     let corrected = masks_removed(&encoders[first], &layout, state, &correction)?;
     masked.insert(0, (first, corrected, time));
+    // Groups only sites that dropped out had: not in the answer, which
+    // covers the sites that took part.
+    let survivor_keys: Vec<_> = survivors
+        .iter()
+        .map(|&i| group_keys[i].clone().expect("answered the setup"))
+        .collect();
+    if let Some(keep) = covered_groups(&groups, &survivor_keys)? {
+        for (i, state, _) in &mut masked {
+            let batch = datafusion::arrow::compute::filter_record_batch(state.batch(), &keep)?;
+            *state = encoders[*i].accept(&[batch])?;
+        }
+    }
     Ok(SecureRound {
         states: masked,
         participation: part,
     })
+}
+
+/// Which rows of `groups` some survivor has; `None` when all are.
+fn covered_groups(
+    groups: &datafusion::arrow::record_batch::RecordBatch,
+    survivors: &[datafusion::arrow::record_batch::RecordBatch],
+) -> Result<Option<datafusion::arrow::array::BooleanArray>> {
+    if groups.num_columns() == 0 {
+        return Ok(None);
+    }
+    let converter = crate::protocol::secure::key_converter(groups)?;
+    let mut held = std::collections::HashSet::new();
+    for keys in survivors {
+        let rows = converter.convert_columns(keys.columns())?;
+        held.extend(rows.iter().map(|r| r.as_ref().to_vec()));
+    }
+    let rows = converter.convert_columns(groups.columns())?;
+    let keep: Vec<bool> = rows.iter().map(|r| held.contains(r.as_ref())).collect();
+    Ok((!keep.iter().all(|&k| k)).then(|| keep.into()))
 }
 
 /// `state` with `correction` added to its secure words.

@@ -37,7 +37,7 @@ pub(super) fn correction(
             layout.schema.fields().len()
         )));
     }
-    let t = session.threshold;
+    let graph = crate::protocol::secure::graph::neighbours(session);
     // Shares by (site, kind), each from a survivor at its own point; a
     // share of the wrong kind for its site is not used.
     let mut shares: BTreeMap<(usize, bool), Vec<Share>> = BTreeMap::new();
@@ -53,6 +53,7 @@ pub(super) fn correction(
         }
     }
     let rebuild = |of: usize, seed: bool| -> Result<[u8; 32]> {
+        let t = crate::protocol::secure::graph::share_threshold(session, graph[of].len() + 1);
         let found = shares.get(&(of, seed)).map_or(&[][..], Vec::as_slice);
         if found.len() < t {
             return Err(FedError::InvalidArgument(format!(
@@ -91,7 +92,7 @@ pub(super) fn correction(
                 session.clients[x]
             )));
         }
-        for &v in survivors {
+        for &v in survivors.iter().filter(|v| graph[x].contains(v)) {
             let seed = masks::pairwise_seed(&secret, &published(v)?.mask_key, &session.id)
                 .map_err(FedError::InvalidArgument)?;
             // Survivor v added its mask with x if it is below x: take it away.

@@ -37,6 +37,10 @@
 //!    checks them against their public keys and commitments, and removes
 //!    those masks from the sum.
 //!
+//! Above [`graph::FULL_GRAPH_MAX`] sites, each site masks with and shares
+//! with only its O(log n) neighbours in a graph drawn from the session id
+//! (SecAgg+, Bell et al. 2020; see [`graph`]).
+//!
 //! A site that fails before its masked state is left out; one that fails
 //! after it is recovered. Fewer than t sites at any step fail the round.
 //! What the coordinator learns: the sum over the sites that took part,
@@ -49,6 +53,7 @@
 //! site's keys and steps are in `site::release::secure`; the coordinator's
 //! relay and unmasking in `coordinator::secure`.
 
+pub mod graph;
 pub mod masks;
 mod messages;
 pub mod shamir;

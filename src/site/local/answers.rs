@@ -110,8 +110,8 @@ impl Site for LocalClient {
         self.check_secure_peers()?;
         let min = self.secure_floor();
         let own = self.secrets.identity();
-        let admit = |me: usize| {
-            crate::site::release::secure::check_participants(share, me, own, &self.peers, min).map_err(|rule| {
+        let admit = |me: usize, neighbours: &[usize]| {
+            crate::site::release::secure::check_participants(share, (me, neighbours), own, &self.peers, min).map_err(|rule| {
                 FedError::Policy {
                     client: self.name.clone(),
                     rule,

@@ -16,7 +16,7 @@ use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::masks::{self, SharePair};
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession,
-    SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, shamir,
+    SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, graph, shamir,
 };
 use crate::site::release::identity::SiteIdentity;
 
@@ -59,6 +59,10 @@ enum Step {
         me: usize,
         keys: Vec<Option<ParticipantKeys>>,
         own: SharePair,
+        /// Its neighbours with keys (every other site in a full round).
+        neighbours: Vec<usize>,
+        /// The Shamir threshold of its neighbourhood.
+        share_t: usize,
     },
     /// Step 3 answered: the sites it masked with (itself included) and the
     /// shares it holds of each of them.
@@ -66,6 +70,8 @@ enum Step {
         me: usize,
         masked_with: Vec<usize>,
         held: BTreeMap<usize, SharePair>,
+        neighbours: Vec<usize>,
+        share_t: usize,
     },
 }
 
@@ -207,15 +213,15 @@ impl ClientSecrets {
         Ok(SecureSetup { keys, group_keys })
     }
 
-    /// Step 2: checks the relayed keys (`admit` checks them against the
-    /// site's peers and floor, given this site's place), then shares this
-    /// site's mask key and self seed t-of-n and seals each other site's
-    /// pair to it.
+    /// Step 2: checks the relayed keys (`admit` checks its neighbours'
+    /// against the site's peers and floor, given this site's place and its
+    /// neighbours), then shares this site's mask key and self seed among
+    /// its neighbours and seals each one's pair to it.
     pub(crate) fn share(
         &self,
         request: &ShareRequest,
         floor: usize,
-        admit: impl FnOnce(usize) -> Result<()>,
+        admit: impl FnOnce(usize, &[usize]) -> Result<()>,
     ) -> Result<Vec<ShareEnvelope>> {
         let session = &request.session;
         let mut pending = self.take(session, |s| matches!(s, Step::KeysSent))?;
@@ -273,19 +279,24 @@ impl ClientSecrets {
         }
         // A strict majority of the sites that can hold shares.
         check_threshold(session, participants.len(), floor)?;
-        admit(me)?;
-        let mask_key = shamir::split(
-            &pending.mask_secret.to_bytes(),
-            n,
-            session.threshold,
-            fill_random,
-        );
-        let self_seed = shamir::split(&pending.self_seed, n, session.threshold, fill_random);
-        let mut envelopes = Vec::with_capacity(participants.len());
-        for &j in &participants {
-            if j == me {
-                continue;
-            }
+        let graph_neighbours = graph::neighbours(session).swap_remove(me);
+        let share_t = graph::share_threshold(session, graph_neighbours.len() + 1);
+        let neighbours: Vec<usize> = graph_neighbours
+            .into_iter()
+            .filter(|&j| request.keys[j].is_some())
+            .collect();
+        if neighbours.len() + 1 < share_t {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: {} of this site's neighbours sent keys, fewer than its neighbourhood's threshold {share_t}",
+                session.id_hex(),
+                neighbours.len()
+            )));
+        }
+        admit(me, &neighbours)?;
+        let mask_key = shamir::split(&pending.mask_secret.to_bytes(), n, share_t, fill_random);
+        let self_seed = shamir::split(&pending.self_seed, n, share_t, fill_random);
+        let mut envelopes = Vec::with_capacity(neighbours.len());
+        for &j in &neighbours {
             let peer = request.keys[j].expect("a participant");
             let pair = SharePair {
                 mask_key: mask_key[j],
@@ -310,6 +321,8 @@ impl ClientSecrets {
                 mask_key: mask_key[me],
                 self_seed: self_seed[me],
             },
+            neighbours,
+            share_t,
         };
         self.keep(pending);
         Ok(envelopes)
@@ -328,7 +341,13 @@ impl ClientSecrets {
     ) -> Result<StateBatch> {
         let session = &request.session;
         let mut pending = self.take(session, |s| matches!(s, Step::SharesSent { .. }))?;
-        let Step::SharesSent { me, keys, own } = std::mem::replace(&mut pending.step, Step::KeysSent)
+        let Step::SharesSent {
+            me,
+            keys,
+            own,
+            neighbours,
+            share_t,
+        } = std::mem::replace(&mut pending.step, Step::KeysSent)
         else {
             unreachable!("taken at SharesSent");
         };
@@ -336,7 +355,11 @@ impl ClientSecrets {
         held.insert(me, own);
         for envelope in &request.envelopes {
             let from = envelope.from as usize;
-            let sender = keys.get(from).copied().flatten().filter(|_| from != me);
+            let sender = keys
+                .get(from)
+                .copied()
+                .flatten()
+                .filter(|_| neighbours.contains(&from));
             let Some(sender) = sender else {
                 return Err(FedError::InvalidArgument(format!(
                     "an envelope from participant {from}, which did not send keys in this session"
@@ -361,12 +384,11 @@ impl ClientSecrets {
             )?;
             held.insert(from, pair);
         }
-        if held.len() < session.threshold {
+        if held.len() < share_t {
             return Err(FedError::InvalidArgument(format!(
-                "secure session {}: {} sites would take part, fewer than the threshold {}",
+                "secure session {}: {} sites of this one's neighbourhood would take part, fewer than its threshold {share_t}",
                 session.id_hex(),
                 held.len(),
-                session.threshold
             )));
         }
         admit(held.len())?;
@@ -391,6 +413,8 @@ impl ClientSecrets {
             me,
             masked_with: held.keys().copied().collect(),
             held,
+            neighbours,
+            share_t,
         };
         // The state is no longer needed.
         pending.state = RecordBatch::new_empty(pending.state.schema());
@@ -410,6 +434,8 @@ impl ClientSecrets {
             me,
             masked_with,
             held,
+            neighbours,
+            share_t,
         } = &pending.step
         else {
             unreachable!("taken at Masked");
@@ -428,15 +454,22 @@ impl ClientSecrets {
                 session.id_hex()
             )));
         }
-        if let Some(stranger) = survivors.iter().find(|s| !masked_with.contains(s)) {
+        let stranger = survivors
+            .iter()
+            .find(|s| (neighbours.contains(s) || *s == me) && !masked_with.contains(s));
+        if let Some(stranger) = stranger {
             return Err(FedError::InvalidArgument(format!(
                 "secure session {}: participant {stranger} is listed as a survivor but did not share its keys with this site; nothing is revealed",
                 session.id_hex()
             )));
         }
-        if survivors.len() < session.threshold {
+        let near = survivors
+            .iter()
+            .filter(|s| masked_with.contains(s))
+            .count();
+        if survivors.len() < session.threshold || near < *share_t {
             return Err(FedError::InvalidArgument(format!(
-                "secure session {}: {} survivors, fewer than the threshold {}; nothing is revealed",
+                "secure session {}: {} survivors ({near} of this site's neighbourhood), fewer than the threshold {} (or {share_t}); nothing is revealed",
                 session.id_hex(),
                 survivors.len(),
                 session.threshold
@@ -467,15 +500,15 @@ impl ClientSecrets {
 /// participants of a secure session, checked against the site's listed
 /// peers.
 ///
-/// Every relayed site's keys but this site's own (at `me`) must be signed,
-/// for this session, by a listed peer; no peer may count twice, nor may the
+/// The keys of every neighbour (every other site in a full round) must be
+/// signed, for this session, by a listed peer; no peer may count twice, nor may the
 /// site itself; and the site with its peers must make `min_participants`.
 /// With no peers listed, only the number of sites with keys is checked — a
 /// coordinator that invents participants passes that (the security page's
 /// threat model says so). Returns the rule broken, for the refusal.
 pub(crate) fn check_participants(
     request: &ShareRequest,
-    me: usize,
+    (me, neighbours): (usize, &[usize]),
     own_identity: Option<[u8; 32]>,
     peers: &[[u8; 32]],
     min_participants: usize,
@@ -485,7 +518,12 @@ pub(crate) fn check_participants(
             "a secure sum needs at least {min_participants} participants (its min_secure_clients policy)"
         )
     };
-    let participants = request.participants();
+    let mut participants: Vec<usize> = neighbours
+        .iter()
+        .copied()
+        .filter(|&j| request.keys.get(j).is_some_and(Option::is_some))
+        .collect();
+    participants.push(me);
     if peers.is_empty() {
         return if participants.len() < min_participants {
             Err(too_few())

@@ -33,8 +33,8 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
     let own = Some(ids[0].public_key());
     let sign = |i: usize, k: usize| Some(ids[i].sign(&session.id, &keys(k as u8 + 1).digest()));
     let good = request(vec![sign(0, 0), sign(1, 1), sign(2, 2)]);
-    assert_eq!(check_participants(&good, 0, own, &peers, 3), Ok(()));
-    assert!(check_participants(&good, 0, own, &peers, 4).is_err());
+    assert_eq!(check_participants(&good, (0, &[1, 2]), own, &peers, 3), Ok(()));
+    assert!(check_participants(&good, (0, &[1, 2]), own, &peers, 4).is_err());
     for signed in [
         // An invented participant: unsigned, or signed by an unlisted key.
         vec![sign(0, 0), sign(1, 1), None],
@@ -47,7 +47,7 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
     ] {
         let err = check_participants(
             &request(signed),
-            0,
+            (0, &[1, 2]),
             own,
             &[peers[0], peers[1], ids[0].public_key()],
             3,
@@ -55,11 +55,11 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
         assert!(err.is_err());
     }
     // Without peers, only the count of sites with keys.
-    assert_eq!(check_participants(&request(vec![]), 0, own, &[], 3), Ok(()));
-    assert!(check_participants(&request(vec![]), 0, own, &[], 4).is_err());
+    assert_eq!(check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 3), Ok(()));
+    assert!(check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 4).is_err());
     let mut one_missing = request(vec![]);
     one_missing.keys[2] = None;
-    assert!(check_participants(&one_missing, 0, own, &[], 3).is_err());
+    assert!(check_participants(&one_missing, (0, &[1, 2]), own, &[], 3).is_err());
 }
 
 #[test]

@@ -427,15 +427,16 @@ impl Driven {
     /// Steps 1 and 2 with every site: the keys and every site's envelopes.
     async fn setup_and_share(&self) -> (ShareRequest, Vec<Vec<ShareEnvelope>>, RecordBatch) {
         let mut keys = Vec::new();
-        let mut groups = None;
+        let mut group_keys = Vec::new();
         for c in 0..self.sites.len() {
             let setup = self.sites[c]
                 .secure_setup(&self.request(c), &self.session)
                 .await
                 .unwrap();
             keys.push(Some(setup.keys));
-            groups = Some(setup.group_keys);
+            group_keys.push(setup.group_keys);
         }
+        let groups = Some(fedsql::protocol::secure::union_groups(&group_keys).unwrap());
         let share = ShareRequest {
             session: self.session.clone(),
             keys,

@@ -155,7 +155,8 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
                 }
             }
         }
-        let cell = |f: &[Duration]| format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0);
+        let cell =
+            |f: &[Duration]| format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0);
         let graph = if fedsql::protocol::secure::graph::is_sparse(n) {
             format!(
                 "sparse, {} neighbours",

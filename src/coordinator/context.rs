@@ -334,7 +334,8 @@ impl FedContext {
         }
         let threshold = crate::coordinator::worker_url::secure_threshold_option(&stmt.options)?;
         self.register_federated(
-            FederatedTable::new(stmt.name.clone(), schema, runners).with_secure_threshold(threshold),
+            FederatedTable::new(stmt.name.clone(), schema, runners)
+                .with_secure_threshold(threshold),
         )
     }
 

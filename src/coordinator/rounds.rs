@@ -418,10 +418,11 @@ pub(crate) async fn run_round(
     if masked {
         // Masked states: what arrives is the masked state itself; the
         // first survivor's carries the removal of the round's masks.
-        let requested = match crate::coordinator::settings::fedsql_options_of(state).secure_threshold {
-            0 => table.secure_threshold(),
-            t => Some(t),
-        };
+        let requested =
+            match crate::coordinator::settings::fedsql_options_of(state).secure_threshold {
+                0 => table.secure_threshold(),
+                t => Some(t),
+            };
         let threshold = round_threshold(clients, requested);
         let secure_round =
             collect_masked_states(clients, &encoders, &analyst, &round.partial, threshold).await?;

@@ -34,9 +34,9 @@ use crate::protocol::flight::{
     ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER,
     EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, HAS_ROWS_KEY, KeysMessage,
     MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit,
-    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest,
-    SecureUnmaskReply, SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc,
-    batch_to_ipc, ticket_command,
+    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
+    SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc,
+    ticket_command,
 };
 use crate::protocol::secure::{
     MaskRequest, Revealed, SecureSession, SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest,
@@ -498,7 +498,11 @@ impl Site for RemoteClient {
                 .await?;
             let reply = SecureShareReply::decode(answer.as_slice())
                 .map_err(|e| self.error(format!("bad secure share answer: {e}")))?;
-            Ok(reply.envelopes.iter().map(EnvelopeMessage::envelope).collect())
+            Ok(reply
+                .envelopes
+                .iter()
+                .map(EnvelopeMessage::envelope)
+                .collect())
         })
         .await
     }

@@ -165,7 +165,10 @@ impl KeysMessage {
             cipher_key: keys.cipher_key.to_vec(),
             self_commitment: keys.self_commitment.to_vec(),
             identity: keys.signed.map(|s| s.identity.to_vec()).unwrap_or_default(),
-            signature: keys.signed.map(|s| s.signature.to_vec()).unwrap_or_default(),
+            signature: keys
+                .signed
+                .map(|s| s.signature.to_vec())
+                .unwrap_or_default(),
         }
     }
 

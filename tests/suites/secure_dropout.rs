@@ -11,12 +11,12 @@ use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
 use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::encoder::Encoder;
 use fedsql::protocol::encoder::StateBatch;
 use fedsql::protocol::secure::{
     MaskRequest, Revealed, RevealedKind, SecureSession, SecureSetup, ShareEnvelope, ShareRequest,
     UnmaskRequest, masks, shamir,
 };
-use fedsql::protocol::encoder::Encoder;
 use fedsql::protocol::site::{Analyst, Site, SiteRequest};
 use fedsql::site::local::LocalClient;
 use fedsql::{FedError, Result};
@@ -286,7 +286,10 @@ async fn below_the_threshold_the_query_fails_naming_the_dropped_sites() {
         // 5 sites, threshold 3: three dropping leaves two.
         let fed = federation(5, |c| if c >= 2 { step } else { Fail::Never });
         let err = secure_sums(&fed).await.unwrap_err().to_string();
-        assert!(err.contains("fewer than the threshold 3"), "{step:?}: {err}");
+        assert!(
+            err.contains("fewer than the threshold 3"),
+            "{step:?}: {err}"
+        );
         for c in 2..5 {
             assert!(err.contains(&format!("'site{c}'")), "{step:?}: {err}");
         }
@@ -401,7 +404,10 @@ impl Driven {
                 FederatedTable::new(
                     "t",
                     schema(),
-                    captures.iter().map(|c| Arc::clone(c) as Arc<dyn Site>).collect(),
+                    captures
+                        .iter()
+                        .map(|c| Arc::clone(c) as Arc<dyn Site>)
+                        .collect(),
                 )
                 .into_provider(),
             )
@@ -471,7 +477,12 @@ impl Driven {
         }
     }
 
-    async fn masked(&self, c: usize, envelopes: &[Vec<ShareEnvelope>], groups: &RecordBatch) -> u64 {
+    async fn masked(
+        &self,
+        c: usize,
+        envelopes: &[Vec<ShareEnvelope>],
+        groups: &RecordBatch,
+    ) -> u64 {
         let state = self.sites[c]
             .encode_masked(&self.request(c), &self.mask_request(c, envelopes, groups))
             .await
@@ -512,7 +523,10 @@ async fn a_living_site_claimed_dropped_stays_masked() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("refused") || err.contains("listed as dropped"), "{err}");
+    assert!(
+        err.contains("refused") || err.contains("listed as dropped"),
+        "{err}"
+    );
     let mut key_shares = Vec::new();
     for c in 0..3 {
         let revealed = d.sites[c]
@@ -530,7 +544,10 @@ async fn a_living_site_claimed_dropped_stays_masked() {
             .await
             .unwrap_err()
             .to_string();
-        assert!(again.contains("no secure session") || again.contains("refused"), "{again}");
+        assert!(
+            again.contains("no secure session") || again.contains("refused"),
+            "{again}"
+        );
     }
     // The coordinator rebuilds site 4's mask key and removes its pairwise
     // masks: what is left is its state plus its self mask.
@@ -555,7 +572,12 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
         session: d.session.clone(),
         keys: vec![None, None, None],
     };
-    assert!(d.sites[0].secure_share(&d.request(0), &early).await.is_err());
+    assert!(
+        d.sites[0]
+            .secure_share(&d.request(0), &early)
+            .await
+            .is_err()
+    );
     let (share, envelopes, groups) = d.setup_and_share().await;
     // The setup and the shares again (a replay).
     assert!(
@@ -566,11 +588,7 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
     );
     // Site 1's envelopes given to site 2 (misaddressed): refused.
     let mut wrong = d.mask_request(2, &envelopes, &groups);
-    wrong.envelopes = envelopes[0]
-        .iter()
-        .filter(|e| e.to == 1)
-        .cloned()
-        .collect();
+    wrong.envelopes = envelopes[0].iter().filter(|e| e.to == 1).cloned().collect();
     let err = d.sites[2]
         .encode_masked(&d.request(2), &wrong)
         .await
@@ -589,11 +607,21 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
     for e in &mut swapped.envelopes {
         e.from = if e.from == 0 { 2 } else { 0 };
     }
-    assert!(d.sites[1].encode_masked(&d.request(1), &swapped).await.is_err());
+    assert!(
+        d.sites[1]
+            .encode_masked(&d.request(1), &swapped)
+            .await
+            .is_err()
+    );
     // An envelope twice (a replay within the request): refused.
     let mut twice = d.mask_request(0, &envelopes, &groups);
     twice.envelopes.push(twice.envelopes[0].clone());
-    assert!(d.sites[0].encode_masked(&d.request(0), &twice).await.is_err());
+    assert!(
+        d.sites[0]
+            .encode_masked(&d.request(0), &twice)
+            .await
+            .is_err()
+    );
     // Another session's envelopes: refused.
     let other = Driven::new(3).await;
     let (_, other_envelopes, _) = other.setup_and_share().await;
@@ -606,7 +634,12 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
     let (_, e_envelopes, e_groups) = e.setup_and_share().await;
     let mut foreign_e = e.mask_request(0, &e_envelopes, &e_groups);
     foreign_e.envelopes = foreign.envelopes;
-    assert!(e.sites[0].encode_masked(&e.request(0), &foreign_e).await.is_err());
+    assert!(
+        e.sites[0]
+            .encode_masked(&e.request(0), &foreign_e)
+            .await
+            .is_err()
+    );
 }
 
 /// Unmasking asks for nothing below the threshold, and a site answers
@@ -764,7 +797,9 @@ async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
         let notices = fed.take_notices();
         if got == total(&[]) {
             assert!(
-                notices.iter().all(|l| !l.contains("'w4'") || l.contains("did not answer the unmasking")),
+                notices
+                    .iter()
+                    .all(|l| !l.contains("'w4'") || l.contains("did not answer the unmasking")),
                 "{notices:?}"
             );
         } else {
@@ -787,7 +822,14 @@ async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
     fed.sql(&create(", 'secure_threshold' '4'")).await.unwrap();
     workers[3].signal("-STOP");
     workers[4].signal("-STOP");
-    let err = fed.sql(sql).await.unwrap().collect().await.unwrap_err().to_string();
+    let err = fed
+        .sql(sql)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
     workers[3].signal("-CONT");
     workers[4].signal("-CONT");
     assert!(err.contains("fewer than the threshold 4"), "{err}");

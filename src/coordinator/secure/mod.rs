@@ -147,11 +147,16 @@ pub(crate) async fn collect_masked_states(
         })
         .collect();
     let setup_time = start.elapsed();
-    let answers = join_all(sharing.iter().zip(&mask_requests).map(|(&i, mask)| async move {
-        let start = Instant::now();
-        let state = clients[i].encode_masked(&request(i), mask).await;
-        (state, start.elapsed())
-    }))
+    let answers = join_all(
+        sharing
+            .iter()
+            .zip(&mask_requests)
+            .map(|(&i, mask)| async move {
+                let start = Instant::now();
+                let state = clients[i].encode_masked(&request(i), mask).await;
+                (state, start.elapsed())
+            }),
+    )
     .await;
     let mut masked: Vec<(usize, StateBatch, Duration)> = Vec::new();
     for (&i, (answer, time)) in sharing.iter().zip(answers) {

@@ -13,7 +13,9 @@ use x25519_dalek::{PublicKey, StaticSecret};
 use crate::error::{FedError, Result};
 use crate::protocol::secure::masks::{self, apply_pairwise, apply_self};
 use crate::protocol::secure::shamir::{self, Share};
-use crate::protocol::secure::{ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession};
+use crate::protocol::secure::{
+    ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession,
+};
 
 /// The words to add to one survivor's secure columns so that the sum of
 /// the survivors' masked states is their plain sum: minus every
@@ -69,9 +71,8 @@ pub(super) fn correction(
             ))
         })
     };
-    let published = |of: usize| {
-        keys[of].ok_or_else(|| FedError::Internal("a participant without keys".into()))
-    };
+    let published =
+        |of: usize| keys[of].ok_or_else(|| FedError::Internal("a participant without keys".into()));
     let words = masks::secure_words(state, layout)?;
     let mut correction = vec![0u64; words];
     for &v in survivors {

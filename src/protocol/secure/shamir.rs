@@ -84,7 +84,10 @@ pub fn split(
     t: usize,
     mut random: impl FnMut(&mut [u8]),
 ) -> Vec<Share> {
-    assert!(t >= 1 && t <= n && n < u32::MAX as usize, "a t-of-n sharing");
+    assert!(
+        t >= 1 && t <= n && n < u32::MAX as usize,
+        "a t-of-n sharing"
+    );
     let polynomials: Vec<Vec<Scalar>> = [&secret[..16], &secret[16..]]
         .iter()
         .map(|h| {

@@ -85,7 +85,10 @@ impl Site for LocalClient {
                     "a secure sum's threshold must be at least {floor} (its min_secure_clients policy), not {}",
                     session.threshold
                 ),
-                hint: Some("raise the threshold (SET fedsql.secure_threshold = t) or leave it unset".into()),
+                hint: Some(
+                    "raise the threshold (SET fedsql.secure_threshold = t) or leave it unset"
+                        .into(),
+                ),
             });
         }
         let plan = self
@@ -155,9 +158,7 @@ impl Site for LocalClient {
         _request: &SiteRequest<'_>,
         unmask: &UnmaskRequest,
     ) -> Result<Vec<Revealed>> {
-        self.secrets
-            .unmask(unmask)
-            .map_err(|e| self.site_error(e))
+        self.secrets.unmask(unmask).map_err(|e| self.site_error(e))
     }
 
     fn release_fit(&self, scope: u64, _analyst: &Analyst) {

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::record_batch::RecordBatch;
 use x25519_dalek::{PublicKey, StaticSecret};
 
-use super::align;
+use super::align::align;
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::masks::{self, SharePair};
 use crate::protocol::secure::{
-    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession,
-    SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, graph, shamir,
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
+    ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, graph, shamir,
 };
 use crate::site::release::identity::SiteIdentity;
 
@@ -105,7 +105,9 @@ fn check_threshold(session: &SecureSession, n: usize, floor: usize) -> Result<()
                     String::new()
                 }
             ),
-            Some("leave the threshold unset (a strict majority), or SET fedsql.secure_threshold within those bounds"),
+            Some(
+                "leave the threshold unset (a strict majority), or SET fedsql.secure_threshold within those bounds",
+            ),
         ));
     }
     Ok(())
@@ -463,10 +465,7 @@ impl ClientSecrets {
                 session.id_hex()
             )));
         }
-        let near = survivors
-            .iter()
-            .filter(|s| masked_with.contains(s))
-            .count();
+        let near = survivors.iter().filter(|s| masked_with.contains(s)).count();
         if survivors.len() < session.threshold || near < *share_t {
             return Err(FedError::InvalidArgument(format!(
                 "secure session {}: {} survivors ({near} of this site's neighbourhood), fewer than the threshold {} (or {share_t}); nothing is revealed",

@@ -33,7 +33,10 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
     let own = Some(ids[0].public_key());
     let sign = |i: usize, k: usize| Some(ids[i].sign(&session.id, &keys(k as u8 + 1).digest()));
     let good = request(vec![sign(0, 0), sign(1, 1), sign(2, 2)]);
-    assert_eq!(check_participants(&good, (0, &[1, 2]), own, &peers, 3), Ok(()));
+    assert_eq!(
+        check_participants(&good, (0, &[1, 2]), own, &peers, 3),
+        Ok(())
+    );
     assert!(check_participants(&good, (0, &[1, 2]), own, &peers, 4).is_err());
     for signed in [
         // An invented participant: unsigned, or signed by an unlisted key.
@@ -55,7 +58,10 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
         assert!(err.is_err());
     }
     // Without peers, only the count of sites with keys.
-    assert_eq!(check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 3), Ok(()));
+    assert_eq!(
+        check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 3),
+        Ok(())
+    );
     assert!(check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 4).is_err());
     let mut one_missing = request(vec![]);
     one_missing.keys[2] = None;
@@ -74,7 +80,9 @@ fn a_threshold_below_a_majority_or_the_floor_is_refused() {
     assert!(check_threshold(&session(4, 2), 4, 0).is_err());
     // Above n, or below the site's min_secure_clients.
     assert!(check_threshold(&session(5, 6), 5, 0).is_err());
-    let err = check_threshold(&session(5, 3), 5, 4).unwrap_err().to_string();
+    let err = check_threshold(&session(5, 3), 5, 4)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("min_secure_clients 4"), "{err}");
     assert!(check_threshold(&session(1, 1), 1, 0).is_ok());
 }

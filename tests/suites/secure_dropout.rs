@@ -442,7 +442,7 @@ impl Driven {
             keys.push(Some(setup.keys));
             group_keys.push(setup.group_keys);
         }
-        let groups = Some(fedsql::protocol::secure::union_groups(&group_keys).unwrap());
+        let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
         let share = ShareRequest {
             session: self.session.clone(),
             keys,
@@ -456,7 +456,7 @@ impl Driven {
                     .unwrap(),
             );
         }
-        (share, envelopes, groups.unwrap())
+        (share, envelopes, groups)
     }
 
     fn mask_request(

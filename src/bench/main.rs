@@ -37,7 +37,8 @@
 //! With `--many-clients N` it instead times the suite over the same
 //! number of rows held by `--clients` and by N clients, in the same run;
 //! with `--round-cost`, the fixed cost of a round on 32 rows, in-process
-//! and over workers.
+//! and over workers; with `--secure 10,100,1000`, a masked sum over that
+//! many in-process clients ([`secure`]).
 //!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
@@ -54,6 +55,7 @@ mod policy;
 mod remote;
 mod report;
 mod round_cost;
+mod secure;
 mod suite;
 
 use std::fs;
@@ -154,6 +156,11 @@ struct Args {
     /// and over two workers on loopback (data in `<dir>/round-cost`).
     #[arg(long)]
     round_cost: bool,
+    /// Instead: time a masked sum over this many in-process clients (a
+    /// comma-separated list, e.g. `10,100,1000`), beside the plain sum and
+    /// with one client in ten lost after masking.
+    #[arg(long, value_delimiter = ',')]
+    secure: Option<Vec<usize>>,
     /// Time only the suite queries whose name contains this text (e.g.
     /// `q09`), for profiling one query.
     #[arg(long)]
@@ -185,6 +192,9 @@ async fn main() -> BenchResult<()> {
     }
     if args.round_cost {
         return round_cost::run(&args).await;
+    }
+    if let Some(counts) = &args.secure {
+        return secure::run(&args, counts).await;
     }
 
     let plan = client_plan(&args.dir, args.rows, args.clients);

@@ -335,7 +335,11 @@ impl FedContext {
                 stmt.name
             ));
         }
-        self.register_federated(FederatedTable::new(stmt.name.clone(), schema, runners))
+        let threshold = crate::coordinator::worker_url::secure_threshold_option(&stmt.options)?;
+        self.register_federated(
+            FederatedTable::new(stmt.name.clone(), schema, runners)
+                .with_secure_threshold(threshold),
+        )
     }
 
     /// Who the session's statements run for (see [`crate::coordinator::analyst`]).

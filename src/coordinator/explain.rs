@@ -252,12 +252,12 @@ async fn explain_round(
     if layout.is_secure() {
         writeln!(
             out,
-            "== Round {round_no}, secure merge: the secure (masked) columns are a pairwise-masked sum mod 2^64 =="
+            "== Round {round_no}, secure merge: the secure (masked) columns are a double-masked sum mod 2^64 (t of n sites) =="
         )
         .ok();
         writeln!(
             out,
-            "  each client adds pairwise masks (X25519 keys fresh per round, HKDF-SHA256, ChaCha20) mod 2^64 to its secure columns; the masks cancel in the sum, so the coordinator sees only masked states and their total{}",
+            "  each client adds a self mask and pairwise masks (X25519 keys fresh per round, HKDF-SHA256, ChaCha20) mod 2^64 to its secure columns; pairwise masks cancel in the sum, and the sites' Shamir shares (sealed site to site) let the coordinator remove the self masks and the masks of sites that drop out after masking, so it sees only masked states and the total over the sites that took part{}",
             if layout.secure_columns.len() + groups < schema.fields().len() {
                 "; the other state columns are sent in plain"
             } else {
@@ -429,8 +429,17 @@ pub(crate) fn analyze_summary(reports: &[rounds::RoundReport]) -> String {
         .iter()
         .map(|(c, n, bytes, ms)| format!("{c}: {n} rounds, {bytes} bytes received, {ms:.1} ms"))
         .collect();
+    let secure: String = reports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.secure
+                .as_ref()
+                .map(|s| format!("\nround {}, secure aggregation: {s}", i + 1))
+        })
+        .collect();
     format!(
-        "{} federated round(s) run; per client: {}",
+        "{} federated round(s) run; per client: {}{secure}",
         reports.len(),
         totals.join("; ")
     )

@@ -21,6 +21,9 @@ pub struct FederatedTable {
     name: String,
     schema: SchemaRef,
     clients: Vec<Arc<dyn Site>>,
+    /// The threshold of its secure rounds (its `secure_threshold` option);
+    /// `None`: the default.
+    secure_threshold: Option<usize>,
 }
 
 impl fmt::Debug for FederatedTable {
@@ -44,7 +47,19 @@ impl FederatedTable {
             name: name.into(),
             schema: client_column::with_client_column(schema),
             clients,
+            secure_threshold: None,
         }
+    }
+
+    /// The same table with the threshold of its secure rounds set.
+    pub fn with_secure_threshold(mut self, threshold: Option<usize>) -> Self {
+        self.secure_threshold = threshold;
+        self
+    }
+
+    /// The threshold of its secure rounds, if its options set one.
+    pub fn secure_threshold(&self) -> Option<usize> {
+        self.secure_threshold
     }
 
     pub fn name(&self) -> &str {

@@ -24,7 +24,7 @@ use futures::future::try_join_all;
 
 use crate::coordinator::analyst;
 use crate::coordinator::merge::{StreamingMerge, merge_and_decode};
-use crate::coordinator::secure::collect_masked_states;
+use crate::coordinator::secure::{collect_masked_states, round_threshold};
 use crate::coordinator::split::{Round, lowest_cut, plan_round, shared_result, substitute};
 use crate::error::{FedError, Result};
 use crate::notices::{RoundEvent, RoundProgress};
@@ -69,6 +69,8 @@ pub struct RoundReport {
     pub clients: Vec<(String, usize, usize, Duration)>,
     /// Per client, in the same order: the bytes sent and received.
     pub traffic: Vec<Traffic>,
+    /// A secure round: who took part (and who dropped out).
+    pub secure: Option<String>,
 }
 
 /// Every round run in a session while it carries this extension — those
@@ -290,6 +292,7 @@ pub(crate) async fn run_per_client(
     RoundLog::log(
         state,
         &RoundReport {
+            secure: None,
             table: round.table().name().to_string(),
             computes: computes(&round.encoder),
             clients: answers.iter().map(|(_, f, _)| f.clone()).collect(),
@@ -401,6 +404,7 @@ pub(crate) async fn run_round(
     let masked = secure::check_round(&round.partial)?;
     let dp = crate::protocol::dp::has_dp(&round.partial);
     let mut kept: Vec<StateBatch> = Vec::new();
+    let mut secure_summary = None;
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
     let merge = Arc::new(StreamingMerge::new(
         &round.partial,
@@ -412,9 +416,23 @@ pub(crate) async fn run_round(
         .map(|c| round.encoder_for(c.name()))
         .collect::<Result<Vec<_>>>()?;
     if masked {
-        // Masked states: what arrives is the masked state itself.
-        let states = collect_masked_states(clients, &encoders, &analyst).await?;
-        for (i, (masked_state, time)) in states.into_iter().enumerate() {
+        // Masked states: what arrives is the masked state itself; the
+        // first survivor's carries the removal of the round's masks.
+        let requested =
+            match crate::coordinator::settings::fedsql_options_of(state).secure_threshold {
+                0 => table.secure_threshold(),
+                t => Some(t),
+            };
+        let threshold = round_threshold(clients, requested);
+        let secure_round =
+            collect_masked_states(clients, &encoders, &analyst, &round.partial, threshold).await?;
+        if let Some(line) = secure_round.participation.notice()
+            && let Some(notices) = state.config().get_extension::<crate::notices::Notices>()
+        {
+            notices.push(line);
+        }
+        secure_summary = Some(secure_round.participation.summary());
+        for (i, masked_state, time) in secure_round.states {
             report(RoundEvent::SiteAnswered);
             let received = masked_state.size_bytes();
             let traffic = Traffic {
@@ -468,6 +486,7 @@ pub(crate) async fn run_round(
         kept.extend(dp_states.into_iter().map(|(_, s)| s));
     }
     let report = RoundReport {
+        secure: secure_summary,
         table: table.name().to_string(),
         computes: computes(&round.encoder),
         clients: clients

@@ -4,7 +4,8 @@
 //! Every `fedsql` setting lives here, so the names stay in one place:
 //! `fedsql.dp_epsilon` (the ε of a differentially private aggregate that
 //! names none) and `fedsql.display_digits` (significant digits of floats in
-//! the table format; 0 shows all).
+//! the table format; 0 shows all) and `fedsql.secure_threshold` (how many
+//! sites a secure round needs; 0: the table's option or a strict majority).
 
 use datafusion::common::config::ConfigExtension;
 use datafusion::common::extensions_options;
@@ -17,6 +18,9 @@ extensions_options! {
         pub dp_epsilon: f64, default = 1.0
         /// Significant digits of floats in the table format (0: all digits).
         pub display_digits: usize, default = 7
+        /// How many sites a secure round needs to unmask its sum (0: the
+        /// table's `secure_threshold` option, else a strict majority).
+        pub secure_threshold: usize, default = 0
     }
 }
 
@@ -27,6 +31,17 @@ impl ConfigExtension for FedsqlOptions {
 /// The session's current `fedsql` settings.
 pub(crate) fn fedsql_options(ctx: &SessionContext) -> FedsqlOptions {
     ctx.state()
+        .config()
+        .options()
+        .extensions
+        .get::<FedsqlOptions>()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The `fedsql` settings of a session's state (as a round sees them).
+pub(crate) fn fedsql_options_of(state: &datafusion::execution::SessionState) -> FedsqlOptions {
+    state
         .config()
         .options()
         .extensions

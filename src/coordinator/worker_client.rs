@@ -31,12 +31,16 @@ use crate::protocol::codec;
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, HAS_ROWS_KEY,
-    MAX_MESSAGE_BYTES, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureSetupReply,
-    SecureSetupRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc, public_key,
+    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER,
+    EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, HAS_ROWS_KEY, KeysMessage,
+    MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit,
+    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
+    SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc,
     ticket_command,
 };
-use crate::protocol::secure::{MaskRequest, SecureSession, SecureSetup, SignedKey};
+use crate::protocol::secure::{
+    MaskRequest, Revealed, SecureSession, SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest,
+};
 use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest, Traffic};
 use crate::site::files::ObservedSchema;
 
@@ -434,6 +438,16 @@ impl Site for RemoteClient {
         .await
     }
 
+    /// The worker's min_secure_clients, as its schema announced its policy.
+    fn secure_floor(&self) -> usize {
+        let policy = self.policy.lock().expect("not poisoned").clone();
+        policy
+            .split(',')
+            .filter_map(|part| part.trim().strip_prefix("min_secure_clients="))
+            .find_map(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     async fn secure_setup(
         &self,
         request: &SiteRequest<'_>,
@@ -450,12 +464,45 @@ impl Site for RemoteClient {
                 .await?;
             let reply = SecureSetupReply::decode(answer.as_slice())
                 .map_err(|e| self.error(format!("bad secure setup answer: {e}")))?;
+            let keys = reply
+                .keys
+                .ok_or_else(|| self.error("a secure setup answer without keys"))?;
             Ok(SecureSetup {
-                public_key: public_key(&reply.public_key).map_err(|e| self.error(e))?,
+                keys: keys.keys().map_err(|e| self.error(e))?,
                 group_keys: batch_from_ipc(&reply.group_keys).map_err(|e| self.error(e))?,
-                signed: SignedKey::from_wire(&reply.identity, &reply.signature)
-                    .map_err(|e| self.error(e))?,
             })
+        })
+        .await
+    }
+
+    async fn secure_share(
+        &self,
+        request: &SiteRequest<'_>,
+        share: &ShareRequest,
+    ) -> Result<Vec<ShareEnvelope>> {
+        self.timed(async {
+            let body = SecureShareRequest {
+                encode: Some(self.encode_request(request.encoder).await?),
+                session: Some(SessionMessage::of(&share.session)),
+                keys: share
+                    .keys
+                    .iter()
+                    .map(|k| MaybeKeys {
+                        keys: k.as_ref().map(KeysMessage::of),
+                    })
+                    .collect(),
+            }
+            .encode_to_vec();
+            let answer = self
+                .action(ACTION_SECURE_SHARE, body, request.analyst)
+                .await?;
+            let reply = SecureShareReply::decode(answer.as_slice())
+                .map_err(|e| self.error(format!("bad secure share answer: {e}")))?;
+            Ok(reply
+                .envelopes
+                .iter()
+                .map(EnvelopeMessage::envelope)
+                .collect())
         })
         .await
     }
@@ -470,23 +517,39 @@ impl Site for RemoteClient {
             let body = EncodeMaskedRequest {
                 encode: Some(self.encode_request(encoder).await?),
                 session: Some(SessionMessage::of(&request.session)),
-                public_keys: request.public_keys.iter().map(|k| k.to_vec()).collect(),
                 groups: batch_to_ipc(&request.groups).map_err(|e| self.error(e))?,
-                identities: request
-                    .signed
-                    .iter()
-                    .map(|s| s.map(|s| s.identity.to_vec()).unwrap_or_default())
-                    .collect(),
-                signatures: request
-                    .signed
-                    .iter()
-                    .map(|s| s.map(|s| s.signature.to_vec()).unwrap_or_default())
-                    .collect(),
+                envelopes: request.envelopes.iter().map(EnvelopeMessage::of).collect(),
             }
             .encode_to_vec();
             let answer = self.action(ACTION_ENCODE_MASKED, body, analyst).await?;
             let batch = batch_from_ipc(&answer).map_err(|e| self.error(e))?;
             encoder.accept(&[batch]).map_err(|e| self.error(e))
+        })
+        .await
+    }
+
+    async fn secure_unmask(
+        &self,
+        request: &SiteRequest<'_>,
+        unmask: &UnmaskRequest,
+    ) -> Result<Vec<Revealed>> {
+        self.timed(async {
+            let body = SecureUnmaskRequest {
+                encode: Some(self.encode_request(request.encoder).await?),
+                session: Some(SessionMessage::of(&unmask.session)),
+                survivors: unmask.survivors.clone(),
+            }
+            .encode_to_vec();
+            let answer = self
+                .action(ACTION_SECURE_UNMASK, body, request.analyst)
+                .await?;
+            let reply = SecureUnmaskReply::decode(answer.as_slice())
+                .map_err(|e| self.error(format!("bad secure unmask answer: {e}")))?;
+            reply
+                .shares
+                .iter()
+                .map(|r| r.revealed().map_err(|e| self.error(e)))
+                .collect()
         })
         .await
     }

@@ -30,6 +30,25 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// two may also be given per client as `key.client`.
 const OPTION_KEYS: &[&str] = &["token_file", "ca_cert", "timeout"];
 
+/// Option key of the threshold of a table's secure rounds.
+pub(crate) const SECURE_THRESHOLD_KEY: &str = "secure_threshold";
+
+/// The table's `secure_threshold` option, if it has one (a whole number >= 1).
+pub(crate) fn secure_threshold_option(options: &[(String, String)]) -> Result<Option<usize>> {
+    let Some((_, value)) = options
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(SECURE_THRESHOLD_KEY))
+    else {
+        return Ok(None);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(t) if t >= 1 => Ok(Some(t)),
+        _ => Err(FedError::Syntax(format!(
+            "OPTIONS secure_threshold '{value}': expected a whole number of sites, at least 1"
+        ))),
+    }
+}
+
 /// Whether a location is a URL (`scheme://...`) rather than a path: a
 /// worker URL, or one with a scheme no worker speaks (an error, not a
 /// missing file).
@@ -200,6 +219,7 @@ pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) 
             || CSV_OPTION_KEYS.contains(&lower.as_str())
             || site_csv
             || lower == crate::site::engine::FAST_PATH_KEY
+            || lower == SECURE_THRESHOLD_KEY
         {
             continue;
         }
@@ -209,6 +229,7 @@ pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) 
                 || (base != "timeout" && clients.iter().any(|c| c.eq_ignore_ascii_case(client))));
         if !known {
             let mut valid: Vec<&str> = OPTION_KEYS.to_vec();
+            valid.push(SECURE_THRESHOLD_KEY);
             valid.extend(CSV_OPTION_KEYS);
             valid.extend(crate::site::release::policy::POLICY_KEYS);
             valid.extend(crate::site::release::dp::DP_OPTION_KEYS);
@@ -217,7 +238,7 @@ pub(crate) fn check_option_keys(options: &[(String, String)], clients: &[&str]) 
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
             return Err(FedError::Syntax(format!(
-                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), the CSV options {} (or '<option>.<client>' for one of them) and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}; and their privacy budget: {}, dp_domain.<column>",
+                "unknown option '{key}': {hint}the options of a federated table are token_file, ca_cert and timeout for remote clients (token_file.<client> and ca_cert.<client> for one of them), secure_threshold (sites a secure round needs), the CSV options {} (or '<option>.<client>' for one of them) and fast_path ('on' or 'off') for local files, and the disclosure policy of its in-process clients: {}; and their privacy budget: {}, dp_domain.<column>",
                 CSV_OPTION_KEYS.join(", "),
                 crate::site::release::policy::POLICY_KEYS.join(", "),
                 crate::site::release::dp::DP_OPTION_KEYS.join(", ")

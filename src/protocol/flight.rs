@@ -7,8 +7,10 @@
 //! | `DoGet` | ticket: a [`TicketCommand`] | the state batch (Arrow IPC), one row per group |
 //! | `DoAction` [`ACTION_EXPLAIN`] | body: an [`EncodeRequest`] | the worker's physical plan, as text |
 //! | `DoAction` [`ACTION_RELEASE_FIT`] | body: a [`ReleaseFit`] | nothing |
-//! | `DoAction` [`ACTION_SECURE_SETUP`] | body: a [`SecureSetupRequest`] | a [`SecureSetupReply`]: the worker's public key for the session and its group keys |
+//! | `DoAction` [`ACTION_SECURE_SETUP`] | body: a [`SecureSetupRequest`] | a [`SecureSetupReply`]: the worker's public keys for the session and its group keys |
+//! | `DoAction` [`ACTION_SECURE_SHARE`] | body: a [`SecureShareRequest`] | a [`SecureShareReply`]: its sealed share envelopes |
 //! | `DoAction` [`ACTION_ENCODE_MASKED`] | body: an [`EncodeMaskedRequest`] | the masked state batch (Arrow IPC stream) |
+//! | `DoAction` [`ACTION_SECURE_UNMASK`] | body: a [`SecureUnmaskRequest`] | a [`SecureUnmaskReply`]: the shares it reveals |
 //! | `ListActions` | | the action types above |
 //!
 //! Every call carries `authorization: Bearer <token>` in its gRPC metadata.
@@ -23,7 +25,10 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{FedError, Result};
-use crate::protocol::secure::SecureSession;
+use crate::protocol::secure::shamir::Share;
+use crate::protocol::secure::{
+    ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope, SignedKey,
+};
 
 /// How a worker's policy refusal begins (a `PermissionDenied` status):
 /// the rule and its hint follow, so that the coordinator names the client.
@@ -32,8 +37,14 @@ pub const POLICY_REFUSAL: &str = "policy: ";
 /// DoAction: secure aggregation, step 1 (see [`crate::protocol::secure`]).
 pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
 
-/// DoAction: secure aggregation, step 2: the masked state.
+/// DoAction: secure aggregation, step 2: the sealed shares.
+pub const ACTION_SECURE_SHARE: &str = "fedsql.secure_share";
+
+/// DoAction: secure aggregation, step 3: the masked state.
 pub const ACTION_ENCODE_MASKED: &str = "fedsql.encode_masked";
+
+/// DoAction: secure aggregation, step 4: the shares that unmask the sum.
+pub const ACTION_SECURE_UNMASK: &str = "fedsql.secure_unmask";
 
 /// gRPC metadata key of the worker's token.
 pub const AUTHORIZATION: &str = "authorization";
@@ -93,6 +104,8 @@ pub struct SessionMessage {
     pub id: Vec<u8>,
     #[prost(string, repeated, tag = "2")]
     pub clients: Vec<String>,
+    #[prost(uint32, tag = "3")]
+    pub threshold: u32,
 }
 
 impl SessionMessage {
@@ -100,6 +113,7 @@ impl SessionMessage {
         Self {
             id: session.id.to_vec(),
             clients: session.clients.clone(),
+            threshold: session.threshold as u32,
         }
     }
 
@@ -113,6 +127,7 @@ impl SessionMessage {
         Ok(SecureSession {
             id,
             clients: self.clients.clone(),
+            threshold: self.threshold as usize,
         })
     }
 }
@@ -126,51 +141,198 @@ pub struct SecureSetupRequest {
     pub session: Option<SessionMessage>,
 }
 
-/// The answer to [`ACTION_SECURE_SETUP`].
+/// A site's keys for a session (see [`ParticipantKeys`]).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SecureSetupReply {
-    /// The worker's X25519 public key for the session (32 bytes).
+pub struct KeysMessage {
     #[prost(bytes = "vec", tag = "1")]
-    pub public_key: Vec<u8>,
-    /// Its group keys, as an Arrow IPC stream.
+    pub mask_key: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
-    pub group_keys: Vec<u8>,
-    /// The worker's long-term Ed25519 identity key (empty: it has none).
+    pub cipher_key: Vec<u8>,
     #[prost(bytes = "vec", tag = "3")]
-    pub identity: Vec<u8>,
-    /// Its signature of the session id and public key (see
-    /// [`crate::protocol::secure::signed_message`]).
+    pub self_commitment: Vec<u8>,
+    /// Its long-term Ed25519 identity key (empty: it has none).
     #[prost(bytes = "vec", tag = "4")]
+    pub identity: Vec<u8>,
+    /// Its signature of the session id and the keys' digest.
+    #[prost(bytes = "vec", tag = "5")]
     pub signature: Vec<u8>,
 }
 
+impl KeysMessage {
+    pub fn of(keys: &ParticipantKeys) -> Self {
+        Self {
+            mask_key: keys.mask_key.to_vec(),
+            cipher_key: keys.cipher_key.to_vec(),
+            self_commitment: keys.self_commitment.to_vec(),
+            identity: keys.signed.map(|s| s.identity.to_vec()).unwrap_or_default(),
+            signature: keys
+                .signed
+                .map(|s| s.signature.to_vec())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn keys(&self) -> Result<ParticipantKeys> {
+        Ok(ParticipantKeys {
+            mask_key: public_key(&self.mask_key)?,
+            cipher_key: public_key(&self.cipher_key)?,
+            self_commitment: public_key(&self.self_commitment)?,
+            signed: SignedKey::from_wire(&self.identity, &self.signature)?,
+        })
+    }
+}
+
+/// The answer to [`ACTION_SECURE_SETUP`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureSetupReply {
+    #[prost(message, optional, tag = "1")]
+    pub keys: Option<KeysMessage>,
+    /// Its group keys, as an Arrow IPC stream.
+    #[prost(bytes = "vec", tag = "2")]
+    pub group_keys: Vec<u8>,
+}
+
+/// One site's keys in a [`SecureShareRequest`]; `present` is false for a
+/// site that did not answer the setup.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MaybeKeys {
+    #[prost(message, optional, tag = "1")]
+    pub keys: Option<KeysMessage>,
+}
+
+/// The body of [`ACTION_SECURE_SHARE`]: the encoder, the session and every
+/// site's keys in session order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureShareRequest {
+    #[prost(message, optional, tag = "1")]
+    pub encode: Option<EncodeRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub session: Option<SessionMessage>,
+    #[prost(message, repeated, tag = "3")]
+    pub keys: Vec<MaybeKeys>,
+}
+
+impl SecureShareRequest {
+    /// The request's sites' keys.
+    pub fn keys(&self) -> Result<Vec<Option<ParticipantKeys>>> {
+        self.keys
+            .iter()
+            .map(|k| k.keys.as_ref().map(KeysMessage::keys).transpose())
+            .collect()
+    }
+}
+
+/// A sealed share envelope (see [`ShareEnvelope`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EnvelopeMessage {
+    #[prost(uint32, tag = "1")]
+    pub from: u32,
+    #[prost(uint32, tag = "2")]
+    pub to: u32,
+    #[prost(bytes = "vec", tag = "3")]
+    pub ciphertext: Vec<u8>,
+}
+
+impl EnvelopeMessage {
+    pub fn of(envelope: &ShareEnvelope) -> Self {
+        Self {
+            from: envelope.from,
+            to: envelope.to,
+            ciphertext: envelope.ciphertext.clone(),
+        }
+    }
+
+    pub fn envelope(&self) -> ShareEnvelope {
+        ShareEnvelope {
+            from: self.from,
+            to: self.to,
+            ciphertext: self.ciphertext.clone(),
+        }
+    }
+}
+
+/// The answer to [`ACTION_SECURE_SHARE`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureShareReply {
+    #[prost(message, repeated, tag = "1")]
+    pub envelopes: Vec<EnvelopeMessage>,
+}
+
 /// The body of [`ACTION_ENCODE_MASKED`]: the encoder again, the session,
-/// every client's public key in session order and the union of the group
-/// keys (an Arrow IPC stream).
+/// the union of the group keys (an Arrow IPC stream) and the envelopes
+/// addressed to this site.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct EncodeMaskedRequest {
     #[prost(message, optional, tag = "1")]
     pub encode: Option<EncodeRequest>,
     #[prost(message, optional, tag = "2")]
     pub session: Option<SessionMessage>,
-    #[prost(bytes = "vec", repeated, tag = "3")]
-    pub public_keys: Vec<Vec<u8>>,
     #[prost(bytes = "vec", tag = "4")]
     pub groups: Vec<u8>,
-    /// Each client's identity key, in session order (empty bytes for a
-    /// client without one; no entries from a relay without signatures).
-    #[prost(bytes = "vec", repeated, tag = "5")]
-    pub identities: Vec<Vec<u8>>,
-    /// Each client's signature of its public key, in session order.
-    #[prost(bytes = "vec", repeated, tag = "6")]
-    pub signatures: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "7")]
+    pub envelopes: Vec<EnvelopeMessage>,
 }
 
-/// A public key from the wire.
+/// The body of [`ACTION_SECURE_UNMASK`]: the encoder, the session and the
+/// survivors' places.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureUnmaskRequest {
+    #[prost(message, optional, tag = "1")]
+    pub encode: Option<EncodeRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub session: Option<SessionMessage>,
+    #[prost(uint32, repeated, tag = "3")]
+    pub survivors: Vec<u32>,
+}
+
+/// One revealed share (see [`Revealed`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RevealedMessage {
+    #[prost(uint32, tag = "1")]
+    pub of: u32,
+    /// True: a share of the self-mask seed; false: of the mask key.
+    #[prost(bool, tag = "2")]
+    pub self_seed: bool,
+    #[prost(bytes = "vec", tag = "3")]
+    pub share: Vec<u8>,
+}
+
+impl RevealedMessage {
+    pub fn of(revealed: &Revealed) -> Self {
+        Self {
+            of: revealed.of,
+            self_seed: revealed.kind == RevealedKind::SelfSeed,
+            share: revealed.share.to_bytes().to_vec(),
+        }
+    }
+
+    pub fn revealed(&self) -> Result<Revealed> {
+        Ok(Revealed {
+            of: self.of,
+            kind: if self.self_seed {
+                RevealedKind::SelfSeed
+            } else {
+                RevealedKind::MaskKey
+            },
+            share: Share::from_bytes(&self.share).ok_or_else(|| {
+                FedError::InvalidArgument("a revealed share that is not one".into())
+            })?,
+        })
+    }
+}
+
+/// The answer to [`ACTION_SECURE_UNMASK`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureUnmaskReply {
+    #[prost(message, repeated, tag = "1")]
+    pub shares: Vec<RevealedMessage>,
+}
+
+/// A public key (or another 32-byte value) from the wire.
 pub fn public_key(bytes: &[u8]) -> Result<[u8; 32]> {
     bytes.try_into().map_err(|_| {
         FedError::InvalidArgument(format!(
-            "an X25519 public key is 32 bytes, not {}",
+            "a public key or commitment is 32 bytes, not {}",
             bytes.len()
         ))
     })
@@ -260,6 +422,7 @@ mod tests {
         let short = SessionMessage {
             id: vec![1, 2],
             clients: vec![],
+            threshold: 1,
         };
         assert!(short.session().is_err());
         assert!(public_key(&[0; 31]).is_err());

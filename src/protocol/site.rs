@@ -17,7 +17,9 @@ use async_trait::async_trait;
 
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
-use crate::protocol::secure::{MaskRequest, SecureSession, SecureSetup};
+use crate::protocol::secure::{
+    MaskRequest, Revealed, SecureSession, SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest,
+};
 
 /// The analyst an in-process site's ledger is kept for when the session
 /// names no user (the REPL, a script, `fedsql serve` without `--users`
@@ -172,9 +174,14 @@ pub trait Site: Send + Sync + fmt::Debug {
     async fn explain(&self, request: &SiteRequest<'_>) -> Result<String>;
     /// Drops whatever the client kept in memory for the fit `scope`.
     fn release_fit(&self, _scope: u64, _analyst: &Analyst) {}
+    /// The least threshold of a secure round this site accepts, when the
+    /// coordinator can know it (its min_secure_clients); 0 otherwise.
+    fn secure_floor(&self) -> usize {
+        0
+    }
     /// Secure aggregation, step 1 (see [`crate::protocol::secure`]): runs the
-    /// encoder, keeps its state and a fresh key pair for the session, and
-    /// returns the public key and the group keys.
+    /// encoder, keeps its state and fresh keys for the session, and returns
+    /// the public keys and the group keys.
     async fn secure_setup(
         &self,
         _request: &SiteRequest<'_>,
@@ -182,13 +189,31 @@ pub trait Site: Send + Sync + fmt::Debug {
     ) -> Result<SecureSetup> {
         Err(unsupported(self.name()))
     }
-    /// Secure aggregation, step 2: the kept state, aligned to the
-    /// coordinator's groups, with pairwise masks added to its secure columns.
+    /// Secure aggregation, step 2: the site's shares of its secrets, each
+    /// sealed to the site it is for.
+    async fn secure_share(
+        &self,
+        _request: &SiteRequest<'_>,
+        _share: &ShareRequest,
+    ) -> Result<Vec<ShareEnvelope>> {
+        Err(unsupported(self.name()))
+    }
+    /// Secure aggregation, step 3: the kept state, aligned to the
+    /// coordinator's groups, with its self mask and pairwise masks added to
+    /// its secure columns.
     async fn encode_masked(
         &self,
         _request: &SiteRequest<'_>,
         _mask: &MaskRequest,
     ) -> Result<StateBatch> {
+        Err(unsupported(self.name()))
+    }
+    /// Secure aggregation, step 4: the shares that unmask the survivors' sum.
+    async fn secure_unmask(
+        &self,
+        _request: &SiteRequest<'_>,
+        _unmask: &UnmaskRequest,
+    ) -> Result<Vec<Revealed>> {
         Err(unsupported(self.name()))
     }
     /// Runs the encoder as [`Site::encode`] does, and says what the

@@ -7,7 +7,10 @@ use datafusion::physical_plan::displayable;
 
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::StateBatch;
-use crate::protocol::secure::{MaskRequest, SecureLayout, SecureSession, SecureSetup};
+use crate::protocol::secure::{
+    MaskRequest, Revealed, SecureLayout, SecureSession, SecureSetup, ShareEnvelope, ShareRequest,
+    UnmaskRequest,
+};
 use crate::protocol::site::{Analyst, BudgetLine, Site, SiteRequest};
 use crate::site::release::policy::describe_policy;
 use crate::site::release::shown_plan;
@@ -60,6 +63,10 @@ impl Site for LocalClient {
         Ok(Some(self.dp.budget_line(table, analyst.name())))
     }
 
+    fn secure_floor(&self) -> usize {
+        self.policy.as_ref().map_or(0, |p| p.min_secure_clients)
+    }
+
     async fn secure_setup(
         &self,
         request: &SiteRequest<'_>,
@@ -69,6 +76,20 @@ impl Site for LocalClient {
         self.check_secure_peers()?;
         if let Some(policy) = &self.policy {
             policy.check_secure_session(&self.name, session)?;
+        }
+        let floor = self.secure_floor();
+        if session.threshold < floor {
+            return Err(FedError::Policy {
+                client: self.name.clone(),
+                rule: format!(
+                    "a secure sum's threshold must be at least {floor} (its min_secure_clients policy), not {}",
+                    session.threshold
+                ),
+                hint: Some(
+                    "raise the threshold (SET fedsql.secure_threshold = t) or leave it unset"
+                        .into(),
+                ),
+            });
         }
         let plan = self
             .physical_plan(encoder)
@@ -80,20 +101,20 @@ impl Site for LocalClient {
         }
         let state = self.run(request, plan).await?;
         self.secrets
-            .setup(session, &state, layout)
-            .map_err(|e| self.error(e))
+            .setup(session, &state, layout, floor)
+            .map_err(|e| self.site_error(e))
     }
 
-    async fn encode_masked(
+    async fn secure_share(
         &self,
-        request: &SiteRequest<'_>,
-        mask: &MaskRequest,
-    ) -> Result<StateBatch> {
+        _request: &SiteRequest<'_>,
+        share: &ShareRequest,
+    ) -> Result<Vec<ShareEnvelope>> {
         self.check_secure_peers()?;
-        let min = self.policy.as_ref().map_or(0, |p| p.min_secure_clients);
+        let min = self.secure_floor();
         let own = self.secrets.identity();
-        let admit = |me_at: usize| {
-            crate::site::release::secure::check_participants(mask, me_at, own, &self.peers, min).map_err(|rule| {
+        let admit = |me: usize, neighbours: &[usize]| {
+            crate::site::release::secure::check_participants(share, (me, neighbours), own, &self.peers, min).map_err(|rule| {
                 FedError::Policy {
                     client: self.name.clone(),
                     rule,
@@ -104,8 +125,40 @@ impl Site for LocalClient {
             })
         };
         self.secrets
+            .share(share, min, admit)
+            .map_err(|e| self.site_error(e))
+    }
+
+    async fn encode_masked(
+        &self,
+        request: &SiteRequest<'_>,
+        mask: &MaskRequest,
+    ) -> Result<StateBatch> {
+        self.check_secure_peers()?;
+        let min = self.secure_floor();
+        let admit = |taking_part: usize| {
+            if taking_part < min {
+                return Err(FedError::Policy {
+                    client: self.name.clone(),
+                    rule: format!(
+                        "a secure sum needs at least {min} participants (its min_secure_clients policy)"
+                    ),
+                    hint: Some("run the query over more clients, or use plain aggregates".into()),
+                });
+            }
+            Ok(())
+        };
+        self.secrets
             .mask(request.encoder, mask, admit)
             .map_err(|e| self.site_error(e))
+    }
+
+    async fn secure_unmask(
+        &self,
+        _request: &SiteRequest<'_>,
+        unmask: &UnmaskRequest,
+    ) -> Result<Vec<Revealed>> {
+        self.secrets.unmask(unmask).map_err(|e| self.site_error(e))
     }
 
     fn release_fit(&self, scope: u64, _analyst: &Analyst) {

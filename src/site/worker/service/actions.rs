@@ -9,11 +9,13 @@ use super::audited::{Outcome, describe};
 use super::calls::{Checked, WorkerService, aggregate_names};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_SETUP, EncodeMaskedRequest, EncodeRequest,
-    POLICY_REFUSAL, SecureSetupReply, SecureSetupRequest, SessionMessage, batch_from_ipc,
-    batch_to_ipc, public_key,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
+    ACTION_SECURE_UNMASK, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, KeysMessage,
+    POLICY_REFUSAL, RevealedMessage, SecureSetupReply, SecureSetupRequest, SecureShareReply,
+    SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage, batch_from_ipc,
+    batch_to_ipc,
 };
-use crate::protocol::secure::{MaskRequest, SecureSession, SignedKey};
+use crate::protocol::secure::{MaskRequest, SecureSession, ShareRequest, UnmaskRequest};
 use crate::protocol::site::{Analyst, Site, SiteRequest};
 use crate::site::release::policy::error_kind;
 
@@ -167,16 +169,79 @@ impl WorkerService {
         let group_keys =
             batch_to_ipc(&setup.group_keys).map_err(|e| Status::internal(e.to_string()))?;
         Ok(SecureSetupReply {
-            public_key: setup.public_key.to_vec(),
+            keys: Some(KeysMessage::of(&setup.keys)),
             group_keys,
-            identity: setup
-                .signed
-                .map(|s| s.identity.to_vec())
-                .unwrap_or_default(),
-            signature: setup
-                .signed
-                .map(|s| s.signature.to_vec())
-                .unwrap_or_default(),
+        }
+        .encode_to_vec())
+    }
+
+    /// Secure aggregation, step 2: this site's shares, sealed to the others.
+    pub(super) async fn secure_share(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_SHARE;
+        let request =
+            SecureShareRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let keys = request.keys().map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let share = ShareRequest { session, keys };
+        let envelopes = checked
+            .client
+            .secure_share(&SiteRequest::new(&checked.encoder, analyst), &share)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: {} sealed share envelope(s) sent",
+                checked.table.name,
+                share.session.id_hex(),
+                envelopes.len()
+            ),
+        );
+        Ok(SecureShareReply {
+            envelopes: envelopes.iter().map(EnvelopeMessage::of).collect(),
+        }
+        .encode_to_vec())
+    }
+
+    /// Secure aggregation, step 4: the shares that unmask the survivors' sum.
+    pub(super) async fn secure_unmask(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_UNMASK;
+        let request =
+            SecureUnmaskRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure(peer, call, request.encode, request.session)
+            .await?;
+        let unmask = UnmaskRequest {
+            session,
+            survivors: request.survivors,
+        };
+        let shares = checked
+            .client
+            .secure_unmask(&SiteRequest::new(&checked.encoder, analyst), &unmask)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: {} share(s) revealed for {} survivor(s)",
+                checked.table.name,
+                unmask.session.id_hex(),
+                shares.len(),
+                unmask.survivors.len()
+            ),
+        );
+        Ok(SecureUnmaskReply {
+            shares: shares.iter().map(RevealedMessage::of).collect(),
         }
         .encode_to_vec())
     }
@@ -192,39 +257,17 @@ impl WorkerService {
         let started = std::time::Instant::now();
         let request =
             EncodeMaskedRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
-        let public_keys = request
-            .public_keys
-            .iter()
-            .map(|k| public_key(k))
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| self.malformed(peer, call, e))?;
         let groups = batch_from_ipc(&request.groups).map_err(|e| self.malformed(peer, call, e))?;
         let (checked, session) = self
             .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
-        let signed = if request.identities.is_empty() && request.signatures.is_empty() {
-            Vec::new()
-        } else if request.identities.len() != public_keys.len()
-            || request.signatures.len() != public_keys.len()
-        {
-            return Err(self.malformed(
-                peer,
-                call,
-                "one identity and one signature per public key, or none",
-            ));
-        } else {
-            request
-                .identities
-                .iter()
-                .zip(&request.signatures)
-                .map(|(identity, signature)| SignedKey::from_wire(identity, signature))
-                .collect::<Result<Vec<_>>>()
-                .map_err(|e| self.malformed(peer, call, e))?
-        };
         let mask = MaskRequest {
             session,
-            public_keys,
-            signed,
+            envelopes: request
+                .envelopes
+                .iter()
+                .map(EnvelopeMessage::envelope)
+                .collect(),
             groups,
         };
         let state = checked

@@ -17,7 +17,8 @@ use super::calls::WorkerService;
 use crate::error::Result;
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, ReleaseFit, TicketCommand, ticket_command,
+    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, ReleaseFit, TicketCommand,
+    ticket_command,
 };
 use crate::protocol::site::BudgetLine;
 
@@ -197,12 +198,28 @@ impl FlightService for WorkerService {
                 )
                 .await?
             }
+            ACTION_SECURE_SHARE => {
+                self.limited(
+                    &peer,
+                    ACTION_SECURE_SHARE,
+                    self.secure_share((&peer, &analyst), &action.body),
+                )
+                .await?
+            }
+            ACTION_SECURE_UNMASK => {
+                self.limited(
+                    &peer,
+                    ACTION_SECURE_UNMASK,
+                    self.secure_unmask((&peer, &analyst), &action.body),
+                )
+                .await?
+            }
             other => {
                 return Err(self.refuse(
                     &peer,
                     "DoAction",
                     Status::invalid_argument(format!(
-                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_ENCODE_MASKED}, {ACTION_PRIVACY_BUDGET})"
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_SECURE_SHARE}, {ACTION_ENCODE_MASKED}, {ACTION_SECURE_UNMASK}, {ACTION_PRIVACY_BUDGET})"
                     )),
                 ));
             }
@@ -229,8 +246,16 @@ impl FlightService for WorkerService {
                 "secure aggregation step 1: a session key pair and the group keys",
             ),
             (
+                ACTION_SECURE_SHARE,
+                "secure aggregation step 2: shares of the session secrets, sealed to each site",
+            ),
+            (
                 ACTION_ENCODE_MASKED,
-                "secure aggregation step 2: the state, aligned and pairwise-masked",
+                "secure aggregation step 3: the state, aligned and double-masked",
+            ),
+            (
+                ACTION_SECURE_UNMASK,
+                "secure aggregation step 4: the shares that unmask the survivors' sum",
             ),
         ]
         .map(|(name, description)| {

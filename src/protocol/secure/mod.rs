@@ -1,46 +1,61 @@
-//! Secure aggregation: the coordinator learns only the sum of the clients'
-//! states of `secure_sum`, `secure_avg`, `secure_count` and `secure_sum_vec`.
+//! Secure aggregation: the coordinator learns only the sum of the states
+//! of `secure_sum`, `secure_avg`, `secure_count` and `secure_sum_vec` over
+//! the sites that took part, and the round survives sites that drop out.
 //!
 //! Those aggregates keep their state as `UInt64` words summed mod 2^64 (see
-//! [`fedsql_udfs::secure_quantized`]). A round with one of them in its
-//! encoder runs as two request/response exchanges with every client, so that
-//! a network worker can serve it the same way as a local client:
+//! [`fedsql_udfs::secure_quantized`]). A round with one of them runs the
+//! double-masking protocol of Bonawitz et al. (CCS 2017) as four
+//! request/response exchanges, each site answering the coordinator, so a
+//! network worker serves it as a local site does:
 //!
-//! 1. **Setup** (`Site::secure_setup`): the coordinator sends a
-//!    fresh [`SecureSession`] (a random id and the names of the round's
-//!    clients, in order). Each client runs the encoder, keeps its state
-//!    under the session id, draws a fresh X25519 key pair for the session,
-//!    and answers with its public key and its group keys ([`SecureSetup`]).
-//! 2. **Masked state** (`Site::encode_masked`): the coordinator
-//!    relays every public key and the union of all group keys in a
-//!    canonical order ([`MaskRequest`]). Each client aligns its state to that
-//!    group list (the empty-accumulator state, the monoid's identity, for a
-//!    group it lacks), derives with every other client `j` a pairwise key
-//!    from the X25519 shared secret (HKDF-SHA256 bound to the session id and
-//!    both public keys), expands it with ChaCha20 into one 64-bit word per
-//!    secure state word, and adds those words mod 2^64 if its index is below
-//!    `j`'s, subtracts them if above. It forgets the session's secret and
-//!    answers with the masked state.
+//! 1. **Setup** (`Site::secure_setup`): the coordinator sends a fresh
+//!    [`SecureSession`] (a random id, the round's clients in order, and the
+//!    threshold t). Each site runs the encoder, keeps its state, draws two
+//!    X25519 key pairs (a *mask key* for pairwise masks, a *cipher key* for
+//!    the envelopes of its shares) and a 32-byte self-mask seed, and answers
+//!    with both public keys, the seed's commitment and its group keys
+//!    ([`SecureSetup`]), signed by its identity if it has one.
+//! 2. **Shares** (`Site::secure_share`): the coordinator relays every
+//!    answering site's keys ([`ShareRequest`]). Each site checks them (its
+//!    peers, its floor, t > n/2), splits its mask secret key and its self
+//!    seed t-of-n with Shamir ([`shamir`]) and seals the pair of shares of
+//!    every other site for it alone ([`masks::seal`]); the coordinator only
+//!    relays these envelopes.
+//! 3. **Masked state** (`Site::encode_masked`): the coordinator relays to
+//!    each site the envelopes addressed to it, from the sites that sent
+//!    theirs, and the union of group keys ([`MaskRequest`]). The site opens
+//!    them, aligns its state to the groups, and adds mod 2^64 its self mask
+//!    and, with every site whose envelope it opened, the pairwise mask
+//!    (added by the lower place, subtracted by the higher).
+//! 4. **Unmasking** (`Site::secure_unmask`): the coordinator names the sites
+//!    whose masked state it received ([`UnmaskRequest`]). Each of them, once
+//!    per session, reveals for every other site either its share of that
+//!    site's self seed (it is listed) or of its mask key (it is not) —
+//!    never both, and nothing if fewer than t are listed or it is not
+//!    listed itself. The coordinator rebuilds the self seeds of the
+//!    survivors and the mask keys of the sites that dropped after masking,
+//!    checks them against their public keys and commitments, and removes
+//!    those masks from the sum.
 //!
-//! A client refuses the plain `encode` of such an encoder, so its secure
-//! state leaves it only masked.
+//! Above [`graph::FULL_GRAPH_MAX`] sites, each site masks with and shares
+//! with only its O(log n) neighbours in a graph drawn from the session id
+//! (SecAgg+, Bell et al. 2020; see [`graph`]).
 //!
-//! Summing all masked states mod 2^64 — the final aggregate's ordinary
-//! merge — cancels every pairwise mask and leaves the true sum; any proper
-//! subset of the masked states is uniformly random to the coordinator.
-//! Columns of other aggregates in the same query travel in plain, as in a
-//! round without secure aggregates.
-//!
-//! What the coordinator still sees: which group keys each client has (as in
-//! any GROUP BY), the row counts it is told in plain by plain aggregates,
-//! and the total. With a single client, the total is that client's state.
-//! If a client fails after the keys were exchanged, the round fails with an
-//! error naming it: dropout recovery (Bonawitz et al. 2017) is not done.
+//! A site that fails before its masked state is left out; one that fails
+//! after it is recovered. Fewer than t sites at any step fail the round.
+//! What the coordinator learns: the sum over the sites that took part,
+//! which sites did, their group keys, and the plain columns of other
+//! aggregates. A site refuses the plain `encode` of such an encoder.
 //!
 //! This module holds what both sides agree on: the session, the messages,
-//! the layout of a state's secure columns and the canonical group order.
-//! A site's keys and masks are in `site::release::secure`; the
-//! coordinator's relay is in `coordinator::secure`.
+//! the masks and envelopes ([`masks`]), Shamir sharing ([`shamir`]), the
+//! layout of a state's secure columns and the canonical group order. A
+//! site's keys and steps are in `site::release::secure`; the coordinator's
+//! relay and unmasking in `coordinator::secure`.
+
+pub mod graph;
+pub mod masks;
+pub mod shamir;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,6 +68,9 @@ use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 
+use sha2::{Digest, Sha256};
+
+use self::shamir::Share;
 use crate::error::{FedError, Result};
 
 /// One round of secure aggregation: a fresh random id and the round's
@@ -61,15 +79,34 @@ use crate::error::{FedError, Result};
 pub struct SecureSession {
     pub id: [u8; 16],
     pub clients: Vec<String>,
+    /// How many sites must take part (and hold shares) for the round to
+    /// be unmasked.
+    pub threshold: usize,
+}
+
+/// The default threshold over `n` sites: a strict majority, ⌊n/2⌋ + 1, the
+/// least for which no two disjoint sets of t sites exist (so a coordinator
+/// cannot collect both kinds of shares of one site).
+pub fn default_threshold(n: usize) -> usize {
+    n / 2 + 1
 }
 
 impl SecureSession {
-    /// A new session over `clients`, with a random id.
+    /// A new session over `clients`, with a random id and the default
+    /// threshold.
     pub fn fresh(clients: Vec<String>) -> Self {
+        let threshold = default_threshold(clients.len());
         Self {
             id: rand::random(),
             clients,
+            threshold,
         }
+    }
+
+    /// The same session with threshold `t`.
+    pub fn with_threshold(mut self, t: usize) -> Self {
+        self.threshold = t;
+        self
     }
 
     /// The session id as hex, for messages.
@@ -78,28 +115,112 @@ impl SecureSession {
     }
 }
 
-/// A client's answer to the setup: its public key for the session, the
-/// group keys it has state for (the key columns of its state; no columns
-/// without GROUP BY), and — at a site with a long-term identity — its
-/// signature of the session key.
-#[derive(Debug, Clone)]
-pub struct SecureSetup {
-    pub public_key: [u8; 32],
-    pub group_keys: RecordBatch,
+// The messages of the four steps. Sites are named by their place in the
+// session's client list (0-based); a Shamir share's point is that place
+// plus one.
+
+/// Domain separation of the digest a site's identity signs.
+const KEYS_DIGEST_CONTEXT: &[u8] = b"fedsql secure aggregation v2: participant keys";
+
+/// A site's public keys for one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParticipantKeys {
+    /// The X25519 key of its pairwise masks.
+    pub mask_key: [u8; 32],
+    /// The X25519 key its share envelopes are sealed to.
+    pub cipher_key: [u8; 32],
+    /// SHA-256 commitment to its self-mask seed (see [`super::masks::self_commitment`]).
+    pub self_commitment: [u8; 32],
+    /// Its identity's signature of the session id and [`Self::digest`], at
+    /// a site with a long-term identity.
     pub signed: Option<SignedKey>,
 }
 
-/// The coordinator's request for masked states: every client's public key
-/// (in session order), each with its site's signature if it has one, and
-/// the union of all group keys, in canonical order.
+impl ParticipantKeys {
+    /// The one 32-byte value a site's identity signs for its keys.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(KEYS_DIGEST_CONTEXT);
+        hash.update(self.mask_key);
+        hash.update(self.cipher_key);
+        hash.update(self.self_commitment);
+        hash.finalize().into()
+    }
+
+    /// Whether the keys carry a valid signature for `session` by the
+    /// identity they name (not whether that identity is a listed peer).
+    pub fn signature_verifies(&self, session: &[u8; 16]) -> bool {
+        self.signed
+            .is_some_and(|s| s.verifies(session, &self.digest()))
+    }
+}
+
+/// A site's answer to the setup: its keys and the group keys it has state
+/// for (the key columns of its state; no columns without GROUP BY).
+#[derive(Debug, Clone)]
+pub struct SecureSetup {
+    pub keys: ParticipantKeys,
+    pub group_keys: RecordBatch,
+}
+
+/// Step 2: the keys of every site of the session, in session order; `None`
+/// for a site that did not answer the setup.
+#[derive(Debug, Clone)]
+pub struct ShareRequest {
+    pub session: SecureSession,
+    pub keys: Vec<Option<ParticipantKeys>>,
+}
+
+impl ShareRequest {
+    /// The places of the sites with keys.
+    pub fn participants(&self) -> Vec<usize> {
+        (0..self.keys.len())
+            .filter(|&i| self.keys[i].is_some())
+            .collect()
+    }
+}
+
+/// One sealed pair of shares, from the site at `from` to the site at `to`
+/// (see [`super::masks::seal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareEnvelope {
+    pub from: u32,
+    pub to: u32,
+    pub ciphertext: Vec<u8>,
+}
+
+/// Step 3: the envelopes addressed to one site, from every site that sent
+/// its shares, and the union of the group keys in canonical order.
 #[derive(Debug, Clone)]
 pub struct MaskRequest {
     pub session: SecureSession,
-    pub public_keys: Vec<[u8; 32]>,
-    /// One entry per public key (or none at all, from a relay that has no
-    /// signatures to pass on).
-    pub signed: Vec<Option<SignedKey>>,
+    pub envelopes: Vec<ShareEnvelope>,
     pub groups: RecordBatch,
+}
+
+/// Step 4: the places of the sites whose masked state the coordinator
+/// received (the survivors).
+#[derive(Debug, Clone)]
+pub struct UnmaskRequest {
+    pub session: SecureSession,
+    pub survivors: Vec<u32>,
+}
+
+/// Which secret a revealed share is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevealedKind {
+    /// The self-mask seed of a site that survived.
+    SelfSeed,
+    /// The mask secret key of a site that dropped out after sharing.
+    MaskKey,
+}
+
+/// One share a survivor reveals in step 4: of the site at `of`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revealed {
+    pub of: u32,
+    pub kind: RevealedKind,
+    pub share: Share,
 }
 
 /// A session key signed with a site's long-term Ed25519 identity key: what
@@ -113,10 +234,11 @@ pub struct SignedKey {
 }
 
 /// Domain separation of session-key signatures.
-const SIGNATURE_CONTEXT: &[u8] = b"fedsql secure aggregation v1: session key";
+const SIGNATURE_CONTEXT: &[u8] = b"fedsql secure aggregation v2: session keys";
 
-/// What a site signs: the session id and its X25519 key for that session,
-/// so that a signature is good for one session and one key only.
+/// What a site signs: the session id and the digest of its keys for that
+/// session ([`ParticipantKeys::digest`]), so that a signature is good for
+/// one session and one set of keys only.
 pub fn signed_message(session: &[u8; 16], public_key: &[u8; 32]) -> Vec<u8> {
     let mut message = SIGNATURE_CONTEXT.to_vec();
     message.extend_from_slice(session);

@@ -1,0 +1,248 @@
+//! The coordinator's half of secure aggregation: it runs the four steps
+//! with every site, relays keys and sealed share envelopes, leaves out the
+//! sites that drop out before masking, recovers those that drop out after,
+//! and removes the masks from the sum (see [`crate::protocol::secure`] for
+//! the protocol). A site's refusal (its policy, the plan) fails the round;
+//! any other failure of a site (an error, a timeout) is a dropout.
+
+mod participation;
+mod unmask;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::physical_plan::aggregates::AggregateExec;
+use futures::future::join_all;
+
+use crate::error::{FedError, Result};
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::{
+    MaskRequest, ParticipantKeys, SecureLayout, SecureSession, ShareEnvelope, ShareRequest,
+    UnmaskRequest, default_threshold, union_groups,
+};
+use crate::protocol::site::{Analyst, Site, SiteRequest};
+
+pub(crate) use participation::{Participation, Stage};
+
+/// The survivors' masked states of a secure round — the first with the
+/// masks of the round removed, so that their plain sum is the total over
+/// the sites that took part — each with its site's place and time, and
+/// who took part.
+pub(crate) struct SecureRound {
+    pub states: Vec<(usize, StateBatch, Duration)>,
+    pub participation: Participation,
+}
+
+/// Whether a site's failure is a refusal (which fails the round, as in a
+/// plain round) rather than a dropout.
+fn is_refusal(e: &FedError) -> bool {
+    matches!(e, FedError::Policy { .. } | FedError::Refused { .. })
+}
+
+/// The threshold of a round over `clients`: `requested` if set, else the
+/// default (a strict majority), raised to every site's known floor.
+pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize>) -> usize {
+    requested.unwrap_or_else(|| {
+        clients
+            .iter()
+            .map(|c| c.secure_floor())
+            .fold(default_threshold(clients.len()), usize::max)
+    })
+}
+
+/// Runs a secure round's four steps with every client; `encoders` holds
+/// each client's encoder, in the order of `clients`, and every request runs
+/// for `analyst`. `partial` is the round's partial aggregate (the layout of
+/// its secure columns), `threshold` the round's t.
+pub(crate) async fn collect_masked_states(
+    clients: &[Arc<dyn Site>],
+    encoders: &[Encoder],
+    analyst: &Analyst,
+    partial: &AggregateExec,
+    threshold: usize,
+) -> Result<SecureRound> {
+    let layout = SecureLayout::of(partial)?;
+    let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect())
+        .with_threshold(threshold);
+    let mut part = Participation::new(&session);
+    let n = clients.len();
+    let request = |i: usize| SiteRequest::new(&encoders[i], analyst);
+    let start = Instant::now();
+
+    // Step 1: keys and group keys.
+    let setups = join_all((0..n).map(|i| {
+        let session = &session;
+        async move { clients[i].secure_setup(&request(i), session).await }
+    }))
+    .await;
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut group_keys = vec![None; n];
+    for (i, answer) in setups.into_iter().enumerate() {
+        match answer {
+            Ok(setup) => {
+                keys[i] = Some(setup.keys);
+                group_keys[i] = Some(setup.group_keys);
+            }
+            Err(e) if is_refusal(&e) => return Err(e),
+            Err(e) => part.drop_out(i, Stage::Setup, &e),
+        }
+    }
+    part.check(Stage::Setup)?;
+
+    // Step 2: shares, sealed site to site.
+    let share_request = ShareRequest {
+        session: session.clone(),
+        keys: keys.clone(),
+    };
+    let alive = part.alive();
+    let answers = join_all(alive.iter().map(|&i| {
+        let share_request = &share_request;
+        async move { clients[i].secure_share(&request(i), share_request).await }
+    }))
+    .await;
+    let mut envelopes: Vec<Vec<ShareEnvelope>> = vec![Vec::new(); n];
+    for (&i, answer) in alive.iter().zip(answers) {
+        match answer {
+            Err(e) if is_refusal(&e) => return Err(e),
+            Err(e) => part.drop_out(i, Stage::Shares, &e),
+            Ok(sent) => {
+                let well_formed = sent.iter().all(|e| {
+                    e.from as usize == i
+                        && (e.to as usize) < n
+                        && e.to as usize != i
+                        && keys[e.to as usize].is_some()
+                });
+                if well_formed {
+                    envelopes[i] = sent;
+                } else {
+                    part.drop_out(
+                        i,
+                        Stage::Shares,
+                        &FedError::Internal("it sent envelopes not from it, or to no site".into()),
+                    );
+                }
+            }
+        }
+    }
+    part.check(Stage::Shares)?;
+
+    // Step 3: masked states.
+    let sharing = part.alive();
+    let groups = union_groups(
+        &sharing
+            .iter()
+            .map(|&i| group_keys[i].clone().expect("answered the setup"))
+            .collect::<Vec<_>>(),
+    )?;
+    let mask_requests: Vec<MaskRequest> = sharing
+        .iter()
+        .map(|&v| MaskRequest {
+            session: session.clone(),
+            envelopes: sharing
+                .iter()
+                .flat_map(|&u| envelopes[u].iter().filter(|e| e.to as usize == v))
+                .cloned()
+                .collect(),
+            groups: groups.clone(),
+        })
+        .collect();
+    let setup_time = start.elapsed();
+    let answers = join_all(
+        sharing
+            .iter()
+            .zip(&mask_requests)
+            .map(|(&i, mask)| async move {
+                let start = Instant::now();
+                let state = clients[i].encode_masked(&request(i), mask).await;
+                (state, start.elapsed())
+            }),
+    )
+    .await;
+    let mut masked: Vec<(usize, StateBatch, Duration)> = Vec::new();
+    for (&i, (answer, time)) in sharing.iter().zip(answers) {
+        match answer {
+            Err(e) if is_refusal(&e) => return Err(e),
+            Err(e) => part.drop_out(i, Stage::Masking, &e),
+            Ok(state) => masked.push((i, state, setup_time + time)),
+        }
+    }
+    part.check(Stage::Masking)?;
+
+    // Step 4: unmasking.
+    let survivors: Vec<usize> = masked.iter().map(|(i, _, _)| *i).collect();
+    let unmask_request = UnmaskRequest {
+        session: session.clone(),
+        survivors: survivors.iter().map(|&i| i as u32).collect(),
+    };
+    let answers = join_all(survivors.iter().map(|&i| {
+        let unmask_request = &unmask_request;
+        async move { clients[i].secure_unmask(&request(i), unmask_request).await }
+    }))
+    .await;
+    let mut revealed = Vec::new();
+    for (&i, answer) in survivors.iter().zip(answers) {
+        match answer {
+            Ok(shares) => revealed.push((i, shares)),
+            Err(e) => part.miss_unmasking(i, &e),
+        }
+    }
+    let correction = unmask::correction(
+        &session,
+        &keys,
+        &sharing,
+        &survivors,
+        &revealed,
+        &layout,
+        masked[0].1.batch(),
+    )
+    .map_err(|e| part.unmask_failed(e))?;
+    let (first, state, time) = masked.remove(0);
+    let corrected = masks_removed(&encoders[first], &layout, state, &correction)?;
+    masked.insert(0, (first, corrected, time));
+    // Groups only sites that dropped out had: not in the answer, which
+    // covers the sites that took part.
+    let survivor_keys: Vec<_> = survivors
+        .iter()
+        .map(|&i| group_keys[i].clone().expect("answered the setup"))
+        .collect();
+    if let Some(keep) = covered_groups(&groups, &survivor_keys)? {
+        for (i, state, _) in &mut masked {
+            let batch = datafusion::arrow::compute::filter_record_batch(state.batch(), &keep)?;
+            *state = encoders[*i].accept(&[batch])?;
+        }
+    }
+    Ok(SecureRound {
+        states: masked,
+        participation: part,
+    })
+}
+
+/// Which rows of `groups` some survivor has; `None` when all are.
+fn covered_groups(
+    groups: &datafusion::arrow::record_batch::RecordBatch,
+    survivors: &[datafusion::arrow::record_batch::RecordBatch],
+) -> Result<Option<datafusion::arrow::array::BooleanArray>> {
+    if groups.num_columns() == 0 {
+        return Ok(None);
+    }
+    let converter = crate::protocol::secure::key_converter(groups)?;
+    let mut held = std::collections::HashSet::new();
+    for keys in survivors {
+        let rows = converter.convert_columns(keys.columns())?;
+        held.extend(rows.iter().map(|r| r.as_ref().to_vec()));
+    }
+    let rows = converter.convert_columns(groups.columns())?;
+    let keep: Vec<bool> = rows.iter().map(|r| held.contains(r.as_ref())).collect();
+    Ok((!keep.iter().all(|&k| k)).then(|| keep.into()))
+}
+
+/// `state` with `correction` added to its secure words.
+fn masks_removed(
+    encoder: &Encoder,
+    layout: &SecureLayout,
+    state: StateBatch,
+    correction: &[u64],
+) -> Result<StateBatch> {
+    let batch = crate::protocol::secure::masks::add_mask(state.batch(), layout, correction)?;
+    encoder.accept(&[batch])
+}

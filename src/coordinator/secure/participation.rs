@@ -1,0 +1,155 @@
+//! Who took part in a secure round: the sites that dropped out and at
+//! which step, the threshold check after each step, and the words of the
+//! notice and of `EXPLAIN ANALYZE FEDERATED`.
+
+use crate::error::{FedError, Result};
+use crate::protocol::secure::SecureSession;
+
+/// The step at which a site dropped out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// It did not answer the setup (keys and group keys).
+    Setup,
+    /// It did not send its shares.
+    Shares,
+    /// It shared its secrets but sent no masked state.
+    Masking,
+}
+
+impl Stage {
+    fn words(self) -> &'static str {
+        match self {
+            Stage::Setup => "dropped out before the key exchange; it was left out",
+            Stage::Shares => "dropped out before sharing its keys; it was left out",
+            Stage::Masking => "dropped out after masking; its masks were removed",
+        }
+    }
+}
+
+/// The sites of a secure round and what became of each.
+#[derive(Debug, Clone)]
+pub(crate) struct Participation {
+    clients: Vec<String>,
+    threshold: usize,
+    dropped: Vec<Option<(Stage, String)>>,
+    /// Survivors that did not answer the unmasking (their state counts).
+    silent: Vec<(usize, String)>,
+}
+
+impl Participation {
+    pub(crate) fn new(session: &SecureSession) -> Self {
+        Self {
+            clients: session.clients.clone(),
+            threshold: session.threshold,
+            dropped: vec![None; session.clients.len()],
+            silent: Vec::new(),
+        }
+    }
+
+    /// The places of the sites still in the round.
+    pub(crate) fn alive(&self) -> Vec<usize> {
+        (0..self.clients.len())
+            .filter(|&i| self.dropped[i].is_none())
+            .collect()
+    }
+
+    pub(crate) fn drop_out(&mut self, site: usize, stage: Stage, why: &FedError) {
+        self.dropped[site] = Some((stage, why.to_string()));
+    }
+
+    pub(crate) fn miss_unmasking(&mut self, site: usize, why: &FedError) {
+        self.silent.push((site, why.to_string()));
+    }
+
+    /// The sites that dropped out, as `'name' (step: reason)`.
+    fn dropped_list(&self, with_reasons: bool) -> String {
+        let mut parts: Vec<String> = self
+            .dropped
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                d.as_ref().map(|(stage, why)| {
+                    let name = &self.clients[i];
+                    if with_reasons {
+                        format!("'{name}' ({}: {why})", stage.words())
+                    } else {
+                        format!("'{name}' {}", stage.words())
+                    }
+                })
+            })
+            .collect();
+        parts.extend(self.silent.iter().map(|(i, why)| {
+            let name = &self.clients[*i];
+            if with_reasons {
+                format!("'{name}' (did not answer the unmasking: {why})")
+            } else {
+                format!("'{name}' did not answer the unmasking; its state counts")
+            }
+        }));
+        parts.join("; ")
+    }
+
+    /// Fails the round when fewer than the threshold are left after `stage`.
+    pub(crate) fn check(&self, stage: Stage) -> Result<()> {
+        let alive = self.alive().len();
+        if alive >= self.threshold {
+            return Ok(());
+        }
+        Err(self.below_threshold(alive, &format!("after the step '{stage:?}'")))
+    }
+
+    fn below_threshold(&self, alive: usize, when: &str) -> FedError {
+        FedError::InvalidArgument(format!(
+            "secure aggregation failed: {alive} of {} clients were left {when}, fewer than the threshold {}; dropped out: {}\n\
+             hint: rerun the query when more sites are available, or lower the threshold (SET fedsql.secure_threshold = t, or the table's 'secure_threshold' option; never below a strict majority nor a site's min_secure_clients)",
+            self.clients.len(),
+            self.threshold,
+            self.dropped_list(true)
+        ))
+    }
+
+    /// The error of an unmasking that could not finish: too few shares
+    /// (named with the sites that dropped), or shares that do not match.
+    pub(crate) fn unmask_failed(&self, e: FedError) -> FedError {
+        let answered = self.alive().len() - self.silent.len();
+        if answered < self.threshold {
+            return self.below_threshold(answered, "to answer the unmasking");
+        }
+        FedError::InvalidArgument(format!(
+            "secure aggregation failed while unmasking: {e}; no total is given"
+        ))
+    }
+
+    /// How many sites took part (their states are in the total).
+    pub(crate) fn took_part(&self) -> usize {
+        self.alive().len()
+    }
+
+    /// The notice of a round some site dropped out of; `None` if all took part.
+    pub(crate) fn notice(&self) -> Option<String> {
+        if self.dropped.iter().all(Option::is_none) && self.silent.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "secure aggregation: {} of {} clients took part ({})",
+            self.took_part(),
+            self.clients.len(),
+            self.dropped_list(false)
+        ))
+    }
+
+    /// One line for `EXPLAIN ANALYZE FEDERATED`.
+    pub(crate) fn summary(&self) -> String {
+        let mut line = format!(
+            "{} of {} clients took part (threshold {})",
+            self.took_part(),
+            self.clients.len(),
+            self.threshold
+        );
+        let dropped = self.dropped_list(false);
+        if !dropped.is_empty() {
+            line.push_str(&format!(": {dropped}"));
+        }
+        line
+    }
+}

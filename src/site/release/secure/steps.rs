@@ -1,0 +1,563 @@
+//! The four steps of secure aggregation at a site, as a state machine per
+//! session: keys sent → shares sent → masked → unmasked (forgotten). Each
+//! step is answered once, in order; anything else (a replay, a step out of
+//! order, a session it does not know) is refused, so a coordinator cannot
+//! ask twice and collect both kinds of shares of one site.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use x25519_dalek::{PublicKey, StaticSecret};
+
+use super::align::align;
+use crate::error::{FedError, Result};
+use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::masks::{self, SharePair};
+use crate::protocol::secure::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
+    ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, graph, shamir,
+};
+use crate::site::release::identity::SiteIdentity;
+
+/// Sessions a client keeps at once; older ones (of rounds that failed or
+/// lost this site) are forgotten.
+const MAX_PENDING_SESSIONS: usize = 16;
+
+/// What a client keeps between the steps: one entry per session; and the
+/// site's long-term identity, if it has one, to sign its session keys.
+#[derive(Default)]
+pub(crate) struct ClientSecrets {
+    pending: Mutex<VecDeque<Pending>>,
+    identity: Option<Arc<SiteIdentity>>,
+}
+
+impl std::fmt::Debug for ClientSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.pending.lock().map(|p| p.len()).unwrap_or(0);
+        write!(f, "ClientSecrets({n} pending sessions)")
+    }
+}
+
+struct Pending {
+    session: SecureSession,
+    mask_secret: StaticSecret,
+    cipher_secret: StaticSecret,
+    self_seed: [u8; 32],
+    keys: ParticipantKeys,
+    state: RecordBatch,
+    layout: SecureLayout,
+    step: Step,
+}
+
+enum Step {
+    /// Step 1 answered.
+    KeysSent,
+    /// Step 2 answered: this site's place, the keys it checked, and its own
+    /// shares of its secrets.
+    SharesSent {
+        me: usize,
+        keys: Vec<Option<ParticipantKeys>>,
+        own: SharePair,
+        /// Its neighbours with keys (every other site in a full round).
+        neighbours: Vec<usize>,
+        /// The Shamir threshold of its neighbourhood.
+        share_t: usize,
+    },
+    /// Step 3 answered: the sites it masked with (itself included) and the
+    /// shares it holds of each of them.
+    Masked {
+        me: usize,
+        masked_with: Vec<usize>,
+        held: BTreeMap<usize, SharePair>,
+        neighbours: Vec<usize>,
+        share_t: usize,
+    },
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::KeysSent => "its keys were sent",
+            Step::SharesSent { .. } => "its shares were sent",
+            Step::Masked { .. } => "its masked state was sent",
+        }
+    }
+}
+
+fn fill_random(buf: &mut [u8]) {
+    use rand::RngCore;
+    rand::rng().fill_bytes(buf);
+}
+
+/// The threshold rules every site checks of a session over `n` sites: at
+/// least its own floor and a strict majority of the sites, at most `n`.
+fn check_threshold(session: &SecureSession, n: usize, floor: usize) -> Result<()> {
+    let t = session.threshold;
+    let least = default_threshold(n).max(floor).max(1);
+    if t < least || t > n {
+        return Err(FedError::refused(
+            format!(
+                "a secure sum's threshold {t} over {n} sites: it must be at least {least} (a strict majority{}) and at most {n}",
+                if floor > default_threshold(n) {
+                    format!(", and this site's min_secure_clients {floor}")
+                } else {
+                    String::new()
+                }
+            ),
+            Some(
+                "leave the threshold unset (a strict majority), or SET fedsql.secure_threshold within those bounds",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl ClientSecrets {
+    /// Secrets of a site that signs its session keys with `identity`.
+    pub(crate) fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
+        Self {
+            pending: Mutex::default(),
+            identity,
+        }
+    }
+
+    /// The site's identity key, if it has one.
+    pub(crate) fn identity(&self) -> Option<[u8; 32]> {
+        self.identity.as_ref().map(|i| i.public_key())
+    }
+
+    /// Takes the session's entry if it is at the step `at` accepts.
+    fn take(&self, session: &SecureSession, at: impl Fn(&Step) -> bool) -> Result<Pending> {
+        let mut kept = self.pending.lock().expect("not poisoned");
+        let found = kept.iter().position(|p| p.session.id == session.id);
+        let Some(i) = found else {
+            return Err(FedError::InvalidArgument(format!(
+                "no secure session {} here: its setup did not happen here, or the session is over (each step is answered once)",
+                session.id_hex()
+            )));
+        };
+        if kept[i].session != *session {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: its clients or threshold differ from the setup's",
+                session.id_hex()
+            )));
+        }
+        if !at(&kept[i].step) {
+            let step = kept[i].step.name();
+            // A step out of order ends the session: nothing more is answered.
+            kept.remove(i);
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: a step out of order ({step}; each step is answered once); the session is over here",
+                session.id_hex()
+            )));
+        }
+        Ok(kept.remove(i).expect("found"))
+    }
+
+    fn keep(&self, pending: Pending) {
+        let mut kept = self.pending.lock().expect("not poisoned");
+        kept.retain(|p| p.session.id != pending.session.id);
+        if kept.len() >= MAX_PENDING_SESSIONS {
+            kept.pop_front();
+        }
+        kept.push_back(pending);
+    }
+
+    /// Step 1 at a client whose state for the session is `state`: fresh
+    /// keys and self seed, kept with the state. `floor` is the site's
+    /// min_secure_clients.
+    pub(crate) fn setup(
+        &self,
+        session: &SecureSession,
+        state: &StateBatch,
+        layout: SecureLayout,
+        floor: usize,
+    ) -> Result<SecureSetup> {
+        check_threshold(session, session.clients.len(), floor)?;
+        if self
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .any(|p| p.session.id == session.id)
+        {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {} was set up here already (a replay?)",
+                session.id_hex()
+            )));
+        }
+        let mask_secret = StaticSecret::from(rand::random::<[u8; 32]>());
+        let cipher_secret = StaticSecret::from(rand::random::<[u8; 32]>());
+        let self_seed: [u8; 32] = rand::random();
+        let mut keys = ParticipantKeys {
+            mask_key: PublicKey::from(&mask_secret).to_bytes(),
+            cipher_key: PublicKey::from(&cipher_secret).to_bytes(),
+            self_commitment: masks::self_commitment(&session.id, &self_seed),
+            signed: None,
+        };
+        keys.signed = self
+            .identity
+            .as_ref()
+            .map(|i| i.sign(&session.id, &keys.digest()));
+        let batch = state.batch().clone();
+        let group_keys = batch.project(&(0..layout.key_columns).collect::<Vec<_>>())?;
+        self.keep(Pending {
+            session: session.clone(),
+            mask_secret,
+            cipher_secret,
+            self_seed,
+            keys,
+            state: batch,
+            layout,
+            step: Step::KeysSent,
+        });
+        Ok(SecureSetup { keys, group_keys })
+    }
+
+    /// Step 2: checks the relayed keys (`admit` checks its neighbours'
+    /// against the site's peers and floor, given this site's place and its
+    /// neighbours), then shares this site's mask key and self seed among
+    /// its neighbours and seals each one's pair to it.
+    pub(crate) fn share(
+        &self,
+        request: &ShareRequest,
+        floor: usize,
+        admit: impl FnOnce(usize, &[usize]) -> Result<()>,
+    ) -> Result<Vec<ShareEnvelope>> {
+        let session = &request.session;
+        let mut pending = self.take(session, |s| matches!(s, Step::KeysSent))?;
+        let n = session.clients.len();
+        if request.keys.len() != n {
+            return Err(FedError::InvalidArgument(format!(
+                "{} sites' keys relayed for {n} clients",
+                request.keys.len()
+            )));
+        }
+        let participants = request.participants();
+        let places: Vec<usize> = participants
+            .iter()
+            .copied()
+            .filter(|&j| request.keys[j].is_some_and(|k| k.mask_key == pending.keys.mask_key))
+            .collect();
+        let me = match places[..] {
+            [at] if request.keys[at] == Some(pending.keys) => at,
+            [] => {
+                return Err(FedError::InvalidArgument(format!(
+                    "the coordinator did not relay this client's keys for secure session {}",
+                    session.id_hex()
+                )));
+            }
+            _ => {
+                return Err(FedError::InvalidArgument(
+                    "the coordinator relayed this client's keys more than once, or changed them"
+                        .into(),
+                ));
+            }
+        };
+        // A key relayed twice would make a pair of masks cancel, or let
+        // one site read another's envelope.
+        let mut seen: Vec<[u8; 32]> = participants
+            .iter()
+            .flat_map(|&j| {
+                let k = request.keys[j].expect("a participant");
+                [k.mask_key, k.cipher_key]
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != 2 * participants.len() {
+            return Err(FedError::InvalidArgument(
+                "the coordinator relayed a public key more than once".into(),
+            ));
+        }
+        if participants.len() < session.threshold {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: {} sites sent keys, fewer than the threshold {}",
+                session.id_hex(),
+                participants.len(),
+                session.threshold
+            )));
+        }
+        // A strict majority of the sites that can hold shares.
+        check_threshold(session, participants.len(), floor)?;
+        let graph_neighbours = graph::neighbours(session).swap_remove(me);
+        let share_t = graph::share_threshold(session, graph_neighbours.len() + 1);
+        let neighbours: Vec<usize> = graph_neighbours
+            .into_iter()
+            .filter(|&j| request.keys[j].is_some())
+            .collect();
+        if neighbours.len() + 1 < share_t {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: {} of this site's neighbours sent keys, fewer than its neighbourhood's threshold {share_t}",
+                session.id_hex(),
+                neighbours.len()
+            )));
+        }
+        admit(me, &neighbours)?;
+        let mask_key = shamir::split(&pending.mask_secret.to_bytes(), n, share_t, fill_random);
+        let self_seed = shamir::split(&pending.self_seed, n, share_t, fill_random);
+        let mut envelopes = Vec::with_capacity(neighbours.len());
+        for &j in &neighbours {
+            let peer = request.keys[j].expect("a participant");
+            let pair = SharePair {
+                mask_key: mask_key[j],
+                self_seed: self_seed[j],
+            };
+            envelopes.push(ShareEnvelope {
+                from: me as u32,
+                to: j as u32,
+                ciphertext: masks::seal(
+                    &pending.cipher_secret,
+                    &peer.cipher_key,
+                    session,
+                    (me as u32, j as u32),
+                    &pair,
+                )?,
+            });
+        }
+        pending.step = Step::SharesSent {
+            me,
+            keys: request.keys.clone(),
+            own: SharePair {
+                mask_key: mask_key[me],
+                self_seed: self_seed[me],
+            },
+            neighbours,
+            share_t,
+        };
+        self.keep(pending);
+        Ok(envelopes)
+    }
+
+    /// Step 3: opens the envelopes addressed to this site, and answers with
+    /// its state aligned to the request's groups, plus its self mask and
+    /// the pairwise masks with every site whose envelope it opened.
+    /// `admit` checks the number of those sites (this one included)
+    /// against the site's floor.
+    pub(crate) fn mask(
+        &self,
+        encoder: &Encoder,
+        request: &MaskRequest,
+        admit: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<StateBatch> {
+        let session = &request.session;
+        let mut pending = self.take(session, |s| matches!(s, Step::SharesSent { .. }))?;
+        let Step::SharesSent {
+            me,
+            keys,
+            own,
+            neighbours,
+            share_t,
+        } = std::mem::replace(&mut pending.step, Step::KeysSent)
+        else {
+            unreachable!("taken at SharesSent");
+        };
+        let mut held = BTreeMap::new();
+        held.insert(me, own);
+        for envelope in &request.envelopes {
+            let from = envelope.from as usize;
+            let sender = keys
+                .get(from)
+                .copied()
+                .flatten()
+                .filter(|_| neighbours.contains(&from));
+            let Some(sender) = sender else {
+                return Err(FedError::InvalidArgument(format!(
+                    "an envelope from participant {from}, which did not send keys in this session"
+                )));
+            };
+            if envelope.to as usize != me {
+                return Err(FedError::InvalidArgument(
+                    "an envelope addressed to another site".into(),
+                ));
+            }
+            if held.contains_key(&from) {
+                return Err(FedError::InvalidArgument(format!(
+                    "two envelopes from participant {from} (a replay?)"
+                )));
+            }
+            let pair = masks::open(
+                &pending.cipher_secret,
+                &sender.cipher_key,
+                session,
+                (envelope.from, envelope.to),
+                &envelope.ciphertext,
+            )?;
+            held.insert(from, pair);
+        }
+        if held.len() < share_t {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: {} sites of this one's neighbourhood would take part, fewer than its threshold {share_t}",
+                session.id_hex(),
+                held.len(),
+            )));
+        }
+        admit(held.len())?;
+        let aligned = align(&pending.state, &pending.layout, &request.groups)?;
+        let words = masks::secure_words(&aligned, &pending.layout)?;
+        let mut mask = vec![0u64; words];
+        masks::apply_self(&mut mask, &pending.self_seed, &session.id, true);
+        for &j in held.keys() {
+            if j == me {
+                continue;
+            }
+            let peer = keys[j].expect("a participant");
+            let seed = masks::pairwise_seed(&pending.mask_secret, &peer.mask_key, &session.id)
+                .map_err(|e| {
+                    FedError::InvalidArgument(format!("client '{}': {e}", session.clients[j]))
+                })?;
+            masks::apply_pairwise(&mut mask, &seed, masks::adds(me, j));
+        }
+        let masked = masks::add_mask(&aligned, &pending.layout, &mask)?;
+        let state = encoder.accept(&[masked])?;
+        pending.step = Step::Masked {
+            me,
+            masked_with: held.keys().copied().collect(),
+            held,
+            neighbours,
+            share_t,
+        };
+        // The state is no longer needed.
+        pending.state = RecordBatch::new_empty(pending.state.schema());
+        self.keep(pending);
+        Ok(state)
+    }
+
+    /// Step 4, once per session: for every site this one masked with,
+    /// its share of that site's self seed if the site is listed as a
+    /// survivor, of its mask key if not. Refused if this site is not
+    /// listed, a listed site is one it did not mask with, or fewer than
+    /// the threshold are listed. The session is then forgotten.
+    pub(crate) fn unmask(&self, request: &UnmaskRequest) -> Result<Vec<Revealed>> {
+        let session = &request.session;
+        let pending = self.take(session, |s| matches!(s, Step::Masked { .. }))?;
+        let Step::Masked {
+            me,
+            masked_with,
+            held,
+            neighbours,
+            share_t,
+        } = &pending.step
+        else {
+            unreachable!("taken at Masked");
+        };
+        let mut survivors: Vec<usize> = request.survivors.iter().map(|&s| s as usize).collect();
+        survivors.sort_unstable();
+        survivors.dedup();
+        if survivors.len() != request.survivors.len() {
+            return Err(FedError::InvalidArgument(
+                "a survivor listed twice; nothing is revealed".into(),
+            ));
+        }
+        if !survivors.contains(me) {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: this site sent its masked state but is listed as dropped; nothing is revealed",
+                session.id_hex()
+            )));
+        }
+        let stranger = survivors
+            .iter()
+            .find(|s| (neighbours.contains(s) || *s == me) && !masked_with.contains(s));
+        if let Some(stranger) = stranger {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: participant {stranger} is listed as a survivor but did not share its keys with this site; nothing is revealed",
+                session.id_hex()
+            )));
+        }
+        let near = survivors.iter().filter(|s| masked_with.contains(s)).count();
+        if survivors.len() < session.threshold || near < *share_t {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: {} survivors ({near} of this site's neighbourhood), fewer than the threshold {} (or {share_t}); nothing is revealed",
+                session.id_hex(),
+                survivors.len(),
+                session.threshold
+            )));
+        }
+        Ok(held
+            .iter()
+            .map(|(&of, pair)| {
+                if survivors.contains(&of) {
+                    Revealed {
+                        of: of as u32,
+                        kind: RevealedKind::SelfSeed,
+                        share: pair.self_seed,
+                    }
+                } else {
+                    Revealed {
+                        of: of as u32,
+                        kind: RevealedKind::MaskKey,
+                        share: pair.mask_key,
+                    }
+                }
+            })
+            .collect())
+    }
+}
+
+/// Whom a site shares its secrets with and masks with: the relayed
+/// participants of a secure session, checked against the site's listed
+/// peers.
+///
+/// The keys of every neighbour (every other site in a full round) must be
+/// signed, for this session, by a listed peer; no peer may count twice, nor may the
+/// site itself; and the site with its peers must make `min_participants`.
+/// With no peers listed, only the number of sites with keys is checked — a
+/// coordinator that invents participants passes that (the security page's
+/// threat model says so). Returns the rule broken, for the refusal.
+pub(crate) fn check_participants(
+    request: &ShareRequest,
+    (me, neighbours): (usize, &[usize]),
+    own_identity: Option<[u8; 32]>,
+    peers: &[[u8; 32]],
+    min_participants: usize,
+) -> std::result::Result<(), String> {
+    let too_few = || {
+        format!(
+            "a secure sum needs at least {min_participants} participants (its min_secure_clients policy)"
+        )
+    };
+    let mut participants: Vec<usize> = neighbours
+        .iter()
+        .copied()
+        .filter(|&j| request.keys.get(j).is_some_and(Option::is_some))
+        .collect();
+    participants.push(me);
+    if peers.is_empty() {
+        return if participants.len() < min_participants {
+            Err(too_few())
+        } else {
+            Ok(())
+        };
+    }
+    let unsigned = || {
+        "a participant's session key is not signed by one of its listed peers (its peers policy)"
+            .to_string()
+    };
+    let mut signers = Vec::new();
+    for &j in &participants {
+        if j == me {
+            continue;
+        }
+        let keys = request.keys[j].expect("a participant");
+        let signed = keys.signed.ok_or_else(unsigned)?;
+        let listed = peers.contains(&signed.identity) && Some(signed.identity) != own_identity;
+        if !listed || !keys.signature_verifies(&request.session.id) {
+            return Err(unsigned());
+        }
+        if signers.contains(&signed.identity) {
+            return Err(
+                "one peer's identity signs two of the session's keys (its peers policy)".into(),
+            );
+        }
+        signers.push(signed.identity);
+    }
+    if 1 + signers.len() < min_participants {
+        return Err(too_few());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod tests;

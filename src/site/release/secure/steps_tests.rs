@@ -1,0 +1,88 @@
+//! Tests of a site's checks of a secure session: whom it shares with
+//! (listed peers) and which thresholds it accepts.
+
+use super::*;
+use crate::protocol::secure::SignedKey;
+
+fn keys(i: u8) -> ParticipantKeys {
+    ParticipantKeys {
+        mask_key: [i; 32],
+        cipher_key: [i + 100; 32],
+        self_commitment: [i + 200; 32],
+        signed: None,
+    }
+}
+
+#[test]
+fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
+    let session = SecureSession::fresh(vec!["me".into(), "b".into(), "c".into()]);
+    let ids: Vec<SiteIdentity> = (0..4)
+        .map(|_| SiteIdentity::generate().unwrap().0)
+        .collect();
+    let peers = [ids[1].public_key(), ids[2].public_key()];
+    let request = |signed: Vec<Option<SignedKey>>| ShareRequest {
+        session: session.clone(),
+        keys: (0..3)
+            .map(|k| {
+                let mut keys = keys(k as u8 + 1);
+                keys.signed = signed.get(k).copied().flatten();
+                Some(keys)
+            })
+            .collect(),
+    };
+    let own = Some(ids[0].public_key());
+    let sign = |i: usize, k: usize| Some(ids[i].sign(&session.id, &keys(k as u8 + 1).digest()));
+    let good = request(vec![sign(0, 0), sign(1, 1), sign(2, 2)]);
+    assert_eq!(
+        check_participants(&good, (0, &[1, 2]), own, &peers, 3),
+        Ok(())
+    );
+    assert!(check_participants(&good, (0, &[1, 2]), own, &peers, 4).is_err());
+    for signed in [
+        // An invented participant: unsigned, or signed by an unlisted key.
+        vec![sign(0, 0), sign(1, 1), None],
+        vec![sign(0, 0), sign(1, 1), sign(3, 2)],
+        // A listed peer's signature of another site's keys.
+        vec![sign(0, 0), sign(1, 1), sign(2, 1)],
+        // One peer counted twice; the site itself as a peer.
+        vec![sign(0, 0), sign(1, 1), sign(1, 2)],
+        vec![sign(0, 0), sign(1, 1), sign(0, 2)],
+    ] {
+        let err = check_participants(
+            &request(signed),
+            (0, &[1, 2]),
+            own,
+            &[peers[0], peers[1], ids[0].public_key()],
+            3,
+        );
+        assert!(err.is_err());
+    }
+    // Without peers, only the count of sites with keys.
+    assert_eq!(
+        check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 3),
+        Ok(())
+    );
+    assert!(check_participants(&request(vec![]), (0, &[1, 2]), own, &[], 4).is_err());
+    let mut one_missing = request(vec![]);
+    one_missing.keys[2] = None;
+    assert!(check_participants(&one_missing, (0, &[1, 2]), own, &[], 3).is_err());
+}
+
+#[test]
+fn a_threshold_below_a_majority_or_the_floor_is_refused() {
+    let session = |n: usize, t: usize| {
+        SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
+    };
+    assert!(check_threshold(&session(5, 3), 5, 0).is_ok());
+    assert!(check_threshold(&session(5, 5), 5, 0).is_ok());
+    // Not a strict majority: two disjoint sets of t sites would exist.
+    assert!(check_threshold(&session(5, 2), 5, 0).is_err());
+    assert!(check_threshold(&session(4, 2), 4, 0).is_err());
+    // Above n, or below the site's min_secure_clients.
+    assert!(check_threshold(&session(5, 6), 5, 0).is_err());
+    let err = check_threshold(&session(5, 3), 5, 4)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("min_secure_clients 4"), "{err}");
+    assert!(check_threshold(&session(1, 1), 1, 0).is_ok());
+}

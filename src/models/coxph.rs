@@ -314,11 +314,7 @@ impl CoxFit {
     /// R's `summary.coxph` lines: n, events, concordance and the three tests.
     fn printed_summary(&self, call: String) -> ModelSummary {
         let df = self.beta.iter().flatten().count();
-        let p = |statistic: f64| {
-            ChiSquared::new(df as f64)
-                .map(|c| c.sf(statistic))
-                .unwrap_or(f64::NAN)
-        };
+        let p = |statistic: f64| fedsql_udfs::distribution::chi_squared_sf(statistic, df as f64);
         let lr = 2.0 * (self.loglik - self.loglik_null);
         ModelSummary {
             call,

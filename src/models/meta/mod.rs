@@ -218,9 +218,11 @@ async fn site_fits(ctx: &FedContext, model: MetaModel, spec: &MetaSpec) -> Resul
     for (index, site) in sites.names().into_iter().enumerate() {
         let at = sites.at(ctx, index)?;
         let fitted = match &spec.model {
-            SiteModel::Lm(source, formula) => super::lm::fit(&at, source, formula)
-                .await
-                .map(|f| (f.ols.terms, f.ols.estimate, f.ols.std_error, true)),
+            SiteModel::Lm(source, formula) => {
+                super::lm::fit(&at, source, formula, &Default::default())
+                    .await
+                    .map(|f| (f.ols.terms, f.ols.estimate, f.ols.std_error, true))
+            }
             SiteModel::Glm(glm) => super::glm::fit(&at, glm, None)
                 .await
                 .map(|f| (f.terms, f.estimate, f.std_error, f.converged)),

@@ -81,6 +81,7 @@ pub const GROUPS: &[Group] = &[
             "sgd_gradient",
             "sgd_newton",
             "cox_step",
+            "sandwich_step",
         ],
     ),
     (
@@ -116,9 +117,14 @@ pub const GROUPS: &[Group] = &[
 
 /// fedsql's table functions and the aggregates they send to a site.
 pub const TABLE_FUNCTIONS: &[Group] = &[
-    ("lm", &["count", "centered_moments"]),
+    ("lm", &["count", "centered_moments", "sandwich_step"]),
     ("lm_stats", &["count", "centered_moments"]),
-    ("lm_vcov", &["count", "centered_moments"]),
+    ("lm_vcov", &["count", "centered_moments", "sandwich_step"]),
+    ("lm_meta", &["count", "centered_moments"]),
+    ("lmm", &["count", "centered_moments"]),
+    ("lmm_varcomp", &["count", "centered_moments"]),
+    ("lmm_stats", &["count", "centered_moments"]),
+    ("lmm_ranef", &["count", "centered_moments"]),
     (
         "glm",
         &[
@@ -129,6 +135,7 @@ pub const TABLE_FUNCTIONS: &[Group] = &[
             "centered_moments",
             "sgd_gradient",
             "sgd_newton",
+            "sandwich_step",
         ],
     ),
     (
@@ -137,6 +144,17 @@ pub const TABLE_FUNCTIONS: &[Group] = &[
     ),
     (
         "glm_vcov",
+        &[
+            "count",
+            "sum",
+            "max",
+            "irls_step",
+            "centered_moments",
+            "sandwich_step",
+        ],
+    ),
+    (
+        "glm_meta",
         &["count", "sum", "max", "irls_step", "centered_moments"],
     ),
     (
@@ -153,6 +171,7 @@ pub const TABLE_FUNCTIONS: &[Group] = &[
     ),
     ("coxph", &["count", "sum", "cox_step"]),
     ("coxph_stats", &["count", "sum", "cox_step"]),
+    ("coxph_meta", &["count", "sum", "cox_step"]),
     (
         "kmeans",
         &[

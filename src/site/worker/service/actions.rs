@@ -186,7 +186,7 @@ impl WorkerService {
             SecureShareRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
         let keys = request.keys().map_err(|e| self.malformed(peer, call, e))?;
         let (checked, session) = self
-            .check_secure(peer, call, request.encode, request.session)
+            .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
         let share = ShareRequest { session, keys };
         let envelopes = checked
@@ -219,7 +219,7 @@ impl WorkerService {
         let request =
             SecureUnmaskRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
         let (checked, session) = self
-            .check_secure(peer, call, request.encode, request.session)
+            .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
         let unmask = UnmaskRequest {
             session,

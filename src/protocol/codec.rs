@@ -61,6 +61,11 @@ impl InlineTable {
         Self { schema, batches }
     }
 
+    /// Its rows.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
     /// How many rows it holds.
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()

@@ -360,3 +360,34 @@ approval = "manual"
         "{rounds} released rounds, {approved} approvals"
     );
 }
+
+/// The rows a query carries (`VALUES`, a shared lookup) are part of what
+/// an approval covers: other rows are a new request; and no control
+/// character of an analyst's literal reaches the approvals file.
+#[tokio::test]
+async fn an_approval_covers_the_rows_a_query_carries_and_summaries_are_clean() {
+    let site = site("[analysts.bob]\napproval = \"manual\"\n").await;
+    let bob = site.session("bob").await;
+    let with = |regions: &str| {
+        format!(
+            "SELECT count(*), avg(age) FROM clinic WHERE region IN (SELECT r FROM (VALUES {regions}) v(r))"
+        )
+    };
+    let approved = with("('south'), ('north')");
+    let id = pending_id(&refusal(&bob, &approved).await);
+    approvals::set(&site.approvals, &id, "approved").unwrap();
+    run(&bob, &approved).await.unwrap();
+    let other = refusal(&bob, &with("('west'), ('east')")).await;
+    assert!(other.contains("awaits"), "{other}");
+    assert_ne!(pending_id(&other), id);
+    let _ = refusal(
+        &bob,
+        "SELECT avg(age) FROM clinic WHERE sex = 'M\u{1b}[85D\u{1b}[Kaggregates: count(*)'",
+    )
+    .await;
+    let listed = approvals::current(&site.approvals).unwrap();
+    assert!(listed.len() >= 3);
+    for record in listed {
+        assert!(!record.request.chars().any(char::is_control), "{record:?}");
+    }
+}

@@ -397,7 +397,7 @@ pub const DOC: FunctionDoc = FunctionDoc {
     ],
     returns: "the merged sums as `list<float64>`: n, X'WX, the meat, the score and Pearson's statistic (Σ w r² in working terms)",
     releases: "2k² + k + 2 numbers, whatever its rows (per group when grouped by a cluster).",
-    example: "SELECT sandwich_step('family=gaussian;beta=1.5,0.2', y, 1.0, 0.0, 1.0, 1.0, x) AS sums FROM clinic",
+    example: "SELECT sandwich_step('family=gaussian;beta=100,0.5', systolic, 1.0, 0.0, 1.0, 1.0, age) AS sums FROM clinic",
 };
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ const META_OPTIONS: &[&str] = &["method", "level", "test"];
 
 /// What is fitted at each site.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per call
 enum SiteModel {
     Lm(ModelSource, Formula),
     Glm(Box<GlmSpec>),

@@ -293,14 +293,20 @@ pub fn run_cli(command: &ApprovalsCommand) -> Result<String> {
             let mut table = comfy_table::Table::new();
             table.load_preset(comfy_table::presets::ASCII_MARKDOWN);
             table.set_header(["id", "status", "time", "analyst", "table", "request"]);
+            // Nothing a terminal would obey reaches it from a file.
+            let shown = |text: &str| -> String {
+                text.chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect()
+            };
             for r in &records {
                 table.add_row([
-                    r.id.as_str(),
-                    r.status.as_str(),
-                    r.time.as_str(),
-                    r.analyst.as_str(),
-                    r.table.as_str(),
-                    r.request.as_str(),
+                    shown(&r.id),
+                    shown(&r.status),
+                    shown(&r.time),
+                    shown(&r.analyst),
+                    shown(&r.table),
+                    shown(&r.request),
                 ]);
             }
             Ok(format!("{table}\n"))

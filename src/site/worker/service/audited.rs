@@ -7,6 +7,10 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use tonic::Status;
 
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::source_as_provider;
+
+use crate::protocol::codec::InlineTable;
 use crate::site::worker::audit::fingerprint;
 
 /// The longest request summary kept in a record.
@@ -55,7 +59,7 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
     };
     let mut filters = Vec::new();
     let mut functions = std::collections::BTreeSet::new();
-    let _ = agg.input.apply(|node| {
+    let _ = agg.input.apply_with_subqueries(|node| {
         if let LogicalPlan::Filter(filter) = node {
             filters.push(filter.predicate.to_string());
         }
@@ -82,7 +86,18 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
             functions.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
-    let request = request.replace(['\n', '\r'], " ");
+    // One line, and nothing a terminal would obey (an analyst's literal
+    // could hold escape sequences that hide the rest of the summary).
+    let request: String = request
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let shared = shared_row_count(&agg.input);
+    let request = if shared > 0 {
+        format!("{request}; shared rows: {shared} (in the fingerprint)")
+    } else {
+        request
+    };
     let request = if request.len() > MAX_SUMMARY {
         let mut end = MAX_SUMMARY;
         while !request.is_char_boundary(end) {
@@ -93,15 +108,65 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
         request
     };
     let canonical = format!(
-        "aggregates: {}\ngroup by: {}\ninput:\n{}",
+        "aggregates: {}\ngroup by: {}\ninput:\n{}\nshared rows:\n{}",
         join(&aggregates),
         join(&agg.group_expr),
-        agg.input.display_indent()
+        agg.input.display_indent(),
+        shared_rows(&agg.input)
     );
     Described {
         request,
         fingerprint: fingerprint(&canonical),
     }
+}
+
+/// The rows a plan carries itself (`VALUES` and inline shared tables),
+/// written out: they decide which of the site's rows a filter or join
+/// keeps, so they are part of what a fingerprint names.
+fn shared_rows(plan: &LogicalPlan) -> String {
+    let mut text = String::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Values(values) => {
+                text += &format!("values {:?}\n", values.values);
+            }
+            LogicalPlan::TableScan(scan) => {
+                if let Ok(provider) = source_as_provider(&scan.source)
+                    && let Some(inline) = provider.downcast_ref::<InlineTable>()
+                {
+                    for batch in inline.batches() {
+                        let shown = pretty_format_batches(std::slice::from_ref(batch))
+                            .map(|t| t.to_string())
+                            .unwrap_or_else(|e| format!("unprintable: {e}"));
+                        text += &format!("inline {}\n{shown}\n", scan.table_name);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    text
+}
+
+/// How many rows a plan carries itself (for the summary).
+fn shared_row_count(plan: &LogicalPlan) -> usize {
+    let mut rows = 0;
+    let _ = plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Values(values) => rows += values.values.len(),
+            LogicalPlan::TableScan(scan) => {
+                if let Ok(provider) = source_as_provider(&scan.source)
+                    && let Some(inline) = provider.downcast_ref::<InlineTable>()
+                {
+                    rows += inline.num_rows();
+                }
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    rows
 }
 
 /// What an audited call knows when it is recorded.

@@ -62,16 +62,26 @@ impl FlightService for WorkerService {
             ));
         }
         let Some(table) = table else {
+            // Only the tables the analyst's profile reaches are named.
+            let profile = self.profiles.of(analyst.name());
+            let reachable: Vec<String> = self
+                .tables
+                .keys()
+                .filter(|k| {
+                    profile.is_none_or(|p| p.tables.as_ref().is_none_or(|t| t.contains(*k)))
+                })
+                .map(|k| format!("`{k}`"))
+                .collect();
             return Err(self.refuse(
                 &peer,
                 "GetSchema",
                 Status::not_found(format!(
                     "this worker serves no table {path:?} (it serves {})",
-                    self.tables
-                        .keys()
-                        .map(|k| format!("`{k}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    if reachable.is_empty() {
+                        "none you may query".to_string()
+                    } else {
+                        reachable.join(", ")
+                    }
                 )),
             ));
         };

@@ -53,14 +53,11 @@ pub(super) fn sign_in(problem: Option<&str>) -> Html<String> {
 /// The latest `n` records of an audit file (a torn or unreadable line is skipped).
 fn latest_records(path: &std::path::Path, n: usize) -> Vec<AuditEntry> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut records: Vec<AuditEntry> = text
-        .lines()
+    text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str(l).ok())
         .take(n)
-        .collect();
-    records.shrink_to_fit();
-    records
+        .collect()
 }
 
 fn profile_cells(profile: Option<&Profile>) -> Markup {

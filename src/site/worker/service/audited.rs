@@ -92,7 +92,7 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    let shared = shared_row_count(&agg.input);
+    let (shared_text, shared) = shared_rows(&agg.input);
     let request = if shared > 0 {
         format!("{request}; shared rows: {shared} (in the fingerprint)")
     } else {
@@ -112,7 +112,7 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
         join(&aggregates),
         join(&agg.group_expr),
         agg.input.display_indent(),
-        shared_rows(&agg.input)
+        shared_text
     );
     Described {
         request,
@@ -121,19 +121,22 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
 }
 
 /// The rows a plan carries itself (`VALUES` and inline shared tables),
-/// written out: they decide which of the site's rows a filter or join
-/// keeps, so they are part of what a fingerprint names.
-fn shared_rows(plan: &LogicalPlan) -> String {
+/// written out, and how many: they decide which of the site's rows a
+/// filter or join keeps, so they are part of what a fingerprint names.
+fn shared_rows(plan: &LogicalPlan) -> (String, usize) {
     let mut text = String::new();
+    let mut rows = 0;
     let _ = plan.apply_with_subqueries(|node| {
         match node {
             LogicalPlan::Values(values) => {
+                rows += values.values.len();
                 text += &format!("values {:?}\n", values.values);
             }
             LogicalPlan::TableScan(scan) => {
                 if let Ok(provider) = source_as_provider(&scan.source)
                     && let Some(inline) = provider.downcast_ref::<InlineTable>()
                 {
+                    rows += inline.num_rows();
                     for batch in inline.batches() {
                         let shown = pretty_format_batches(std::slice::from_ref(batch))
                             .map(|t| t.to_string())
@@ -146,27 +149,7 @@ fn shared_rows(plan: &LogicalPlan) -> String {
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    text
-}
-
-/// How many rows a plan carries itself (for the summary).
-fn shared_row_count(plan: &LogicalPlan) -> usize {
-    let mut rows = 0;
-    let _ = plan.apply_with_subqueries(|node| {
-        match node {
-            LogicalPlan::Values(values) => rows += values.values.len(),
-            LogicalPlan::TableScan(scan) => {
-                if let Ok(provider) = source_as_provider(&scan.source)
-                    && let Some(inline) = provider.downcast_ref::<InlineTable>()
-                {
-                    rows += inline.num_rows();
-                }
-            }
-            _ => {}
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    rows
+    (text, rows)
 }
 
 /// What an audited call knows when it is recorded.

@@ -70,6 +70,8 @@ mod remote;
 mod repl;
 #[path = "suites/secure.rs"]
 mod secure;
+#[path = "suites/secure_dp.rs"]
+mod secure_dp;
 #[path = "suites/secure_dropout.rs"]
 mod secure_dropout;
 #[path = "suites/stats.rs"]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{Float64Array, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::common::config::ConfigOptions;
@@ -102,7 +102,7 @@ impl AnalyzerRule for SessionEpsilon {
 /// original name).
 fn with_epsilon(expr: &Expr, epsilon: f64, changed: &mut bool) -> Expr {
     let add = |f: &AggregateFunction| -> Option<Expr> {
-        let kind = Kind::of(f.func.name())?;
+        let (kind, _) = Kind::parse(f.func.name())?;
         if f.params.args.len() != kind.base_args() {
             return None;
         }
@@ -185,8 +185,13 @@ const INTERVAL_95: f64 = 2.12;
 
 /// A notice per DP call of a round: mechanism, ε, and the standard
 /// deviation and 95% interval of the noise in its result, given the
-/// merged (noisy) `states` of its `clients`.
-pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> Result<Vec<String>> {
+/// merged (noisy) `states` of its `clients`; `shares` is the threshold of
+/// a secure round (whose states are masked: only their sum is read).
+pub(crate) fn noise_notices(
+    partial: &AggregateExec,
+    states: &[StateBatch],
+    shares: Option<usize>,
+) -> Result<Vec<String>> {
     let calls = dp_calls(partial)?;
     if calls.is_empty() {
         return Ok(Vec::new());
@@ -203,8 +208,9 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
     let total: f64 = calls.iter().map(|c| c.release.epsilon).sum();
     for call in calls {
         let r = &call.release;
+        let draws = r.noise_draws(clients, shares);
         let sd = match r.params.kind {
-            Kind::Count | Kind::Sum | Kind::Histogram => r.result_std_dev(clients, 0.0, 0.0),
+            Kind::Count | Kind::Sum | Kind::Histogram => r.result_std_dev(draws, 0.0, 0.0),
             Kind::Avg | Kind::Var => {
                 // The largest over the groups, at each group's merged state.
                 let mut merged: HashMap<String, Vec<i64>> = HashMap::new();
@@ -223,7 +229,12 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
                             .or_insert_with(|| vec![0; r.columns.len()]);
                         for (i, total) in sums.iter_mut().enumerate() {
                             let column = batch.column(call.first_column + i);
-                            *total += column.as_primitive::<Int64Type>().value(row);
+                            // Masked states (UInt64) add up mod 2^64.
+                            let v = match column.as_primitive_opt::<UInt64Type>() {
+                                Some(masked) => masked.value(row) as i64,
+                                None => column.as_primitive::<Int64Type>().value(row),
+                            };
+                            *total = total.wrapping_add(v);
                         }
                     }
                 }
@@ -239,7 +250,7 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
                             Kind::Avg => r.params.mid() + s1 / n.max(1.0),
                             _ => (s2 - s1 * s1 / n.max(1.0)) / (n - 1.0).max(1.0),
                         };
-                        r.result_std_dev(clients, n, value)
+                        r.result_std_dev(draws, n, value)
                     })
                     .fold(0.0, f64::max)
             }
@@ -256,8 +267,19 @@ pub(crate) fn noise_notices(partial: &AggregateExec, states: &[StateBatch]) -> R
         } else {
             ""
         };
+        let shared = match (r.under_masks, shares) {
+            (true, Some(t)) => format!(
+                "; each added a 1/{t} share of the noise under the masks (threshold {t}), so the total carries {} of it",
+                if clients == t {
+                    "exactly one draw".to_string()
+                } else {
+                    format!("{clients}/{t} draws")
+                }
+            ),
+            _ => String::new(),
+        };
         notices.push(format!(
-            "{}: differentially private ({}, ε = {} at each of {clients} client{}); noise std dev {approx}{}{per}, 95% interval ± {}",
+            "{}: differentially private ({}, ε = {} at each of {clients} client{}{shared}); noise std dev {approx}{}{per}, 95% interval ± {}",
             display_call(&call.name),
             r.mechanism(),
             r.epsilon,
@@ -294,10 +316,12 @@ pub(crate) fn display_call(name: &str) -> String {
             );
         }
     }
-    if let Some(rest) = out.strip_prefix("dp_count(1")
-        && (rest.starts_with(')') || rest.starts_with(','))
-    {
-        out = format!("dp_count(*{rest}");
+    for count in ["dp_count(", "secure_dp_count("] {
+        if let Some(rest) = out.strip_prefix(&format!("{count}1"))
+            && (rest.starts_with(')') || rest.starts_with(','))
+        {
+            out = format!("{count}*{rest}");
+        }
     }
     out.replace(',', ", ")
 }

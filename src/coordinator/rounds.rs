@@ -405,6 +405,9 @@ pub(crate) async fn run_round(
     let dp = crate::protocol::dp::has_dp(&round.partial);
     let mut kept: Vec<StateBatch> = Vec::new();
     let mut secure_summary = None;
+    // The secure session's threshold: the DP calls under the masks carry
+    // s/t draws of their noise over s survivors.
+    let mut shares = None;
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
     let merge = Arc::new(StreamingMerge::new(
         &round.partial,
@@ -424,6 +427,7 @@ pub(crate) async fn run_round(
                 t => Some(t),
             };
         let threshold = round_threshold(clients, requested);
+        shares = Some(threshold);
         let secure_round =
             collect_masked_states(clients, &encoders, &analyst, &round.partial, threshold).await?;
         if let Some(line) = secure_round.participation.notice()
@@ -500,7 +504,7 @@ pub(crate) async fn run_round(
     };
     // The noise of each DP result, stated (the sites added it).
     if dp && let Some(notices) = state.config().get_extension::<crate::notices::Notices>() {
-        for line in crate::coordinator::dp::noise_notices(&round.partial, &kept)? {
+        for line in crate::coordinator::dp::noise_notices(&round.partial, &kept, shares)? {
             notices.push(line);
         }
     }

@@ -89,12 +89,21 @@ pub(crate) fn explain_lines(partial: &AggregateExec, clients: usize) -> Result<V
     let mut lines = Vec::new();
     for call in dp_calls(partial)? {
         let r = &call.release;
-        lines.push(format!(
-            "{}: {}, ε = {} per client (each client's state alone is ε-DP)",
-            call.name,
-            r.mechanism(),
-            r.epsilon
-        ));
+        lines.push(if r.under_masks {
+            format!(
+                "{}: {}, ε = {} per client (each client adds a 1/t share of the noise before masking, t the secure round's threshold: any t clients' shares make the full noise; no client's state is readable alone)",
+                call.name,
+                r.mechanism(),
+                r.epsilon
+            )
+        } else {
+            format!(
+                "{}: {}, ε = {} per client (each client's state alone is ε-DP)",
+                call.name,
+                r.mechanism(),
+                r.epsilon
+            )
+        });
         for (i, c) in r.columns.iter().enumerate() {
             lines.push(format!(
                 "  state column {}: {}: ε = {:.6}, sensitivity {} × {:.6e}, scale {:.6e} (value units), noise std dev {:.6e} per client, {:.6e} over {clients}",

@@ -46,6 +46,9 @@ pub enum Privacy {
     Dp,
     /// A quantized sum mod 2^64 the sites may mask (secure aggregation).
     Secure,
+    /// Both: a DP state the sites mask, each adding a share of the noise
+    /// (`secure_dp_…`).
+    SecureDp,
 }
 
 /// Which cells of a state are small and how to ask for cells that pass,
@@ -207,12 +210,12 @@ impl Aggregate {
 
     /// Whether the state is differentially private.
     pub fn is_dp(&self) -> bool {
-        self.privacy == Privacy::Dp
+        matches!(self.privacy, Privacy::Dp | Privacy::SecureDp)
     }
 
     /// Whether the state is a maskable secure sum.
     pub fn is_secure(&self) -> bool {
-        self.privacy == Privacy::Secure
+        matches!(self.privacy, Privacy::Secure | Privacy::SecureDp)
     }
 
     /// How many model parameters a call with `args` arguments estimates;
@@ -244,7 +247,7 @@ impl Scalar {
     }
 }
 
-use Privacy::{Dp, Secure};
+use Privacy::{Dp, Secure, SecureDp};
 
 use std::sync::LazyLock;
 
@@ -395,6 +398,17 @@ pub const AGGREGATES: &[Aggregate] = &[
         .privacy(Dp)
         .sized_by(3)
         .doc(&crate::dp::HISTOGRAM_DOC),
+    // Differentially private sums under the masks: each site adds a share
+    // of the noise, then masks.
+    Aggregate::counting("secure_dp_count")
+        .privacy(SecureDp)
+        .doc(&crate::dp::SECURE_COUNT_DOC),
+    Aggregate::adding("secure_dp_sum")
+        .privacy(SecureDp)
+        .doc(&crate::dp::SECURE_SUM_DOC),
+    Aggregate::adding("secure_dp_avg")
+        .privacy(SecureDp)
+        .doc(&crate::dp::SECURE_AVG_DOC),
 ];
 
 /// The rows of each cluster in a `kmeans_step` state: blocks of (count,
@@ -502,6 +516,10 @@ impl Aggregate {
             ),
             Privacy::Secure => facts.push(
                 "The site hands over the state only masked; under a disclosure policy a worker requires `peers` (or `secure_without_peers`)."
+                    .to_string(),
+            ),
+            Privacy::SecureDp => facts.push(
+                "The site debits ε before its encoder runs, adds its share of the noise (cut for the secure session's threshold) and hands over the state only masked; under a disclosure policy a worker requires `peers` (or `secure_without_peers`)."
                     .to_string(),
             ),
         }

@@ -56,7 +56,7 @@ impl Site for LocalClient {
 
     async fn encode(&self, request: &SiteRequest<'_>) -> Result<StateBatch> {
         let plan = self.plain_plan(request.encoder).await?;
-        self.run(request, plan).await
+        self.run(request, plan, None).await
     }
 
     async fn privacy_budget(&self, table: &str, analyst: &Analyst) -> Result<Option<BudgetLine>> {
@@ -99,7 +99,7 @@ impl Site for LocalClient {
         if let Some(counts) = &plan.counts {
             layout = layout.without_columns(&counts.all());
         }
-        let state = self.run(request, plan).await?;
+        let state = self.run(request, plan, Some(session.threshold)).await?;
         self.secrets
             .setup(session, &state, layout, floor)
             .map_err(|e| self.site_error(e))

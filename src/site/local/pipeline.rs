@@ -197,10 +197,14 @@ impl LocalClient {
 
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
+    /// `shares` is the threshold of the secure session the state is for
+    /// (none for a plain state): the DP calls under the masks get a share
+    /// of their noise cut for it.
     pub(super) async fn run(
         &self,
         request: &SiteRequest<'_>,
         plan: SitePlan,
+        shares: Option<usize>,
     ) -> Result<StateBatch> {
         let encoder = request.encoder;
         // DP state: its constants checked and its ε debited, to the
@@ -246,9 +250,12 @@ impl LocalClient {
             _ => batches,
         };
         // DP state: declared keys completed, noise added.
-        let batches = self
-            .dp
-            .release(encoder.plan(), &paid, encoder.state_schema(), batches)?;
+        let batches = self.dp.release(
+            encoder.plan(),
+            &paid,
+            (encoder.state_schema(), batches),
+            shares,
+        )?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 
@@ -268,7 +275,7 @@ impl LocalClient {
         let rows;
         (plan.plan, rows) =
             CountRowsExec::under_partial_aggregates(plan.plan).map_err(|e| self.error(e))?;
-        let state = self.run(request, plan).await?;
+        let state = self.run(request, plan, None).await?;
         Ok((state, CountRowsExec::count(&rows)))
     }
 }

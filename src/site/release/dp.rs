@@ -281,17 +281,29 @@ impl DpSite {
 
     /// The state batches as they may leave: declared keys completed and
     /// noise added to the DP state of `paid` (see the module docs).
-    /// `encoder` is the logical plan that made them.
+    /// `encoder` is the logical plan that made them. `shares` is the
+    /// threshold t of the secure session the state is masked for: a call
+    /// under the masks (`secure_dp_…`) gets a 1/t share of its noise, and
+    /// without a session it is refused (its state leaves only masked).
     pub fn release(
         &self,
         encoder: &LogicalPlan,
         paid: &Paid,
-        state_schema: &SchemaRef,
-        batches: Vec<RecordBatch>,
+        (state_schema, batches): (&SchemaRef, Vec<RecordBatch>),
+        shares: Option<usize>,
     ) -> Result<Vec<RecordBatch>> {
         let calls = &paid.calls;
         if calls.is_empty() {
             return Ok(batches);
+        }
+        let threshold = match shares {
+            Some(t) if t >= 1 => Some(t),
+            _ => None,
+        };
+        if threshold.is_none() && calls.iter().any(|c| c.release.under_masks) {
+            return Err(FedError::Internal(
+                "a DP state under the masks outside a secure session".into(),
+            ));
         }
         let mut batch = concat_batches(state_schema, &batches)?;
         let mut schema = batch.schema();
@@ -315,7 +327,10 @@ impl DpSite {
             for call in calls {
                 for (i, noise) in call.release.columns.iter().enumerate() {
                     let at = call.first_column + i;
-                    columns[at] = fedsql_udfs::dp::add_noise(&columns[at], noise, rng)?;
+                    columns[at] = match (call.release.under_masks, threshold) {
+                        (true, Some(t)) => fedsql_udfs::dp::add_share(&columns[at], noise, t, rng)?,
+                        _ => fedsql_udfs::dp::add_noise(&columns[at], noise, rng)?,
+                    };
                 }
             }
             Ok(())
@@ -402,7 +417,9 @@ impl DpSite {
                     "a grouped DP state with a column that is not DP".into(),
                 ));
             };
-            empty.push(fedsql_udfs::dp::zero_state(noise, absent.len()));
+            let zeros = fedsql_udfs::dp::zero_state(noise, absent.len());
+            // A masked call's state is UInt64 (the same zeros).
+            empty.push(cast(&zeros, batch.schema().field(at).data_type())?);
         }
         let empty = RecordBatch::try_new(batch.schema(), empty)?;
         Ok(concat_batches(&batch.schema(), &[held, empty])?)

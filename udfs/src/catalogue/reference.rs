@@ -32,6 +32,7 @@ pub fn reference_markdown() -> String {
                 Privacy::Exact => "exact",
                 Privacy::Dp => "DP",
                 Privacy::Secure => "secure sum",
+                Privacy::SecureDp => "DP, secure sum",
             },
             a.model_leading
                 .map(|l| format!("arguments after the first {l}"))

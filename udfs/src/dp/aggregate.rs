@@ -13,6 +13,12 @@
 //! Each takes an optional last `epsilon`. `dp_avg` gives ε/2 to its count
 //! and ε/2 to its sum; `dp_var` ε/3 to each of its three sums.
 //!
+//! `secure_dp_count`, `secure_dp_sum` and `secure_dp_avg` are the same
+//! accumulators *masked*: their state columns are the same integers as
+//! `UInt64` (two's complement, added mod 2^64), which the sites mask like
+//! a secure sum's, and each site adds only a share of the noise (see
+//! [`super::sampler::laplace_share`]) before masking.
+//!
 //! Why this file is over 600 lines: it holds the DP aggregates' one generic aggregate and accumulator, which read together
 //! (the style's one aggregate, one file); its tests are in the same file.
 
@@ -20,7 +26,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, ListArray};
 use datafusion::arrow::buffer::OffsetBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type, UInt64Type};
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
@@ -29,7 +35,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_expr::expressions::Literal;
 
-use super::{ColumnNoise, LEVELS};
+use super::{ColumnNoise, LEVELS, MASKED_LEVELS};
 use crate::histogram::{Bins, Slot};
 use crate::quantizer::cast_to;
 
@@ -54,6 +60,27 @@ impl Kind {
             "dp_histogram" => Kind::Histogram,
             _ => return None,
         })
+    }
+
+    /// The SQL name of the masked variant (`secure_dp_…`), for the kinds
+    /// that have one.
+    pub fn masked_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Kind::Count => "secure_dp_count",
+            Kind::Sum => "secure_dp_sum",
+            Kind::Avg => "secure_dp_avg",
+            Kind::Var | Kind::Histogram => return None,
+        })
+    }
+
+    /// The kind and whether it is the masked variant, of a function name.
+    pub fn parse(name: &str) -> Option<(Self, bool)> {
+        if let Some(kind) = Self::of(name) {
+            return Some((kind, false));
+        }
+        let lower = name.to_ascii_lowercase();
+        let kind = Self::of(lower.strip_prefix("secure_")?)?;
+        (kind.masked_name() == Some(lower.as_str())).then_some((kind, true))
     }
 
     /// The SQL name.
@@ -108,6 +135,10 @@ pub struct Params {
     /// `dp_sum` of integers with integer bounds within ±2^20: grid step 1.
     pub integer: bool,
     pub bins: Option<Bins>,
+    /// The grid's levels of a non-integer sum: [`LEVELS`], or
+    /// [`MASKED_LEVELS`] under the masks (where the noise's cost is
+    /// proportional to them).
+    pub levels: u64,
 }
 
 impl Params {
@@ -147,6 +178,7 @@ impl Params {
             upper: 0.0,
             integer: false,
             bins: None,
+            levels: LEVELS,
         };
         if kind == Kind::Count {
             return Ok((params, epsilon));
@@ -182,6 +214,12 @@ impl Params {
         Ok((params, epsilon))
     }
 
+    /// The same parameters on the grid of the masked variant.
+    pub fn masked(mut self) -> Self {
+        self.levels = MASKED_LEVELS;
+        self
+    }
+
     /// The largest magnitude of a clamped value.
     fn magnitude(&self) -> f64 {
         self.lower.abs().max(self.upper.abs())
@@ -200,10 +238,10 @@ impl Params {
     fn steps(&self) -> (f64, f64) {
         match self.kind {
             Kind::Sum if self.integer => (1.0, 1.0),
-            Kind::Sum => (self.magnitude() / LEVELS as f64, 0.0),
+            Kind::Sum => (self.magnitude() / self.levels as f64, 0.0),
             Kind::Avg | Kind::Var => {
                 let h = self.half_range();
-                (h / LEVELS as f64, h * h / LEVELS as f64)
+                (h / self.levels as f64, h * h / self.levels as f64)
             }
             Kind::Count | Kind::Histogram => (1.0, 1.0),
         }
@@ -218,7 +256,7 @@ impl Params {
                 let sensitivity = if self.integer {
                     self.magnitude() as u64
                 } else {
-                    LEVELS
+                    self.levels
                 };
                 vec![ColumnNoise::new(
                     "sum of clamped values",
@@ -229,12 +267,17 @@ impl Params {
             }
             Kind::Avg => vec![
                 ColumnNoise::new("count", epsilon / 2.0, 1, 1.0)?,
-                ColumnNoise::new("sum of centered values", epsilon / 2.0, LEVELS, s1)?,
+                ColumnNoise::new("sum of centered values", epsilon / 2.0, self.levels, s1)?,
             ],
             Kind::Var => vec![
                 ColumnNoise::new("count", epsilon / 3.0, 1, 1.0)?,
-                ColumnNoise::new("sum of centered values", epsilon / 3.0, LEVELS, s1)?,
-                ColumnNoise::new("sum of squared centered values", epsilon / 3.0, LEVELS, s2)?,
+                ColumnNoise::new("sum of centered values", epsilon / 3.0, self.levels, s1)?,
+                ColumnNoise::new(
+                    "sum of squared centered values",
+                    epsilon / 3.0,
+                    self.levels,
+                    s2,
+                )?,
             ],
             Kind::Histogram => vec![ColumnNoise {
                 elements: self.bins.as_ref().map(Bins::len),
@@ -248,14 +291,44 @@ impl Params {
 pub fn udaf(kind: Kind) -> AggregateUDF {
     AggregateUDF::from(DpAggregate {
         kind,
+        masked: false,
         signature: Signature::user_defined(Volatility::Immutable),
     })
+}
+
+/// The masked (`secure_dp_…`) UDAF of one kind that has one.
+pub fn masked_udaf(kind: Kind) -> Option<AggregateUDF> {
+    kind.masked_name()?;
+    Some(AggregateUDF::from(DpAggregate {
+        kind,
+        masked: true,
+        signature: Signature::user_defined(Volatility::Immutable),
+    }))
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct DpAggregate {
     kind: Kind,
+    /// The `secure_dp_…` variant: `UInt64` state the sites mask.
+    masked: bool,
     signature: Signature,
+}
+
+impl DpAggregate {
+    fn call_name(&self) -> &'static str {
+        match self.masked {
+            true => self.kind.masked_name().unwrap_or(self.kind.name()),
+            false => self.kind.name(),
+        }
+    }
+
+    fn state_type(&self) -> DataType {
+        match (self.kind, self.masked) {
+            (Kind::Histogram, _) => counts_type(),
+            (_, true) => DataType::UInt64,
+            (_, false) => DataType::Int64,
+        }
+    }
 }
 
 impl AggregateUDFImpl for DpAggregate {
@@ -264,7 +337,7 @@ impl AggregateUDFImpl for DpAggregate {
     }
 
     fn name(&self) -> &str {
-        self.kind.name()
+        self.call_name()
     }
 
     fn signature(&self) -> &Signature {
@@ -272,7 +345,7 @@ impl AggregateUDFImpl for DpAggregate {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        let (name, base) = (self.kind.name(), self.kind.base_args());
+        let (name, base) = (self.call_name(), self.kind.base_args());
         if arg_types.len() != base && arg_types.len() != base + 1 {
             return plan_err!(
                 "{name} takes {base} or {} arguments: {}",
@@ -340,18 +413,17 @@ impl AggregateUDFImpl for DpAggregate {
             .state_names()
             .iter()
             .map(|n| {
-                let t = if self.kind == Kind::Histogram {
-                    counts_type()
-                } else {
-                    DataType::Int64
-                };
-                Arc::new(Field::new(format_state_name(args.name, n), t, true))
+                Arc::new(Field::new(
+                    format_state_name(args.name, n),
+                    self.state_type(),
+                    true,
+                ))
             })
             .collect())
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let name = self.kind.name();
+        let name = self.call_name();
         let literals = args.exprs[1..]
             .iter()
             .map(|e| match e.downcast_ref::<Literal>() {
@@ -361,12 +433,19 @@ impl AggregateUDFImpl for DpAggregate {
                 ),
             })
             .collect::<Result<Vec<_>>>()?;
-        let (params, _) = Params::from_literals(self.kind, &literals)?;
+        let (mut params, _) = Params::from_literals(self.kind, &literals)?;
+        if self.masked {
+            params = params.masked();
+        }
         let sums = match &params.bins {
             Some(bins) => vec![0; bins.len()],
             None => vec![0; self.kind.state_names().len()],
         };
-        Ok(Box::new(DpAccumulator { params, sums }))
+        Ok(Box::new(DpAccumulator {
+            params,
+            sums,
+            masked: self.masked,
+        }))
     }
 
     fn default_value(&self, data_type: &DataType) -> Result<ScalarValue> {
@@ -395,6 +474,8 @@ struct DpAccumulator {
     params: Params,
     /// The state columns in order, or the bin counts.
     sums: Vec<i64>,
+    /// State as `UInt64` (the same bits), for masking.
+    masked: bool,
 }
 
 /// `round_half_even(v / step)`.
@@ -474,6 +555,14 @@ impl Accumulator for DpAccumulator {
             return Ok(());
         }
         for (total, column) in self.sums.iter_mut().zip(states) {
+            if self.masked {
+                // Masked states add up mod 2^64: the masks cancel only in
+                // the wrapping sum, read back as two's complement.
+                for v in column.as_primitive::<UInt64Type>().iter().flatten() {
+                    *total = total.wrapping_add(v as i64);
+                }
+                continue;
+            }
             for v in column.as_primitive::<Int64Type>().iter().flatten() {
                 *total = total.wrapping_add(v);
             }
@@ -484,6 +573,11 @@ impl Accumulator for DpAccumulator {
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
         Ok(match self.params.kind {
             Kind::Histogram => vec![ScalarValue::List(int_list(self.sums.clone()))],
+            _ if self.masked => self
+                .sums
+                .iter()
+                .map(|v| ScalarValue::UInt64(Some(*v as u64)))
+                .collect(),
             _ => self
                 .sums
                 .iter()
@@ -556,6 +650,28 @@ mod tests {
                 "CAST(sum(least(greatest(CAST(a AS BIGINT), 998), 1003)) AS DOUBLE)",
                 0.0,
             ),
+            // The masked forms: the same sums as UInt64 words (a coarser
+            // grid for non-integer sums).
+            (
+                "secure_dp_sum(a, 998, 1003)",
+                "sum(least(greatest(a, 998), 1003))",
+                1e-5,
+            ),
+            (
+                "secure_dp_avg(a, 998, 1003)",
+                "avg(least(greatest(a, 998), 1003))",
+                1e-4,
+            ),
+            (
+                "CAST(secure_dp_count(a) AS DOUBLE)",
+                "CAST(count(a) AS DOUBLE)",
+                0.0,
+            ),
+            (
+                "CAST(secure_dp_sum(CAST(a AS BIGINT) - 1000, -2, 3) AS DOUBLE)",
+                "CAST(sum(least(greatest(CAST(a AS BIGINT) - 1000, -2), 3)) AS DOUBLE)",
+                0.0,
+            ),
         ];
         for (dp, exact, tolerance) in cases {
             let (got, want) = run_pair(
@@ -578,6 +694,10 @@ mod tests {
         assert_split_invariant("dp_avg(a, 995, 1005)").await;
         assert_split_invariant("dp_var(a, 995, 1005)").await;
         assert_split_invariant("dp_histogram(a, 995, 1008, 7)").await;
+        // Masked: UInt64 words added mod 2^64 (negative sums wrap).
+        assert_split_invariant("secure_dp_count(b)").await;
+        assert_split_invariant("secure_dp_sum(a - 1000, -5, 5, 0.5)").await;
+        assert_split_invariant("secure_dp_avg(a, 995, 1005)").await;
     }
 
     /// The state of one call over `rows`, straight from its accumulator.
@@ -594,7 +714,11 @@ mod tests {
             None => vec![0; kind.state_names().len()],
         };
         let integer = params.integer;
-        let mut acc = super::DpAccumulator { params, sums };
+        let mut acc = super::DpAccumulator {
+            params,
+            sums,
+            masked: false,
+        };
         let column: super::ArrayRef = if integer {
             std::sync::Arc::new(
                 rows.iter()

@@ -18,6 +18,15 @@
 //! `dp_sum` with integer bounds within ±2^20 keeps step 1 (exact). So one
 //! row changes a state column by at most its sensitivity `Δ` grid units,
 //! and discrete Laplace noise of scale `Δ/ε` makes the column ε-DP.
+//!
+//! Under the masks (`secure_dp_count`, `secure_dp_sum`, `secure_dp_avg`),
+//! the same state is masked as a secure sum's, and each site adds only a
+//! *share* of that noise ([`add_share`]): with the secure session's
+//! threshold t, each share is the difference of two Pólya NB(1/t, q)
+//! samples, so the unmasked total over s ≥ t sites carries discrete
+//! Laplace noise of the full scale plus independent noise of s/t − 1
+//! times its variance — never less than the target, and no party sees a
+//! site's state with less noise than the masked total's.
 
 pub mod aggregate;
 pub mod planner;
@@ -35,10 +44,16 @@ use rand_core::{CryptoRng, RngCore};
 pub use aggregate::{Kind, Params};
 
 use crate::function_doc::{FunctionDoc, FunctionFamily};
-use sampler::{Scale, discrete_laplace};
+use sampler::{Scale, discrete_laplace, laplace_share};
 
 /// Grid levels: the largest magnitude of a quantized value.
 pub const LEVELS: u64 = 1 << 20;
+
+/// Grid levels of the masked variants' non-integer sums: a site's noise
+/// share costs O(levels / ε) uniform draws (see [`sampler::polya`]), so
+/// their grid is coarser; a value is still within 2^-17 of its bound's
+/// magnitude.
+pub const MASKED_LEVELS: u64 = 1 << 16;
 
 /// Denominator of the rational ε a sampler uses: ε is rounded *down* to a
 /// multiple of 2^-20, so the noise is never smaller than ε asks.
@@ -89,7 +104,12 @@ impl ColumnNoise {
     /// The standard deviation of this column's noise, in value units, for
     /// the sum of `clients` independent releases.
     pub fn std_dev(&self, clients: usize) -> f64 {
-        self.step * (clients as f64 * self.scale.variance()).sqrt()
+        self.std_dev_over(clients as f64)
+    }
+
+    /// The same for `draws` full draws (fractional for shares).
+    pub fn std_dev_over(&self, draws: f64) -> f64 {
+        self.step * (draws * self.scale.variance()).sqrt()
     }
 
     /// The variance of one release's noise, in grid units.
@@ -106,19 +126,37 @@ pub struct DpRelease {
     pub epsilon: f64,
     pub params: Params,
     pub columns: Vec<ColumnNoise>,
+    /// A `secure_dp_…` call: each site adds a share of the noise, under
+    /// the masks ([`add_share`]).
+    pub under_masks: bool,
 }
 
 impl DpRelease {
     /// "discrete Laplace" — the only mechanism.
     pub fn mechanism(&self) -> &'static str {
-        "discrete Laplace (pure ε-DP)"
+        if self.under_masks {
+            "discrete Laplace (pure ε-DP), added in shares under the masks"
+        } else {
+            "discrete Laplace (pure ε-DP)"
+        }
     }
 
-    /// The standard deviation of the noise in this call's *result*, summed
-    /// over `clients` releases; `count` is the (noisy) number of values
-    /// for `dp_avg` and `dp_var` (delta method, at the result `value`).
-    pub fn result_std_dev(&self, clients: usize, count: f64, value: f64) -> f64 {
-        let sd = |i: usize| self.columns[i].std_dev(clients);
+    /// How many full draws of each column's noise a total over `clients`
+    /// sites carries: one per site for `dp_…`; s/t for `secure_dp_…` over
+    /// s sites whose shares were cut for a threshold t (`shares`).
+    pub fn noise_draws(&self, clients: usize, shares: Option<usize>) -> f64 {
+        match (self.under_masks, shares) {
+            (true, Some(t)) if t > 0 => clients as f64 / t as f64,
+            _ => clients as f64,
+        }
+    }
+
+    /// The standard deviation of the noise in this call's *result*, over
+    /// `draws` full draws of each column's noise ([`DpRelease::noise_draws`]);
+    /// `count` is the (noisy) number of values for `dp_avg` and `dp_var`
+    /// (delta method, at the result `value`).
+    pub fn result_std_dev(&self, draws: f64, count: f64, value: f64) -> f64 {
+        let sd = |i: usize| self.columns[i].std_dev_over(draws);
         match self.params.kind {
             Kind::Count | Kind::Sum | Kind::Histogram => sd(0),
             Kind::Avg => {
@@ -141,7 +179,7 @@ impl DpRelease {
 /// that are not constants, or are out of range — before any client runs,
 /// when the coordinator plans a round, and again at every site.
 pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Option<DpRelease>> {
-    let Some(kind) = Kind::of(function) else {
+    let Some((kind, under_masks)) = Kind::parse(function) else {
         return Ok(None);
     };
     let literals = args
@@ -155,7 +193,10 @@ pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Opti
             ),
         })
         .collect::<Result<Vec<_>>>()?;
-    let (params, epsilon) = Params::from_literals(kind, &literals)?;
+    let (mut params, epsilon) = Params::from_literals(kind, &literals)?;
+    if under_masks {
+        params = params.masked();
+    }
     let Some(epsilon) = epsilon else {
         return plan_err!(
             "{function} has no epsilon: the coordinator writes the session's fedsql.dp_epsilon into the call; give it as the last argument"
@@ -163,10 +204,15 @@ pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Opti
     };
     let columns = params.noise(epsilon)?;
     Ok(Some(DpRelease {
-        function: kind.name().to_string(),
+        function: match under_masks {
+            true => kind.masked_name().unwrap_or(kind.name()),
+            false => kind.name(),
+        }
+        .to_string(),
         epsilon,
         params,
         columns,
+        under_masks,
     }))
 }
 
@@ -200,6 +246,39 @@ pub fn add_noise<R: RngCore + CryptoRng + ?Sized>(
     }
 }
 
+/// `column` (a `UInt64` state column of a `secure_dp_…` call, two's
+/// complement) with one site's share of `noise` added to every value: the
+/// difference of two Pólya samples that, summed over `threshold` sites,
+/// make discrete Laplace noise of `noise`'s scale (see
+/// [`sampler::laplace_share`]). The site masks the column afterwards.
+pub fn add_share<R: RngCore + CryptoRng + ?Sized>(
+    column: &ArrayRef,
+    noise: &ColumnNoise,
+    threshold: usize,
+    rng: &mut R,
+) -> Result<ArrayRef> {
+    use datafusion::arrow::array::UInt64Array;
+    use datafusion::arrow::datatypes::UInt64Type;
+    if threshold == 0 {
+        return exec_err!("a noise share for a threshold of 0 sites");
+    }
+    let DataType::UInt64 = column.data_type() else {
+        return exec_err!(
+            "a masked DP state column of type {}, expected BIGINT UNSIGNED",
+            column.data_type()
+        );
+    };
+    let values = column.as_primitive::<UInt64Type>();
+    let out: UInt64Array = values
+        .iter()
+        .map(|v| {
+            let share = laplace_share(rng, noise.scale, threshold as u64);
+            Some(v.unwrap_or(0).wrapping_add(share as u64))
+        })
+        .collect();
+    Ok(Arc::new(out))
+}
+
 /// The state of a call over no rows (all zeros): what a site releases,
 /// with noise, for a declared key it does not hold.
 pub fn zero_state(noise: &ColumnNoise, rows: usize) -> ArrayRef {
@@ -225,6 +304,11 @@ pub fn all() -> Vec<datafusion::logical_expr::AggregateUDF> {
     ]
     .into_iter()
     .map(aggregate::udaf)
+    .chain(
+        [Kind::Count, Kind::Sum, Kind::Avg]
+            .into_iter()
+            .filter_map(aggregate::masked_udaf),
+    )
     .collect()
 }
 
@@ -321,6 +405,62 @@ pub const HISTOGRAM_DOC: FunctionDoc = FunctionDoc {
     returns: "a list of `bins` counts (`list<int64>`)",
     releases: "its `bins` counts, each with discrete Laplace noise of scale 1/ε (one row changes one bin), after debiting ε from its budget.",
     example: "SELECT dp_histogram(bmi, 15, 45, 6) AS bmi_bins FROM clinic",
+};
+
+/// The documentation of `secure_dp_count`.
+pub const SECURE_COUNT_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "A differentially private count of rows (`secure_dp_count(*)`) or of non-NULL values, merged as a masked sum: each site adds a share of the noise before masking, so the total carries the noise of `dp_count` once, not once per site.",
+    syntax: "secure_dp_count(* | x [, epsilon])",
+    arguments: &[
+        ("x", "any column or expression, or `*` for rows"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "BIGINT (unbiased; a noisy count may be negative)",
+    releases: "its count plus a Pólya share of discrete Laplace noise of scale 1/ε (cut for the session's threshold t: any t sites' shares make the full noise), masked; after debiting ε from its budget.",
+    example: "SELECT secure_dp_count(*) AS n FROM clinic",
+};
+
+/// The documentation of `secure_dp_sum`.
+pub const SECURE_SUM_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "A differentially private sum of the values clamped to [lower, upper], merged as a masked sum with the noise added in shares under the masks (the total carries the noise of `dp_sum` once).",
+    syntax: "secure_dp_sum(x, lower, upper [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "BIGINT for integers, else DOUBLE (unbiased)",
+    releases: "the sum of its clamped values on a grid plus a Pólya share of discrete Laplace noise of scale max(|lower|, |upper|)/ε, masked; after debiting ε from its budget.",
+    example: "SELECT secure_dp_sum(visits, 0, 10) AS visits FROM clinic",
+};
+
+/// The documentation of `secure_dp_avg`.
+pub const SECURE_AVG_DOC: FunctionDoc = FunctionDoc {
+    family: FunctionFamily::Secure,
+    description: "A differentially private mean of the values clamped to [lower, upper]: the count and the sum of (x − midpoint), each with its noise added in shares under the masks.",
+    syntax: "secure_dp_avg(x, lower, upper [, epsilon])",
+    arguments: &[
+        ("x", "a numeric column or expression"),
+        ("lower, upper", "constant bounds, lower < upper"),
+        (
+            "epsilon",
+            "optional constant ε (default: the session's `fedsql.dp_epsilon`, 1)",
+        ),
+    ],
+    options: &[],
+    returns: "DOUBLE, clamped into [lower, upper]",
+    releases: "its count (ε/2) and the sum of (x − midpoint) (ε/2), each plus a Pólya share of discrete Laplace noise, masked; after debiting ε from its budget.",
+    example: "SELECT secure_dp_avg(systolic, 80, 200) AS mean_sbp FROM clinic",
 };
 
 #[cfg(test)]

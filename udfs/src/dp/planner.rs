@@ -1,7 +1,8 @@
-//! The SQL planner hook for `dp_count(*)`: DataFusion turns `*` into a
-//! wildcard that it rewrites only for `count`; this [`ExprPlanner`] turns
-//! `dp_count(*[, epsilon])` into `dp_count(1[, epsilon])` and keeps the
-//! display name `dp_count(*)`, as DataFusion does for `count(*)`.
+//! The SQL planner hook for `dp_count(*)` and `secure_dp_count(*)`:
+//! DataFusion turns `*` into a wildcard that it rewrites only for `count`;
+//! this [`ExprPlanner`] turns `dp_count(*[, epsilon])` into
+//! `dp_count(1[, epsilon])` (and the same for `secure_dp_count`) and keeps
+//! the display name `dp_count(*)`, as DataFusion does for `count(*)`.
 
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::Expr;
@@ -16,7 +17,7 @@ pub struct DpCountStarPlanner;
 impl ExprPlanner for DpCountStarPlanner {
     fn plan_aggregate(&self, raw: RawAggregateExpr) -> Result<PlannerResult<RawAggregateExpr>> {
         #[expect(deprecated)]
-        let star = raw.func.name() == "dp_count"
+        let star = matches!(raw.func.name(), "dp_count" | "secure_dp_count")
             && matches!(raw.args.first(), Some(Expr::Wildcard { .. }));
         if !star {
             return Ok(PlannerResult::Original(raw));

@@ -94,11 +94,22 @@ pub fn bernoulli_exp<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, num: u64, den
 /// A sample of the discrete Laplace distribution of scale `scale`:
 /// P(Z = z) ∝ exp(−|z| / scale) (CKS Algorithm 2, with t/s = num/den).
 pub fn discrete_laplace<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale) -> i64 {
+    loop {
+        let y = geometric(rng, scale) as i64;
+        let negative = uniform_below(rng, 2) == 1;
+        if negative && y == 0 {
+            continue;
+        }
+        return if negative { -y } else { y };
+    }
+}
+
+/// A sample of the geometric distribution of parameter q = exp(−1/scale):
+/// P(G = k) = (1 − q) q^k, k ≥ 0 (the magnitude step of CKS Algorithm 2:
+/// a geometric of exp(−1/num) by parts, divided by den).
+pub fn geometric<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale) -> u64 {
     let (t, s) = (scale.num, scale.den);
-    assert!(
-        t >= 1 && s >= 1,
-        "a discrete Laplace scale needs num, den ≥ 1"
-    );
+    assert!(t >= 1 && s >= 1, "a geometric scale needs num, den ≥ 1");
     loop {
         let u = uniform_below(rng, t);
         if !bernoulli_exp(rng, u, t) {
@@ -109,13 +120,61 @@ pub fn discrete_laplace<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Sca
             v += 1;
         }
         let x = u as u128 + t as u128 * v as u128;
-        let y = (x / s as u128) as i64;
-        let negative = uniform_below(rng, 2) == 1;
-        if negative && y == 0 {
-            continue;
-        }
-        return if negative { -y } else { y };
+        return u64::try_from(x / s as u128).unwrap_or(u64::MAX);
     }
+}
+
+/// A sample of the Pólya (negative binomial) distribution NB(1/`parts`, q)
+/// with q = exp(−1/scale): P(X = k) = Γ(k + r) / (k! Γ(r)) (1 − q)^r q^k
+/// for r = 1/parts. The sum of `parts` independent samples is a geometric
+/// of parameter q (NB(1, q)): the negative binomial adds up in r for one q.
+///
+/// Exact, from uniform integers only: G ~ NB(1, q) ([`geometric`]) split
+/// by a Pólya urn that starts with weights r and 1 − r and adds 1 to the
+/// colour drawn, G times: its draws of the first colour are
+/// beta-binomial(G; r, 1 − r), and that share of a NB(1, q) is NB(r, q)
+/// (conditioned on their sum, independent negative binomials of one q are
+/// Dirichlet-multinomial). In integers: weights `1` and `parts − 1`, each
+/// draw adding `parts`. The cost is O(G): about `scale` draws.
+pub fn polya<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale, parts: u64) -> u64 {
+    assert!(parts >= 1, "a Pólya share of 0 parts");
+    let g = geometric(rng, scale);
+    if parts == 1 {
+        return g;
+    }
+    let (mut first, mut other) = (1u128, parts as u128 - 1);
+    let mut drawn = 0u64;
+    for _ in 0..g {
+        let total = first + other;
+        let pick = match u64::try_from(total) {
+            Ok(total) => (uniform_below(rng, total) as u128) < first,
+            Err(_) => bernoulli_rational(rng, first, total),
+        };
+        if pick {
+            first += parts as u128;
+            drawn += 1;
+        } else {
+            other += parts as u128;
+        }
+    }
+    drawn
+}
+
+/// One site's share of discrete Laplace noise of scale `scale` split into
+/// `parts`: the difference of two independent [`polya`] samples. The sum
+/// of `parts` independent shares is discrete Laplace of that scale (the
+/// difference of two independent geometrics of one q), and the sum of
+/// more than `parts` is that plus independent noise (Balle, Bell, Gascón
+/// and Nissim, "Private Summation in the Multi-Message Shuffle Model",
+/// CCS 2020, §4; Goryczka and Xiong, IEEE TDSC 2017).
+pub fn laplace_share<R: RngCore + CryptoRng + ?Sized>(
+    rng: &mut R,
+    scale: Scale,
+    parts: u64,
+) -> i64 {
+    let a = polya(rng, scale, parts);
+    let b = polya(rng, scale, parts);
+    (a as i128 - b as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 #[cfg(test)]
@@ -201,6 +260,74 @@ mod tests {
             assert!(
                 ((hits / n as f64) - p).abs() <= 4.0 * se,
                 "{num}/{den}: {hits}"
+            );
+        }
+    }
+
+    #[test]
+    fn shares_of_a_discrete_laplace_add_up_to_it() {
+        // The sum of `parts` shares against the discrete Laplace pmf, and
+        // one share's variance: 1/parts of the whole's.
+        let mut rng = ChaCha20Rng::seed_from_u64(21);
+        for (scale, parts) in [(Scale { num: 2, den: 1 }, 3), (Scale { num: 7, den: 2 }, 5)] {
+            let draws: Vec<i64> = (0..20_000)
+                .map(|_| {
+                    (0..parts)
+                        .map(|_| laplace_share(&mut rng, scale, parts))
+                        .sum()
+                })
+                .collect();
+            let (stat, df) = chi_square(&draws, |z| scale.pmf(z));
+            assert!(
+                stat < critical(df),
+                "{parts} shares of scale {scale:?}: chi-square {stat:.1} on {df} df (critical {:.1})",
+                critical(df)
+            );
+            let shares: Vec<f64> = (0..40_000)
+                .map(|_| laplace_share(&mut rng, scale, parts) as f64)
+                .collect();
+            let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+            let var =
+                shares.iter().map(|z| (z - mean).powi(2)).sum::<f64>() / (shares.len() - 1) as f64;
+            let want = scale.variance() / parts as f64;
+            assert!(
+                (var / want - 1.0).abs() < 0.05,
+                "share variance {var} vs {want}"
+            );
+            assert!(
+                mean.abs() < 4.0 * (want / shares.len() as f64).sqrt(),
+                "mean {mean}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_polya_sample_has_the_negative_binomial_pmf() {
+        // NB(r, q): P(k) = Γ(k + r)/(k! Γ(r)) (1 − q)^r q^k, by the ratio
+        // P(k + 1)/P(k) = q (k + r)/(k + 1).
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let scale = Scale { num: 3, den: 1 };
+        let (q, r) = ((-1.0f64 / 3.0).exp(), 1.0 / 4.0);
+        let pmf = |k: i64| {
+            let mut p = (1.0 - q).powf(r);
+            for j in 0..k {
+                p *= q * (j as f64 + r) / (j as f64 + 1.0);
+            }
+            p
+        };
+        let n = 40_000;
+        let mut counts = [0f64; 8];
+        for _ in 0..n {
+            let k = polya(&mut rng, scale, 4) as usize;
+            if k < counts.len() {
+                counts[k] += 1.0;
+            }
+        }
+        for (k, seen) in counts.iter().enumerate() {
+            let want = n as f64 * pmf(k as i64);
+            assert!(
+                (seen - want).abs() <= 5.0 * want.sqrt() + 1.0,
+                "P({k}): {seen} draws, expected {want:.0}"
             );
         }
     }

@@ -269,7 +269,7 @@ pub(crate) fn noise_notices(
         };
         let shared = match (r.under_masks, shares) {
             (true, Some(t)) => format!(
-                "; each added a 1/{t} share of the noise under the masks (threshold {t}), so the total carries {} of it",
+                "; each added a 1/{t} share (threshold {t}), so the total carries {} of the noise",
                 if clients == t {
                     "exactly one draw".to_string()
                 } else {

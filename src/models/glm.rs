@@ -55,6 +55,7 @@ use crate::table_function::arguments::argument_error;
 use crate::table_function::deferred::{Rounds, deferred_table};
 use crate::table_function::rounds::explain_step;
 
+pub(crate) mod nb;
 mod spec;
 
 pub(crate) use spec::GlmSpec;
@@ -370,7 +371,7 @@ pub(crate) fn fit<'a>(
     spec: &'a GlmSpec,
     progress: Option<&'a Progress>,
 ) -> BoxFuture<'a, Result<GlmFit>> {
-    fit_model(ctx, spec, progress, true, expected_last)
+    fit_model(ctx, spec, progress, true, expected_last, None)
 }
 
 /// The smallest relative change of a deviance that [`expected_last`]
@@ -414,13 +415,16 @@ fn expected_last(changes: &[f64], iteration: usize, spec: &GlmSpec) -> bool {
 
 /// Fits the GLM; `with_null` also computes the null deviance (which, for a
 /// model with an offset and an intercept, is a fit of `y ~ 1 + offset`);
-/// `last_round` says which rounds may skip X'WX ([`expected_last`]).
+/// `last_round` says which rounds may skip X'WX ([`expected_last`]);
+/// `start`, if given, are the coefficients the first round starts from
+/// (R's `etastart`, as `glm.nb` refits), else R's `mustart`.
 fn fit_model<'a>(
     ctx: &'a FedContext,
     spec: &'a GlmSpec,
     progress: Option<&'a Progress>,
     with_null: bool,
     last_round: LastRoundRule,
+    start: Option<Vec<f64>>,
 ) -> BoxFuture<'a, Result<GlmFit>> {
     async move {
         let expanded = GlmSpec {
@@ -440,8 +444,9 @@ fn fit_model<'a>(
             xtwx,
         };
         let mut rounds = StepRounds::new(ctx);
-        // Round 1: from R's starting means; also the weighted mean of y.
-        let start_config = config(None, NullMean::None, true);
+        // Round 1: from R's starting means (or the given coefficients);
+        // also the weighted mean of y.
+        let start_config = config(start, NullMean::None, true);
         let (start, total) = round(&mut rounds, spec, &design, &start_config)
             .await
             .map_err(|e| stopped(ctx, e, "glm", 1, &[], &[]))?;
@@ -578,15 +583,16 @@ fn fit_model<'a>(
         let nobs = last.n;
         let rank = kept.len();
         let df_residual = nobs - rank as f64;
-        let mut dispersion = if spec.quasi || spec.family.estimates_dispersion() {
-            if df_residual > 0.0 {
-                last.pearson / df_residual
+        let mut dispersion =
+            if !spec.negbin_ml && (spec.quasi || spec.family.estimates_dispersion()) {
+                if df_residual > 0.0 {
+                    last.pearson / df_residual
+                } else {
+                    f64::NAN
+                }
             } else {
-                f64::NAN
-            }
-        } else {
-            1.0
-        };
+                1.0
+            };
         let inverse = inverse_spd(&select(&to_dmatrix(&solved_from), &kept)).ok_or_else(|| {
             FedError::InvalidArgument("the information matrix at the estimate is singular".into())
         })?;
@@ -614,7 +620,8 @@ fn fit_model<'a>(
             nobs,
             lm: false,
         };
-        let working_dispersion = spec.quasi || matches!(spec.family, Family::NegativeBinomial(_));
+        let working_dispersion =
+            !spec.negbin_ml && (spec.quasi || matches!(spec.family, Family::NegativeBinomial(_)));
         if working_dispersion && df_residual > 0.0 {
             // R's dispersion: its working weights (of the last iteration)
             // times the squared working residuals, one more round.
@@ -639,28 +646,7 @@ fn fit_model<'a>(
         }
         let null_deviance = match null_mu {
             NullMean::None if !with_null => f64::NAN,
-            NullMean::None => {
-                // The null model is fitted on the same rows as the model.
-                let mut used = spec.formula.columns();
-                used.extend(spec.weights.iter().cloned());
-                let rows = format!(
-                    "SELECT * FROM {} WHERE {}",
-                    spec.source.from,
-                    complete_cases(&used)
-                );
-                let null_spec = GlmSpec {
-                    source: ModelSource::parse(&rows),
-                    formula: Formula {
-                        terms: Vec::new(),
-                        ..spec.formula.clone()
-                    },
-                    covariance: Covariance::Classical,
-                    ..spec.clone()
-                };
-                fit_model(ctx, &null_spec, None, false, last_round)
-                    .await?
-                    .deviance
-            }
+            NullMean::None => null_deviance(ctx, spec, last_round).await?,
             _ => null_deviance_sum,
         };
         Ok(GlmFit {
@@ -687,7 +673,39 @@ fn fit_model<'a>(
             converged,
             warnings,
             covariance,
+            theta: None,
         })
+    }
+    .boxed()
+}
+
+/// The deviance of the null model `y ~ 1 + offset`, fitted on the rows
+/// of the model (R refits it when the model has an offset and an intercept).
+fn null_deviance<'a>(
+    ctx: &'a FedContext,
+    spec: &'a GlmSpec,
+    last_round: LastRoundRule,
+) -> BoxFuture<'a, Result<f64>> {
+    async move {
+        let mut used = spec.formula.columns();
+        used.extend(spec.weights.iter().cloned());
+        let rows = format!(
+            "SELECT * FROM {} WHERE {}",
+            spec.source.from,
+            complete_cases(&used)
+        );
+        let null_spec = GlmSpec {
+            source: ModelSource::parse(&rows),
+            formula: Formula {
+                terms: Vec::new(),
+                ..spec.formula.clone()
+            },
+            covariance: Covariance::Classical,
+            ..spec.clone()
+        };
+        Ok(fit_model(ctx, &null_spec, None, false, last_round, None)
+            .await?
+            .deviance)
     }
     .boxed()
 }

@@ -68,7 +68,7 @@ async fn skipping_x_w_x_in_rounds_expected_last_changes_no_figure() {
         ("systolic ~ age + bmi", "gaussian"),
     ] {
         let spec = spec(formula, family);
-        let fit = |rule| fit_model(&ctx, &spec, None, true, rule);
+        let fit = |rule| fit_model(&ctx, &spec, None, true, rule, None);
         let usual = figures(&fit(expected_last).await.unwrap());
         // Every round first without X'WX, then again with it (a round
         // expected last that was not); and never skipping.

@@ -28,10 +28,14 @@ use fedsql_udfs::family::{Family, Link, Theta};
 use fedsql_udfs::function_doc::{DocOption, FunctionDoc, FunctionFamily};
 use fedsql_udfs::nb_theta_step::{ThetaConfig, ThetaSums};
 
-use super::{GlmFit, GlmOutput, GlmSpec, design, expected_last, explain, fit_model, null_deviance};
+use super::GlmOutput;
+use super::fit::{expected_last, fit_model, null_deviance};
+use super::rounds::{design, explain};
+use super::spec::GlmSpec;
 use crate::coordinator::context::FedContext;
 use crate::coordinator::fit_table::Program;
 use crate::error::{FedError, Result};
+use crate::models::glm_fit::GlmFit;
 use crate::models::glm_fit::{NbTheta, nb_stats_schema};
 use crate::models::inference::{coefficients_schema, vcov_batch, vcov_schema};
 use crate::models::source::string_arguments;

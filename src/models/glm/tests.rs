@@ -1,8 +1,11 @@
 //! Tests of the GLM fit's rounds: when a round is expected last, and that
 //! skipping X'WX in such rounds changes no figure.
 
+use super::fit::{LastRoundRule, expected_last, fit_model};
 use super::*;
+use crate::coordinator::context::FedContext;
 use crate::frontend::demo::{DEMO_TABLE, register_demo};
+use crate::models::glm_fit::GlmFit;
 
 fn spec(formula: &str, family: &str) -> GlmSpec {
     GlmSpec::parse(&[DEMO_TABLE.into(), formula.into(), family.into()]).unwrap()

@@ -298,6 +298,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn negbin_lines_are_mass_print() {
+        // MASS 7.3-58 on testdata/reference/idioms.R's glm.nb fit.
+        let text = negbin_lines(
+            2.522320675466197,
+            0.44325317696226113,
+            -1273.6925395514872,
+            None,
+        );
+        assert_eq!(
+            text,
+            "\n\n              Theta:  2.522 \n          Std. Err.:  0.443 \n\n 2 x log-likelihood:  -1273.693 \n"
+        );
+    }
+
+    #[test]
     fn calls_break_as_r_deparses_them() {
         assert_eq!(
             call_text(

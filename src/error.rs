@@ -198,7 +198,12 @@ impl From<DataFusionError> for FedError {
         match e {
             DataFusionError::External(inner) => match inner.downcast::<FedError>() {
                 Ok(fed) => *fed,
-                Err(other) => FedError::DataFusion(DataFusionError::External(other)),
+                // A DataFusion error boxed as an external one (a stream's
+                // error passed on) is read as itself.
+                Err(other) => match other.downcast::<DataFusionError>() {
+                    Ok(inner) => FedError::from(*inner),
+                    Err(other) => FedError::DataFusion(DataFusionError::External(other)),
+                },
             },
             DataFusionError::Context(context, inner) => match FedError::from(*inner) {
                 FedError::DataFusion(inner) => {
@@ -227,6 +232,15 @@ impl From<DataFusionError> for FedError {
 }
 
 impl FedError {
+    /// The error as a user should read it: a fedsql error that DataFusion
+    /// carried (shown as "External error: ...") is unwrapped to itself.
+    pub fn unwrapped(self) -> Self {
+        match self {
+            FedError::DataFusion(e) => FedError::from(e),
+            other => other,
+        }
+    }
+
     /// A refusal with a hint naming the bounded alternative.
     pub fn refused(reason: impl Into<String>, hint: Option<&str>) -> Self {
         FedError::Refused {
@@ -272,6 +286,21 @@ pub type Result<T, E = FedError> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_carried_refusal_shows_no_external_error_prefix() {
+        let refusal = || FedError::refused("client 'a' refused raw rows", None);
+        for carried in [
+            FedError::DataFusion(DataFusionError::External(Box::new(refusal()))),
+            FedError::from(DataFusionError::External(Box::new(
+                DataFusionError::External(Box::new(refusal())),
+            ))),
+        ] {
+            let text = carried.unwrapped().to_string();
+            assert!(!text.contains("External error"), "{text}");
+            assert!(text.contains("client 'a' refused raw rows"), "{text}");
+        }
+    }
 
     #[test]
     fn datafusion_bug_reports_and_coercion_wrappers_are_not_shown() {

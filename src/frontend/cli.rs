@@ -192,6 +192,7 @@ where
         // The reader of the output went away (`| head -1`): nothing to say.
         Err(error) if error.is_broken_pipe() => ExitCode::Success,
         Err(error) => {
+            let error = error.unwrapped();
             eprintln!("Error: {error}");
             ExitCode::of(&error)
         }

@@ -38,6 +38,33 @@ pub(crate) fn stats_schema() -> SchemaRef {
     ]))
 }
 
+/// The columns of `glm_nb_stats`: those of `glm_stats`, then θ, its
+/// standard error and MASS's 2 × log-likelihood.
+pub(crate) fn nb_stats_schema() -> SchemaRef {
+    let mut fields: Vec<Field> = stats_schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    for name in ["theta", "se_theta", "twologlik"] {
+        fields.push(Field::new(name, DataType::Float64, true));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// The θ of a negative binomial fit by `glm_nb` (MASS's `glm.nb`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NbTheta {
+    /// The maximum-likelihood θ.
+    pub theta: f64,
+    /// Its standard error, 1/√information (MASS's `SE.theta`).
+    pub se: f64,
+    /// 2 × the log-likelihood at θ and the fitted means (`twologlik`).
+    pub twologlik: f64,
+    /// MASS's `th.warn`: a warning while fitting θ.
+    pub warning: Option<String>,
+}
+
 /// A fitted GLM.
 #[derive(Debug, Clone)]
 pub(crate) struct GlmFit {
@@ -63,6 +90,8 @@ pub(crate) struct GlmFit {
     /// The covariance matrix of the estimates (R's `vcov()`): the
     /// dispersion times the inverse information; `None` for aliased terms.
     pub covariance: Vec<Vec<Option<f64>>>,
+    /// The estimated θ of a `glm_nb` fit (`None` for `glm`).
+    pub theta: Option<NbTheta>,
 }
 
 impl GlmFit {
@@ -81,7 +110,7 @@ impl GlmFit {
 
     /// Whether the dispersion is estimated (t statistics) rather than 1.
     pub(crate) fn estimates_dispersion(&self) -> bool {
-        self.quasi || self.family.estimates_dispersion()
+        self.theta.is_none() && (self.quasi || self.family.estimates_dispersion())
     }
 
     pub(crate) fn df_null(&self) -> i64 {
@@ -89,9 +118,12 @@ impl GlmFit {
     }
 
     /// Parameters counted by AIC/BIC: coefficients, plus the dispersion
-    /// where the family estimates one (R's `logLik.glm`).
+    /// where the family estimates one (R's `logLik.glm`), and θ where
+    /// `glm_nb` estimates it (MASS's `logLik.negbin`).
     fn parameters(&self) -> f64 {
-        self.rank as f64 + f64::from(u8::from(self.family.counts_dispersion()))
+        self.rank as f64
+            + f64::from(u8::from(self.family.counts_dispersion()))
+            + f64::from(u8::from(self.theta.is_some()))
     }
 
     pub(crate) fn aic(&self) -> f64 {
@@ -118,6 +150,10 @@ impl GlmFit {
                 df_residual: self.df_residual(),
                 aic: self.aic(),
                 iterations: self.iterations,
+                theta: self
+                    .theta
+                    .as_ref()
+                    .map(|t| (t.theta, t.se, t.twologlik, t.warning.clone())),
             },
         }
     }
@@ -152,7 +188,14 @@ impl GlmFit {
             int(self.iterations as i64),
             Arc::new(BooleanArray::from(vec![self.converged])),
         ];
-        Ok(RecordBatch::try_new(stats_schema(), columns)?)
+        match &self.theta {
+            None => Ok(RecordBatch::try_new(stats_schema(), columns)?),
+            Some(t) => {
+                let mut columns = columns;
+                columns.extend([float(t.theta), float(t.se), float(t.twologlik)]);
+                Ok(RecordBatch::try_new(nb_stats_schema(), columns)?)
+            }
+        }
     }
 }
 

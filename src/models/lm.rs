@@ -16,10 +16,13 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::Array;
 use datafusion::arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use fedsql_udfs::comoments::CoMoments;
 use fedsql_udfs::distribution::f_sf;
+use fedsql_udfs::normal_equations::INTERCEPT;
 use fedsql_udfs::ols::{OlsFit, fit_ols};
 
 use fedsql_udfs::family::{Family, Link};
@@ -40,10 +43,10 @@ use crate::table_function::options::Options;
 use crate::table_function::rounds::explain_step;
 
 const USAGE: &str =
-    "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)' [, 'se=HC3, cluster=col'])";
+    "lm('table or SELECT query', 'y ~ x1 + x2 + C(factor)' [, 'weights=col, se=HC3, cluster=col'])";
 
 /// The options `lm` takes.
-const OPTIONS: &[&str] = &["se", "cluster", "names"];
+const OPTIONS: &[&str] = &["weights", "se", "cluster", "names"];
 
 /// The options of an `lm` call.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +55,8 @@ pub(crate) struct LmOptions {
     pub covariance: Covariance,
     /// Terms named as R names them (`names=r`).
     pub r_names: bool,
+    /// A column of weights (R's `lm(weights = w)`): weighted least squares.
+    pub weights: Option<String>,
 }
 
 impl LmOptions {
@@ -63,6 +68,7 @@ impl LmOptions {
                 Some(o) => o.choice(&["r", "patsy"])? == "r",
                 None => false,
             },
+            weights: options.get("weights").map(|o| o.value.clone()),
         })
     }
 }
@@ -110,11 +116,18 @@ impl TableFunctionImpl for LmFunction {
         let label = format!("{name}('{}', '{}')", source.given, formula_text(&formula));
         let (output, schema) = (self.output, self.schema());
         let (explained_source, explained_formula) = (source.clone(), formula.clone());
+        let explained_weights = options.weights.clone();
         let program: Program = Arc::new(move |ctx| {
             let (source, formula) = (explained_source.clone(), explained_formula.clone());
-            Box::pin(async move { explain(&ctx, &source, &formula).await })
+            let weights = explained_weights.clone();
+            Box::pin(async move { explain(&ctx, &source, &formula, weights.as_deref()).await })
         });
-        let call = call_text("lm", &strings[1], &[], &strings[0]);
+        let weights: Vec<String> = options
+            .weights
+            .iter()
+            .map(|w| format!("weights = {w}"))
+            .collect();
+        let call = call_text("lm", &strings[1], &weights, &strings[0]);
         Ok(deferred_table(
             label,
             schema,
@@ -202,6 +215,27 @@ fn formula_text(f: &Formula) -> String {
 pub(crate) struct LmFit {
     pub ols: OlsFit,
     pub rows_dropped: i64,
+    /// Σ log w over the rows used (0 without weights): R's `logLik.lm`
+    /// adds half of it.
+    pub sum_log_weights: f64,
+}
+
+impl LmFit {
+    /// The log-likelihood as R's `logLik.lm` (with weights,
+    /// ½ Σ log w − N/2 (log 2π + 1 − log N + log Σ w r²)).
+    pub(crate) fn log_likelihood(&self) -> f64 {
+        self.ols.log_likelihood() + 0.5 * self.sum_log_weights
+    }
+
+    /// AIC: −2 logLik + 2 (rank + 1).
+    pub(crate) fn aic(&self) -> f64 {
+        -2.0 * self.log_likelihood() + 2.0 * (self.ols.rank as f64 + 1.0)
+    }
+
+    /// BIC: −2 logLik + log(n) (rank + 1).
+    pub(crate) fn bic(&self) -> f64 {
+        -2.0 * self.log_likelihood() + (self.ols.nobs as f64).ln() * (self.ols.rank as f64 + 1.0)
+    }
 }
 
 /// Fits the model: levels (if any factor), then one round of co-moments.
@@ -227,7 +261,8 @@ pub(crate) async fn fit(
         )));
     }
     let formula = &formula.expand_dot(&schema);
-    let (sql, design) = moments_round(ctx, source, formula, &schema, y).await?;
+    let weights = options.weights.as_deref();
+    let (sql, design) = moments_round(ctx, source, formula, &schema, y, weights).await?;
     let batches = ctx.sql(&sql).await?.collect().await?;
     let batch = batches
         .first()
@@ -256,9 +291,33 @@ pub(crate) async fn fit(
             }
         })
         .collect();
-    let mut ols = fit_ols(&state, &names, formula.intercept).map_err(FedError::InvalidArgument)?;
+    let (mut ols, sum_log_weights) = match weights {
+        None => (
+            fit_ols(&state, &names, formula.intercept).map_err(FedError::InvalidArgument)?,
+            0.0,
+        ),
+        Some(w) => {
+            let negative = batch.column(3).as_primitive::<Int64Type>().value(0);
+            if negative > 0 {
+                return Err(FedError::InvalidArgument(format!(
+                    "the weights `{w}` are negative in {negative} rows: lm takes weights >= 0, as R"
+                )));
+            }
+            let sum_log = batch.column(4).as_primitive::<Float64Type>();
+            let sum_log = if sum_log.is_null(0) {
+                0.0
+            } else {
+                sum_log.value(0)
+            };
+            (weighted_fit(&state, names, formula.intercept)?, sum_log)
+        }
+    };
     if options.covariance != Covariance::Classical {
-        robust_errors(ctx, source, y, &design, &mut ols, &options.covariance).await?;
+        let weight = weights.map_or("1.0".to_string(), |w| {
+            format!("CAST({} AS DOUBLE)", quote_ident(w))
+        });
+        let robust = (y.as_str(), weight.as_str());
+        robust_errors(ctx, source, robust, &design, &mut ols, &options.covariance).await?;
         ctx.notice(format!(
             "Standard errors: {}",
             options.covariance.described(true)
@@ -267,14 +326,39 @@ pub(crate) async fn fit(
     Ok(LmFit {
         ols,
         rows_dropped: total - state.n as i64,
+        sum_log_weights,
     })
+}
+
+/// Weighted least squares from the co-moments of √w·y, √w (the
+/// intercept's column) and √w·x: a fit without intercept of the
+/// transformed rows, whose R², F and degrees of freedom are then those of
+/// the model with an intercept, as R's `summary.lm` takes them (the total
+/// sum of squares about the weighted mean).
+fn weighted_fit(state: &CoMoments, names: Vec<String>, intercept: bool) -> Result<OlsFit> {
+    let names: Vec<String> = if intercept {
+        std::iter::once(INTERCEPT.to_string())
+            .chain(names)
+            .collect()
+    } else {
+        names
+    };
+    let mut ols = fit_ols(state, &names, false).map_err(FedError::InvalidArgument)?;
+    if intercept {
+        // Raw sums Σ y*², Σ s y*, Σ s² (s = √w) from the centered moments.
+        let n = state.n as f64;
+        let raw = |a: usize, b: usize| state.m2[(a, b)] + n * state.mean[a] * state.mean[b];
+        ols.tss = raw(0, 0) - raw(0, 1) * raw(0, 1) / raw(1, 1);
+        ols.intercept = true;
+    }
+    Ok(ols)
 }
 
 /// Replaces the fit's covariance and standard errors by robust ones.
 async fn robust_errors(
     ctx: &FedContext,
     source: &ModelSource,
-    y: &str,
+    (y, weight): (&str, &str),
     design: &[DesignColumn],
     ols: &mut OlsFit,
     covariance: &Covariance,
@@ -300,7 +384,7 @@ async fn robust_errors(
             format!("CAST({} AS DOUBLE)", quote_ident(y)),
             "1.0".into(),
             "0.0".into(),
-            "1.0".into(),
+            weight.to_string(),
         ],
         columns,
         beta,
@@ -317,24 +401,47 @@ async fn robust_errors(
 }
 
 /// The query of the co-moments round and the design columns (after the
-/// levels round, when the formula has factors).
+/// levels round, when the formula has factors). With weights, the
+/// co-moments are of √w·y, √w and √w·x (rows of weight 0 drop out, as
+/// from R's residual degrees of freedom), with two more columns: the rows
+/// of negative weight (refused) and Σ log w over the rows used.
 async fn moments_round(
     ctx: &FedContext,
     source: &ModelSource,
     formula: &Formula,
     schema: &Schema,
     y: &str,
+    weights: Option<&str>,
 ) -> Result<(String, Vec<DesignColumn>)> {
     let factors = formula.factors(schema)?;
     let levels = learn_levels(ctx, source, formula, &factors).await?;
     let design = design_columns(formula, schema, &levels)?;
-    let mut arguments = vec![format!("CAST({} AS DOUBLE)", quote_ident(y))];
-    arguments.extend(design.iter().map(|c| c.sql.clone()));
+    let mut used = formula.columns();
+    let y = format!("CAST({} AS DOUBLE)", quote_ident(y));
+    let (arguments, extra) = match weights {
+        None => {
+            let mut arguments = vec![y];
+            arguments.extend(design.iter().map(|c| c.sql.clone()));
+            (arguments, String::new())
+        }
+        Some(w) => {
+            let w_sql = super::source::numeric_argument(schema, w, "weights column")?;
+            used.push(w.to_string());
+            let root = format!("(CASE WHEN {w_sql} > 0 THEN sqrt({w_sql}) END)");
+            let mut arguments = vec![format!("{root} * {y}"), root.clone()];
+            arguments.extend(design.iter().map(|c| format!("{root} * ({})", c.sql)));
+            let extra = format!(
+                ", count(*) FILTER (WHERE {w_sql} < 0) AS negative, sum(ln({w_sql})) FILTER (WHERE {} AND {w_sql} > 0) AS sum_log_w",
+                complete_cases(&used)
+            );
+            (arguments, extra)
+        }
+    };
     // Rows with a NULL in a used column drop out of the co-moments; the
     // filter makes factors' NULLs drop too (their dummies are never NULL-free).
     let sql = format!(
-        "SELECT count(*) AS total, count(*) FILTER (WHERE {}) AS complete, centered_moments({}) AS m FROM {}",
-        complete_cases(&formula.columns()),
+        "SELECT count(*) AS total, count(*) FILTER (WHERE {}) AS complete, centered_moments({}) AS m{extra} FROM {}",
+        complete_cases(&used),
         arguments.join(", "),
         source.from
     );
@@ -348,6 +455,7 @@ pub(crate) async fn explain(
     ctx: &FedContext,
     source: &ModelSource,
     formula: &Formula,
+    weights: Option<&str>,
 ) -> Result<String> {
     let schema = source.schema(ctx).await?;
     let formula = &formula.expand_dot(&schema);
@@ -371,7 +479,7 @@ pub(crate) async fn explain(
         )
         .await?;
     }
-    let (sql, design) = moments_round(ctx, source, formula, &schema, y).await?;
+    let (sql, design) = moments_round(ctx, source, formula, &schema, y, weights).await?;
     out += &explain_step(
         ctx,
         &format!(
@@ -440,9 +548,9 @@ pub(crate) fn stats_batch(fit: &LmFit) -> Result<RecordBatch> {
         positive(ols.sigma()),
         f,
         f_p,
-        Some(ols.log_likelihood()),
-        Some(ols.aic()),
-        Some(ols.bic()),
+        Some(fit.log_likelihood()),
+        Some(fit.aic()),
+        Some(fit.bic()),
     ];
     let mut arrays: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(vec![ols.nobs as i64])),

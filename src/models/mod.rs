@@ -26,7 +26,7 @@ use datafusion::prelude::SessionContext;
 use crate::coordinator::function_docs::register_table_function as register;
 
 /// Registers the model table functions (`lm`, `lm_stats`, `lm_vcov`, `glm`,
-/// `glm_stats`, `glm_vcov`,
+/// `glm_stats`, `glm_vcov`, `glm_nb`, `glm_nb_stats`, `glm_nb_vcov`,
 /// `fedsgd`, `fedsgd_history`) and the analyses (`pca`, `pca_loadings`,
 /// `kmeans`, `kmeans_summary`, `kaplan_meier`, `logrank_test`, `coxph`,
 /// `coxph_stats`) and the meta-analyses of per-site fits (`lm_meta`,
@@ -81,6 +81,21 @@ pub fn register_all(ctx: &SessionContext) {
             output: glm::GlmOutput::Stats,
         },
     );
+    for (name, doc, output) in [
+        ("glm_nb", &glm::nb::GLM_NB_DOC, glm::GlmOutput::Coefficients),
+        (
+            "glm_nb_stats",
+            &glm::nb::GLM_NB_STATS_DOC,
+            glm::GlmOutput::Stats,
+        ),
+        (
+            "glm_nb_vcov",
+            &glm::nb::GLM_NB_VCOV_DOC,
+            glm::GlmOutput::Vcov,
+        ),
+    ] {
+        register(ctx, name, doc, glm::nb::GlmNbFunction { output });
+    }
     register(
         ctx,
         "fedsgd",

@@ -57,6 +57,9 @@ pub enum FitLines {
         df_residual: i64,
         aic: f64,
         iterations: usize,
+        /// `glm_nb`: θ, its standard error, 2 × log-likelihood and
+        /// MASS's warning while fitting θ (`print.summary.negbin`).
+        theta: Option<(f64, f64, f64, Option<String>)>,
     },
     /// A model that prints itself whole, as R's `summary()` of it does (a
     /// meta-analysis: metafor's `summary(rma)` and a forest plot per term;
@@ -148,6 +151,7 @@ impl ModelSummary {
                 df_residual,
                 aic,
                 iterations,
+                theta,
             } => {
                 let dispersion = if *estimated_dispersion {
                     format_number(*dispersion, 7)
@@ -170,6 +174,9 @@ impl ModelSummary {
                     "AIC: {}\n\nNumber of Fisher Scoring iterations: {iterations}\n",
                     format_number(*aic, SUMMARY_DIGITS + 1)
                 ));
+                if let Some((theta, se, twologlik, warning)) = theta {
+                    out.push_str(&negbin_lines(*theta, *se, *twologlik, warning.as_deref()));
+                }
             }
             FitLines::Printed(text) => out.push_str(text),
             FitLines::Cox {
@@ -254,9 +261,56 @@ fn r_data_name(source: &str) -> String {
     }
 }
 
+/// MASS's `print.summary.negbin` lines: θ and its standard error to the
+/// decimals the error warrants, then 2 × log-likelihood.
+fn negbin_lines(theta: f64, se: f64, twologlik: f64, warning: Option<&str>) -> String {
+    let dp = (2.0 - se.log10().floor()).max(0.0) as usize;
+    let fixed = |x: f64, d: usize| {
+        let scale = 10f64.powi(d as i32);
+        format!("{:.d$}", (x * scale).round() / scale)
+    };
+    let mut out = format!(
+        "\n\n              Theta:  {} \n          Std. Err.:  {} \n",
+        fixed(theta, dp),
+        fixed(se, dp)
+    );
+    if let Some(w) = warning {
+        out.push_str(&format!("Warning while fitting theta: {w} \n"));
+    }
+    // R: format(round(x, 3), nsmall = dp), seven significant digits.
+    let whole = (twologlik.abs().max(1.0).log10().floor() as usize) + 1;
+    let mut text = fixed(twologlik, 7usize.saturating_sub(whole).min(3).max(dp));
+    while text.contains('.')
+        && text.ends_with('0')
+        && text.split('.').nth(1).unwrap_or("").len() > dp
+    {
+        text.pop();
+    }
+    if text.ends_with('.') {
+        text.pop();
+    }
+    out.push_str(&format!("\n 2 x log-likelihood:  {text} \n"));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn negbin_lines_are_mass_print() {
+        // MASS 7.3-58 on testdata/reference/idioms.R's glm.nb fit.
+        let text = negbin_lines(
+            2.522320675466197,
+            0.44325317696226113,
+            -1273.6925395514872,
+            None,
+        );
+        assert_eq!(
+            text,
+            "\n\n              Theta:  2.522 \n          Std. Err.:  0.443 \n\n 2 x log-likelihood:  -1273.693 \n"
+        );
+    }
 
     #[test]
     fn calls_break_as_r_deparses_them() {

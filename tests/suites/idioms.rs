@@ -251,3 +251,103 @@ async fn patsy_names_stay_the_default() {
         ]
     );
 }
+
+/// MASS's `glm.nb` (θ by maximum likelihood) on five sites, one of one
+/// row and one empty: coefficients, standard errors, θ, its standard
+/// error, 2 × log-likelihood, deviances and AIC equal to R to 1e-8; the
+/// same on two other splits (everything at one site, and sites of 1, 2
+/// and the rest).
+#[tokio::test]
+async fn glm_nb_equals_mass() {
+    let formula = "events ~ treatment + age + offset(log(followup))";
+    let args = format!("'idioms', '{formula}', 'names=r'");
+    for sizes in [SIZES, &[-1], &[1, 2, 0, -1]] {
+        let (ctx, _dir) = federated("idioms", sizes).await;
+        let got = run(&ctx, &format!("SELECT * FROM glm_nb({args})")).await;
+        assert_coefficients("glm_nb", &got, "glm_nb");
+        let stats = run(&ctx, &format!("SELECT * FROM glm_nb_stats({args})")).await;
+        for (stat, column) in [
+            ("deviance", "deviance"),
+            ("null_deviance", "null_deviance"),
+            ("dispersion", "dispersion"),
+            ("aic", "aic"),
+            ("theta", "theta"),
+            ("se_theta", "se_theta"),
+            ("twologlik", "twologlik"),
+        ] {
+            let g = value(&stats, 0, column).unwrap();
+            let w = r_stat("glm_nb", stat).unwrap();
+            assert!(close(g, w, 1e-8), "glm_nb {stat} {sizes:?}: {g} vs R {w}");
+        }
+        let vcov = run(&ctx, &format!("SELECT * FROM glm_nb_vcov({args})")).await;
+        let covariance = long_form(&vcov);
+        for (i, term) in terms(&got).iter().enumerate() {
+            let se = value(&got, i, "std_error").unwrap();
+            let v = covariance[&(term.clone(), term.clone())];
+            assert!(close(se, v.sqrt(), 1e-12), "{term}: {se} vs √{v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn glm_nb_refuses_what_it_cannot_fit() {
+    let (ctx, _dir) = trial().await;
+    for (args, expected) in [
+        ("'idioms', 'events ~ age', 'link=logit'", "no `logit` link"),
+        ("'idioms', 'events ~ age', 'se=HC0'", "unknown option"),
+        ("'idioms', 'events ~ age', 'poisson'", "expected key=value"),
+    ] {
+        let err = match ctx.sql(&format!("SELECT * FROM glm_nb({args})")).await {
+            Ok(df) => df.collect().await.unwrap_err().to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(expected), "{args}: {err}");
+    }
+}
+
+/// R's `lm(weights = w)`: coefficients, standard errors, t and p-values,
+/// the residual standard error, R², adjusted R², F, log-likelihood and
+/// AIC equal to R to 1e-8, and `se=HC3` with weights equal to
+/// `sandwich::vcovHC(wlm, type = "HC3")`.
+#[tokio::test]
+async fn weighted_lm_equals_r() {
+    let args = "'idioms', 'y ~ age + sex + treatment', 'weights=w, names=r'";
+    for sizes in [SIZES, &[-1], &[1, 2, 0, -1]] {
+        let (ctx, _dir) = federated("idioms", sizes).await;
+        let got = run(&ctx, &format!("SELECT * FROM lm({args})")).await;
+        assert_coefficients("lm weights", &got, "lm_weights");
+        let stats = run(&ctx, &format!("SELECT * FROM lm_stats({args})")).await;
+        for (stat, column) in [
+            ("sigma", "sigma"),
+            ("r_squared", "r_squared"),
+            ("adj_r_squared", "adj_r_squared"),
+            ("f_statistic", "f_statistic"),
+            ("log_likelihood", "log_likelihood"),
+            ("aic", "aic"),
+        ] {
+            let g = value(&stats, 0, column).unwrap();
+            let w = r_stat("lm_weights", stat).unwrap();
+            assert!(
+                close(g, w, 1e-8),
+                "lm weights {stat} {sizes:?}: {g} vs R {w}"
+            );
+        }
+        let hc3 = "'idioms', 'y ~ age + sex + treatment', 'weights=w, se=HC3, names=r'";
+        let vcov = run(&ctx, &format!("SELECT * FROM lm_vcov({hc3})")).await;
+        assert_vcov("lm weights HC3", &vcov, "lm_weights_HC3");
+    }
+}
+
+#[tokio::test]
+async fn negative_weights_are_refused() {
+    let (ctx, _dir) = trial().await;
+    let err = ctx
+        .sql("SELECT * FROM lm('SELECT y, age, CASE WHEN id = 7 THEN -1.0 ELSE w END AS w FROM idioms', 'y ~ age', 'weights=w')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("negative in 1 rows"), "{err}");
+}

@@ -331,6 +331,11 @@ pub const AGGREGATES: &[Aggregate] = &[
         .model(5)
         .shares_constants()
         .doc(&crate::sandwich_step::DOC),
+    // config, y, trials, offset, weight, x... (glm_nb's θ rounds)
+    Aggregate::adding("nb_theta_step")
+        .model(5)
+        .shares_constants()
+        .doc(&crate::nb_theta_step::DOC),
     // config, y, offset, x...
     Aggregate::adding("sgd_gradient")
         .model(3)

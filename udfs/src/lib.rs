@@ -29,6 +29,7 @@ pub mod labeled;
 pub mod lanes;
 pub mod life_table;
 pub mod linalg;
+pub mod nb_theta_step;
 pub mod normal_equations;
 pub mod ols;
 pub mod quantizer;
@@ -55,6 +56,7 @@ pub fn all() -> Vec<AggregateUDF> {
         centered_moments::centered_moments(),
         AggregateUDF::from(irls_step::IrlsStep::default()),
         AggregateUDF::from(sandwich_step::SandwichStep::default()),
+        AggregateUDF::from(nb_theta_step::NbThetaStep::default()),
         sgd_step::sgd_gradient(),
         sgd_step::sgd_newton(),
         kmeans_step::kmeans_step(),
@@ -106,6 +108,9 @@ mod tests {
                 "sandwich_step" => {
                     "sandwich_step('family=gaussian;beta=1.0,0.5', c, 1.0, 0.0, 1.0, a, b)"
                         .to_string()
+                }
+                "nb_theta_step" => {
+                    "nb_theta_step('theta=2.5;beta=0.006,0.0', c, 1.0, 0.0, 1.0, a, b)".to_string()
                 }
                 "sgd_gradient" | "sgd_newton" => {
                     format!("{}('model=linear;theta=1.0,0.5', c, 0.0, a, b)", f.name())

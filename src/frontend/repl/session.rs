@@ -249,6 +249,7 @@ impl Session {
     }
 
     fn fail(&mut self, error: FedError, out: &mut dyn Write) -> Result<()> {
+        let error = error.unwrapped();
         self.summary.errors += 1;
         self.first_error.get_or_insert(ExitCode::of(&error));
         if self.options.stop_on_error {

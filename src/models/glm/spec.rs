@@ -32,6 +32,9 @@ pub(crate) struct GlmSpec {
     pub r_names: bool,
     /// Model-based or robust standard errors (`se=`, `cluster=`).
     pub covariance: Covariance,
+    /// A fit of `glm_nb` at its current θ: as MASS's `negbin` class, the
+    /// dispersion is 1 (θ carries the variance).
+    pub negbin_ml: bool,
 }
 
 impl GlmSpec {
@@ -61,6 +64,7 @@ impl GlmSpec {
             quasi,
             r_names: false,
             covariance: Covariance::Classical,
+            negbin_ml: false,
         };
         let options = Options::parse("glm", args.get(3).map(String::as_str), OPTIONS)?;
         for option in &options {

@@ -1,8 +1,11 @@
 //! Tests of the GLM fit's rounds: when a round is expected last, and that
 //! skipping X'WX in such rounds changes no figure.
 
+use super::fit::{LastRoundRule, expected_last, fit_model};
 use super::*;
+use crate::coordinator::context::FedContext;
 use crate::frontend::demo::{DEMO_TABLE, register_demo};
+use crate::models::glm_fit::GlmFit;
 
 fn spec(formula: &str, family: &str) -> GlmSpec {
     GlmSpec::parse(&[DEMO_TABLE.into(), formula.into(), family.into()]).unwrap()
@@ -68,7 +71,7 @@ async fn skipping_x_w_x_in_rounds_expected_last_changes_no_figure() {
         ("systolic ~ age + bmi", "gaussian"),
     ] {
         let spec = spec(formula, family);
-        let fit = |rule| fit_model(&ctx, &spec, None, true, rule);
+        let fit = |rule| fit_model(&ctx, &spec, None, true, rule, None);
         let usual = figures(&fit(expected_last).await.unwrap());
         // Every round first without X'WX, then again with it (a round
         // expected last that was not); and never skipping.

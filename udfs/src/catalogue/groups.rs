@@ -82,6 +82,7 @@ pub const GROUPS: &[Group] = &[
             "sgd_newton",
             "cox_step",
             "sandwich_step",
+            "nb_theta_step",
         ],
     ),
     (
@@ -134,9 +135,13 @@ pub const GROUPS: &[Group] = &[
 
 /// fedsql's table functions and the aggregates they send to a site.
 pub const TABLE_FUNCTIONS: &[Group] = &[
-    ("lm", &["count", "centered_moments", "sandwich_step"]),
-    ("lm_stats", &["count", "centered_moments"]),
-    ("lm_vcov", &["count", "centered_moments", "sandwich_step"]),
+    // `sum`: Σ log w of a weighted fit.
+    ("lm", &["count", "sum", "centered_moments", "sandwich_step"]),
+    ("lm_stats", &["count", "sum", "centered_moments"]),
+    (
+        "lm_vcov",
+        &["count", "sum", "centered_moments", "sandwich_step"],
+    ),
     ("lm_meta", &["count", "centered_moments"]),
     ("lmm", &["count", "centered_moments"]),
     ("lmm_varcomp", &["count", "centered_moments"]),
@@ -169,6 +174,18 @@ pub const TABLE_FUNCTIONS: &[Group] = &[
             "centered_moments",
             "sandwich_step",
         ],
+    ),
+    (
+        "glm_nb",
+        &["count", "sum", "max", "irls_step", "nb_theta_step"],
+    ),
+    (
+        "glm_nb_stats",
+        &["count", "sum", "max", "irls_step", "nb_theta_step"],
+    ),
+    (
+        "glm_nb_vcov",
+        &["count", "sum", "max", "irls_step", "nb_theta_step"],
     ),
     (
         "glm_meta",

@@ -148,7 +148,7 @@ fn report(
     println!();
     println!("| requests | count | per second | p50 (ms) | p99 (ms) | unexpected errors |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let mut line = |name: &str, of: &[&Outcome]| {
+    let line = |name: &str, of: &[&Outcome]| {
         let mut latencies: Vec<Duration> = of.iter().map(|o| o.latency).collect();
         latencies.sort();
         let errors = of.iter().filter(|o| o.error.is_some()).count();

@@ -241,9 +241,9 @@ async fn serve_load(
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let samples = sampler(pid, args.sample_every(), Arc::clone(&stop));
     let seconds = args.load_seconds;
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
-    let mut tasks = Vec::new();
+    // Every client connects first; then all start at once.
+    let connecting = Instant::now();
+    let mut clients = Vec::new();
     for _ in 0..args.load_clients {
         let (client, connection) = tokio_postgres::connect(
             &format!("host=127.0.0.1 port={port} user=bench dbname=fedsql"),
@@ -251,6 +251,18 @@ async fn serve_load(
         )
         .await?;
         tokio::spawn(connection);
+        clients.push(client);
+    }
+    eprintln!(
+        "{} clients connected in {:.1} s",
+        clients.len(),
+        connecting.elapsed().as_secs_f64()
+    );
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for client in clients {
         let outcomes = Arc::clone(&outcomes);
         let queries = queries.to_vec();
         tasks.push(tokio::spawn(async move {
@@ -279,7 +291,6 @@ async fn serve_load(
             }
         }));
     }
-    let started = Instant::now();
     for task in tasks {
         task.await?;
     }
@@ -334,9 +345,7 @@ async fn worker_load(
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let samples = sampler(worker.0.id(), args.sample_every(), Arc::clone(&stop));
     let seconds = args.load_seconds;
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
-    let mut tasks = Vec::new();
+    let mut contexts = Vec::new();
     for _ in 0..args.coordinators {
         let ctx = FedContext::new();
         ctx.sql(&format!(
@@ -344,6 +353,13 @@ async fn worker_load(
             token_file.display()
         ))
         .await?;
+        contexts.push(ctx);
+    }
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for ctx in contexts {
         let outcomes = Arc::clone(&outcomes);
         let queries = queries.to_vec();
         tasks.push(tokio::spawn(async move {
@@ -362,7 +378,6 @@ async fn worker_load(
             }
         }));
     }
-    let started = Instant::now();
     for task in tasks {
         task.await?;
     }

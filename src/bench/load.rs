@@ -165,12 +165,9 @@ fn report(
     }
     let all: Vec<&Outcome> = outcomes.iter().collect();
     line("**all**", &all);
-    let mut shown = 0;
-    for o in outcomes.iter().filter(|o| o.error.is_some()) {
-        if shown < 5 {
-            println!("ERROR ({}): {}", o.kind, o.error.as_deref().unwrap_or(""));
-        }
-        shown += 1;
+    // The first few unexpected errors, as examples.
+    for o in outcomes.iter().filter(|o| o.error.is_some()).take(5) {
+        println!("ERROR ({}): {}", o.kind, o.error.as_deref().unwrap_or(""));
     }
     if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
         let peak = samples.iter().map(|s| s.2).max().unwrap_or(0);

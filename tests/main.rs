@@ -4,6 +4,10 @@
 #[path = "suites/support.rs"]
 mod support;
 
+/// The TCP proxy that delays, caps and cuts a link (shared with `fedsql-bench --network`).
+#[path = "../src/bench/fault_proxy.rs"]
+mod fault_proxy;
+
 #[path = "suites/admin.rs"]
 mod admin;
 #[path = "suites/attacks.rs"]
@@ -32,6 +36,10 @@ mod explain;
 mod explain_fits;
 #[path = "suites/fail_closed.rs"]
 mod fail_closed;
+#[path = "suites/faults.rs"]
+mod faults;
+#[path = "suites/faults_disks.rs"]
+mod faults_disks;
 #[path = "suites/fedsgd.rs"]
 mod fedsgd;
 #[path = "suites/formulas.rs"]
@@ -48,10 +56,14 @@ mod heterogeneity;
 mod idioms;
 #[path = "suites/lm.rs"]
 mod lm;
+#[path = "suites/load_smoke.rs"]
+mod load_smoke;
 #[path = "suites/missing_values.rs"]
 mod missing_values;
 #[path = "suites/multivariate.rs"]
 mod multivariate;
+#[path = "suites/networks.rs"]
+mod networks;
 #[path = "suites/output.rs"]
 mod output;
 #[path = "suites/pg_clients.rs"]

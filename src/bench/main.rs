@@ -40,6 +40,11 @@
 //! and over workers; with `--secure 10,100,1000`, a masked sum over that
 //! many in-process clients ([`secure`]).
 //!
+//! With `--network` it instead times the suite and a GLM fit over
+//! workers behind a [`fault_proxy`] for several round trips, losses and
+//! a bandwidth cap ([`network`]); with `--load`, `fedsql serve` and a
+//! worker under many concurrent clients, with their memory ([`load`]).
+//!
 //! [`data`] writes the clients, [`suite`] reads the queries, [`baseline`]
 //! runs them both ways and compares, [`report`] prints the table,
 //! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
@@ -48,8 +53,11 @@
 mod baseline;
 mod clients;
 mod data;
+mod fault_proxy;
 mod fits;
+mod load;
 mod models;
+mod network;
 mod pgwire;
 mod policy;
 mod remote;
@@ -165,6 +173,42 @@ struct Args {
     /// `q09`), for profiling one query.
     #[arg(long)]
     query: Option<String>,
+    /// Instead: time the suite and a GLM fit over `--clients` workers on
+    /// loopback, each behind a proxy that adds a round trip (each of
+    /// `--rtt`), "loss" (a chunk held back 200 ms) or a bandwidth cap.
+    #[arg(long)]
+    network: bool,
+    /// The round trips of `--network`, in ms (comma-separated; the first
+    /// is the baseline the others are compared with).
+    #[arg(long, value_delimiter = ',', default_value = "0,50,200")]
+    rtt: Vec<u64>,
+    /// Instead: hold load on a `fedsql serve` process (`--load-clients`
+    /// PostgreSQL clients) and then on a `fedsql worker` process
+    /// (`--coordinators` coordinators), for `--load-seconds` each.
+    #[arg(long)]
+    load: bool,
+    /// PostgreSQL clients of `--load` (0: skip that phase).
+    #[arg(long, default_value_t = 100)]
+    load_clients: usize,
+    /// Coordinators of `--load`'s worker phase (0: skip that phase).
+    #[arg(long, default_value_t = 50)]
+    coordinators: usize,
+    /// How long each phase of `--load` runs, in seconds.
+    #[arg(long, default_value_t = 60)]
+    load_seconds: u64,
+    /// Seconds between samples of the server's memory in `--load`.
+    #[arg(long, default_value_t = 1.0)]
+    sample_every: f64,
+    /// The `fedsql` binary `--load` starts (default: beside this one).
+    #[arg(long, value_name = "PATH")]
+    fedsql_bin: Option<PathBuf>,
+}
+
+impl Args {
+    /// `--sample-every` as a duration (at least 10 ms).
+    fn sample_every(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.sample_every.max(0.01))
+    }
 }
 
 #[tokio::main]
@@ -203,6 +247,13 @@ async fn main() -> BenchResult<()> {
         .iter()
         .map(|c| fs::metadata(&c.path).map(|m| m.len()).unwrap_or(0))
         .sum();
+
+    if args.network {
+        return network::run(&args, &plan, &queries, &args.rtt).await;
+    }
+    if args.load {
+        return load::run(&args, &plan, &queries).await;
+    }
 
     let federated = FedContext::new();
     federated.sql(&federated_table_sql(&plan, "")).await?;

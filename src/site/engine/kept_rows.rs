@@ -156,6 +156,11 @@ impl KeptRows {
         rebind::rebind(&partial, &changes)
     }
 
+    /// How many fits' rows are kept.
+    pub(crate) fn fits(&self) -> usize {
+        self.kept.lock().expect("not poisoned").len()
+    }
+
     /// Drops the rows kept for fit `scope`; says whether there were any
     /// (another fit's rows are never touched).
     pub(crate) fn release(&self, scope: u64) -> bool {

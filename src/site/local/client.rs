@@ -287,6 +287,11 @@ impl LocalClient {
         self.kept.release(scope)
     }
 
+    /// How many fits' rows this client keeps now.
+    pub fn kept_fits(&self) -> usize {
+        self.kept.fits()
+    }
+
     /// A request past its memory limit is refused, naming the limit.
     pub(super) fn memory_refusal(&self, e: &DataFusionError) -> Option<FedError> {
         let limit = self.memory_limit?;

@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{FedError, Result};
 
+/// The start of the error a debit that could not be written gives (a
+/// worker recognizes it, to tell the analyst without the path).
+pub const LEDGER_WRITE_FAILED: &str = "cannot record the privacy budget";
+
 /// Units per ε.
 const UNITS: f64 = 1e9;
 
@@ -162,7 +166,7 @@ impl Ledger {
         {
             spent.insert(key, before);
             return Err(FedError::Io(std::io::Error::other(format!(
-                "cannot record the privacy budget in {}: {e}",
+                "{LEDGER_WRITE_FAILED} in {}: {e}",
                 path.display()
             ))));
         }

@@ -32,6 +32,7 @@ pub struct Metrics {
     bytes: Counter,
     duration: Histogram,
     epsilon: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    kept_fits: Gauge,
 }
 
 impl Default for Metrics {
@@ -63,12 +64,19 @@ impl Default for Metrics {
             "Differential-privacy epsilon spent, per analyst and table",
             epsilon.clone(),
         );
+        let kept_fits = Gauge::default();
+        registry.register(
+            "kept_fits",
+            "Fits whose rows are kept in memory between their rounds",
+            kept_fits.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             bytes,
             duration,
             epsilon,
+            kept_fits,
         }
     }
 }
@@ -85,8 +93,11 @@ impl Metrics {
         self.duration.observe(seconds);
     }
 
-    /// The text exposition, with the ε spent per (analyst, table) given.
-    pub(crate) fn render(&self, spent: &[(String, String, f64)]) -> String {
+    /// The text exposition, with the ε spent per (analyst, table) and the
+    /// number of fits whose rows are kept given.
+    pub(crate) fn render(&self, spent: &[(String, String, f64)], kept_fits: usize) -> String {
+        self.kept_fits
+            .set(i64::try_from(kept_fits).unwrap_or(i64::MAX));
         for (analyst, table, epsilon) in spent {
             self.epsilon
                 .get_or_create(&BudgetLabels {
@@ -112,7 +123,7 @@ mod tests {
         let m = Metrics::default();
         m.observe("released", 120, 0.02);
         m.observe("refused", 0, 0.001);
-        let text = m.render(&[("alice".into(), "clinic".into(), 0.5)]);
+        let text = m.render(&[("alice".into(), "clinic".into(), 0.5)], 2);
         assert!(
             text.contains("fedsql_worker_requests_total{decision=\"released\"} 1"),
             "{text}"
@@ -129,6 +140,7 @@ mod tests {
             text.contains("fedsql_worker_dp_epsilon_spent{analyst=\"alice\",table=\"clinic\"} 0.5"),
             "{text}"
         );
+        assert!(text.contains("fedsql_worker_kept_fits 2"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

@@ -33,6 +33,7 @@ pub mod approvals;
 pub mod audit;
 pub(crate) mod checked_plans;
 pub(crate) mod config;
+pub(crate) mod fit_connections;
 pub(crate) mod log;
 pub mod metrics;
 pub mod profiles;
@@ -172,6 +173,8 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         .with_profiles(config.profiles.clone(), profile_tables)
         .with_approvals(approvals, config.approval_tables.clone());
     let service = Arc::new(service);
+    let fits = service.fit_connections();
+    fits.serve(&service);
     let admin = match &config.admin {
         Some((addr, token)) => Some(admin::start(*addr, token, Arc::clone(&service)).await?),
         None => None,
@@ -180,6 +183,10 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
         .with_nodelay(Some(true));
     let addr = incoming.local_addr()?;
+    // Each connection tells the service when it closes (a fit's kept rows go with it).
+    let incoming = futures::StreamExt::map(incoming, move |accepted| {
+        accepted.map(|stream| fit_connections::Tracked::new(stream, Arc::clone(&fits)))
+    });
     // Until a call's token is checked (on its headers), the worker reads
     // at most the headers (64 KiB) and one flow-control window of its body
     // (1 MiB per call and per connection): an unauthenticated request of

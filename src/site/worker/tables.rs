@@ -213,6 +213,12 @@ impl ServedTable {
             .iter()
             .fold(false, |any, (_, client)| client.release_kept(scope) || any)
     }
+
+    /// How many fits' rows the local clients of this table keep.
+    pub(super) fn kept_fits(&self) -> usize {
+        let clients = self.clients.lock().expect("not poisoned");
+        clients.iter().map(|(_, client)| client.kept_fits()).sum()
+    }
 }
 
 /// Refuses scans of anything but served tables and inline shared rows: a

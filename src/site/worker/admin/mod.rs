@@ -311,7 +311,10 @@ async fn metrics_text(State(admin): State<Shared>, headers: HeaderMap) -> Respon
                 header::CONTENT_TYPE,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
             )],
-            admin.service.metrics().render(&spent),
+            admin
+                .service
+                .metrics()
+                .render(&spent, admin.service.kept_fits()),
         )
             .into_response(),
     )

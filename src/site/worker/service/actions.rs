@@ -17,6 +17,7 @@ use crate::protocol::flight::{
 };
 use crate::protocol::secure::{MaskRequest, SecureSession, ShareRequest, UnmaskRequest};
 use crate::protocol::site::{Analyst, Site, SiteRequest};
+use crate::site::release::dp_budget::LEDGER_WRITE_FAILED;
 use crate::site::release::policy::error_kind;
 
 impl WorkerService {
@@ -45,6 +46,16 @@ impl WorkerService {
                     "refused: {} (reference {reference} in the worker's log)",
                     crate::error::EVALUATION_REFUSAL
                 ))
+            }
+            // The ledger could not be written (a full or read-only disk):
+            // nothing about the rows, and the data owner has to act. The
+            // query is refused before it runs; the path stays in the log.
+            other if other.to_string().contains(LEDGER_WRITE_FAILED) => {
+                self.log(peer, &format!("error (table={table}): {other}"));
+                Status::unavailable(
+                    "this worker answers no DP query it cannot debit: its privacy-budget ledger cannot be written
+hint: ask the data owner to check the worker's --dp-ledger file and its disk",
+                )
             }
             other => {
                 let full = other.to_string();

@@ -26,6 +26,7 @@ use crate::site::worker::audit::{AuditEntry, AuditLog, now_rfc3339};
 use crate::site::worker::checked_plans::CheckedPlans;
 use crate::site::worker::config::ALL_TABLES;
 use crate::site::worker::config::RequestLimits;
+use crate::site::worker::fit_connections::FitConnections;
 use crate::site::worker::log::{LogSink, WorkerLog};
 use crate::site::worker::metrics::Metrics;
 use crate::site::worker::profiles::Profiles;
@@ -64,6 +65,9 @@ pub struct WorkerService {
     pub(super) approval_tables: BTreeSet<String>,
     /// Requests by decision, bytes released, durations (`/metrics`).
     pub(super) metrics: Arc<Metrics>,
+    /// The fits each open connection sent rounds of (their kept rows are
+    /// dropped when it closes).
+    pub(super) fits: Arc<FitConnections>,
 }
 
 impl WorkerService {
@@ -96,7 +100,28 @@ impl WorkerService {
             approvals: None,
             approval_tables: BTreeSet::new(),
             metrics: Arc::default(),
+            fits: Arc::default(),
         }
+    }
+
+    /// The registry of the connections that sent a fit's rounds (the
+    /// worker's accepted connections report to it when they close).
+    pub(crate) fn fit_connections(&self) -> Arc<FitConnections> {
+        Arc::clone(&self.fits)
+    }
+
+    /// Drops what every table kept for fit `scope`; says whether any
+    /// rows were kept for it.
+    pub(crate) fn release_fit(&self, scope: u64) -> bool {
+        self.every_table()
+            .filter(|table| table.release_fit(scope))
+            .count()
+            > 0
+    }
+
+    /// How many fits' rows the worker keeps now (`/metrics`).
+    pub(crate) fn kept_fits(&self) -> usize {
+        self.every_table().map(|table| table.kept_fits()).sum()
     }
 
     /// The same service under analyst profiles; `tables`: the served
@@ -265,7 +290,7 @@ impl WorkerService {
         )
     }
 
-    pub(super) fn log(&self, peer: &str, line: &str) {
+    pub(crate) fn log(&self, peer: &str, line: &str) {
         self.log.line(peer, line);
     }
 

@@ -114,6 +114,10 @@ impl FlightService for WorkerService {
         })?;
         let batch = match command.command {
             Some(ticket_command::Command::Encode(encode)) => {
+                // The rows a fit keeps go when this connection closes.
+                if let (Some(scope), Some(addr)) = (encode.fit_scope, request.remote_addr()) {
+                    self.fits.note(addr, scope);
+                }
                 self.limited(&peer, "DoGet", self.run_encoder((&peer, &analyst), encode))
                     .await?
             }
@@ -157,11 +161,7 @@ impl FlightService for WorkerService {
                 })?;
                 // Only the session that started the fit knows its (random)
                 // scope id: a release names nothing else's rows.
-                let released = self
-                    .every_table()
-                    .filter(|table| table.release_fit(release.scope))
-                    .count()
-                    > 0;
+                let released = self.release_fit(release.scope);
                 self.log(
                     &peer,
                     &if released {

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::frontend::pgwire::auth::Users;
 use crate::site::worker::{WorkerArgs, WorkerConfig};
 
-/// Most columns of a fuzzed file that get a query of their own.
+/// Most columns of a fuzzed file whose aggregates are asked for.
 const MOST_COLUMNS: usize = 6;
 
 /// A fresh file name in the scratch folder `kind` (never reused, so no
@@ -84,8 +84,9 @@ fn context() -> &'static FedContext {
 }
 
 /// Registers the file as one site's rows and runs the queries a site
-/// answers over any table: a count, per column a count and a distinct
-/// count (and a sum and a mean of a number), and a grouped count.
+/// answers over any table: a count and, per column, a count and a
+/// distinct count (and a sum, a mean and a deviation of a number); and a
+/// count grouped by the first column.
 fn site_file(data: &[u8], extension: &str) -> Result<()> {
     let path = fresh(&format!("site_{extension}"), extension);
     std::fs::write(&path, data)?;
@@ -106,24 +107,28 @@ async fn query_file(path: &std::path::Path, extension: &str) -> Result<()> {
     .await?;
     let provider = ctx.federated_table(&table).await?;
     let schema = provider.schema();
-    let mut queries = vec![format!("SELECT count(*) FROM {table}")];
+    // One query of every column's aggregates (one round over the file),
+    // and one grouped by the first column.
+    let mut aggregates = vec!["count(*)".to_string()];
+    let mut first = None;
     for field in schema.fields().iter().take(MOST_COLUMNS) {
         if field.name() == "_client" {
             continue;
         }
         let column = crate::formula::quote_ident(field.name());
+        aggregates.push(format!("count({column})"));
         // approx_distinct takes no floats; count(DISTINCT) is unbounded.
-        queries.push(if field.data_type().is_floating() {
-            format!("SELECT count({column}) FROM {table}")
-        } else {
-            format!("SELECT count({column}), approx_distinct({column}) FROM {table}")
-        });
+        if !field.data_type().is_floating() {
+            aggregates.push(format!("approx_distinct({column})"));
+        }
         if field.data_type().is_numeric() && !matches!(field.data_type(), DataType::Decimal256(..))
         {
-            queries.push(format!(
-                "SELECT sum({column}), avg({column}), stddev({column}) FROM {table}"
-            ));
+            aggregates.push(format!("sum({column}), avg({column}), stddev({column})"));
         }
+        first.get_or_insert(column);
+    }
+    let mut queries = vec![format!("SELECT {} FROM {table}", aggregates.join(", "))];
+    if let Some(column) = first {
         queries.push(format!(
             "SELECT {column}, count(*) FROM {table} GROUP BY {column}"
         ));

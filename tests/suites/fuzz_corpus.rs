@@ -4,7 +4,8 @@
 //! through the same entry function the fuzz target calls
 //! (`fedsql::fuzzing`), and must answer — accepted or refused with a
 //! message — without a panic and within a bounded time; so must a few
-//! fixed mutations of each seed, and plainly bad inputs must be refused.
+//! fixed mutations of each seed (of the targets that answer quickly), and
+//! plainly bad inputs must be refused.
 //! `FEDSQL_BLESS=1` rewrites the generated seeds (`fedsql::fuzzing::seeds`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -16,6 +17,9 @@ use fedsql::fuzzing::{TARGETS, run, seeds};
 /// The longest one input may take here (an unoptimized build; the fuzzer
 /// gives its optimized one far less). A hang fails well before.
 const PER_INPUT: Duration = Duration::from_secs(10);
+
+/// The targets whose inputs each run several queries.
+const SLOW: &[&str] = &["pg_wire", "site_csv", "site_parquet"];
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus")
@@ -96,14 +100,19 @@ fn every_committed_input_of_every_target_answers_in_time_without_panic() {
         for (name, data) in &inputs {
             let _ = answers(target, name, data);
             ran += 1;
+            // The file and wire targets run whole queries per input: their
+            // seeds alone keep the suite fast.
+            if SLOW.contains(target) {
+                continue;
+            }
             for (how, mutated) in mutations(data) {
                 let _ = answers(target, &format!("{name} ({how})"), &mutated);
                 ran += 1;
             }
         }
-        eprintln!("{target}: {} inputs in {:?}", inputs.len() * 4, start.elapsed());
+        eprintln!("{target}: {} inputs in {:?}", inputs.len(), start.elapsed());
     }
-    assert!(ran > 100, "only {ran} inputs ran");
+    assert!(ran > 50, "only {ran} inputs ran");
 }
 
 #[test]

@@ -63,7 +63,10 @@ const QUERIES: &[(&str, &str)] = &[
         "shared_join",
         "SELECT w.weight, count(*) FROM clinic c JOIN (VALUES ('north', 1.5), ('south', 2.0)) AS w(region, weight) ON c.region = w.region GROUP BY w.weight",
     ),
-    ("parquet", "SELECT reason, count(*), avg(cost) FROM visits GROUP BY reason"),
+    (
+        "parquet",
+        "SELECT reason, count(*), avg(cost) FROM visits GROUP BY reason",
+    ),
 ];
 
 /// Every generated seed.
@@ -93,7 +96,11 @@ async fn generate() -> Result<Vec<SeedFile>> {
         seed("worker_ticket", name.to_string(), ticket.encode_to_vec());
         let mut with_token = format!("{TOKEN}\n").into_bytes();
         with_token.extend(ticket.encode_to_vec());
-        seed("worker_action", format!("token_{name}"), action("token", with_token));
+        seed(
+            "worker_action",
+            format!("token_{name}"),
+            action("token", with_token),
+        );
         seed(
             "worker_action",
             format!("explain_{name}"),
@@ -219,10 +226,22 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         survivors: vec![0, 1],
     };
     vec![
-        ("secure_setup".into(), action(ACTION_SECURE_SETUP, setup.encode_to_vec())),
-        ("secure_share".into(), action(ACTION_SECURE_SHARE, share.encode_to_vec())),
-        ("encode_masked".into(), action(ACTION_ENCODE_MASKED, masked.encode_to_vec())),
-        ("secure_unmask".into(), action(ACTION_SECURE_UNMASK, unmask.encode_to_vec())),
+        (
+            "secure_setup".into(),
+            action(ACTION_SECURE_SETUP, setup.encode_to_vec()),
+        ),
+        (
+            "secure_share".into(),
+            action(ACTION_SECURE_SHARE, share.encode_to_vec()),
+        ),
+        (
+            "encode_masked".into(),
+            action(ACTION_ENCODE_MASKED, masked.encode_to_vec()),
+        ),
+        (
+            "secure_unmask".into(),
+            action(ACTION_SECURE_UNMASK, unmask.encode_to_vec()),
+        ),
         (
             "release_fit".into(),
             action(ACTION_RELEASE_FIT, ReleaseFit { scope: 42 }.encode_to_vec()),
@@ -231,7 +250,10 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
             "privacy_budget".into(),
             action(ACTION_PRIVACY_BUDGET, CSV_TABLE.as_bytes().to_vec()),
         ),
-        ("get_schema".into(), action("get_schema", b"visits".to_vec())),
+        (
+            "get_schema".into(),
+            action("get_schema", b"visits".to_vec()),
+        ),
     ]
 }
 
@@ -246,7 +268,14 @@ fn message(kind: u8, body: &[u8]) -> Vec<u8> {
 /// The start-up message of `user` (protocol 3.0).
 fn startup(user: &str) -> Vec<u8> {
     let mut body = 196_608u32.to_be_bytes().to_vec();
-    for text in ["user", user, "database", "fedsql", "application_name", "fuzz"] {
+    for text in [
+        "user",
+        user,
+        "database",
+        "fedsql",
+        "application_name",
+        "fuzz",
+    ] {
         body.extend(text.as_bytes());
         body.push(0);
     }
@@ -317,7 +346,10 @@ fn pg_wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "simple_grouped",
             simple("SELECT region, avg(systolic) FROM clinic GROUP BY region; SHOW CLIENTS clinic"),
         ),
-        ("simple_catalog", simple("SELECT relname FROM pg_catalog.pg_class LIMIT 3")),
+        (
+            "simple_catalog",
+            simple("SELECT relname FROM pg_catalog.pg_class LIMIT 3"),
+        ),
         ("simple_refused", simple("SELECT * FROM clinic")),
         ("extended", extended),
         ("ssl_request", ssl),
@@ -328,15 +360,29 @@ fn pg_wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
 /// Small Parquet files: many types, nulls, two compressions.
 fn parquet_seeds() -> Result<Vec<(&'static str, Vec<u8>)>> {
     let columns: Vec<(&str, ArrayRef)> = vec![
-        ("i", Arc::new(Int32Array::from(vec![Some(1), None, Some(-3)]))),
+        (
+            "i",
+            Arc::new(Int32Array::from(vec![Some(1), None, Some(-3)])),
+        ),
         ("n", Arc::new(Int64Array::from(vec![10, 20, 30]))),
-        ("x", Arc::new(Float64Array::from(vec![Some(0.5), Some(f64::NAN), None]))),
-        ("s", Arc::new(StringArray::from(vec![Some("north"), None, Some("ü")]))),
+        (
+            "x",
+            Arc::new(Float64Array::from(vec![Some(0.5), Some(f64::NAN), None])),
+        ),
+        (
+            "s",
+            Arc::new(StringArray::from(vec![Some("north"), None, Some("ü")])),
+        ),
         ("b", Arc::new(BooleanArray::from(vec![true, false, true]))),
-        ("d", Arc::new(Date32Array::from(vec![19_000, 19_001, 19_002]))),
+        (
+            "d",
+            Arc::new(Date32Array::from(vec![19_000, 19_001, 19_002])),
+        ),
         (
             "t",
-            Arc::new(TimestampMicrosecondArray::from(vec![0, 1_000_000, 2_000_000])),
+            Arc::new(TimestampMicrosecondArray::from(vec![
+                0, 1_000_000, 2_000_000,
+            ])),
         ),
         (
             "m",

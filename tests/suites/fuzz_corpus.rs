@@ -80,7 +80,10 @@ fn mutations(data: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     vec![
         ("half", data[..data.len() / 2].to_vec()),
         ("flipped", flipped),
-        ("last_byte_dropped", data[..data.len().saturating_sub(1)].to_vec()),
+        (
+            "last_byte_dropped",
+            data[..data.len().saturating_sub(1)].to_vec(),
+        ),
     ]
 }
 
@@ -157,5 +160,129 @@ fn bad_inputs_are_refused_with_a_message() {
     }
     for data in [&b"a,b\n1,2,3,4\n"[..], b"\xff\xfe,\x00\n1\n", b""] {
         answers("site_csv", "bad", data).expect_err(&format!("site_csv: {data:?} was accepted"));
+    }
+}
+
+/// A stable-Rust stand-in for libFuzzer where its nightly build is not at
+/// hand: random mutations of the committed inputs (bytes flipped, set to
+/// boundary values, inserted, removed, repeated; inputs cut and spliced),
+/// for `FEDSQL_FUZZ_SECONDS` per target of `FEDSQL_FUZZ_TARGETS` (comma
+/// separated; default all). Not coverage-guided: it finds what lies near
+/// the seeds. Each input that panics or takes longer than [`PER_INPUT`]
+/// is written to `FEDSQL_FUZZ_FINDINGS` (default a temporary folder).
+///
+/// ```text
+/// FEDSQL_FUZZ_SECONDS=300 FEDSQL_FUZZ_TARGETS=formula,worker_plan \
+///   cargo test --test integration fuzz_corpus::random -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "runs for FEDSQL_FUZZ_SECONDS per target"]
+fn random_mutations_of_the_committed_inputs() {
+    let seconds: u64 = std::env::var("FEDSQL_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let wanted = std::env::var("FEDSQL_FUZZ_TARGETS").unwrap_or_default();
+    let findings = std::env::var_os("FEDSQL_FUZZ_FINDINGS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("fedsql-fuzz-findings"));
+    std::fs::create_dir_all(&findings).unwrap();
+    let mut state = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut next = move || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut found = Vec::new();
+    for target in TARGETS {
+        if !wanted.is_empty() && !wanted.split(',').any(|w| w.trim() == *target) {
+            continue;
+        }
+        let seeds: Vec<Vec<u8>> = inputs(target).into_iter().map(|(_, d)| d).collect();
+        let until = Instant::now() + Duration::from_secs(seconds);
+        let (mut runs, mut refused) = (0u64, 0u64);
+        while Instant::now() < until {
+            let mut data = seeds[next() as usize % seeds.len()].clone();
+            for _ in 0..1 + next() % 4 {
+                mutate(&mut data, &seeds, &mut next);
+            }
+            let start = Instant::now();
+            let outcome = catch_unwind(AssertUnwindSafe(|| run(target, &data)));
+            let took = start.elapsed();
+            runs += 1;
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => refused += 1,
+                Err(_) => {
+                    let path = findings.join(format!("{target}-panic-{runs}"));
+                    std::fs::write(&path, &data).unwrap();
+                    found.push(path.display().to_string());
+                }
+            }
+            if took >= PER_INPUT {
+                let path = findings.join(format!("{target}-slow-{runs}"));
+                std::fs::write(&path, &data).unwrap();
+                found.push(format!("{} ({took:?})", path.display()));
+            }
+        }
+        eprintln!("{target}: {runs} inputs in {seconds} s, {refused} refused");
+    }
+    assert!(found.is_empty(), "findings:\n{}", found.join("\n"));
+}
+
+/// One random change of `data` (`seeds` for splicing).
+fn mutate(data: &mut Vec<u8>, seeds: &[Vec<u8>], next: &mut impl FnMut() -> u64) {
+    let at = |len: usize, r: u64| if len == 0 { 0 } else { r as usize % len };
+    match next() % 8 {
+        0 if !data.is_empty() => {
+            let i = at(data.len(), next());
+            data[i] ^= 1 << (next() % 8);
+        }
+        1 if !data.is_empty() => {
+            let i = at(data.len(), next());
+            data[i] =
+                [0, 1, 0x7f, 0x80, 0xff, b'\'', b'"', b'\n', b'(', b'~'][next() as usize % 10];
+        }
+        2 => {
+            let i = at(data.len() + 1, next());
+            let byte = next() as u8;
+            data.insert(i.min(data.len()), byte);
+        }
+        3 if !data.is_empty() => {
+            let i = at(data.len(), next());
+            let n = (next() % 16) as usize;
+            data.drain(i..(i + n).min(data.len()));
+        }
+        4 if !data.is_empty() => {
+            // A stretch repeated: long fields, deep nesting, large counts.
+            let i = at(data.len(), next());
+            let n = 1 + (next() % 8) as usize;
+            let piece: Vec<u8> = data[i..(i + n).min(data.len())].to_vec();
+            for _ in 0..next() % 64 {
+                data.splice(i..i, piece.iter().copied());
+            }
+        }
+        5 => data.truncate(at(data.len() + 1, next())),
+        6 => {
+            let other = &seeds[next() as usize % seeds.len()];
+            let cut = at(data.len() + 1, next()).min(data.len());
+            let from = at(other.len() + 1, next()).min(other.len());
+            data.truncate(cut);
+            data.extend_from_slice(&other[from..]);
+        }
+        _ if data.len() >= 4 => {
+            // A 32-bit length or count set to a boundary value.
+            let i = at(data.len() - 3, next());
+            let value: u32 =
+                [0, 1, 0x7fff_ffff, 0xffff_ffff, 0x8000_0000, 65_536][next() as usize % 6];
+            data[i..i + 4].copy_from_slice(&value.to_be_bytes());
+        }
+        _ => data.push(next() as u8),
     }
 }

@@ -23,8 +23,7 @@ use crate::formula::{Formula, Levels, design_columns, split_random_terms};
 /// parser the clients use.
 pub fn formula(data: &[u8]) -> Result<()> {
     let text = text(data)?;
-    let (fixed, random) = split_random_terms(text)?;
-    let _ = random.iter().map(|r| (&r.effects, &r.group)).count();
+    let (fixed, _random) = split_random_terms(text)?;
     let schema = Schema::new(vec![
         Field::new("y", DataType::Float64, true),
         Field::new("x", DataType::Float64, true),

@@ -38,7 +38,9 @@
 //! - [`frontend`]: the command line, the REPL, `fedsql serve`, output,
 //!   script splitting and the demo table;
 //! - [`models::fedsgd`], [`notices`], [`r_format`]: FedSGD's spec, the
-//!   notices a statement leaves, R's number formatting.
+//!   notices a statement leaves, R's number formatting;
+//! - [`fuzzing`]: one entry point per input that crosses a trust boundary,
+//!   for the fuzz targets (tests/fuzz/) and their seed corpus.
 //!
 //! ```no_run
 //! # async fn demo() -> fedsql::Result<()> {
@@ -53,6 +55,7 @@ pub mod coordinator;
 pub(crate) mod error;
 pub(crate) mod formula;
 pub mod frontend;
+pub mod fuzzing;
 pub mod models;
 #[cfg(test)]
 mod module_graph;

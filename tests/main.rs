@@ -46,6 +46,8 @@ mod fedsgd;
 mod formulas;
 #[path = "suites/functions.rs"]
 mod functions;
+#[path = "suites/fuzz_corpus.rs"]
+mod fuzz_corpus;
 #[path = "suites/glm.rs"]
 mod glm;
 #[path = "suites/golden.rs"]

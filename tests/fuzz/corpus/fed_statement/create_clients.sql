@@ -1,0 +1,1 @@
+CREATE OR REPLACE FEDERATED TABLE study (age INT, region VARCHAR) CLIENTS ('a' = 'data/a.csv', 'b' = 'grpcs://worker.example:50051/clinic') OPTIONS ('token_file' 'tok', 'token_file.b' 'b.token', 'format.delimiter' ';', 'secure_threshold' '2', 'min_group_rows' '5')

@@ -1,0 +1,1 @@
+CREATE FEDERATED TABLE IF NOT EXISTS eu STORED AS PARQUET LOCATION 'testdata/clinic/' OPTIONS ('format.null_value.a' '.', 'dp_budget' '3', 'dp_domain.region' 'east,west')

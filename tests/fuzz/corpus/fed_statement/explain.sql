@@ -1,0 +1,1 @@
+EXPLAIN ANALYZE FEDERATED SELECT region, avg(age) FROM study GROUP BY region

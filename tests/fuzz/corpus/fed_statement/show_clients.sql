@@ -1,0 +1,1 @@
+/* note */ SHOW CLIENTS FROM study;

@@ -1,0 +1,8 @@
+//! Fuzz target `fed_statement`: the bytes go to `fedsql::fuzzing::fed_statement`, which
+//! accepts them or refuses them with an error; a panic, a hang (libFuzzer's
+//! `-timeout`) or an allocation past `-rss_limit_mb` is a finding.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(init: fedsql::fuzzing::install_panic_hook(), |data: &[u8]| {
+    let _ = fedsql::fuzzing::fed_statement(data);
+});

@@ -266,6 +266,9 @@ fn is_dot(term: &Term) -> bool {
     matches!(term.variables.as_slice(), [v] if v.column == DOT && v.transform.is_none())
 }
 
+/// The most factors one `*` chain may cross: 2^10 − 1 = 1023 terms.
+const MAX_CROSSED: usize = 10;
+
 /// `A*B*C` → every sub-interaction; `A:B` → one term.
 fn parse_product(item: &str) -> Result<Vec<Term>, String> {
     let factors: Vec<Vec<Variable>> = split_top(item, '*')
@@ -278,8 +281,16 @@ fn parse_product(item: &str) -> Result<Vec<Term>, String> {
         })
         .collect::<Result<_, _>>()?;
     let mut terms = Vec::new();
-    // Every non-empty subset of the starred parts, in R's order (by size).
+    // Every non-empty subset of the starred parts, in R's order (by size):
+    // 2^k − 1 terms, so k is bounded (found by fuzzing: a chain of 40
+    // factors ran for hours).
     let k = factors.len();
+    if k > MAX_CROSSED {
+        return Err(format!(
+            "`{}` crosses {k} factors with `*`, which expands to 2^{k} − 1 terms; at most {MAX_CROSSED} may be crossed (write the interactions you want with `:`)",
+            item.trim()
+        ));
+    }
     for size in 1..=k {
         for mask in 1u32..(1 << k) {
             if mask.count_ones() as usize != size {

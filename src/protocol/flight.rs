@@ -360,6 +360,11 @@ pub fn batches_to_ipc(schema: &Schema, batches: &[RecordBatch]) -> Result<Vec<u8
 /// here and becomes an error, so that malformed bytes are refused like
 /// any other.
 pub fn batches_from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
+    // A message's body length is read from the message and allocated
+    // before it is read: a hostile length (petabytes) would abort the
+    // process on allocation failure, which no panic handler catches. Each
+    // message must fit in the bytes that arrived.
+    check_ipc_framing(bytes)?;
     let read = || {
         let reader = StreamReader::try_new(bytes, None)?;
         let schema = reader.schema();
@@ -371,6 +376,47 @@ pub fn batches_from_ipc(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>), A
             "malformed Arrow IPC message: its buffers do not match its lengths".into(),
         ))
     })
+}
+
+/// Checks an Arrow IPC stream's framing before it is decoded: every
+/// message's metadata and body lie within `bytes` (found by fuzzing: a
+/// body length of 2^56 in a plan's inline rows made the reader allocate
+/// it, and the allocation failure aborted the worker).
+fn check_ipc_framing(bytes: &[u8]) -> Result<(), ArrowError> {
+    let bad = |what: &str| {
+        ArrowError::IpcError(format!(
+            "malformed Arrow IPC stream of {} bytes: {what}",
+            bytes.len()
+        ))
+    };
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let mut length_at = at;
+        if bytes[at..].starts_with(&[0xff; 4]) {
+            length_at += 4;
+        }
+        let length = bytes
+            .get(length_at..length_at + 4)
+            .ok_or_else(|| bad("a message length is cut short"))?;
+        let length = i32::from_le_bytes(length.try_into().expect("4 bytes"));
+        if length == 0 {
+            return Ok(()); // the end-of-stream marker
+        }
+        let start = length_at + 4;
+        let end = usize::try_from(length)
+            .ok()
+            .and_then(|l| start.checked_add(l))
+            .filter(|&end| end <= bytes.len())
+            .ok_or_else(|| bad("a message's metadata length passes its end"))?;
+        let message = datafusion::arrow::ipc::root_as_message(&bytes[start..end])
+            .map_err(|e| bad(&format!("a message's metadata does not parse: {e}")))?;
+        at = usize::try_from(message.bodyLength())
+            .ok()
+            .and_then(|body| end.checked_add(body))
+            .filter(|&next| next <= bytes.len())
+            .ok_or_else(|| bad("a message's body length passes its end"))?;
+    }
+    Ok(())
 }
 
 /// One batch as an Arrow IPC stream.

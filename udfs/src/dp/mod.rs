@@ -49,6 +49,12 @@ use sampler::{Scale, discrete_laplace, laplace_share};
 /// Grid levels: the largest magnitude of a quantized value.
 pub const LEVELS: u64 = 1 << 20;
 
+/// The largest noise scale, in grid units, of a masked call's column: a
+/// site's share costs O(scale) uniform draws ([`sampler::polya`]), so a
+/// tiny ε with wide bounds would keep every site busy for hours (found by
+/// an outside attack). 2^24 is about 0.1 s of draws per word.
+pub const MAX_MASKED_SCALE: f64 = (1u64 << 24) as f64;
+
 /// Grid levels of the masked variants' non-integer sums: a site's noise
 /// share costs O(levels / ε) uniform draws (see [`sampler::polya`]), so
 /// their grid is coarser; a value is still within 2^-17 of its bound's
@@ -203,6 +209,19 @@ pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Opti
         );
     };
     let columns = params.noise(epsilon)?;
+    if under_masks
+        && let Some(c) = columns
+            .iter()
+            .find(|c| c.scale.value() > MAX_MASKED_SCALE)
+    {
+        let name = kind.masked_name().unwrap_or(kind.name());
+        return plan_err!(
+            "{name}: ε = {epsilon} with these bounds asks for noise of scale {:.3e} grid units in its {}, more than the {MAX_MASKED_SCALE:.3e} a site samples under the masks; give a larger ε or narrower bounds, or use {} (noise at each site)",
+            c.scale.value(),
+            c.what,
+            kind.name()
+        );
+    }
     Ok(Some(DpRelease {
         function: match under_masks {
             true => kind.masked_name().unwrap_or(kind.name()),

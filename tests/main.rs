@@ -6,6 +6,8 @@ mod support;
 
 #[path = "suites/admin.rs"]
 mod admin;
+#[path = "suites/attack54.rs"]
+mod attack54;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -10,6 +10,8 @@ mod fault_proxy;
 
 #[path = "suites/admin.rs"]
 mod admin;
+#[path = "suites/attack54.rs"]
+mod attack54;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

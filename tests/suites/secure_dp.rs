@@ -277,3 +277,25 @@ async fn require_dp_sites_answer_dp_under_the_masks_and_refuse_plain_secure_sums
     assert!(err.to_string().contains("require_dp"), "{err}");
     assert!(!b.column(0).is_null(0));
 }
+
+#[tokio::test]
+async fn a_tiny_epsilon_with_wide_bounds_is_refused_before_any_site_samples() {
+    // Found by an outside attack: the noise share costs O(Δ/ε) draws, and
+    // ε = 10^-6 over [0, 10^6] asked for ~10^12 of them at every site.
+    let (ctx, _) = federation(3, &DpPolicy::default(), None);
+    let started = std::time::Instant::now();
+    let err = ctx
+        .sql("SELECT secure_dp_sum(visits, 0, 1000000, 0.000001) FROM clinic")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("grid units"), "{err}");
+    assert!(err.contains("larger ε or narrower bounds"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // A small ε on a count (Δ = 1) is cheap and answered.
+    let b = one_row(&ctx, "SELECT secure_dp_count(*, 0.001) AS n FROM clinic").await;
+    assert_eq!(b.num_rows(), 1);
+}

@@ -209,11 +209,7 @@ pub fn release_of(function: &str, args: &[Arc<dyn PhysicalExpr>]) -> Result<Opti
         );
     };
     let columns = params.noise(epsilon)?;
-    if under_masks
-        && let Some(c) = columns
-            .iter()
-            .find(|c| c.scale.value() > MAX_MASKED_SCALE)
-    {
+    if under_masks && let Some(c) = columns.iter().find(|c| c.scale.value() > MAX_MASKED_SCALE) {
         let name = kind.masked_name().unwrap_or(kind.name());
         return plan_err!(
             "{name}: ε = {epsilon} with these bounds asks for noise of scale {:.3e} grid units in its {}, more than the {MAX_MASKED_SCALE:.3e} a site samples under the masks; give a larger ε or narrower bounds, or use {} (noise at each site)",

@@ -24,9 +24,20 @@ use crate::support::{demo_rows, split_sizes};
 /// The demo rows split over `clients` in-process sites, each with `policy`
 /// and (when `seed` is given) a seeded noise generator of its own.
 fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedContext {
+    dp_federation_with_sites(clients, policy, seed).0
+}
+
+/// The same, and the sites themselves (for the requests a hostile
+/// coordinator would make).
+pub(crate) fn dp_federation_with_sites(
+    clients: usize,
+    policy: &DpPolicy,
+    seed: Option<u64>,
+) -> (FedContext, Vec<Arc<LocalClient>>) {
     let (header, rows) = demo_rows();
     let schema = demo_schema();
     let mut start = 0;
+    let mut sites = Vec::new();
     let mut runners: Vec<Arc<dyn Site>> = Vec::new();
     let ctx = FedContext::new();
     for (i, size) in split_sizes(rows.len(), clients).into_iter().enumerate() {
@@ -47,24 +58,27 @@ fn dp_federation(clients: usize, policy: &DpPolicy, seed: Option<u64>) -> FedCon
             ),
             None => DpSite::new(policy.clone(), Arc::new(Ledger::in_memory())),
         };
-        let client = LocalClient::from_batches(
-            &format!("c{i}"),
-            "memory",
-            Arc::clone(&schema),
-            batches,
-            ctx.site_engine(),
-        )
-        .unwrap()
-        .with_dp(Arc::new(site));
-        runners.push(Arc::new(client));
+        let client = Arc::new(
+            LocalClient::from_batches(
+                &format!("c{i}"),
+                "memory",
+                Arc::clone(&schema),
+                batches,
+                ctx.site_engine(),
+            )
+            .unwrap()
+            .with_dp(Arc::new(site)),
+        );
+        runners.push(Arc::clone(&client) as Arc<dyn Site>);
+        sites.push(client);
     }
     ctx.register_federated(FederatedTable::new("clinic", schema, runners))
         .unwrap();
-    ctx
+    (ctx, sites)
 }
 
 /// The `i`-th column of the demo rows, as integers.
-fn demo_column(i: usize) -> Vec<Option<i64>> {
+pub(crate) fn demo_column(i: usize) -> Vec<Option<i64>> {
     demo_rows()
         .1
         .iter()
@@ -73,12 +87,12 @@ fn demo_column(i: usize) -> Vec<Option<i64>> {
 }
 
 /// The variance of the discrete Laplace distribution of scale t.
-fn discrete_laplace_variance(t: f64) -> f64 {
+pub(crate) fn discrete_laplace_variance(t: f64) -> f64 {
     let p = (-1.0 / t).exp();
     2.0 * p / ((1.0 - p) * (1.0 - p))
 }
 
-async fn one_row(ctx: &FedContext, sql: &str) -> RecordBatch {
+pub(crate) async fn one_row(ctx: &FedContext, sql: &str) -> RecordBatch {
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
 }

@@ -12,86 +12,23 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Float64Type, Int64Type};
-use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::FedContext;
-use fedsql::coordinator::federated_table::FederatedTable;
-use fedsql::frontend::demo::demo_schema;
 use fedsql::protocol::site::{Site, SiteRequest};
 use fedsql::site::local::LocalClient;
-use fedsql::site::release::dp::{DpPolicy, DpSite};
-use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::dp::DpPolicy;
 
-use crate::support::{demo_rows, split_sizes};
+use crate::dp::{demo_column, discrete_laplace_variance, one_row};
+use crate::support::demo_rows;
 
 /// The demo rows over `clients` in-process sites with `policy`, each with
 /// a seeded noise generator of its own when `seed` is given; also the
-/// sites themselves (for requests a hostile coordinator would make).
+/// sites themselves.
 fn federation(
     clients: usize,
     policy: &DpPolicy,
     seed: Option<u64>,
 ) -> (FedContext, Vec<Arc<LocalClient>>) {
-    let (header, rows) = demo_rows();
-    let schema = demo_schema();
-    let mut start = 0;
-    let mut sites = Vec::new();
-    let mut runners: Vec<Arc<dyn Site>> = Vec::new();
-    let ctx = FedContext::new();
-    for (i, size) in split_sizes(rows.len(), clients).into_iter().enumerate() {
-        let csv = format!("{header}\n{}\n", rows[start..start + size].join("\n"));
-        start += size;
-        let batches: Vec<RecordBatch> =
-            datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&schema))
-                .with_header(true)
-                .build(std::io::Cursor::new(csv.into_bytes()))
-                .unwrap()
-                .map(|b| b.unwrap())
-                .collect();
-        let dp = match seed {
-            Some(seed) => DpSite::seeded_for_tests(
-                policy.clone(),
-                Arc::new(Ledger::in_memory()),
-                seed * 1000 + i as u64,
-            ),
-            None => DpSite::new(policy.clone(), Arc::new(Ledger::in_memory())),
-        };
-        let site = Arc::new(
-            LocalClient::from_batches(
-                &format!("c{i}"),
-                "memory",
-                Arc::clone(&schema),
-                batches,
-                ctx.site_engine(),
-            )
-            .unwrap()
-            .with_dp(Arc::new(dp)),
-        );
-        runners.push(Arc::clone(&site) as Arc<dyn Site>);
-        sites.push(site);
-    }
-    ctx.register_federated(FederatedTable::new("clinic", schema, runners))
-        .unwrap();
-    (ctx, sites)
-}
-
-/// The `i`-th column of the demo rows, as integers.
-fn demo_column(i: usize) -> Vec<Option<i64>> {
-    demo_rows()
-        .1
-        .iter()
-        .map(|r| r.split(',').nth(i).unwrap().trim().parse().ok())
-        .collect()
-}
-
-/// The variance of the discrete Laplace distribution of scale t.
-fn discrete_laplace_variance(t: f64) -> f64 {
-    let p = (-1.0 / t).exp();
-    2.0 * p / ((1.0 - p) * (1.0 - p))
-}
-
-async fn one_row(ctx: &FedContext, sql: &str) -> RecordBatch {
-    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-    datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+    crate::dp::dp_federation_with_sites(clients, policy, seed)
 }
 
 /// Mean and sample variance.

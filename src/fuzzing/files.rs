@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::datatypes::DataType;
 
-use super::{runtime, scratch};
+use super::common::{runtime, scratch};
 use crate::coordinator::context::FedContext;
 use crate::error::Result;
 use crate::frontend::pgwire::auth::Users;

@@ -16,6 +16,7 @@
 //! ([`formula`], [`fed_statement`]). docs/guide/fuzzing.md says how long
 //! each was fuzzed and what it found.
 
+mod common;
 mod files;
 mod parsers;
 mod pg_wire;
@@ -82,39 +83,4 @@ pub fn install_panic_hook() {
             std::process::abort();
         }
     }));
-}
-
-/// The one runtime every entry point blocks on (a fuzzer calls them
-/// millions of times; a runtime per call would dominate).
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    })
-}
-
-/// A scratch folder of this process for the files the file targets write.
-fn scratch() -> &'static std::path::Path {
-    static SCRATCH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    SCRATCH.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("fedsql-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a scratch folder");
-        dir
-    })
-}
-
-/// The repository's `testdata/` (the seeds' and the served tables' files).
-fn testdata() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
-}
-
-/// Text input as the parsers take it: invalid UTF-8 is refused like a
-/// file that is not text.
-fn text(data: &[u8]) -> Result<&str> {
-    std::str::from_utf8(data)
-        .map_err(|e| FedError::InvalidArgument(format!("the input is not UTF-8: {e}")))
 }

@@ -8,7 +8,7 @@ use datafusion::common::ScalarValue;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use super::text;
+use super::common::text;
 use crate::coordinator::ddl::{ClientList, parse_create_federated};
 use crate::coordinator::fed_statement::{FedStatement, recognise};
 use crate::coordinator::worker_url::{

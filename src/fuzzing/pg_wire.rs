@@ -10,7 +10,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::runtime;
+use super::common::runtime;
 use crate::coordinator::context::FedContext;
 use crate::error::{FedError, Result};
 use crate::frontend::demo::register_demo;

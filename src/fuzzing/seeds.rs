@@ -18,8 +18,8 @@ use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::WriterProperties;
 use prost::Message;
 
+use super::common::{runtime, testdata};
 use super::worker::{CALLS, CSV_TABLE, PARQUET_TABLE, TOKEN};
-use super::{runtime, testdata};
 use crate::coordinator::context::FedContext;
 use crate::coordinator::split::{lowest_cut, plan_round};
 use crate::error::{FedError, Result};

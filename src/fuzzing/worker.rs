@@ -13,7 +13,7 @@ use prost::Message;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
-use super::{runtime, testdata};
+use super::common::{runtime, testdata};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,

@@ -96,7 +96,15 @@ async fn show_functions_lists_every_fedsql_function_with_a_description() {
     names.sort();
     assert_eq!(
         names,
-        ["secure_avg", "secure_count", "secure_sum", "secure_sum_vec"]
+        [
+            "secure_avg",
+            "secure_count",
+            "secure_dp_avg",
+            "secure_dp_count",
+            "secure_dp_sum",
+            "secure_sum",
+            "secure_sum_vec"
+        ]
     );
 }
 

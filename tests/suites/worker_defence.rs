@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightDescriptor, Ticket};
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::cast;
@@ -523,7 +524,11 @@ async fn a_fits_kept_rows_are_used_and_released_only_by_its_session() {
         .unwrap();
     let plan = fedsql::coordinator::client_column::bind_plan(plan, "h0").unwrap();
     let plan = plan_to_bytes(&aggregate_of(&plan), "t").await.unwrap();
-    let encode = |scope: u64| {
+    // Each session on its own connection, as a coordinator keeps one per
+    // worker (a closed connection releases the fits it sent rounds of).
+    let my_client = flight(addr).await;
+    let their_client = flight(addr).await;
+    let encode = |mut client: FlightServiceClient<tonic::transport::Channel>, scope: u64| {
         let ticket = TicketCommand {
             command: Some(ticket_command::Command::Encode(EncodeRequest {
                 plan: plan.clone(),
@@ -532,8 +537,7 @@ async fn a_fits_kept_rows_are_used_and_released_only_by_its_session() {
         }
         .encode_to_vec();
         async move {
-            let stream = flight(addr)
-                .await
+            let stream = client
                 .do_get(with_token(
                     Ticket {
                         ticket: ticket.into(),
@@ -551,9 +555,8 @@ async fn a_fits_kept_rows_are_used_and_released_only_by_its_session() {
             scalar(&batches)
         }
     };
-    let release = |scope: u64| async move {
-        flight(addr)
-            .await
+    let release = |mut client: FlightServiceClient<tonic::transport::Channel>, scope: u64| async move {
+        client
             .do_action(with_token(
                 Action {
                     r#type: "fedsql.release_fit".into(),
@@ -565,18 +568,26 @@ async fn a_fits_kept_rows_are_used_and_released_only_by_its_session() {
             .unwrap();
     };
     let mine: u64 = 0x5eed_0000_0000_0001;
-    assert_eq!(encode(mine).await, 6.0);
+    assert_eq!(encode(my_client.clone(), mine).await, 6.0);
     std::fs::write(&file, "x\n10\n20\n").unwrap();
     // Another session: its own fit reads the file as it is now, and its
     // releases (of its own fit, or of ids it guesses) leave mine alone.
     let theirs: u64 = 0x0bad_0000_0000_0002;
-    assert_eq!(encode(theirs).await, 30.0);
+    assert_eq!(encode(their_client.clone(), theirs).await, 30.0);
     for scope in [theirs, mine + 1, mine - 1, 1] {
-        release(scope).await;
+        release(their_client.clone(), scope).await;
     }
-    assert_eq!(encode(mine).await, 6.0, "my fit still reads its kept rows");
-    release(mine).await;
-    assert_eq!(encode(mine).await, 30.0, "released: the file is read again");
+    assert_eq!(
+        encode(my_client.clone(), mine).await,
+        6.0,
+        "my fit still reads its kept rows"
+    );
+    release(my_client.clone(), mine).await;
+    assert_eq!(
+        encode(my_client.clone(), mine).await,
+        30.0,
+        "released: the file is read again"
+    );
     let logs = workers.logs();
     assert!(
         logs.iter()

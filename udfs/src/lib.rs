@@ -122,6 +122,8 @@ mod tests {
                 "dp_count" => "dp_count(a)".to_string(),
                 "dp_sum" | "dp_avg" | "dp_var" => format!("{}(a, 990, 1010)", f.name()),
                 "dp_histogram" => "dp_histogram(a, 995, 1008, 7)".to_string(),
+                "secure_dp_count" => "secure_dp_count(a)".to_string(),
+                "secure_dp_sum" | "secure_dp_avg" => format!("{}(a, 990, 1010)", f.name()),
                 "kmeans_step" => "kmeans_step('centers=1000,0;1003,0.01', a, b)".to_string(),
                 "life_table" => "life_table('breaks=999,1000,1004', a, 1)".to_string(),
                 "cox_step" => {

@@ -24,7 +24,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use crate::site::worker::service::WorkerService;
+/// What keeps a fit's rows: the worker's service (a trait, so that this
+/// registry and the service import in one direction only).
+pub(crate) trait FitReleaser: std::fmt::Debug + Send + Sync {
+    /// Drops the rows kept for fit `scope`; whether there were any.
+    fn release_fit(&self, scope: u64) -> bool;
+    /// A line in the worker's log.
+    fn log(&self, peer: &str, line: &str);
+}
 
 /// The fits each open connection has sent rounds of.
 #[derive(Debug, Default)]
@@ -32,13 +39,13 @@ pub(crate) struct FitConnections {
     by_peer: Mutex<HashMap<SocketAddr, BTreeSet<u64>>>,
     /// The service whose tables keep the rows (weak: the service holds
     /// this registry).
-    service: OnceLock<Weak<WorkerService>>,
+    service: OnceLock<Weak<dyn FitReleaser>>,
 }
 
 impl FitConnections {
     /// Releases into `service`'s tables from now on.
-    pub(crate) fn serve(&self, service: &Arc<WorkerService>) {
-        let _ = self.service.set(Arc::downgrade(service));
+    pub(crate) fn serve(&self, service: Weak<dyn FitReleaser>) {
+        let _ = self.service.set(service);
     }
 
     /// Notes that the connection from `peer` sent a round of fit `scope`.

@@ -585,3 +585,13 @@ pub(super) fn aggregate_names(plan: &LogicalPlan) -> String {
     }
     names.join(", ")
 }
+
+impl crate::site::worker::fit_connections::FitReleaser for WorkerService {
+    fn release_fit(&self, scope: u64) -> bool {
+        WorkerService::release_fit(self, scope)
+    }
+
+    fn log(&self, peer: &str, line: &str) {
+        WorkerService::log(self, peer, line)
+    }
+}

@@ -23,8 +23,6 @@ mod pg_wire;
 mod seeds;
 mod worker;
 
-use std::sync::OnceLock;
-
 use crate::error::{FedError, Result};
 
 pub use files::{site_csv, site_parquet, users_file, worker_config};

@@ -26,7 +26,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// What keeps a fit's rows: the worker's service (a trait, so that this
 /// registry and the service import in one direction only).
-pub(crate) trait FitReleaser: std::fmt::Debug + Send + Sync {
+pub(crate) trait FitReleaser: Send + Sync {
     /// Drops the rows kept for fit `scope`; whether there were any.
     fn release_fit(&self, scope: u64) -> bool;
     /// A line in the worker's log.
@@ -34,12 +34,20 @@ pub(crate) trait FitReleaser: std::fmt::Debug + Send + Sync {
 }
 
 /// The fits each open connection has sent rounds of.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct FitConnections {
     by_peer: Mutex<HashMap<SocketAddr, BTreeSet<u64>>>,
     /// The service whose tables keep the rows (weak: the service holds
     /// this registry).
     service: OnceLock<Weak<dyn FitReleaser>>,
+}
+
+impl std::fmt::Debug for FitConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FitConnections")
+            .field("by_peer", &self.by_peer)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FitConnections {

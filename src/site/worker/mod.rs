@@ -174,8 +174,8 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         .with_approvals(approvals, config.approval_tables.clone());
     let service = Arc::new(service);
     let fits = service.fit_connections();
-    let releaser: std::sync::Weak<dyn fit_connections::FitReleaser> = Arc::downgrade(&service);
-    fits.serve(releaser);
+    let releaser: Arc<dyn fit_connections::FitReleaser> = service.clone();
+    fits.serve(Arc::downgrade(&releaser));
     let admin = match &config.admin {
         Some((addr, token)) => Some(admin::start(*addr, token, Arc::clone(&service)).await?),
         None => None,

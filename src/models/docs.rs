@@ -36,6 +36,11 @@ const LM_OPTIONS: &[DocOption] = &[
         default: "patsy",
         meaning: "`r`: terms named as R names them (`sexM`, `age:sexM`)",
     },
+    DocOption {
+        name: "weights",
+        default: "none",
+        meaning: "a column of non-negative prior weights (R's `lm(weights=)`: weighted least squares; rows of weight 0 are dropped)",
+    },
 ];
 
 /// The documentation of `lm`.

@@ -470,7 +470,7 @@ pub(crate) const GLM_NB_STATS_DOC: FunctionDoc = FunctionDoc {
     syntax: "glm_nb_stats(source, formula [, options])",
     arguments: GLM_NB_ARGUMENTS,
     options: GLM_NB_OPTIONS,
-    returns: "one row: the columns of `glm_stats`, then `theta, se_theta, twologlik`",
+    returns: "one row: `family, link, nobs, rows_dropped, df_null, df_residual, null_deviance, deviance, dispersion, log_likelihood, aic, bic, iterations, converged, theta, se_theta, twologlik`",
     releases: GLM_NB_RELEASES,
     example: "SELECT * FROM glm_nb_stats('clinic', 'visits ~ age + smoker')",
 };

@@ -78,6 +78,13 @@ impl Site for Client {
         }
         Ok(state)
     }
+    async fn secure_confirm(
+        &self,
+        request: &SiteRequest<'_>,
+        confirm: &fedsql::protocol::secure::consistency::ConfirmRequest,
+    ) -> fedsql::Result<fedsql::protocol::secure::consistency::ListSignature> {
+        self.inner.secure_confirm(request, confirm).await
+    }
     async fn secure_unmask(
         &self,
         request: &SiteRequest<'_>,

@@ -31,13 +31,14 @@ use crate::protocol::codec;
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER,
-    EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, HAS_ROWS_KEY, KeysMessage,
-    MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit,
-    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
-    SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc, batch_to_ipc,
-    ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
+    AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, HAS_ROWS_KEY,
+    KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY,
+    ReleaseFit, SecureConfirmReply, SecureConfirmRequest, SecureSetupReply, SecureSetupRequest,
+    SecureShareReply, SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage,
+    TicketCommand, batch_from_ipc, batch_to_ipc, ticket_command,
 };
+use crate::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use crate::protocol::secure::{
     MaskRequest, Revealed, SecureSession, SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest,
 };
@@ -528,6 +529,28 @@ impl Site for RemoteClient {
         .await
     }
 
+    async fn secure_confirm(
+        &self,
+        request: &SiteRequest<'_>,
+        confirm: &ConfirmRequest,
+    ) -> Result<ListSignature> {
+        self.timed(async {
+            let body = SecureConfirmRequest {
+                encode: Some(self.encode_request(request.encoder).await?),
+                session: Some(SessionMessage::of(&confirm.session)),
+                survivors: confirm.survivors.clone(),
+            }
+            .encode_to_vec();
+            let answer = self
+                .action(ACTION_SECURE_CONFIRM, body, request.analyst)
+                .await?;
+            let reply = SecureConfirmReply::decode(answer.as_slice())
+                .map_err(|e| self.error(format!("bad secure confirm answer: {e}")))?;
+            reply.signature().map_err(|e| self.error(e))
+        })
+        .await
+    }
+
     async fn secure_unmask(
         &self,
         request: &SiteRequest<'_>,
@@ -538,6 +561,11 @@ impl Site for RemoteClient {
                 encode: Some(self.encode_request(request.encoder).await?),
                 session: Some(SessionMessage::of(&unmask.session)),
                 survivors: unmask.survivors.clone(),
+                signatures: unmask
+                    .signatures
+                    .iter()
+                    .map(SecureConfirmReply::of)
+                    .collect(),
             }
             .encode_to_vec();
             let answer = self

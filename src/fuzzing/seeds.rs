@@ -27,9 +27,10 @@ use crate::frontend::pgwire::auth::Verifier;
 use crate::protocol::codec::plan_to_bytes;
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, EncodeMaskedRequest,
-    EncodeRequest, EnvelopeMessage, KeysMessage, MaybeKeys, ReleaseFit, SecureSetupRequest,
-    SecureShareRequest, SecureUnmaskRequest, SessionMessage, TicketCommand, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
+    EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, KeysMessage, MaybeKeys, ReleaseFit,
+    SecureConfirmReply, SecureConfirmRequest, SecureSetupRequest, SecureShareRequest,
+    SecureUnmaskRequest, SessionMessage, TicketCommand, ticket_command,
 };
 use crate::protocol::secure::{ParticipantKeys, SecureSession};
 
@@ -194,6 +195,7 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         mask_key: [i; 32],
         cipher_key: [i.wrapping_add(1); 32],
         self_commitment: [i.wrapping_add(2); 32],
+        list_key: [i.wrapping_add(3); 32],
         signed: None,
     };
     let envelope = |from: u32, to: u32| EnvelopeMessage {
@@ -220,10 +222,25 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         groups: Vec::new(),
         envelopes: vec![envelope(1, 0), envelope(2, 0)],
     };
+    let confirm = SecureConfirmRequest {
+        encode: encode.clone(),
+        session: session.clone(),
+        survivors: vec![0, 1],
+    };
     let unmask = SecureUnmaskRequest {
         encode,
         session,
         survivors: vec![0, 1],
+        signatures: vec![
+            SecureConfirmReply {
+                from: 0,
+                signature: vec![0x11; 64],
+            },
+            SecureConfirmReply {
+                from: 1,
+                signature: vec![0x22; 64],
+            },
+        ],
     };
     vec![
         (
@@ -237,6 +254,10 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         (
             "encode_masked".into(),
             action(ACTION_ENCODE_MASKED, masked.encode_to_vec()),
+        ),
+        (
+            "secure_confirm".into(),
+            action(ACTION_SECURE_CONFIRM, confirm.encode_to_vec()),
         ),
         (
             "secure_unmask".into(),

@@ -17,8 +17,8 @@ use super::common::{runtime, testdata};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER,
-    EncodeRequest, TicketCommand, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
+    AUTHORIZATION, BEARER, EncodeRequest, TicketCommand, ticket_command,
 };
 use crate::site::engine::SiteEngine;
 use crate::site::release::policy::DisclosurePolicy;
@@ -36,6 +36,7 @@ pub(super) const CALLS: &[&str] = &[
     ACTION_SECURE_SETUP,
     ACTION_SECURE_SHARE,
     ACTION_ENCODE_MASKED,
+    ACTION_SECURE_CONFIRM,
     ACTION_SECURE_UNMASK,
     ACTION_PRIVACY_BUDGET,
     "get_schema",

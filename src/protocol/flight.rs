@@ -10,6 +10,7 @@
 //! | `DoAction` [`ACTION_SECURE_SETUP`] | body: a [`SecureSetupRequest`] | a [`SecureSetupReply`]: the worker's public keys for the session and its group keys |
 //! | `DoAction` [`ACTION_SECURE_SHARE`] | body: a [`SecureShareRequest`] | a [`SecureShareReply`]: its sealed share envelopes |
 //! | `DoAction` [`ACTION_ENCODE_MASKED`] | body: an [`EncodeMaskedRequest`] | the masked state batch (Arrow IPC stream) |
+//! | `DoAction` [`ACTION_SECURE_CONFIRM`] | body: a [`SecureConfirmRequest`] | a [`SecureConfirmReply`]: its signature of the survivor list |
 //! | `DoAction` [`ACTION_SECURE_UNMASK`] | body: a [`SecureUnmaskRequest`] | a [`SecureUnmaskReply`]: the shares it reveals |
 //! | `ListActions` | | the action types above |
 //!
@@ -25,6 +26,7 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{FedError, Result};
+use crate::protocol::secure::consistency::ListSignature;
 use crate::protocol::secure::shamir::Share;
 use crate::protocol::secure::{
     ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope, SignedKey,
@@ -43,7 +45,10 @@ pub const ACTION_SECURE_SHARE: &str = "fedsql.secure_share";
 /// DoAction: secure aggregation, step 3: the masked state.
 pub const ACTION_ENCODE_MASKED: &str = "fedsql.encode_masked";
 
-/// DoAction: secure aggregation, step 4: the shares that unmask the sum.
+/// DoAction: secure aggregation, step 4: the survivor list, signed.
+pub const ACTION_SECURE_CONFIRM: &str = "fedsql.secure_confirm";
+
+/// DoAction: secure aggregation, step 5: the shares that unmask the sum.
 pub const ACTION_SECURE_UNMASK: &str = "fedsql.secure_unmask";
 
 /// gRPC metadata key of the worker's token.
@@ -156,6 +161,9 @@ pub struct KeysMessage {
     /// Its signature of the session id and the keys' digest.
     #[prost(bytes = "vec", tag = "5")]
     pub signature: Vec<u8>,
+    /// The Ed25519 key of its survivor-list signature.
+    #[prost(bytes = "vec", tag = "6")]
+    pub list_key: Vec<u8>,
 }
 
 impl KeysMessage {
@@ -164,6 +172,7 @@ impl KeysMessage {
             mask_key: keys.mask_key.to_vec(),
             cipher_key: keys.cipher_key.to_vec(),
             self_commitment: keys.self_commitment.to_vec(),
+            list_key: keys.list_key.to_vec(),
             identity: keys.signed.map(|s| s.identity.to_vec()).unwrap_or_default(),
             signature: keys
                 .signed
@@ -177,6 +186,7 @@ impl KeysMessage {
             mask_key: public_key(&self.mask_key)?,
             cipher_key: public_key(&self.cipher_key)?,
             self_commitment: public_key(&self.self_commitment)?,
+            list_key: public_key(&self.list_key)?,
             signed: SignedKey::from_wire(&self.identity, &self.signature)?,
         })
     }
@@ -273,8 +283,52 @@ pub struct EncodeMaskedRequest {
     pub envelopes: Vec<EnvelopeMessage>,
 }
 
-/// The body of [`ACTION_SECURE_UNMASK`]: the encoder, the session and the
+/// The body of [`ACTION_SECURE_CONFIRM`]: the encoder, the session and the
 /// survivors' places.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureConfirmRequest {
+    #[prost(message, optional, tag = "1")]
+    pub encode: Option<EncodeRequest>,
+    #[prost(message, optional, tag = "2")]
+    pub session: Option<SessionMessage>,
+    #[prost(uint32, repeated, tag = "3")]
+    pub survivors: Vec<u32>,
+}
+
+/// A survivor's signature of the survivor list (see [`ListSignature`]);
+/// the answer to [`ACTION_SECURE_CONFIRM`], and one of the signatures of
+/// a [`SecureUnmaskRequest`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureConfirmReply {
+    #[prost(uint32, tag = "1")]
+    pub from: u32,
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: Vec<u8>,
+}
+
+impl SecureConfirmReply {
+    pub fn of(signed: &ListSignature) -> Self {
+        Self {
+            from: signed.from,
+            signature: signed.signature.to_vec(),
+        }
+    }
+
+    pub fn signature(&self) -> Result<ListSignature> {
+        Ok(ListSignature {
+            from: self.from,
+            signature: self.signature.as_slice().try_into().map_err(|_| {
+                FedError::InvalidArgument(format!(
+                    "a survivor-list signature is 64 bytes, not {}",
+                    self.signature.len()
+                ))
+            })?,
+        })
+    }
+}
+
+/// The body of [`ACTION_SECURE_UNMASK`]: the encoder, the session, the
+/// survivors' places and the survivors' signatures of that list.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SecureUnmaskRequest {
     #[prost(message, optional, tag = "1")]
@@ -283,6 +337,8 @@ pub struct SecureUnmaskRequest {
     pub session: Option<SessionMessage>,
     #[prost(uint32, repeated, tag = "3")]
     pub survivors: Vec<u32>,
+    #[prost(message, repeated, tag = "4")]
+    pub signatures: Vec<SecureConfirmReply>,
 }
 
 /// One revealed share (see [`Revealed`]).

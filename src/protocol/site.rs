@@ -17,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use crate::protocol::secure::{
     MaskRequest, Revealed, SecureSession, SecureSetup, ShareEnvelope, ShareRequest, UnmaskRequest,
 };
@@ -208,7 +209,16 @@ pub trait Site: Send + Sync + fmt::Debug {
     ) -> Result<StateBatch> {
         Err(unsupported(self.name()))
     }
-    /// Secure aggregation, step 4: the shares that unmask the survivors' sum.
+    /// Secure aggregation, step 4: the site's signature of the survivor
+    /// list (see [`crate::protocol::secure::consistency`]).
+    async fn secure_confirm(
+        &self,
+        _request: &SiteRequest<'_>,
+        _confirm: &ConfirmRequest,
+    ) -> Result<ListSignature> {
+        Err(unsupported(self.name()))
+    }
+    /// Secure aggregation, step 5: the shares that unmask the survivors' sum.
     async fn secure_unmask(
         &self,
         _request: &SiteRequest<'_>,

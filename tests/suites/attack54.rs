@@ -4,8 +4,13 @@
 //! messages (`Site::secure_setup / secure_share / encode_masked /
 //! secure_unmask`) and by a hostile analyst writing SQL.
 //!
-//! Tests that pass assert a defence that holds. Tests marked `#[ignore]`
-//! with a "BREAK:" comment demonstrate an attack that succeeds.
+//! Every test asserts a defence that holds. The attacks of the first
+//! outside review that broke the protocol (per-survivor survivor lists,
+//! a sparse round isolating one site, the same against DP under the
+//! masks, a tiny ε hanging the sites) are kept as tests of their fix: the
+//! consistency round (every survivor signs the one list; a share is
+//! revealed only for a list the threshold signed), and the cap on the
+//! masked noise's scale.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +20,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::encoder::Encoder;
+use fedsql::protocol::secure::consistency::ConfirmRequest;
 use fedsql::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
     ShareRequest, UnmaskRequest, masks, shamir,
@@ -228,36 +234,65 @@ fn split_lists(n: usize, t: usize, target: &[usize]) -> Vec<Vec<u32>> {
     lists
 }
 
+/// Which signatures the hostile coordinator hands each site in step 5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hand {
+    /// The signatures of the sites given the same list (all it honestly has).
+    SameList,
+    /// Every signature it collected, of whatever list.
+    All,
+}
+
 /// The attack: each survivor gets its own survivor list (all of at least
-/// t sites, all containing it); from the shares the coordinator unmasks
-/// the sum of the `target` sites' first words alone.
+/// t sites, all containing it); from the shares the coordinator would
+/// unmask the sum of the `target` sites' first words alone.
 async fn unmask_subset(
     h: &Hostile,
     session: &SecureSession,
     target: &[usize],
+    hand: Hand,
 ) -> Result<u64, String> {
     let lists = split_lists(h.sites.len(), session.threshold, target);
-    unmask_with_lists(h, session, target, &lists).await
+    unmask_with_lists(h, session, target, &lists, hand).await
 }
 
-/// Steps 1–3 honestly, then step 4 with `lists[c]` sent to site `c`;
-/// rebuilds the self seeds of `target` and the mask keys of their
+/// Steps 1–3 honestly, then steps 4 and 5 with `lists[c]` sent to site
+/// `c`; rebuilds the self seeds of `target` and the mask keys of their
 /// neighbours and returns the sum of the targets' first words, unmasked.
 async fn unmask_with_lists(
     h: &Hostile,
     session: &SecureSession,
     target: &[usize],
     lists: &[Vec<u32>],
+    hand: Hand,
 ) -> Result<u64, String> {
     use fedsql::protocol::secure::graph;
     let n = h.sites.len();
     let (share, words) = h.masked_words(session).await;
     let nb = graph::neighbours(session);
+    let mut signed = Vec::new();
+    for (c, site) in h.sites.iter().enumerate() {
+        let confirm = ConfirmRequest {
+            session: session.clone(),
+            survivors: lists[c].clone(),
+        };
+        let signature = site
+            .secure_confirm(&h.req(), &confirm)
+            .await
+            .map_err(|e| format!("site {c} refused to sign: {e}"))?;
+        signed.push(signature);
+    }
     let mut revealed: Vec<(usize, Vec<Revealed>)> = Vec::new();
     for (c, site) in h.sites.iter().enumerate() {
+        let signatures = signed
+            .iter()
+            .filter(|s| hand == Hand::All || lists[s.from as usize] == lists[c])
+            .copied()
+            .collect();
         let request = UnmaskRequest {
             session: session.clone(),
             survivors: lists[c].clone(),
+            signatures,
         };
         let r = site
             .secure_unmask(&h.req(), &request)
@@ -378,42 +413,56 @@ fn sparse_lists(session: &SecureSession, a: usize) -> Vec<Vec<u32>> {
 const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 
 // ---------------------------------------------------------------------
-// BREAK 1: survivor lists that differ per survivor.
+// Was BREAK 1 (fixed by the consistency round): survivor lists that
+// differ per survivor.
 // ---------------------------------------------------------------------
 
-/// BREAK: a hostile coordinator sends every survivor a *different*
-/// survivor list in step 4. Each list passes every check a site makes
-/// (at least t sites, contains the site, no duplicates, only sites it
-/// masked with), yet together they hand over the self seeds of 2 sites
-/// and the mask keys of all the others: the coordinator unmasks the sum
-/// of just 2 sites although t = 3 (5 sites) or t = 13 (25 sites).
-/// Sites never see each other's lists (no consistency round as in
-/// Bonawitz et al.'s malicious-secure variant, where survivors sign the
-/// list and check t signatures).
+/// The refusal every site gives a list the threshold did not sign.
+fn refused_for_lack_of_signatures(err: &str) -> bool {
+    err.contains("survivors signed the survivor list")
+        || err.contains("does not verify")
+        || err.contains("not on it or signed twice")
+}
+
+/// Was BREAK: a hostile coordinator sends every survivor a *different*
+/// survivor list (each passing every check a site makes alone) to collect
+/// the self seeds of 2 sites and the mask keys of all others — the sum of
+/// 2 sites although t = 3 (5 sites) or 13 (25 sites). Now every site signs
+/// the list it is given, and reveals only for a list t sites signed: no
+/// list here has t signatures, and the signatures of other lists do not
+/// verify for it. Every site refuses; nothing is revealed.
 #[tokio::test]
-#[ignore = "BREAK: per-survivor survivor lists unmask a sum over 2 < t sites"]
-async fn break_per_site_survivor_lists_unmask_two_sites_below_the_threshold() {
+async fn per_site_survivor_lists_reveal_nothing() {
     for n in [5usize, 25] {
-        let h = Hostile::new(n, None, SUM_SQL).await;
-        let session = h.session(None);
-        assert_eq!(session.threshold, n / 2 + 1);
-        let got = unmask_subset(&h, &session, &[0, 1]).await.unwrap();
-        assert_eq!(got, plain_sum(0) + plain_sum(1), "{n} sites");
+        for hand in [Hand::SameList, Hand::All] {
+            let h = Hostile::new(n, None, SUM_SQL).await;
+            let session = h.session(None);
+            assert_eq!(session.threshold, n / 2 + 1);
+            let err = unmask_subset(&h, &session, &[0, 1], hand)
+                .await
+                .unwrap_err();
+            assert!(
+                refused_for_lack_of_signatures(&err),
+                "{n} sites, {hand:?}: {err}"
+            );
+        }
     }
 }
 
-/// BREAK (consequence): three sessions over the same 5 honest sites,
-/// each unmasking a different pair, give site 0's exact secure_sum state
-/// (x0 = (s01 + s02 − s12) / 2) with no site colluding.
+/// The control: the same harness, given one list for every site (as an
+/// honest coordinator sends), unmasks the sum over that list exactly — so
+/// the refusals above are the defence's, not the harness's.
 #[tokio::test]
-#[ignore = "BREAK: three pair sums reveal one site's exact secure state"]
-async fn break_three_pair_sums_reveal_one_sites_exact_state() {
-    let h = Hostile::new(5, None, SUM_SQL).await;
-    let s01 = unmask_subset(&h, &h.session(None), &[0, 1]).await.unwrap() as i128;
-    let s02 = unmask_subset(&h, &h.session(None), &[0, 2]).await.unwrap() as i128;
-    let s12 = unmask_subset(&h, &h.session(None), &[1, 2]).await.unwrap() as i128;
-    let x0 = (s01 + s02 - s12) / 2;
-    assert_eq!(x0 as u64, plain_sum(0), "site 0's plain state recovered");
+async fn one_list_for_every_site_unmasks_the_exact_sum() {
+    let n = 5;
+    let h = Hostile::new(n, None, SUM_SQL).await;
+    let session = h.session(None);
+    let all: Vec<usize> = (0..n).collect();
+    let lists = vec![(0..n as u32).collect::<Vec<_>>(); n];
+    let got = unmask_with_lists(&h, &session, &all, &lists, Hand::SameList)
+        .await
+        .unwrap();
+    assert_eq!(got, (0..n).map(plain_sum).sum::<u64>());
 }
 
 /// Held: a single site cannot be isolated this way in a full round (with
@@ -428,66 +477,135 @@ fn a_single_site_cannot_be_isolated_by_split_lists() {
     }
 }
 
-/// BREAK: in a sparse round (more than 100 sites, SecAgg+ graph), one
-/// session unmasks ONE site's exact state. A site's unmask check counts
-/// only its own neighbourhood for the "stranger" and `near` rules, and
-/// counts any listed index toward the session's t, so each site gets a
-/// list of its neighbourhood's strict majority plus far sites as padding.
-/// The sites in site 0's neighbourhood keep site 0 on their lists (its
-/// self seed is revealed) while every neighbour of site 0 is left off by a
-/// strict majority of its own neighbourhood (its mask key is revealed):
-/// site 0's self mask and all its pairwise masks come off.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "BREAK: sparse round: one session unmasks a single site exactly"]
-async fn break_sparse_round_unmasks_a_single_site() {
-    let h = Hostile::new(101, None, SUM_SQL).await;
-    let session = h.session(None);
-    assert_eq!(session.threshold, 51);
-    let lists = sparse_lists(&session, 0);
-    let got = unmask_with_lists(&h, &session, &[0], &lists).await.unwrap();
-    assert_eq!(got, plain_sum(0), "site 0's plain state");
-}
-
-// ---------------------------------------------------------------------
-// BREAK 2: the same attack against DP under the masks.
-// ---------------------------------------------------------------------
-
-/// The variance of the discrete Laplace distribution of scale `s`.
-fn discrete_laplace_variance(s: f64) -> f64 {
-    let p = (-1.0 / s).exp();
-    2.0 * p / ((1.0 - p) * (1.0 - p))
-}
-
-/// BREAK: with secure_dp_count, the per-survivor lists give the count of
-/// 2 sites with 2 shares of noise cut for t = 13 (25 sites): 2/13 of the
-/// stated variance (the docs promise every total carries ≥ 1 full draw).
-/// Each site debited ε once per session, as for an honest round.
+/// Was BREAK: in a sparse round (more than 100 sites, SecAgg+ graph), lists
+/// that keep each site's neighbourhood majority and pad to t with far
+/// sites isolated ONE site's exact state in one session. Now the lists
+/// differ, so none has t signatures: refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BREAK: DP total over 2 sites with 2/t of a draw of noise"]
-async fn break_dp_count_of_two_sites_carries_two_shares_only() {
-    const RUNS: usize = 120;
+async fn a_sparse_round_cannot_isolate_a_single_site() {
+    let h = Hostile::new(101, None, SUM_SQL).await;
+    for hand in [Hand::SameList, Hand::All] {
+        let session = h.session(None);
+        assert_eq!(session.threshold, 51);
+        let lists = sparse_lists(&session, 0);
+        let err = unmask_with_lists(&h, &session, &[0], &lists, hand)
+            .await
+            .unwrap_err();
+        assert!(refused_for_lack_of_signatures(&err), "{hand:?}: {err}");
+    }
+}
+
+/// A list naming a site that sent no keys (an index past the clients, or
+/// a client that never answered), or out of order, is refused before
+/// anything is signed: only real participants count toward t.
+#[tokio::test]
+async fn unknown_places_on_a_survivor_list_are_refused() {
+    let h = Hostile::new(5, None, SUM_SQL).await;
+    for list in [vec![0u32, 1, 2, 7], vec![0, 1, 2, 5], vec![2, 1, 0, 3]] {
+        let session = h.session(None);
+        h.masked_words(&session).await;
+        let err = h.sites[0]
+            .secure_confirm(
+                &h.req(),
+                &ConfirmRequest {
+                    session: session.clone(),
+                    survivors: list.clone(),
+                },
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sent no keys") || err.contains("increasing order"),
+            "{list:?}: {err}"
+        );
+    }
+}
+
+/// One site's signature replayed for the others, or signatures of one
+/// session shown in another: they do not verify, and nothing is revealed.
+#[tokio::test]
+async fn forged_or_replayed_list_signatures_reveal_nothing() {
+    let h = Hostile::new(5, None, SUM_SQL).await;
+    let list: Vec<u32> = vec![0, 1, 2, 3, 4];
+    let sign_all = |session: SecureSession| {
+        let list = list.clone();
+        let h = &h;
+        async move {
+            h.masked_words(&session).await;
+            let mut signed = Vec::new();
+            for site in &h.sites {
+                let confirm = ConfirmRequest {
+                    session: session.clone(),
+                    survivors: list.clone(),
+                };
+                signed.push(site.secure_confirm(&h.req(), &confirm).await.unwrap());
+            }
+            (session, signed)
+        }
+    };
+    let (old, old_signed) = sign_all(h.session(None)).await;
+    let (new, new_signed) = sign_all(h.session(None)).await;
+    assert_ne!(old.id, new.id);
+    // Site 0's own signature, and the others' from the old session.
+    let mut replayed = vec![new_signed[0]];
+    replayed.extend(old_signed[1..].iter().copied());
+    // Site 1's signature relabelled as sites 2 and 3's.
+    let mut relabelled = vec![new_signed[0], new_signed[1]];
+    for from in [2, 3] {
+        relabelled.push(fedsql::protocol::secure::consistency::ListSignature {
+            from,
+            ..new_signed[1]
+        });
+    }
+    for (what, signatures) in [("replayed", replayed), ("relabelled", relabelled)] {
+        let request = UnmaskRequest {
+            session: new.clone(),
+            survivors: list.clone(),
+            signatures,
+        };
+        // A refusal ends the session at that site: a fresh site each time.
+        let at = if what == "replayed" { 0 } else { 2 };
+        let err = h.sites[at]
+            .secure_unmask(&h.req(), &request)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not verify"), "{what}: {err}");
+    }
+    // The honest request on a fresh session of its own would be answered;
+    // the old session's signatures still work for the old session.
+    let request = UnmaskRequest {
+        session: old.clone(),
+        survivors: list.clone(),
+        signatures: old_signed.clone(),
+    };
+    let revealed = h.sites[1].secure_unmask(&h.req(), &request).await.unwrap();
+    assert_eq!(revealed.len(), 5);
+}
+
+// ---------------------------------------------------------------------
+// Was BREAK 2 (fixed by the consistency round): the same attack against
+// DP under the masks.
+// ---------------------------------------------------------------------
+
+/// Was BREAK: with secure_dp_count over 25 sites, per-survivor lists gave
+/// the count of 2 sites carrying only 2/13 of a draw of noise. Now refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dp_count_of_two_sites_is_not_revealed() {
     let h = Hostile::new(
         25,
         Some(&DpPolicy::default()),
         "SELECT secure_dp_count(*, 1.0) AS n FROM t",
     )
     .await;
-    let truth = (site_rows(0).num_rows() + site_rows(1).num_rows()) as i64;
-    let mut errors = Vec::new();
-    for _ in 0..RUNS {
+    for hand in [Hand::SameList, Hand::All] {
         let session = h.session(None);
-        let got = unmask_subset(&h, &session, &[0, 1]).await.unwrap();
-        errors.push((got as i64 - truth) as f64);
+        let err = unmask_subset(&h, &session, &[0, 1], hand)
+            .await
+            .unwrap_err();
+        assert!(refused_for_lack_of_signatures(&err), "{hand:?}: {err}");
     }
-    let n = errors.len() as f64;
-    let mean = errors.iter().sum::<f64>() / n;
-    let var = errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    let stated = discrete_laplace_variance(1.0); // one full draw, Δ/ε = 1
-    eprintln!(
-        "pair count: variance {var} vs one draw {stated} (expected {})",
-        stated * 2.0 / 13.0
-    );
-    assert!(var < 0.5 * stated, "variance {var} vs one draw {stated}");
     let _ = &h.ctx;
 }
 

@@ -83,6 +83,13 @@ impl Site for Recording {
     ) -> Result<Vec<ShareEnvelope>> {
         self.inner.secure_share(request, share).await
     }
+    async fn secure_confirm(
+        &self,
+        request: &SiteRequest<'_>,
+        confirm: &fedsql::protocol::secure::consistency::ConfirmRequest,
+    ) -> Result<fedsql::protocol::secure::consistency::ListSignature> {
+        self.inner.secure_confirm(request, confirm).await
+    }
     async fn secure_unmask(
         &self,
         request: &SiteRequest<'_>,

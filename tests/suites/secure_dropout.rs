@@ -1,5 +1,5 @@
 //! Secure aggregation with dropouts, and a coordinator that tries to break
-//! it: sites that fail at each of the four steps (left out before their
+//! it: sites that fail at each of the five steps (left out before their
 //! masked state, recovered after), fewer than the threshold, and requests
 //! a dishonest coordinator could make — a living site claimed dropped,
 //! both shares of one site, replayed and misaddressed messages.
@@ -13,6 +13,7 @@ use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::encoder::Encoder;
 use fedsql::protocol::encoder::StateBatch;
+use fedsql::protocol::secure::consistency::ConfirmRequest;
 use fedsql::protocol::secure::{
     MaskRequest, Revealed, RevealedKind, SecureSession, SecureSetup, ShareEnvelope, ShareRequest,
     UnmaskRequest, masks, shamir,
@@ -28,6 +29,7 @@ enum Fail {
     Setup,
     Share,
     Mask,
+    Confirm,
     Unmask,
 }
 
@@ -93,6 +95,14 @@ impl Site for Flaky {
         let state = self.inner.encode_masked(request, mask).await;
         self.lost(Fail::Mask)?;
         state
+    }
+    async fn secure_confirm(
+        &self,
+        request: &SiteRequest<'_>,
+        confirm: &fedsql::protocol::secure::consistency::ConfirmRequest,
+    ) -> Result<fedsql::protocol::secure::consistency::ListSignature> {
+        self.lost(Fail::Confirm)?;
+        self.inner.secure_confirm(request, confirm).await
     }
     async fn secure_unmask(
         &self,
@@ -210,7 +220,13 @@ async fn secure_sums(fed: &FedContext) -> Result<[i64; 2]> {
 #[tokio::test]
 async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
     for n in [5usize, 25] {
-        for step in [Fail::Setup, Fail::Share, Fail::Mask, Fail::Unmask] {
+        for step in [
+            Fail::Setup,
+            Fail::Share,
+            Fail::Mask,
+            Fail::Confirm,
+            Fail::Unmask,
+        ] {
             for dropping in [vec![n - 1], vec![1, n - 2]] {
                 let fed = federation(n, |c| {
                     if dropping.contains(&c) {
@@ -223,7 +239,9 @@ async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
                     .await
                     .unwrap_or_else(|e| panic!("{n} sites, {step:?} {dropping:?}: {e}"));
                 let took_part: Vec<usize> = (0..n)
-                    .filter(|c| step == Fail::Unmask || !dropping.contains(c))
+                    .filter(|c| {
+                        matches!(step, Fail::Confirm | Fail::Unmask) || !dropping.contains(c)
+                    })
                     .collect();
                 let (want, _) = plain_sums(took_part.iter().copied());
                 assert_eq!(got, want, "{n} sites, {step:?} {dropping:?}");
@@ -282,7 +300,13 @@ async fn a_group_only_a_dropped_site_had_is_not_in_the_answer() {
 /// that dropped and the threshold, never a number.
 #[tokio::test]
 async fn below_the_threshold_the_query_fails_naming_the_dropped_sites() {
-    for step in [Fail::Setup, Fail::Share, Fail::Mask, Fail::Unmask] {
+    for step in [
+        Fail::Setup,
+        Fail::Share,
+        Fail::Mask,
+        Fail::Confirm,
+        Fail::Unmask,
+    ] {
         // 5 sites, threshold 3: three dropping leaves two.
         let fed = federation(5, |c| if c >= 2 { step } else { Fail::Never });
         let err = secure_sums(&fed).await.unwrap_err().to_string();
@@ -495,10 +519,29 @@ impl Driven {
         batch.column(column).as_primitive::<UInt64Type>().value(0)
     }
 
-    fn unmask(&self, survivors: &[u32]) -> UnmaskRequest {
+    fn confirm(&self, survivors: &[u32]) -> ConfirmRequest {
+        ConfirmRequest {
+            session: self.session.clone(),
+            survivors: survivors.to_vec(),
+        }
+    }
+
+    /// Step 4 with each of `signers`: the unmasking request for `survivors`
+    /// with their signatures.
+    async fn signed(&self, survivors: &[u32], signers: &[usize]) -> UnmaskRequest {
+        let mut signatures = Vec::new();
+        for &c in signers {
+            signatures.push(
+                self.sites[c]
+                    .secure_confirm(&self.request(c), &self.confirm(survivors))
+                    .await
+                    .unwrap(),
+            );
+        }
         UnmaskRequest {
             session: self.session.clone(),
             survivors: survivors.to_vec(),
+            signatures,
         }
     }
 }
@@ -517,9 +560,8 @@ async fn a_living_site_claimed_dropped_stays_masked() {
         masked.push(d.masked(c, &envelopes, &groups).await);
     }
     // Site 4 sent its masked state; the coordinator says it dropped.
-    let claim = d.unmask(&[0, 1, 2, 3]);
     let err = d.sites[4]
-        .secure_unmask(&d.request(4), &claim)
+        .secure_confirm(&d.request(4), &d.confirm(&[0, 1, 2, 3]))
         .await
         .unwrap_err()
         .to_string();
@@ -527,6 +569,7 @@ async fn a_living_site_claimed_dropped_stays_masked() {
         err.contains("refused") || err.contains("listed as dropped"),
         "{err}"
     );
+    let claim = d.signed(&[0, 1, 2, 3], &[0, 1, 2, 3]).await;
     let mut key_shares = Vec::new();
     for c in 0..3 {
         let revealed = d.sites[c]
@@ -539,8 +582,10 @@ async fn a_living_site_claimed_dropped_stays_masked() {
         assert_eq!(of4[0].kind, RevealedKind::MaskKey);
         key_shares.push(of4[0].share);
         // Asking again, now for site 4's self seed: the session is over.
+        let mut again = claim.clone();
+        again.survivors = vec![0, 1, 2, 3, 4];
         let again = d.sites[c]
-            .secure_unmask(&d.request(c), &d.unmask(&[0, 1, 2, 3, 4]))
+            .secure_unmask(&d.request(c), &again)
             .await
             .unwrap_err()
             .to_string();
@@ -642,8 +687,9 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
     );
 }
 
-/// Unmasking asks for nothing below the threshold, and a site answers
-/// one unmasking only.
+/// Nothing is signed or revealed below the threshold, a site answers one
+/// confirmation and one unmasking only, and it reveals only for a list
+/// the threshold signed.
 #[tokio::test]
 async fn unmasking_below_the_threshold_or_twice_reveals_nothing() {
     let d = Driven::new(5).await;
@@ -653,38 +699,56 @@ async fn unmasking_below_the_threshold_or_twice_reveals_nothing() {
     }
     // Two survivors, threshold 3: refused, and the session is over.
     let err = d.sites[0]
-        .secure_unmask(&d.request(0), &d.unmask(&[0, 1]))
+        .secure_confirm(&d.request(0), &d.confirm(&[0, 1]))
         .await
         .unwrap_err()
         .to_string();
-    assert!(!err.is_empty());
+    assert!(err.contains("fewer than the threshold 3"), "{err}");
     assert!(
         d.sites[0]
-            .secure_unmask(&d.request(0), &d.unmask(&[0, 1, 2, 3, 4]))
+            .secure_confirm(&d.request(0), &d.confirm(&[0, 1, 2, 3, 4]))
             .await
             .is_err()
     );
     // A survivor listed twice: refused.
-    assert!(
-        d.sites[1]
-            .secure_unmask(&d.request(1), &d.unmask(&[0, 1, 1, 2]))
-            .await
-            .is_err()
-    );
-    // A proper request: one share per site, of the right kind.
+    let err = d.sites[1]
+        .secure_confirm(&d.request(1), &d.confirm(&[0, 1, 1, 2]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("increasing order"), "{err}");
+    // Sites 2, 3 and 4 sign [2, 3, 4]; two signatures are not enough.
+    let mut request = d.signed(&[2, 3, 4], &[2, 3, 4]).await;
+    let all = request.signatures.clone();
+    request.signatures.truncate(2);
+    let err = d.sites[4]
+        .secure_unmask(&d.request(4), &request)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2 survivors signed"), "{err}");
+    // All three: one share per site site 2 masked with, of the right kind.
+    request.signatures = all;
     let revealed = d.sites[2]
-        .secure_unmask(&d.request(2), &d.unmask(&[0, 1, 2, 4]))
+        .secure_unmask(&d.request(2), &request)
         .await
         .unwrap();
     assert_eq!(revealed.len(), 5);
     for r in &revealed {
-        let want = if r.of == 3 {
+        let want = if r.of < 2 {
             RevealedKind::MaskKey
         } else {
             RevealedKind::SelfSeed
         };
         assert_eq!(r.kind, want, "{r:?}");
     }
+    // Once only.
+    assert!(
+        d.sites[2]
+            .secure_unmask(&d.request(2), &request)
+            .await
+            .is_err()
+    );
 }
 
 /// A `fedsql worker` child process serving `t` from one CSV file; killed

@@ -1,4 +1,4 @@
-//! The coordinator's half of secure aggregation: it runs the four steps
+//! The coordinator's half of secure aggregation: it runs the five steps
 //! with every site, relays keys and sealed share envelopes, leaves out the
 //! sites that drop out before masking, recovers those that drop out after,
 //! and removes the masks from the sum (see [`crate::protocol::secure`] for
@@ -16,6 +16,7 @@ use futures::future::join_all;
 
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::consistency::ConfirmRequest;
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, SecureLayout, SecureSession, ShareEnvelope, ShareRequest,
     UnmaskRequest, default_threshold, union_groups,
@@ -50,7 +51,7 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
     })
 }
 
-/// Runs a secure round's four steps with every client; `encoders` holds
+/// Runs a secure round's five steps with every client; `encoders` holds
 /// each client's encoder, in the order of `clients`, and every request runs
 /// for `analyst`. `partial` is the round's partial aggregate (the layout of
 /// its secure columns), `threshold` the round's t.
@@ -168,19 +169,57 @@ pub(crate) async fn collect_masked_states(
     }
     part.check(Stage::Masking)?;
 
-    // Step 4: unmasking.
+    // Step 4: every survivor signs the one survivor list.
     let survivors: Vec<usize> = masked.iter().map(|(i, _, _)| *i).collect();
-    let unmask_request = UnmaskRequest {
+    let confirm_request = ConfirmRequest {
         session: session.clone(),
         survivors: survivors.iter().map(|&i| i as u32).collect(),
     };
     let answers = join_all(survivors.iter().map(|&i| {
+        let confirm_request = &confirm_request;
+        async move {
+            clients[i]
+                .secure_confirm(&request(i), confirm_request)
+                .await
+        }
+    }))
+    .await;
+    let mut signers = Vec::new();
+    let mut signatures = Vec::new();
+    for (&i, answer) in survivors.iter().zip(answers) {
+        match answer {
+            Ok(signed) if signed.from as usize == i => {
+                signers.push(i);
+                signatures.push(signed);
+            }
+            Ok(_) => part.miss_unmasking(
+                i,
+                &FedError::Internal("it signed the survivor list for another place".into()),
+            ),
+            Err(e) => part.miss_unmasking(i, &e),
+        }
+    }
+
+    if signers.len() < session.threshold {
+        // Every survivor would refuse: say who is missing instead.
+        return Err(part.unmask_failed(FedError::InvalidArgument(
+            "fewer survivors signed the survivor list than the threshold".into(),
+        )));
+    }
+
+    // Step 5: unmasking, by the survivors that signed.
+    let unmask_request = UnmaskRequest {
+        session: session.clone(),
+        survivors: confirm_request.survivors.clone(),
+        signatures,
+    };
+    let answers = join_all(signers.iter().map(|&i| {
         let unmask_request = &unmask_request;
         async move { clients[i].secure_unmask(&request(i), unmask_request).await }
     }))
     .await;
     let mut revealed = Vec::new();
-    for (&i, answer) in survivors.iter().zip(answers) {
+    for (&i, answer) in signers.iter().zip(answers) {
         match answer {
             Ok(shares) => revealed.push((i, shares)),
             Err(e) => part.miss_unmasking(i, &e),

@@ -81,7 +81,9 @@ impl Participation {
         parts.extend(self.silent.iter().map(|(i, why)| {
             let name = &self.clients[*i];
             if with_reasons {
-                format!("'{name}' (did not answer the unmasking: {why})")
+                format!(
+                    "'{name}' (did not confirm the survivor list or answer the unmasking: {why})"
+                )
             } else {
                 format!("'{name}' did not answer the unmasking; its state counts")
             }

@@ -4,7 +4,8 @@
 //!
 //! Those aggregates keep their state as `UInt64` words summed mod 2^64 (see
 //! [`fedsql_udfs::secure_quantized`]). A round with one of them runs the
-//! double-masking protocol of Bonawitz et al. (CCS 2017) as four
+//! double-masking protocol of Bonawitz et al. (CCS 2017), with the
+//! consistency round of its actively secure variant, as five
 //! request/response exchanges, each site answering the coordinator, so a
 //! network worker serves it as a local site does:
 //!
@@ -12,9 +13,10 @@
 //!    [`SecureSession`] (a random id, the round's clients in order, and the
 //!    threshold t). Each site runs the encoder, keeps its state, draws two
 //!    X25519 key pairs (a *mask key* for pairwise masks, a *cipher key* for
-//!    the envelopes of its shares) and a 32-byte self-mask seed, and answers
-//!    with both public keys, the seed's commitment and its group keys
-//!    ([`SecureSetup`]), signed by its identity if it has one.
+//!    the envelopes of its shares), an Ed25519 *list key* for step 4 and a
+//!    32-byte self-mask seed, and answers with the public keys, the seed's
+//!    commitment and its group keys ([`SecureSetup`]), signed by its
+//!    identity if it has one.
 //! 2. **Shares** (`Site::secure_share`): the coordinator relays every
 //!    answering site's keys ([`ShareRequest`]). Each site checks them (its
 //!    peers, its floor, t > n/2), splits its mask secret key and its self
@@ -27,12 +29,18 @@
 //!    them, aligns its state to the groups, and adds mod 2^64 its self mask
 //!    and, with every site whose envelope it opened, the pairwise mask
 //!    (added by the lower place, subtracted by the higher).
-//! 4. **Unmasking** (`Site::secure_unmask`): the coordinator names the sites
-//!    whose masked state it received ([`UnmaskRequest`]). Each of them, once
-//!    per session, reveals for every other site either its share of that
-//!    site's self seed (it is listed) or of its mask key (it is not) —
-//!    never both, and nothing if fewer than t are listed or it is not
-//!    listed itself. The coordinator rebuilds the self seeds of the
+//! 4. **Consistency** (`Site::secure_confirm`): the coordinator names the
+//!    sites whose masked state it received ([`consistency::ConfirmRequest`]).
+//!    Each of them checks the list (itself on it, at least t sites, every
+//!    one a site that sent keys, every neighbour on it one it masked with)
+//!    and signs it, once per session.
+//! 5. **Unmasking** (`Site::secure_unmask`): the coordinator sends the list
+//!    again with the signatures it collected ([`UnmaskRequest`]). A survivor
+//!    answers only for the list it signed, and only when at least t
+//!    distinct sites on it signed it (so every honest survivor answers for
+//!    the same list); it reveals for every site it masked with either its
+//!    share of that site's self seed (listed) or of its mask key (not
+//!    listed) — never both. The coordinator rebuilds the self seeds of the
 //!    survivors and the mask keys of the sites that dropped after masking,
 //!    checks them against their public keys and commitments, and removes
 //!    those masks from the sum.
@@ -53,6 +61,7 @@
 //! site's keys and steps are in `site::release::secure`; the coordinator's
 //! relay and unmasking in `coordinator::secure`.
 
+pub mod consistency;
 pub mod graph;
 pub mod masks;
 pub mod shamir;
@@ -115,12 +124,12 @@ impl SecureSession {
     }
 }
 
-// The messages of the four steps. Sites are named by their place in the
+// The messages of the five steps. Sites are named by their place in the
 // session's client list (0-based); a Shamir share's point is that place
 // plus one.
 
 /// Domain separation of the digest a site's identity signs.
-const KEYS_DIGEST_CONTEXT: &[u8] = b"fedsql secure aggregation v2: participant keys";
+const KEYS_DIGEST_CONTEXT: &[u8] = b"fedsql secure aggregation v3: participant keys";
 
 /// A site's public keys for one session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +140,9 @@ pub struct ParticipantKeys {
     pub cipher_key: [u8; 32],
     /// SHA-256 commitment to its self-mask seed (see [`super::masks::self_commitment`]).
     pub self_commitment: [u8; 32],
+    /// The Ed25519 key that signs the survivor list it confirms (see
+    /// [`consistency`]).
+    pub list_key: [u8; 32],
     /// Its identity's signature of the session id and [`Self::digest`], at
     /// a site with a long-term identity.
     pub signed: Option<SignedKey>,
@@ -144,6 +156,7 @@ impl ParticipantKeys {
         hash.update(self.mask_key);
         hash.update(self.cipher_key);
         hash.update(self.self_commitment);
+        hash.update(self.list_key);
         hash.finalize().into()
     }
 
@@ -198,12 +211,13 @@ pub struct MaskRequest {
     pub groups: RecordBatch,
 }
 
-/// Step 4: the places of the sites whose masked state the coordinator
-/// received (the survivors).
+/// Step 5: the survivor list every survivor confirmed in step 4 (see
+/// [`consistency`]), with the signatures of it the coordinator collected.
 #[derive(Debug, Clone)]
 pub struct UnmaskRequest {
     pub session: SecureSession,
     pub survivors: Vec<u32>,
+    pub signatures: Vec<consistency::ListSignature>,
 }
 
 /// Which secret a revealed share is of.
@@ -215,7 +229,7 @@ pub enum RevealedKind {
     MaskKey,
 }
 
-/// One share a survivor reveals in step 4: of the site at `of`.
+/// One share a survivor reveals in step 5: of the site at `of`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Revealed {
     pub of: u32,

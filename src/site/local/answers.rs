@@ -7,6 +7,7 @@ use datafusion::physical_plan::displayable;
 
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::StateBatch;
+use crate::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use crate::protocol::secure::{
     MaskRequest, Revealed, SecureLayout, SecureSession, SecureSetup, ShareEnvelope, ShareRequest,
     UnmaskRequest,
@@ -153,12 +154,26 @@ impl Site for LocalClient {
             .map_err(|e| self.site_error(e))
     }
 
+    async fn secure_confirm(
+        &self,
+        _request: &SiteRequest<'_>,
+        confirm: &ConfirmRequest,
+    ) -> Result<ListSignature> {
+        self.check_secure_peers()?;
+        self.secrets
+            .confirm(confirm)
+            .map_err(|e| self.site_error(e))
+    }
+
     async fn secure_unmask(
         &self,
         _request: &SiteRequest<'_>,
         unmask: &UnmaskRequest,
     ) -> Result<Vec<Revealed>> {
-        self.secrets.unmask(unmask).map_err(|e| self.site_error(e))
+        self.check_secure_peers()?;
+        self.secrets
+            .unmask(unmask, &self.peers)
+            .map_err(|e| self.site_error(e))
     }
 
     fn release_fit(&self, scope: u64, _analyst: &Analyst) {

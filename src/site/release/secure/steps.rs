@@ -1,5 +1,6 @@
-//! The four steps of secure aggregation at a site, as a state machine per
-//! session: keys sent → shares sent → masked → unmasked (forgotten). Each
+//! The five steps of secure aggregation at a site, as a state machine per
+//! session: keys sent → shares sent → masked → list signed → unmasked
+//! (forgotten). Each
 //! step is answered once, in order; anything else (a replay, a step out of
 //! order, a session it does not know) is refused, so a coordinator cannot
 //! ask twice and collect both kinds of shares of one site.
@@ -13,6 +14,7 @@ use x25519_dalek::{PublicKey, StaticSecret};
 use super::align::align;
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
+use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
 use crate::protocol::secure::masks::{self, SharePair};
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
@@ -44,6 +46,8 @@ struct Pending {
     mask_secret: StaticSecret,
     cipher_secret: StaticSecret,
     self_seed: [u8; 32],
+    /// The seed of its Ed25519 list key (step 4).
+    list_seed: [u8; 32],
     keys: ParticipantKeys,
     state: RecordBatch,
     layout: SecureLayout,
@@ -68,10 +72,18 @@ enum Step {
     /// shares it holds of each of them.
     Masked {
         me: usize,
+        keys: Vec<Option<ParticipantKeys>>,
         masked_with: Vec<usize>,
         held: BTreeMap<usize, SharePair>,
         neighbours: Vec<usize>,
         share_t: usize,
+    },
+    /// Step 4 answered: the one survivor list it signed.
+    Confirmed {
+        me: usize,
+        keys: Vec<Option<ParticipantKeys>>,
+        held: BTreeMap<usize, SharePair>,
+        survivors: Vec<u32>,
     },
 }
 
@@ -81,6 +93,7 @@ impl Step {
             Step::KeysSent => "its keys were sent",
             Step::SharesSent { .. } => "its shares were sent",
             Step::Masked { .. } => "its masked state was sent",
+            Step::Confirmed { .. } => "it signed the survivor list",
         }
     }
 }
@@ -190,10 +203,12 @@ impl ClientSecrets {
         let mask_secret = StaticSecret::from(rand::random::<[u8; 32]>());
         let cipher_secret = StaticSecret::from(rand::random::<[u8; 32]>());
         let self_seed: [u8; 32] = rand::random();
+        let list_seed: [u8; 32] = rand::random();
         let mut keys = ParticipantKeys {
             mask_key: PublicKey::from(&mask_secret).to_bytes(),
             cipher_key: PublicKey::from(&cipher_secret).to_bytes(),
             self_commitment: masks::self_commitment(&session.id, &self_seed),
+            list_key: consistency::list_public_key(&list_seed),
             signed: None,
         };
         keys.signed = self
@@ -207,6 +222,7 @@ impl ClientSecrets {
             mask_secret,
             cipher_secret,
             self_seed,
+            list_seed,
             keys,
             state: batch,
             layout,
@@ -413,6 +429,7 @@ impl ClientSecrets {
         let state = encoder.accept(&[masked])?;
         pending.step = Step::Masked {
             me,
+            keys,
             masked_with: held.keys().copied().collect(),
             held,
             neighbours,
@@ -424,60 +441,171 @@ impl ClientSecrets {
         Ok(state)
     }
 
-    /// Step 4, once per session: for every site this one masked with,
-    /// its share of that site's self seed if the site is listed as a
-    /// survivor, of its mask key if not. Refused if this site is not
-    /// listed, a listed site is one it did not mask with, or fewer than
-    /// the threshold are listed. The session is then forgotten.
-    pub(crate) fn unmask(&self, request: &UnmaskRequest) -> Result<Vec<Revealed>> {
+    /// Step 4, once per session: checks the survivor list and signs it.
+    /// Refused (and the session is over) if the list is not in strictly
+    /// increasing order, names a site that sent no keys, leaves this site
+    /// out, names a neighbour this site did not mask with, or has fewer
+    /// than the threshold (of the session, or of this site's
+    /// neighbourhood).
+    pub(crate) fn confirm(&self, request: &ConfirmRequest) -> Result<ListSignature> {
         let session = &request.session;
-        let pending = self.take(session, |s| matches!(s, Step::Masked { .. }))?;
+        let mut pending = self.take(session, |s| matches!(s, Step::Masked { .. }))?;
         let Step::Masked {
             me,
+            keys,
             masked_with,
             held,
             neighbours,
             share_t,
-        } = &pending.step
+        } = std::mem::replace(&mut pending.step, Step::KeysSent)
         else {
             unreachable!("taken at Masked");
         };
-        let mut survivors: Vec<usize> = request.survivors.iter().map(|&s| s as usize).collect();
-        survivors.sort_unstable();
-        survivors.dedup();
-        if survivors.len() != request.survivors.len() {
-            return Err(FedError::InvalidArgument(
-                "a survivor listed twice; nothing is revealed".into(),
+        let listed = &request.survivors;
+        let refuse = |why: String| {
+            FedError::InvalidArgument(format!(
+                "secure session {}: {why}; nothing is signed or revealed, and the session is over here",
+                session.id_hex()
+            ))
+        };
+        if listed.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(refuse(
+                "the survivor list is not in increasing order, or lists a site twice".into(),
             ));
         }
-        if !survivors.contains(me) {
-            return Err(FedError::InvalidArgument(format!(
-                "secure session {}: this site sent its masked state but is listed as dropped; nothing is revealed",
-                session.id_hex()
+        let survivors: Vec<usize> = listed.iter().map(|&s| s as usize).collect();
+        if let Some(unknown) = survivors
+            .iter()
+            .find(|&&s| keys.get(s).is_none_or(Option::is_none))
+        {
+            return Err(refuse(format!(
+                "participant {unknown} is listed as a survivor but sent no keys in this session"
             )));
+        }
+        if !survivors.contains(&me) {
+            return Err(refuse(
+                "this site sent its masked state but is listed as dropped".into(),
+            ));
         }
         let stranger = survivors
             .iter()
-            .find(|s| (neighbours.contains(s) || *s == me) && !masked_with.contains(s));
+            .find(|s| neighbours.contains(s) && !masked_with.contains(s));
         if let Some(stranger) = stranger {
-            return Err(FedError::InvalidArgument(format!(
-                "secure session {}: participant {stranger} is listed as a survivor but did not share its keys with this site; nothing is revealed",
-                session.id_hex()
+            return Err(refuse(format!(
+                "participant {stranger} is listed as a survivor but did not share its keys with this site"
             )));
         }
         let near = survivors.iter().filter(|s| masked_with.contains(s)).count();
-        if survivors.len() < session.threshold || near < *share_t {
-            return Err(FedError::InvalidArgument(format!(
-                "secure session {}: {} survivors ({near} of this site's neighbourhood), fewer than the threshold {} (or {share_t}); nothing is revealed",
-                session.id_hex(),
+        if survivors.len() < session.threshold || near < share_t {
+            return Err(refuse(format!(
+                "{} survivors ({near} of this site's neighbourhood), fewer than the threshold {} (or {share_t})",
                 survivors.len(),
+                session.threshold
+            )));
+        }
+        let signature = ListSignature {
+            from: me as u32,
+            signature: consistency::sign_list(&pending.list_seed, session, listed),
+        };
+        pending.step = Step::Confirmed {
+            me,
+            keys,
+            held,
+            survivors: listed.clone(),
+        };
+        self.keep(pending);
+        Ok(signature)
+    }
+
+    /// Step 5, once per session: for every site this one masked with, its
+    /// share of that site's self seed if the site is listed as a survivor,
+    /// of its mask key if not. Refused unless the list is the one this site
+    /// signed in step 4 and at least the threshold of distinct sites on it
+    /// signed it too (each signature verified; with `peers` listed, each
+    /// signer's keys signed by a distinct listed peer). The session is then
+    /// forgotten.
+    pub(crate) fn unmask(
+        &self,
+        request: &UnmaskRequest,
+        peers: &[[u8; 32]],
+    ) -> Result<Vec<Revealed>> {
+        let session = &request.session;
+        let pending = self.take(session, |s| matches!(s, Step::Confirmed { .. }))?;
+        let Step::Confirmed {
+            me,
+            keys,
+            held,
+            survivors,
+        } = &pending.step
+        else {
+            unreachable!("taken at Confirmed");
+        };
+        let refuse = |why: String| {
+            FedError::InvalidArgument(format!(
+                "secure session {}: {why}; nothing is revealed, and the session is over here",
+                session.id_hex()
+            ))
+        };
+        if request.survivors != *survivors {
+            return Err(refuse(
+                "the survivor list differs from the one this site signed".into(),
+            ));
+        }
+        let own = self.identity();
+        let mut signers: Vec<u32> = Vec::new();
+        let mut identities: Vec<[u8; 32]> = Vec::new();
+        for signed in &request.signatures {
+            let from = signed.from;
+            if !survivors.contains(&from) || signers.contains(&from) {
+                return Err(refuse(format!(
+                    "a signature of the survivor list by participant {from}, which is not on it or signed twice"
+                )));
+            }
+            let signer = keys[from as usize].expect("every survivor sent keys");
+            if !signed.verifies(session, survivors, &signer.list_key) {
+                return Err(refuse(format!(
+                    "participant {from}'s signature of the survivor list does not verify"
+                )));
+            }
+            if !peers.is_empty() && from as usize != *me {
+                let identity = signer
+                    .signed
+                    .filter(|s| {
+                        peers.contains(&s.identity)
+                            && Some(s.identity) != own
+                            && signer.signature_verifies(&session.id)
+                    })
+                    .map(|s| s.identity);
+                let Some(identity) = identity else {
+                    return Err(refuse(format!(
+                        "participant {from}'s keys are not signed by one of this site's listed peers"
+                    )));
+                };
+                if identities.contains(&identity) {
+                    return Err(refuse(
+                        "one peer's identity signs two of the signers' keys".into(),
+                    ));
+                }
+                identities.push(identity);
+            }
+            signers.push(from);
+        }
+        if !signers.contains(&(*me as u32)) || signers.len() < session.threshold {
+            return Err(refuse(format!(
+                "{} survivors signed the survivor list{}, fewer than the threshold {} (each survivor must see the same list)",
+                signers.len(),
+                if signers.contains(&(*me as u32)) {
+                    ""
+                } else {
+                    " (this site's own signature missing)"
+                },
                 session.threshold
             )));
         }
         Ok(held
             .iter()
             .map(|(&of, pair)| {
-                if survivors.contains(&of) {
+                if survivors.contains(&(of as u32)) {
                     Revealed {
                         of: of as u32,
                         kind: RevealedKind::SelfSeed,

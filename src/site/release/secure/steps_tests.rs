@@ -9,6 +9,7 @@ fn keys(i: u8) -> ParticipantKeys {
         mask_key: [i; 32],
         cipher_key: [i + 100; 32],
         self_commitment: [i + 200; 32],
+        list_key: [i + 50; 32],
         signed: None,
     }
 }

@@ -9,12 +9,13 @@ use super::audited::{Outcome, describe};
 use super::calls::{Checked, WorkerService, aggregate_names};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
-    ACTION_SECURE_UNMASK, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, KeysMessage,
-    POLICY_REFUSAL, RevealedMessage, SecureSetupReply, SecureSetupRequest, SecureShareReply,
-    SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage, batch_from_ipc,
-    batch_to_ipc,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP,
+    ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage,
+    KeysMessage, POLICY_REFUSAL, RevealedMessage, SecureConfirmReply, SecureConfirmRequest,
+    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
+    SecureUnmaskRequest, SessionMessage, batch_from_ipc, batch_to_ipc,
 };
+use crate::protocol::secure::consistency::ConfirmRequest;
 use crate::protocol::secure::{MaskRequest, SecureSession, ShareRequest, UnmaskRequest};
 use crate::protocol::site::{Analyst, Site, SiteRequest};
 use crate::site::release::dp_budget::LEDGER_WRITE_FAILED;
@@ -220,7 +221,41 @@ hint: ask the data owner to check the worker's --dp-ledger file and its disk",
         .encode_to_vec())
     }
 
-    /// Secure aggregation, step 4: the shares that unmask the survivors' sum.
+    /// Secure aggregation, step 4: this site's signature of the survivor
+    /// list.
+    pub(super) async fn secure_confirm(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_CONFIRM;
+        let request =
+            SecureConfirmRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure((peer, analyst), call, request.encode, request.session)
+            .await?;
+        let confirm = ConfirmRequest {
+            session,
+            survivors: request.survivors,
+        };
+        let signed = checked
+            .client
+            .secure_confirm(&SiteRequest::new(&checked.encoder, analyst), &confirm)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: survivor list of {} site(s) signed",
+                checked.table.name,
+                confirm.session.id_hex(),
+                confirm.survivors.len()
+            ),
+        );
+        Ok(SecureConfirmReply::of(&signed).encode_to_vec())
+    }
+
+    /// Secure aggregation, step 5: the shares that unmask the survivors' sum.
     pub(super) async fn secure_unmask(
         &self,
         (peer, analyst): (&str, &Analyst),
@@ -232,9 +267,16 @@ hint: ask the data owner to check the worker's --dp-ledger file and its disk",
         let (checked, session) = self
             .check_secure((peer, analyst), call, request.encode, request.session)
             .await?;
+        let signatures = request
+            .signatures
+            .iter()
+            .map(SecureConfirmReply::signature)
+            .collect::<crate::error::Result<Vec<_>>>()
+            .map_err(|e| self.malformed(peer, call, e))?;
         let unmask = UnmaskRequest {
             session,
             survivors: request.survivors,
+            signatures,
         };
         let shares = checked
             .client

@@ -17,8 +17,8 @@ use super::calls::WorkerService;
 use crate::error::Result;
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, ReleaseFit, TicketCommand,
-    ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
+    ReleaseFit, TicketCommand, ticket_command,
 };
 use crate::protocol::site::BudgetLine;
 
@@ -216,6 +216,14 @@ impl FlightService for WorkerService {
                 )
                 .await?
             }
+            ACTION_SECURE_CONFIRM => {
+                self.limited(
+                    &peer,
+                    ACTION_SECURE_CONFIRM,
+                    self.secure_confirm((&peer, &analyst), &action.body),
+                )
+                .await?
+            }
             ACTION_SECURE_UNMASK => {
                 self.limited(
                     &peer,
@@ -229,7 +237,7 @@ impl FlightService for WorkerService {
                     &peer,
                     "DoAction",
                     Status::invalid_argument(format!(
-                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_SECURE_SHARE}, {ACTION_ENCODE_MASKED}, {ACTION_SECURE_UNMASK}, {ACTION_PRIVACY_BUDGET})"
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_SECURE_SHARE}, {ACTION_ENCODE_MASKED}, {ACTION_SECURE_CONFIRM}, {ACTION_SECURE_UNMASK}, {ACTION_PRIVACY_BUDGET})"
                     )),
                 ));
             }
@@ -264,8 +272,12 @@ impl FlightService for WorkerService {
                 "secure aggregation step 3: the state, aligned and double-masked",
             ),
             (
+                ACTION_SECURE_CONFIRM,
+                "secure aggregation step 4: this site's signature of the survivor list",
+            ),
+            (
                 ACTION_SECURE_UNMASK,
-                "secure aggregation step 4: the shares that unmask the survivors' sum",
+                "secure aggregation step 5: the shares that unmask the survivors' sum, for a list the threshold signed",
             ),
         ]
         .map(|(name, description)| {

@@ -4,9 +4,12 @@
 //! ten lost after masking (recovered from the others' shares).
 //!
 //! Each client holds a few rows in memory, so the figures are the cost of
-//! the protocol (keys, Shamir shares, sealed envelopes, masks, unmasking),
-//! not of reading data. Above 100 clients the round uses the sparse
-//! neighbour graph (each client masks with O(log n) others).
+//! the protocol (keys, Shamir shares, sealed envelopes, masks, the
+//! consistency round, unmasking), not of reading data. Above 100 clients
+//! the round uses the sparse neighbour graph (each client masks with
+//! O(log n) others). For counts up to [`MAX_LOOPBACK`], the same sums run
+//! again over as many `fedsql worker`s on loopback (in this process), so
+//! the five exchanges cross gRPC.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,6 +132,28 @@ fn federation(n: usize, dropouts: bool) -> BenchResult<FedContext> {
     Ok(ctx)
 }
 
+/// The most loopback workers the bench starts (each a gRPC server).
+const MAX_LOOPBACK: usize = 100;
+
+/// `n` loopback workers, each serving a CSV file of the same 4 rows as the
+/// in-process client of its place, and a context whose table `t` is theirs.
+async fn loopback(n: usize) -> BenchResult<(Vec<fedsql::site::worker::RunningWorker>, FedContext)> {
+    let dir = std::env::temp_dir().join(format!("fedsql-bench-secure-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut plan = Vec::with_capacity(n);
+    for c in 0..n {
+        let path = dir.join(format!("c{c}.csv"));
+        std::fs::write(&path, format!("x\n{}\n1\n2\n3\n", c as i64 % 100))?;
+        plan.push(crate::data::ClientFile {
+            index: c,
+            path,
+            rows: 4,
+        });
+    }
+    crate::remote::loopback_workers(&plan, &dir).await
+}
+
+/// The time of one whole query (all its exchanges), notices dropped.
 async fn time(ctx: &FedContext, sql: &str) -> BenchResult<Duration> {
     let started = Instant::now();
     ctx.sql(sql).await?.collect().await?;
@@ -178,6 +203,49 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
             cell(&figures[1]),
             cell(&figures[2])
         );
+    }
+    let loopback_counts: Vec<usize> = counts
+        .iter()
+        .copied()
+        .filter(|&n| n <= MAX_LOOPBACK)
+        .collect();
+    if loopback_counts.is_empty() {
+        return Ok(());
+    }
+    println!();
+    println!(
+        "The same over n `fedsql worker`s on loopback (one gRPC server each, in this process; CSV files of the same rows); median and minimum of {} runs (ms).",
+        args.runs
+    );
+    println!();
+    println!(
+        "| workers | plain `sum` median (min) | `secure_sum` median (min) | ratio of medians |"
+    );
+    println!("|---:|---:|---:|---:|");
+    for n in loopback_counts {
+        let (workers, ctx) = loopback(n).await?;
+        let mut figures = [Vec::new(), Vec::new()];
+        for run in 0..=args.runs {
+            let t = [
+                time(&ctx, "SELECT sum(x) FROM t").await?,
+                time(&ctx, "SELECT secure_sum(x, 0, 100) FROM t").await?,
+            ];
+            if run > 0 {
+                for (f, d) in figures.iter_mut().zip(t) {
+                    f.push(d);
+                }
+            }
+        }
+        let cell =
+            |f: &[Duration]| format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0);
+        println!(
+            "| {n} | {} | {} | {:.1} |",
+            cell(&figures[0]),
+            cell(&figures[1]),
+            median(&figures[1]) / median(&figures[0])
+        );
+        drop(ctx);
+        drop(workers);
     }
     Ok(())
 }

@@ -161,6 +161,32 @@ async fn time(ctx: &FedContext, sql: &str) -> BenchResult<Duration> {
     Ok(started.elapsed())
 }
 
+const PLAIN: &str = "SELECT sum(x) FROM t";
+const SECURE: &str = "SELECT secure_sum(x, 0, 100) FROM t";
+
+/// Each query's times over `runs` runs after one warm-up, the queries
+/// alternating within each run.
+async fn timed_runs(
+    runs: usize,
+    queries: &[(&FedContext, &str)],
+) -> BenchResult<Vec<Vec<Duration>>> {
+    let mut figures = vec![Vec::new(); queries.len()];
+    for run in 0..=runs {
+        for (f, (ctx, sql)) in figures.iter_mut().zip(queries) {
+            let t = time(ctx, sql).await?;
+            if run > 0 {
+                f.push(t);
+            }
+        }
+    }
+    Ok(figures)
+}
+
+/// A median and minimum in milliseconds: `12.3 (11.9)`.
+fn cell(f: &[Duration]) -> String {
+    format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0)
+}
+
 pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
     println!(
         "fedsql-bench --secure: one round over n in-process clients of 4 rows each; median and minimum of {} runs after one warm-up run (ms).",
@@ -174,21 +200,11 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
     for &n in counts {
         let all = federation(n, false)?;
         let lossy = federation(n, true)?;
-        let mut figures = [Vec::new(), Vec::new(), Vec::new()];
-        for run in 0..=args.runs {
-            let t = [
-                time(&all, "SELECT sum(x) FROM t").await?,
-                time(&all, "SELECT secure_sum(x, 0, 100) FROM t").await?,
-                time(&lossy, "SELECT secure_sum(x, 0, 100) FROM t").await?,
-            ];
-            if run > 0 {
-                for (f, d) in figures.iter_mut().zip(t) {
-                    f.push(d);
-                }
-            }
-        }
-        let cell =
-            |f: &[Duration]| format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0);
+        let figures = timed_runs(
+            args.runs,
+            &[(&all, PLAIN), (&all, SECURE), (&lossy, SECURE)],
+        )
+        .await?;
         let graph = if fedsql::protocol::secure::graph::is_sparse(n) {
             format!(
                 "sparse, {} neighbours",
@@ -224,20 +240,7 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
     println!("|---:|---:|---:|---:|");
     for n in loopback_counts {
         let (workers, ctx) = loopback(n).await?;
-        let mut figures = [Vec::new(), Vec::new()];
-        for run in 0..=args.runs {
-            let t = [
-                time(&ctx, "SELECT sum(x) FROM t").await?,
-                time(&ctx, "SELECT secure_sum(x, 0, 100) FROM t").await?,
-            ];
-            if run > 0 {
-                for (f, d) in figures.iter_mut().zip(t) {
-                    f.push(d);
-                }
-            }
-        }
-        let cell =
-            |f: &[Duration]| format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0);
+        let figures = timed_runs(args.runs, &[(&ctx, PLAIN), (&ctx, SECURE)]).await?;
         println!(
             "| {n} | {} | {} | {:.1} |",
             cell(&figures[0]),

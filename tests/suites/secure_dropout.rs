@@ -33,6 +33,15 @@ enum Fail {
     Unmask,
 }
 
+/// Every step a site can fail at.
+const EVERY_STEP: [Fail; 5] = [
+    Fail::Setup,
+    Fail::Share,
+    Fail::Mask,
+    Fail::Confirm,
+    Fail::Unmask,
+];
+
 /// A site that fails (as a lost connection does) at one step.
 #[derive(Debug)]
 struct Flaky {
@@ -220,13 +229,7 @@ async fn secure_sums(fed: &FedContext) -> Result<[i64; 2]> {
 #[tokio::test]
 async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
     for n in [5usize, 25] {
-        for step in [
-            Fail::Setup,
-            Fail::Share,
-            Fail::Mask,
-            Fail::Confirm,
-            Fail::Unmask,
-        ] {
+        for step in EVERY_STEP {
             for dropping in [vec![n - 1], vec![1, n - 2]] {
                 let fed = federation(n, |c| {
                     if dropping.contains(&c) {
@@ -300,13 +303,7 @@ async fn a_group_only_a_dropped_site_had_is_not_in_the_answer() {
 /// that dropped and the threshold, never a number.
 #[tokio::test]
 async fn below_the_threshold_the_query_fails_naming_the_dropped_sites() {
-    for step in [
-        Fail::Setup,
-        Fail::Share,
-        Fail::Mask,
-        Fail::Confirm,
-        Fail::Unmask,
-    ] {
+    for step in EVERY_STEP {
         // 5 sites, threshold 3: three dropping leaves two.
         let fed = federation(5, |c| if c >= 2 { step } else { Fail::Never });
         let err = secure_sums(&fed).await.unwrap_err().to_string();

@@ -312,3 +312,92 @@ async fn over_netem_where_the_kernel_has_it() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A coordinator that vanishes in the middle of a fit without closing its
+/// connection (its machine lost, a partition that never heals): the
+/// worker's keepalive PINGs go unanswered, it closes the connection and
+/// releases the rows the fit kept, within about twice its keepalive —
+/// not when TCP gives up hours later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_coordinators_kept_rows_are_released_by_the_keepalive() {
+    use arrow_flight::Ticket;
+    use arrow_flight::decode::FlightRecordBatchStream;
+    use arrow_flight::error::FlightError;
+    use fedsql::protocol::codec::plan_to_bytes;
+    use fedsql::protocol::flight::{EncodeRequest, TicketCommand, ticket_command};
+    use futures::TryStreamExt;
+    use prost::Message;
+
+    use crate::remote::{TOKEN, flight, with_token};
+
+    const RELEASED: &str = "connection closed: released the rows kept for fit";
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join("t.csv");
+    std::fs::write(&file, "x\n1\n2\n3\n").unwrap();
+    let keepalive = Duration::from_millis(500);
+    let workers = Workers::start_with(std::slice::from_ref(&file), "t", |mut c| {
+        c.keepalive = keepalive;
+        c
+    })
+    .await;
+    let proxy = FaultProxy::start(workers.workers[0].addr(), Link::default())
+        .await
+        .unwrap();
+    let ctx = FedContext::new();
+    run(&ctx, &workers.create("t")).await.unwrap();
+    let plan = ctx
+        .session()
+        .state()
+        .create_logical_plan("SELECT sum(x) FROM t")
+        .await
+        .unwrap();
+    let plan = fedsql::coordinator::client_column::bind_plan(plan, "h0").unwrap();
+    let plan = plan_to_bytes(&crate::worker_defence::aggregate_of(&plan), "t")
+        .await
+        .unwrap();
+    let ticket = TicketCommand {
+        command: Some(ticket_command::Command::Encode(EncodeRequest {
+            plan,
+            fit_scope: Some(0x5eed_0000_0000_0007),
+        })),
+    }
+    .encode_to_vec();
+    // A fit's first round, through the proxy: the worker keeps its rows.
+    let mut client = flight(proxy.addr()).await;
+    let stream = client
+        .do_get(with_token(
+            Ticket {
+                ticket: ticket.into(),
+            },
+            TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let batches: Vec<_> =
+        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+            .try_collect()
+            .await
+            .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    // Quiet for a while: an idle coordinator that answers PINGs keeps them.
+    tokio::time::sleep(keepalive * 4).await;
+    assert!(
+        !workers.logs().iter().any(|l| l.contains(RELEASED)),
+        "{:#?}",
+        workers.logs()
+    );
+    // The coordinator vanishes; its connection stays open at the proxy.
+    proxy.partition();
+    let started = Instant::now();
+    while !workers.logs().iter().any(|l| l.contains(RELEASED)) {
+        assert!(
+            started.elapsed() < keepalive * 10,
+            "not released after {:?}: {:#?}",
+            started.elapsed(),
+            workers.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(client);
+}

@@ -492,7 +492,7 @@ async fn requests_past_their_time_or_memory_limit_are_refused() {
 }
 
 /// The first aggregate node of a plan.
-fn aggregate_of(plan: &LogicalPlan) -> LogicalPlan {
+pub(crate) fn aggregate_of(plan: &LogicalPlan) -> LogicalPlan {
     let mut found = None;
     plan.apply(|node| {
         if matches!(node, LogicalPlan::Aggregate(_)) {

@@ -85,6 +85,12 @@ struct ConfigFile {
 #[derive(Clone)]
 pub struct WorkerConfig {
     pub listen: SocketAddr,
+    /// How often the worker pings a connection (HTTP/2 PING, and TCP
+    /// keepalive); one that does not answer within the same time is
+    /// closed, and the rows its fits kept are released. A coordinator
+    /// whose machine vanished without closing its connections (a power
+    /// cut, a partition) costs the worker at most twice this.
+    pub keepalive: Duration,
     /// Served tables: name and path (file or folder).
     pub tables: Vec<(String, PathBuf)>,
     pub token: String,
@@ -151,6 +157,9 @@ impl std::fmt::Debug for WorkerConfig {
     }
 }
 
+/// The default [`WorkerConfig::keepalive`]: 30 s.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+
 impl WorkerConfig {
     /// A plain-text worker on `listen` serving `tables` with `token`.
     pub fn new(listen: SocketAddr, tables: Vec<(String, PathBuf)>, token: &str) -> Self {
@@ -175,6 +184,7 @@ impl WorkerConfig {
             approval_tables: std::collections::BTreeSet::new(),
             approvals_file: PathBuf::from(DEFAULT_APPROVALS_FILE),
             admin: None,
+            keepalive: DEFAULT_KEEPALIVE,
         }
     }
 
@@ -441,6 +451,7 @@ impl WorkerConfig {
             approval_tables,
             approvals_file,
             admin,
+            keepalive: DEFAULT_KEEPALIVE,
         };
         config.check_dp_has_policy()?;
         Ok(config)

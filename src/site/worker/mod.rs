@@ -182,7 +182,8 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     };
     let incoming = TcpIncoming::bind(config.listen)
         .map_err(|e| FedError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen)))?
-        .with_nodelay(Some(true));
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(config.keepalive));
     let addr = incoming.local_addr()?;
     // Each connection tells the service when it closes (a fit's kept rows go with it).
     let incoming = futures::StreamExt::map(incoming, move |accepted| {
@@ -192,7 +193,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     // at most the headers (64 KiB) and one flow-control window of its body
     // (1 MiB per call and per connection): an unauthenticated request of
     // any size costs it no more.
+    // A connection that stops answering PINGs is closed (and its fits'
+    // kept rows released with it).
     let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(config.keepalive))
+        .http2_keepalive_timeout(Some(config.keepalive))
         .http2_max_header_list_size(64 << 10)
         .initial_stream_window_size(1 << 20)
         .initial_connection_window_size(1 << 20);

@@ -158,7 +158,7 @@ impl std::fmt::Debug for WorkerConfig {
 }
 
 /// The default [`WorkerConfig::keepalive`]: 30 s.
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
 
 impl WorkerConfig {
     /// A plain-text worker on `listen` serving `tables` with `token`.

@@ -1,0 +1,206 @@
+//! A worker backed by a Ballista cluster (`--engine ballista://…`, the
+//! `ballista` feature): a scheduler and two executors started in this
+//! process as `fedsql ballista scheduler|executor` starts them, one
+//! worker on the cluster and one reading the same files itself. The two
+//! answer the aggregate suite, a GROUP BY under the default policy and a
+//! refusal alike (integers and strings exactly, floats to 1e-12
+//! relative); a cluster that is down fails the request with an error
+//! naming it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use fedsql::FedContext;
+use fedsql::site::ballista::{RunningExecutor, RunningScheduler, start_executor, start_scheduler};
+use fedsql::site::cluster::ClusterAddress;
+use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
+use tempfile::TempDir;
+
+use crate::remote::{TOKEN, run};
+use crate::support::assert_same_result;
+
+/// Rows of the aggregate suite's table `t` (x1..x10, y_gaussian,
+/// y_logistic, y_poisson), made from a fixed seed, in `files` CSV files
+/// of `rows` rows each under `dir`.
+fn write_suite_table(dir: &Path, files: usize, rows: usize) -> PathBuf {
+    let folder = dir.join("t");
+    std::fs::create_dir_all(&folder).unwrap();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for file in 0..files {
+        let mut text = String::from(
+            "x1,x2,x3,x4,x5,x6,x7,x8,x9,x10,y_gaussian,y_logistic,y_poisson\n",
+        );
+        for _ in 0..rows {
+            let x: Vec<f64> = (0..10)
+                .map(|j| match j {
+                    8 => f64::from(u8::from(uniform() < 0.3)),
+                    _ => (uniform() - 0.5) * 4.0,
+                })
+                .collect();
+            let y = 1.0 + 0.5 * x[0] - 0.25 * x[1] + uniform();
+            let logistic = i64::from(uniform() < 1.0 / (1.0 + (-x[0]).exp()));
+            let poisson = (uniform() * 4.0 * (1.0 + x[2].abs())).floor() as i64;
+            for v in &x {
+                write!(text, "{v},").unwrap();
+            }
+            writeln!(text, "{y},{logistic},{poisson}").unwrap();
+        }
+        std::fs::write(folder.join(format!("part{file}.csv")), text).unwrap();
+    }
+    folder
+}
+
+/// The aggregate suite's queries, in order.
+fn suite_queries() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/bench/aggregate_suite.sql");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A scheduler and two executors of one slot each.
+struct Cluster {
+    scheduler: RunningScheduler,
+    executors: Vec<RunningExecutor>,
+    _dirs: Vec<TempDir>,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let scheduler = start_scheduler("127.0.0.1:0").await.unwrap();
+        let at = scheduler.addr().to_string();
+        let mut executors = Vec::new();
+        let mut dirs = Vec::new();
+        for _ in 0..2 {
+            let dir = TempDir::new().unwrap();
+            executors.push(
+                start_executor(&at, Some("127.0.0.1:0"), Some(1), Some(dir.path().into()))
+                    .await
+                    .unwrap(),
+            );
+            dirs.push(dir);
+        }
+        Self {
+            scheduler,
+            executors,
+            _dirs: dirs,
+        }
+    }
+
+    fn engine(&self) -> ClusterAddress {
+        ClusterAddress::parse(&format!("ballista://{}", self.scheduler.addr())).unwrap()
+    }
+}
+
+/// A worker serving `folder` as `t`; on `engine` when given, and under
+/// the default policy when `policy`.
+async fn worker_of(
+    folder: &Path,
+    engine: Option<ClusterAddress>,
+    policy: bool,
+) -> RunningWorker {
+    let mut config = WorkerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        vec![("t".to_string(), folder.to_path_buf())],
+        TOKEN,
+    );
+    if !policy {
+        config.policy = None;
+    }
+    config.engine = engine;
+    worker::start(config).await.unwrap()
+}
+
+/// A coordinator whose federated table `t` has the one client `h0`.
+async fn coordinator(worker: &RunningWorker, dir: &Path) -> FedContext {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let ctx = FedContext::new();
+    run(
+        &ctx,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('h0' = 'grpc://{}') OPTIONS ('token_file' '{}', 'timeout' '120s')",
+            worker.addr(),
+            token_file.display()
+        ),
+    )
+    .await
+    .unwrap();
+    ctx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
+    let dir = TempDir::new().unwrap();
+    let folder = write_suite_table(dir.path(), 2, 1500);
+    let cluster = Cluster::start().await;
+
+    // The aggregate suite, without a policy: every query, the same answer.
+    let alone = worker_of(&folder, None, false).await;
+    let on_cluster = worker_of(&folder, Some(cluster.engine()), false).await;
+    let local = coordinator(&alone, dir.path()).await;
+    let remote = coordinator(&on_cluster, dir.path()).await;
+    let queries = suite_queries();
+    assert_eq!(queries.len(), 10);
+    for sql in &queries {
+        let a = run(&remote, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = run(&local, sql).await.unwrap();
+        assert_same_result(sql, &a, &b, true, 1e-12);
+    }
+
+    // Under the default policy: a GROUP BY of large groups is answered
+    // alike, and a query that singles out one row is refused alike.
+    let alone = worker_of(&folder, None, true).await;
+    let on_cluster = worker_of(&folder, Some(cluster.engine()), true).await;
+    let local = coordinator(&alone, dir.path()).await;
+    let remote = coordinator(&on_cluster, dir.path()).await;
+    let grouped = "SELECT y_logistic AS k, count(*) AS n, avg(x1) AS avg_x1, sum(y_gaussian) AS sum_y, var_samp(x3) AS var_x3 FROM t GROUP BY y_logistic ORDER BY k";
+    let a = run(&remote, grouped)
+        .await
+        .unwrap_or_else(|e| panic!("{grouped}: {e}"));
+    let b = run(&local, grouped).await.unwrap();
+    assert_eq!(a.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+    assert_same_result(grouped, &a, &b, true, 1e-12);
+    // The largest counts are rare: their groups have fewer than k rows.
+    let rare = "SELECT y_poisson AS k, count(*) AS n FROM t GROUP BY y_poisson ORDER BY k";
+    let a = run(&remote, rare).await.map(|_| ()).unwrap_err().to_string();
+    let b = run(&local, rare).await.map(|_| ()).unwrap_err().to_string();
+    assert!(a.contains("min_group_rows policy"), "{a}");
+    assert_eq!(a, b);
+    drop(cluster.executors);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_whose_cluster_is_down_names_it() {
+    let dir = TempDir::new().unwrap();
+    let folder = write_suite_table(dir.path(), 1, 50);
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let engine = ClusterAddress::parse(&format!("ballista://127.0.0.1:{port}")).unwrap();
+    let worker = worker_of(&folder, Some(engine), false).await;
+    let ctx = coordinator(&worker, dir.path()).await;
+    let e = run(&ctx, "SELECT count(*) AS n FROM t")
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("the Ballista cluster at ballista://127.0.0.1:{port} is unreachable")),
+        "{e}"
+    );
+}

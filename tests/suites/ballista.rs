@@ -9,6 +9,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use fedsql::FedContext;
 use fedsql::site::ballista::{RunningExecutor, RunningScheduler, start_executor, start_scheduler};
@@ -21,8 +22,8 @@ use crate::support::assert_same_result;
 
 /// Rows of the aggregate suite's table `t` (x1..x10, y_gaussian,
 /// y_logistic, y_poisson), made from a fixed seed, in `files` CSV files
-/// of `rows` rows each under `dir`.
-fn write_suite_table(dir: &Path, files: usize, rows: usize) -> PathBuf {
+/// of `rows` rows each under `dir`; and the first row's x1.
+fn write_suite_table(dir: &Path, files: usize, rows: usize) -> (PathBuf, f64) {
     let folder = dir.join("t");
     std::fs::create_dir_all(&folder).unwrap();
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -32,6 +33,7 @@ fn write_suite_table(dir: &Path, files: usize, rows: usize) -> PathBuf {
             .wrapping_add(1_442_695_040_888_963_407);
         (state >> 11) as f64 / (1u64 << 53) as f64
     };
+    let mut first_x1 = None;
     for file in 0..files {
         let mut text = String::from(
             "x1,x2,x3,x4,x5,x6,x7,x8,x9,x10,y_gaussian,y_logistic,y_poisson\n",
@@ -43,6 +45,7 @@ fn write_suite_table(dir: &Path, files: usize, rows: usize) -> PathBuf {
                     _ => (uniform() - 0.5) * 4.0,
                 })
                 .collect();
+            first_x1.get_or_insert(x[0]);
             let y = 1.0 + 0.5 * x[0] - 0.25 * x[1] + uniform();
             let logistic = i64::from(uniform() < 1.0 / (1.0 + (-x[0]).exp()));
             let poisson = (uniform() * 4.0 * (1.0 + x[2].abs())).floor() as i64;
@@ -53,7 +56,7 @@ fn write_suite_table(dir: &Path, files: usize, rows: usize) -> PathBuf {
         }
         std::fs::write(folder.join(format!("part{file}.csv")), text).unwrap();
     }
-    folder
+    (folder, first_x1.unwrap())
 }
 
 /// The aggregate suite's queries, in order.
@@ -71,7 +74,7 @@ fn suite_queries() -> Vec<String> {
 struct Cluster {
     scheduler: RunningScheduler,
     executors: Vec<RunningExecutor>,
-    _dirs: Vec<TempDir>,
+    work_dirs: Vec<TempDir>,
 }
 
 impl Cluster {
@@ -92,7 +95,7 @@ impl Cluster {
         Self {
             scheduler,
             executors,
-            _dirs: dirs,
+            work_dirs: dirs,
         }
     }
 
@@ -141,7 +144,7 @@ async fn coordinator(worker: &RunningWorker, dir: &Path) -> FedContext {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
     let dir = TempDir::new().unwrap();
-    let folder = write_suite_table(dir.path(), 2, 1500);
+    let (folder, first_x1) = write_suite_table(dir.path(), 2, 1500);
     let cluster = Cluster::start().await;
 
     // The aggregate suite, without a policy: every query, the same answer.
@@ -159,6 +162,13 @@ async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
         assert_same_result(sql, &a, &b, true, 1e-12);
     }
 
+    // Both executors ran tasks of the suite (their shuffle files are kept
+    // until the jobs' data is cleaned up).
+    for (i, dir) in cluster.work_dirs.iter().enumerate() {
+        let jobs = std::fs::read_dir(dir.path()).unwrap().count();
+        assert!(jobs > 0, "executor {i} ran no task");
+    }
+
     // Under the default policy: a GROUP BY of large groups is answered
     // alike, and a query that singles out one row is refused alike.
     let alone = worker_of(&folder, None, true).await;
@@ -172,10 +182,10 @@ async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
     let b = run(&local, grouped).await.unwrap();
     assert_eq!(a.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
     assert_same_result(grouped, &a, &b, true, 1e-12);
-    // The largest counts are rare: their groups have fewer than k rows.
-    let rare = "SELECT y_poisson AS k, count(*) AS n FROM t GROUP BY y_poisson ORDER BY k";
-    let a = run(&remote, rare).await.map(|_| ()).unwrap_err().to_string();
-    let b = run(&local, rare).await.map(|_| ()).unwrap_err().to_string();
+    // One row, picked by its value: fewer than k rows.
+    let rare = format!("SELECT count(*) AS n, sum(y_gaussian) AS s FROM t WHERE x1 = {first_x1}");
+    let a = run(&remote, &rare).await.map(|_| ()).unwrap_err().to_string();
+    let b = run(&local, &rare).await.map(|_| ()).unwrap_err().to_string();
     assert!(a.contains("min_group_rows policy"), "{a}");
     assert_eq!(a, b);
     drop(cluster.executors);
@@ -184,7 +194,7 @@ async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_whose_cluster_is_down_names_it() {
     let dir = TempDir::new().unwrap();
-    let folder = write_suite_table(dir.path(), 1, 50);
+    let (folder, _) = write_suite_table(dir.path(), 1, 50);
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -192,15 +202,28 @@ async fn a_worker_whose_cluster_is_down_names_it() {
         .unwrap()
         .port();
     let engine = ClusterAddress::parse(&format!("ballista://127.0.0.1:{port}")).unwrap();
-    let worker = worker_of(&folder, Some(engine), false).await;
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = Arc::clone(&logs);
+    let mut config = WorkerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        vec![("t".to_string(), folder.clone())],
+        TOKEN,
+    );
+    config.policy = None;
+    config.engine = Some(engine);
+    config.log = Some(Arc::new(move |line: &str| {
+        sink.lock().unwrap().push(line.to_string())
+    }));
+    let worker = worker::start(config).await.unwrap();
     let ctx = coordinator(&worker, dir.path()).await;
+    // The coordinator gets the worker's sanitized error; its log has the cause.
     let e = run(&ctx, "SELECT count(*) AS n FROM t")
         .await
         .map(|_| ())
         .unwrap_err()
         .to_string();
-    assert!(
-        e.contains(&format!("the Ballista cluster at ballista://127.0.0.1:{port} is unreachable")),
-        "{e}"
-    );
+    assert!(e.contains("client 'h0'") && e.contains("worker's log"), "{e}");
+    let cause = format!("the Ballista cluster at ballista://127.0.0.1:{port} is unreachable");
+    let logs = logs.lock().unwrap().clone();
+    assert!(logs.iter().any(|l| l.contains(&cause)), "{logs:?}");
 }

@@ -111,6 +111,16 @@ async fn worker_of(
     engine: Option<ClusterAddress>,
     policy: bool,
 ) -> RunningWorker {
+    worker_with(folder, engine, policy, |c| c).await
+}
+
+/// As [`worker_of`], with its configuration changed by `configure`.
+async fn worker_with(
+    folder: &Path,
+    engine: Option<ClusterAddress>,
+    policy: bool,
+    configure: impl FnOnce(WorkerConfig) -> WorkerConfig,
+) -> RunningWorker {
     let mut config = WorkerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         vec![("t".to_string(), folder.to_path_buf())],
@@ -120,7 +130,7 @@ async fn worker_of(
         config.policy = None;
     }
     config.engine = engine;
-    worker::start(config).await.unwrap()
+    worker::start(configure(config)).await.unwrap()
 }
 
 /// A coordinator whose federated table `t` has the one client `h0`.
@@ -226,4 +236,62 @@ async fn a_worker_whose_cluster_is_down_names_it() {
     let cause = format!("the Ballista cluster at ballista://127.0.0.1:{port} is unreachable");
     let logs = logs.lock().unwrap().clone();
     assert!(logs.iter().any(|l| l.contains(&cause)), "{logs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn glm_rounds_and_dp_queries_run_on_the_cluster_and_an_executor_may_die() {
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 2, 1000);
+    let cluster = Cluster::start().await;
+
+    // Every IRLS round of a glm is a job over the files; the fit is the
+    // one the worker makes alone (each round's sums to 1e-12 relative,
+    // the coefficients to 1e-10 after the rounds).
+    let alone = worker_of(&folder, None, true).await;
+    let on_cluster = worker_of(&folder, Some(cluster.engine()), true).await;
+    let local = coordinator(&alone, dir.path()).await;
+    let remote = coordinator(&on_cluster, dir.path()).await;
+    for sql in [
+        "SELECT * FROM glm('t', 'y_logistic ~ x1 + x2 + x3', 'binomial')",
+        "SELECT * FROM glm('t', 'y_poisson ~ x1 + x3 + x9', 'poisson')",
+    ] {
+        let a = run(&remote, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = run(&local, sql).await.unwrap();
+        assert_same_result(sql, &a, &b, true, 1e-10);
+    }
+
+    // DP: the ε is debited by the worker's ledger before the job runs,
+    // and the noise is added by the worker to the cluster's state.
+    let dp = |config: WorkerConfig| {
+        let mut config = config;
+        config.dp.set("dp_budget", "1").unwrap();
+        config
+    };
+    let on_cluster = worker_with(&folder, Some(cluster.engine()), true, dp).await;
+    let remote = coordinator(&on_cluster, dir.path()).await;
+    let n = run(&remote, "SELECT dp_count(*, 0.5) AS n FROM t").await.unwrap();
+    let n = datafusion::arrow::compute::cast(n[0].column(0), &datafusion::arrow::datatypes::DataType::Float64).unwrap();
+    let n = n
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Float64Array>()
+        .unwrap()
+        .value(0);
+    // Laplace noise of scale 2: beyond 100 with probability e^-50.
+    assert!((n - 2000.0).abs() < 100.0, "dp_count {n}");
+    let e = run(&remote, "SELECT dp_count(*, 0.6) AS n FROM t")
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only ε = 0.5 of 1 remains"), "{e}");
+
+    // One executor dies: the other takes every task (executors pull their
+    // tasks), and the answer is the same.
+    let sql = "SELECT count(*) AS n, sum(x1) AS s, avg(y_gaussian) AS m FROM t";
+    let before = run(&remote, sql).await.unwrap();
+    cluster.executors[0].kill();
+    let after = run(&remote, sql).await.unwrap();
+    assert_same_result(sql, &after, &before, true, 1e-12);
 }

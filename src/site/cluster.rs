@@ -50,7 +50,9 @@ impl ClusterAddress {
         if host.is_empty() || host.contains('/') {
             return Err(bad("no host"));
         }
-        let port = port.parse::<u16>().map_err(|_| bad("the port is not a number"))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| bad("the port is not a number"))?;
         Ok(Self {
             host: host.to_string(),
             port,
@@ -87,7 +89,7 @@ impl ClusterEngine {
     pub fn new(address: ClusterAddress) -> Result<Arc<Self>> {
         #[cfg(feature = "ballista")]
         {
-            let client = crate::site::ballista::BallistaClient::new(&address);
+            let client = crate::site::ballista::BallistaClient::new(&address.host_port());
             Ok(Arc::new(Self { address, client }))
         }
         #[cfg(not(feature = "ballista"))]
@@ -125,9 +127,14 @@ impl ClusterEngine {
 #[cfg(feature = "ballista")]
 fn cluster_error(address: &ClusterAddress, e: datafusion::error::DataFusionError) -> FedError {
     let text = e.to_string();
-    let unreachable = ["connect", "Connection refused", "transport error", "dns error"]
-        .iter()
-        .any(|w| text.contains(w));
+    let unreachable = [
+        "connect",
+        "Connection refused",
+        "transport error",
+        "dns error",
+    ]
+    .iter()
+    .any(|w| text.contains(w));
     let what = if unreachable {
         "is unreachable"
     } else {
@@ -176,7 +183,16 @@ pub enum BallistaCommand {
 pub async fn run_cli(command: &BallistaCommand) -> Result<()> {
     #[cfg(feature = "ballista")]
     {
-        crate::site::ballista::run_cli(command).await
+        use crate::site::ballista::{serve_executor, serve_scheduler};
+        match command {
+            BallistaCommand::Scheduler { listen } => serve_scheduler(listen).await,
+            BallistaCommand::Executor {
+                scheduler,
+                listen,
+                slots,
+                work_dir,
+            } => serve_executor(scheduler, listen.as_deref(), *slots, work_dir.clone()).await,
+        }
     }
     #[cfg(not(feature = "ballista"))]
     {
@@ -199,7 +215,12 @@ mod tests {
         assert_eq!(a.url(), "ballista://127.0.0.1:50050");
         let a = ClusterAddress::parse("ballista://[::1]:7/").unwrap();
         assert_eq!(a.host_port(), "[::1]:7");
-        for bad in ["http://h:1", "ballista://h", "ballista://:1", "ballista://h:x"] {
+        for bad in [
+            "http://h:1",
+            "ballista://h",
+            "ballista://:1",
+            "ballista://h:x",
+        ] {
             let e = ClusterAddress::parse(bad).unwrap_err().to_string();
             assert!(e.contains("ballista://HOST:PORT"), "{bad}: {e}");
         }

@@ -8,7 +8,9 @@
 //! naming it.
 
 use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use fedsql::FedContext;
@@ -35,9 +37,8 @@ fn write_suite_table(dir: &Path, files: usize, rows: usize) -> (PathBuf, f64) {
     };
     let mut first_x1 = None;
     for file in 0..files {
-        let mut text = String::from(
-            "x1,x2,x3,x4,x5,x6,x7,x8,x9,x10,y_gaussian,y_logistic,y_poisson\n",
-        );
+        let mut text =
+            String::from("x1,x2,x3,x4,x5,x6,x7,x8,x9,x10,y_gaussian,y_logistic,y_poisson\n");
         for _ in 0..rows {
             let x: Vec<f64> = (0..10)
                 .map(|j| match j {
@@ -106,11 +107,7 @@ impl Cluster {
 
 /// A worker serving `folder` as `t`; on `engine` when given, and under
 /// the default policy when `policy`.
-async fn worker_of(
-    folder: &Path,
-    engine: Option<ClusterAddress>,
-    policy: bool,
-) -> RunningWorker {
+async fn worker_of(folder: &Path, engine: Option<ClusterAddress>, policy: bool) -> RunningWorker {
     worker_with(folder, engine, policy, |c| c).await
 }
 
@@ -194,8 +191,16 @@ async fn a_worker_on_a_ballista_cluster_answers_as_it_does_alone() {
     assert_same_result(grouped, &a, &b, true, 1e-12);
     // One row, picked by its value: fewer than k rows.
     let rare = format!("SELECT count(*) AS n, sum(y_gaussian) AS s FROM t WHERE x1 = {first_x1}");
-    let a = run(&remote, &rare).await.map(|_| ()).unwrap_err().to_string();
-    let b = run(&local, &rare).await.map(|_| ()).unwrap_err().to_string();
+    let a = run(&remote, &rare)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    let b = run(&local, &rare)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
     assert!(a.contains("min_group_rows policy"), "{a}");
     assert_eq!(a, b);
     drop(cluster.executors);
@@ -232,10 +237,46 @@ async fn a_worker_whose_cluster_is_down_names_it() {
         .map(|_| ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("client 'h0'") && e.contains("worker's log"), "{e}");
+    assert!(
+        e.contains("client 'h0'") && e.contains("worker's log"),
+        "{e}"
+    );
     let cause = format!("the Ballista cluster at ballista://127.0.0.1:{port} is unreachable");
     let logs = logs.lock().unwrap().clone();
     assert!(logs.iter().any(|l| l.contains(&cause)), "{logs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_that_is_gone_is_named_in_the_worker_s_log_only() {
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 2, 100);
+    let cluster = Cluster::start().await;
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = Arc::clone(&logs);
+    let worker = worker_with(&folder, Some(cluster.engine()), true, |mut config| {
+        config.log = Some(Arc::new(move |line: &str| {
+            sink.lock().unwrap().push(line.to_string())
+        }));
+        config
+    })
+    .await;
+    let ctx = coordinator(&worker, dir.path()).await;
+    let gone = folder.join("part1.csv");
+    std::fs::remove_file(&gone).unwrap();
+    let e = run(&ctx, "SELECT count(*) AS n FROM t")
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    // Under the policy, the coordinator gets the fixed refusal.
+    assert!(e.contains("a site could not evaluate the query"), "{e}");
+    assert!(!e.contains("part1"), "{e}");
+    let logs = logs.lock().unwrap().clone();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("part1.csv") && l.contains("Ballista cluster")),
+        "{logs:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -271,8 +312,14 @@ async fn glm_rounds_and_dp_queries_run_on_the_cluster_and_an_executor_may_die() 
     };
     let on_cluster = worker_with(&folder, Some(cluster.engine()), true, dp).await;
     let remote = coordinator(&on_cluster, dir.path()).await;
-    let n = run(&remote, "SELECT dp_count(*, 0.5) AS n FROM t").await.unwrap();
-    let n = datafusion::arrow::compute::cast(n[0].column(0), &datafusion::arrow::datatypes::DataType::Float64).unwrap();
+    let n = run(&remote, "SELECT dp_count(*, 0.5) AS n FROM t")
+        .await
+        .unwrap();
+    let n = datafusion::arrow::compute::cast(
+        n[0].column(0),
+        &datafusion::arrow::datatypes::DataType::Float64,
+    )
+    .unwrap();
     let n = n
         .as_any()
         .downcast_ref::<datafusion::arrow::array::Float64Array>()
@@ -294,4 +341,114 @@ async fn glm_rounds_and_dp_queries_run_on_the_cluster_and_an_executor_may_die() 
     cluster.executors[0].kill();
     let after = run(&remote, sql).await.unwrap();
     assert_same_result(sql, &after, &before, true, 1e-12);
+}
+
+/// A `fedsql` child process, killed when dropped.
+struct Process {
+    child: Child,
+    /// The address its first line names.
+    addr: String,
+}
+
+impl Process {
+    /// Runs `fedsql args...` and reads the address after `prefix` on its
+    /// first line of output.
+    fn spawn(args: &[&str], prefix: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line of {args:?}: {line:?}"))
+            .to_string();
+        Self { child, addr }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fedsql_ballista_commands_make_the_cluster_of_a_worker() {
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 2, 500);
+    let scheduler = Process::spawn(
+        &["ballista", "scheduler", "--listen", "127.0.0.1:0"],
+        "fedsql ballista scheduler listening on ",
+    );
+    let work: Vec<TempDir> = (0..2).map(|_| TempDir::new().unwrap()).collect();
+    let _executors: Vec<Process> = work
+        .iter()
+        .map(|w| {
+            Process::spawn(
+                &[
+                    "ballista",
+                    "executor",
+                    "--scheduler",
+                    &scheduler.addr,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--slots",
+                    "1",
+                    "--work-dir",
+                    &w.path().to_string_lossy(),
+                ],
+                "fedsql ballista executor serving on ",
+            )
+        })
+        .collect();
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let engine = format!("ballista://{}", scheduler.addr);
+    let table = format!("t={}", folder.display());
+    let worker = Process::spawn(
+        &[
+            "worker",
+            "--engine",
+            &engine,
+            "--policy",
+            "none",
+            "--audit-log",
+            "none",
+            "--listen",
+            "127.0.0.1:0",
+            "--table",
+            &table,
+            "--token-file",
+            &token.to_string_lossy(),
+        ],
+        "fedsql worker listening on ",
+    );
+    let remote = FedContext::new();
+    run(
+        &remote,
+        &format!(
+            "CREATE FEDERATED TABLE t CLIENTS ('h0' = 'grpc://{}') OPTIONS ('token_file' '{}', 'timeout' '120s')",
+            worker.addr,
+            token.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let alone = worker_of(&folder, None, false).await;
+    let local = coordinator(&alone, dir.path()).await;
+    for sql in &suite_queries()[..6] {
+        let a = run(&remote, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = run(&local, sql).await.unwrap();
+        assert_same_result(sql, &a, &b, true, 1e-12);
+    }
 }

@@ -27,7 +27,6 @@ use futures::TryStreamExt;
 use ballista_core::execution_plans::execute_physical_plan;
 use ballista_core::extension::SessionConfigExt;
 
-use crate::site::cluster::ClusterAddress;
 use crate::site::engine::in_order::InPartitionOrderExec;
 
 use super::codec::SiteCodec;
@@ -42,9 +41,10 @@ pub(crate) struct BallistaClient {
 }
 
 impl BallistaClient {
-    pub(crate) fn new(address: &ClusterAddress) -> Self {
+    /// The client of the scheduler at `host_port` (HOST:PORT).
+    pub(crate) fn new(host_port: &str) -> Self {
         Self {
-            scheduler_url: format!("http://{}", address.host_port()),
+            scheduler_url: format!("http://{host_port}"),
             config: SessionConfig::new_with_ballista(),
             codec: SiteCodec::new(),
             session_id: format!("fedsql-worker-{}", std::process::id()),

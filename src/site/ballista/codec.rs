@@ -121,8 +121,7 @@ impl PhysicalExtensionCodec for SiteCodec {
                 false => self.ballista.try_decode_udaf(name, buf),
             };
         };
-        let definition: GuardDefinition =
-            serde_json::from_slice(definition).map_err(json_error)?;
+        let definition: GuardDefinition = serde_json::from_slice(definition).map_err(json_error)?;
         let inner = match definition.inner_definition.is_empty() {
             true => self.aggregate(&definition.inner)?,
             false => self.try_decode_udaf(&definition.inner, &definition.inner_definition)?,
@@ -149,7 +148,9 @@ impl PhysicalExtensionCodec for SiteCodec {
             };
         };
         let wire: NeverFailWire = serde_json::from_slice(definition).map_err(json_error)?;
-        Ok(Arc::new(never_fail::from_wire(wire, |name| self.scalar(name))?))
+        Ok(Arc::new(never_fail::from_wire(wire, |name| {
+            self.scalar(name)
+        })?))
     }
 }
 

@@ -1,5 +1,5 @@
 //! A site's row-reading work on a Ballista cluster (the `ballista` cargo
-//! feature; see [`crate::site::cluster`] for what stays in the worker).
+//! feature; see `site::cluster` for what stays in the worker).
 //!
 //! Ballista 55 takes an already-built physical plan as a job
 //! (`execute_physical_plan`): the worker builds the site's partial
@@ -16,5 +16,5 @@ pub(crate) mod codec;
 pub mod processes;
 
 pub(crate) use client::BallistaClient;
-pub(crate) use processes::run_cli;
 pub use processes::{RunningExecutor, RunningScheduler, start_executor, start_scheduler};
+pub(crate) use processes::{serve_executor, serve_scheduler};

@@ -35,7 +35,6 @@ use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
 
 use crate::error::{FedError, Result};
-use crate::site::cluster::BallistaCommand;
 
 use super::codec::{SiteCodec, site_functions};
 
@@ -109,9 +108,10 @@ pub async fn start_scheduler(listen: &str) -> Result<RunningScheduler> {
     let cluster = BallistaCluster::new_from_config(&config)
         .await
         .map_err(|e| cannot("cannot start the Ballista scheduler", e))?;
-    let scheduler = create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config))
-        .await
-        .map_err(|e| cannot("cannot start the Ballista scheduler", e))?;
+    let scheduler =
+        create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config))
+            .await
+            .map_err(|e| cannot("cannot start the Ballista scheduler", e))?;
     let handle = tokio::spawn(start_grpc_service_with_listener(listener, scheduler));
     Ok(RunningScheduler { addr, handle })
 }
@@ -156,7 +156,11 @@ pub async fn start_executor(
         host: Some(addr.ip().to_string()),
         port: u32::from(addr.port()),
         grpc_port: 0,
-        specification: Some(ExecutorSpecification::default().with_vcores(slots as u32).into()),
+        specification: Some(
+            ExecutorSpecification::default()
+                .with_vcores(slots as u32)
+                .into(),
+        ),
         os_info: Some(ExecutorOperatingSystemSpecification::default().into()),
         ballista_protocol_version: BALLISTA_PROTOCOL_VERSION,
     };
@@ -182,14 +186,8 @@ pub async fn start_executor(
         Arc::new(BallistaLogicalExtensionCodec::default()),
         Arc::new(SiteCodec::new()),
     );
-    let poll = execution_loop::poll_loop(
-        client,
-        executor,
-        codec,
-        None,
-        None,
-        ExecutorHealth::new(),
-    );
+    let poll =
+        execution_loop::poll_loop(client, executor, codec, None, None, ExecutorHealth::new());
     let handles = vec![
         tokio::spawn(async move {
             if let Err(e) = serve.await {
@@ -205,35 +203,34 @@ pub async fn start_executor(
     Ok(RunningExecutor { addr, handles })
 }
 
-/// `fedsql ballista scheduler|executor`: serves until Ctrl-C.
-pub(crate) async fn run_cli(command: &BallistaCommand) -> Result<()> {
+/// `fedsql ballista scheduler --listen LISTEN`: serves until Ctrl-C.
+pub(crate) async fn serve_scheduler(listen: &str) -> Result<()> {
     use std::io::Write;
-    match command {
-        BallistaCommand::Scheduler { listen } => {
-            let scheduler = start_scheduler(listen).await?;
-            println!(
-                "fedsql ballista scheduler listening on {} (workers: --engine ballista://{})",
-                scheduler.addr(),
-                scheduler.addr()
-            );
-            std::io::stdout().flush()?;
-            tokio::signal::ctrl_c().await?;
-        }
-        BallistaCommand::Executor {
-            scheduler,
-            listen,
-            slots,
-            work_dir,
-        } => {
-            let executor =
-                start_executor(scheduler, listen.as_deref(), *slots, work_dir.clone()).await?;
-            println!(
-                "fedsql ballista executor serving on {} (scheduler {scheduler})",
-                executor.addr()
-            );
-            std::io::stdout().flush()?;
-            tokio::signal::ctrl_c().await?;
-        }
-    }
+    let scheduler = start_scheduler(listen).await?;
+    println!(
+        "fedsql ballista scheduler listening on {} (workers: --engine ballista://{})",
+        scheduler.addr(),
+        scheduler.addr()
+    );
+    std::io::stdout().flush()?;
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// `fedsql ballista executor --scheduler ...`: serves until Ctrl-C.
+pub(crate) async fn serve_executor(
+    scheduler: &str,
+    listen: Option<&str>,
+    slots: Option<usize>,
+    work_dir: Option<PathBuf>,
+) -> Result<()> {
+    use std::io::Write;
+    let executor = start_executor(scheduler, listen, slots, work_dir).await?;
+    println!(
+        "fedsql ballista executor serving on {} (scheduler {scheduler})",
+        executor.addr()
+    );
+    std::io::stdout().flush()?;
+    tokio::signal::ctrl_c().await?;
     Ok(())
 }

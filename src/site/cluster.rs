@@ -8,8 +8,10 @@
 //! and applies the counts against k, the sketches' coarsening, DP noise,
 //! secure masking, the ledger and the audit to the states it gets back.
 //! Only the plan's row-reading part runs on the cluster, as one Ballista
-//! job; the worker never runs a scan itself, and a cluster it cannot
-//! reach fails the request with an error naming the cluster.
+//! job; the worker never runs a scan itself (it opens the table's files
+//! as for local ones, for their schema, and lists them when it plans),
+//! and a cluster it cannot reach fails the request with an error naming
+//! the cluster.
 //!
 //! The cluster half lives in [`crate::site::ballista`], built with the
 //! `ballista` cargo feature; without it the flags parse and the worker and

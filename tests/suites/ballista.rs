@@ -261,6 +261,9 @@ async fn a_file_that_is_gone_is_named_in_the_worker_s_log_only() {
     })
     .await;
     let ctx = coordinator(&worker, dir.path()).await;
+    // The worker opens the table's files once (their schemas, a CSV
+    // file's missing-value tokens); later the executors alone read them.
+    run(&ctx, "SELECT count(*) AS n FROM t").await.unwrap();
     let gone = folder.join("part1.csv");
     std::fs::remove_file(&gone).unwrap();
     let e = run(&ctx, "SELECT count(*) AS n FROM t")
@@ -273,8 +276,7 @@ async fn a_file_that_is_gone_is_named_in_the_worker_s_log_only() {
     assert!(!e.contains("part1"), "{e}");
     let logs = logs.lock().unwrap().clone();
     assert!(
-        logs.iter()
-            .any(|l| l.contains("part1.csv") && l.contains("Ballista cluster")),
+        logs.iter().any(|l| l.contains("part1.csv")),
         "{logs:?}"
     );
 }

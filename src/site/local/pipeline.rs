@@ -113,13 +113,10 @@ impl LocalClient {
     /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     pub(super) async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
         // DataFusion lists a file that is gone as no file at all: a site
-        // whose file is gone answers an error, not an empty state. (A
-        // site on a cluster leaves its files to the executors.)
-        if let Some(gone) = self
-            .files
-            .iter()
-            .find(|f| self.cluster.is_none() && !f.is_file())
-        {
+        // whose file is gone answers an error, not an empty state (a site
+        // on a cluster too: its plan lists the files, the executors read
+        // them).
+        if let Some(gone) = self.files.iter().find(|f| !f.is_file()) {
             let e = format!("cannot read {}: the file is missing", gone.display());
             return Err(self.error(DataFusionError::External(e.into())));
         }

@@ -19,8 +19,8 @@ use fedsql::site::cluster::ClusterAddress;
 use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 use tempfile::TempDir;
 
-use crate::remote::{TOKEN, run};
-use crate::support::assert_same_result;
+use crate::remote::{TOKEN, Workers, remote_context, run};
+use crate::support::{Format, assert_same_result, demo_rows, federation, split_sizes};
 
 /// Rows of the aggregate suite's table `t` (x1..x10, y_gaussian,
 /// y_logistic, y_poisson), made from a fixed seed, in `files` CSV files
@@ -275,10 +275,7 @@ async fn a_file_that_is_gone_is_named_in_the_worker_s_log_only() {
     assert!(e.contains("a site could not evaluate the query"), "{e}");
     assert!(!e.contains("part1"), "{e}");
     let logs = logs.lock().unwrap().clone();
-    assert!(
-        logs.iter().any(|l| l.contains("part1.csv")),
-        "{logs:?}"
-    );
+    assert!(logs.iter().any(|l| l.contains("part1.csv")), "{logs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -453,4 +450,37 @@ async fn the_fedsql_ballista_commands_make_the_cluster_of_a_worker() {
         let b = run(&local, sql).await.unwrap();
         assert_same_result(sql, &a, &b, true, 1e-12);
     }
+}
+
+/// Secure sums over three workers on one cluster: each worker masks the
+/// state its cluster returned, and the unmasked sums are those of the
+/// same clients in process (exactly: the states are integers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secure_sums_mask_the_states_of_a_cluster() {
+    let n = demo_rows().1.len();
+    let f = federation(&split_sizes(n, 3), Format::Csv).await;
+    let cluster = Cluster::start().await;
+    let engine = cluster.engine();
+    let workers = Workers::start_with(&f.client_files, "clinic", move |mut config| {
+        config.engine = Some(engine.clone());
+        config
+    })
+    .await;
+    let remote = remote_context(&workers).await;
+    for sql in [
+        "SELECT secure_sum(age, 0, 120) AS s, secure_count(1) AS n FROM clinic",
+        "SELECT region, secure_sum(age, 0, 120) AS s, count(*) AS n FROM clinic GROUP BY region ORDER BY region",
+    ] {
+        let a = run(&remote, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = run(&f.fed, sql).await.unwrap();
+        assert_same_result(sql, &a, &b, true, 0.0);
+    }
+    let logs = workers.logs();
+    let masked = logs
+        .iter()
+        .filter(|l| l.contains("released") && l.contains("masked state"))
+        .count();
+    assert_eq!(masked, 6, "two queries, three workers: {logs:#?}");
 }

@@ -12,9 +12,12 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fedsql::FedContext;
-use fedsql::site::ballista::{RunningExecutor, RunningScheduler, start_executor, start_scheduler};
+use fedsql::site::ballista::{
+    RunningExecutor, RunningScheduler, start_executor, start_scheduler, start_scheduler_with,
+};
 use fedsql::site::cluster::ClusterAddress;
 use fedsql::site::worker::{self, RunningWorker, WorkerConfig};
 use tempfile::TempDir;
@@ -80,7 +83,10 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Self {
-        let scheduler = start_scheduler("127.0.0.1:0").await.unwrap();
+        Self::start_with(start_scheduler("127.0.0.1:0").await.unwrap()).await
+    }
+
+    async fn start_with(scheduler: RunningScheduler) -> Self {
         let at = scheduler.addr().to_string();
         let mut executors = Vec::new();
         let mut dirs = Vec::new();
@@ -483,4 +489,76 @@ async fn secure_sums_mask_the_states_of_a_cluster() {
         .filter(|l| l.contains("released") && l.contains("masked state"))
         .count();
     assert_eq!(masked, 6, "two queries, three workers: {logs:#?}");
+}
+
+/// An executor killed while the queries run: each answer is the right
+/// one (Ballista ran the lost tasks again on the other executor once the
+/// scheduler counted the first as lost) or an error naming the cluster;
+/// never a number made from part of the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_executor_killed_mid_query_gives_the_right_answer_or_a_named_error() {
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 2, 3000);
+    let scheduler = start_scheduler_with("127.0.0.1:0", Some(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let cluster = Cluster::start_with(scheduler).await;
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = Arc::clone(&logs);
+    let on_cluster = worker_with(&folder, Some(cluster.engine()), false, |mut config| {
+        config.log = Some(Arc::new(move |line: &str| {
+            sink.lock().unwrap().push(line.to_string())
+        }));
+        config
+    })
+    .await;
+    let alone = worker_of(&folder, None, false).await;
+    let remote = coordinator(&on_cluster, dir.path()).await;
+    let local = coordinator(&alone, dir.path()).await;
+    let sql = "SELECT y_logistic AS k, count(*) AS n, sum(x1) AS s, var_samp(x2) AS v FROM t GROUP BY y_logistic ORDER BY k";
+    let expected = run(&local, sql).await.unwrap();
+    // A kill at a moment drawn from the first 300 ms of a stream of queries.
+    let delay = Duration::from_micros(rand::random_range(0..300_000));
+    let (answered, failed) = {
+        let kill = tokio::time::sleep(delay);
+        tokio::pin!(kill);
+        let mut killed = false;
+        let (mut answered, mut failed) = (0, 0);
+        while answered + failed < 6 || !killed {
+            let query = run(&remote, sql);
+            tokio::pin!(query);
+            let result = loop {
+                tokio::select! {
+                    () = &mut kill, if !killed => {
+                        cluster.executors[0].kill();
+                        killed = true;
+                    }
+                    result = &mut query => break result,
+                }
+            };
+            match result {
+                Ok(batches) => {
+                    assert_same_result(sql, &batches, &expected, true, 1e-12);
+                    answered += 1;
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(e.contains("client 'h0'"), "{e}");
+                    failed += 1;
+                }
+            }
+        }
+        (answered, failed)
+    };
+    eprintln!("killed after {delay:?}: {answered} answered, {failed} failed");
+    // A failed request names the cluster in the worker's log.
+    if failed > 0 {
+        let logs = logs.lock().unwrap().clone();
+        assert!(
+            logs.iter().any(|l| l.contains("the Ballista cluster at")),
+            "{logs:?}"
+        );
+    }
+    // The last queries ran with one executor: answered.
+    assert!(answered > 0, "{failed} failed");
 }

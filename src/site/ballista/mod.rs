@@ -16,5 +16,7 @@ pub(crate) mod codec;
 pub mod processes;
 
 pub(crate) use client::BallistaClient;
-pub use processes::{RunningExecutor, RunningScheduler, start_executor, start_scheduler};
+pub use processes::{
+    RunningExecutor, RunningScheduler, start_executor, start_scheduler, start_scheduler_with,
+};
 pub(crate) use processes::{serve_executor, serve_scheduler};

@@ -89,6 +89,16 @@ fn cannot(what: &str, e: impl std::fmt::Display) -> FedError {
 
 /// Starts a scheduler listening on `listen` (HOST:PORT).
 pub async fn start_scheduler(listen: &str) -> Result<RunningScheduler> {
+    start_scheduler_with(listen, None).await
+}
+
+/// As [`start_scheduler`]; an executor silent for `executor_timeout`
+/// counts as lost and its tasks run elsewhere (Ballista's default, for
+/// `None`: 180 s).
+pub async fn start_scheduler_with(
+    listen: &str,
+    executor_timeout: Option<std::time::Duration>,
+) -> Result<RunningScheduler> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| cannot(&format!("cannot listen on {listen}"), e))?;
@@ -104,6 +114,14 @@ pub async fn start_scheduler(listen: &str) -> Result<RunningScheduler> {
         })),
         override_physical_codec: Some(codec),
         ..SchedulerConfig::default()
+    };
+    let config = match executor_timeout {
+        Some(timeout) => SchedulerConfig {
+            executor_timeout_seconds: timeout.as_secs().max(1),
+            expire_dead_executor_interval_seconds: 1,
+            ..config
+        },
+        None => config,
     };
     let cluster = BallistaCluster::new_from_config(&config)
         .await

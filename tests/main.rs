@@ -20,6 +20,9 @@ mod attacks2;
 mod attacks3;
 #[path = "suites/audit.rs"]
 mod audit;
+#[cfg(feature = "ballista")]
+#[path = "suites/ballista.rs"]
+mod ballista;
 #[path = "suites/client_column.rs"]
 mod client_column;
 #[path = "suites/consistency.rs"]

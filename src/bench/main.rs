@@ -50,6 +50,8 @@
 //! [`models`] times the model fits, [`remote`] the workers and [`pgwire`]
 //! the PostgreSQL endpoint.
 
+#[cfg(feature = "ballista")]
+mod ballista;
 mod baseline;
 mod clients;
 mod data;
@@ -136,6 +138,12 @@ struct Args {
     /// the in-process federation, in the same run.
     #[arg(long)]
     remote: bool,
+    /// Instead: time the suite and a GLM fit through one `fedsql worker`
+    /// serving every client's file, its rows read by a Ballista cluster
+    /// (a scheduler and 1, then 2 executors, in this process), against
+    /// the same worker reading its files itself, in the same run.
+    #[arg(long)]
+    ballista: bool,
     /// Instead: serve the federation over the PostgreSQL protocol (in this
     /// process, on loopback) and time the suite through it, and a trivial
     /// query's latency, against the federation in-process.
@@ -270,6 +278,12 @@ async fn main() -> BenchResult<()> {
 
     if args.remote {
         return remote::run(&args, &plan, &federated, &queries).await;
+    }
+    if args.ballista {
+        #[cfg(feature = "ballista")]
+        return ballista::run(&args, &plan, &queries).await;
+        #[cfg(not(feature = "ballista"))]
+        return Err("--ballista: fedsql-bench was built without the `ballista` feature".into());
     }
     if args.pgwire {
         return pgwire::run(&args, &federated, &queries).await;

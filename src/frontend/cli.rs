@@ -121,6 +121,12 @@ pub enum Command {
     /// Serve the federation over the PostgreSQL wire protocol (psql, R,
     /// Python, BI tools); the setup scripts register its tables.
     Serve(crate::frontend::pgwire::ServeArgs),
+    /// Run a data owner's Ballista cluster (scheduler, executors) that
+    /// `fedsql worker --engine ballista://HOST:PORT` reads its rows with.
+    Ballista {
+        #[command(subcommand)]
+        command: crate::site::cluster::BallistaCommand,
+    },
     /// Set a user's password in the users file of `fedsql serve --users`.
     Passwd(crate::frontend::pgwire::PasswdArgs),
     /// Check or print a worker's audit trail (`--audit-log`).
@@ -209,6 +215,9 @@ pub async fn run(args: &Args) -> Result<ExitCode> {
     }
     if let Some(Command::Serve(serve)) = &args.command {
         return crate::frontend::pgwire::run_cli(serve).await.map(done);
+    }
+    if let Some(Command::Ballista { command }) = &args.command {
+        return crate::site::cluster::run_cli(command).await.map(done);
     }
     if let Some(Command::Passwd(passwd)) = &args.command {
         return crate::frontend::pgwire::run_passwd(passwd).map(done);

@@ -59,6 +59,7 @@ fn service() -> &'static WorkerService {
             memory_limit: Some(256 << 20),
             engine: Arc::clone(&engine),
             fast_path: false,
+            cluster: None,
         };
         let data = testdata();
         let tables = vec![

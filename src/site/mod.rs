@@ -18,6 +18,9 @@
 //! and [`release`] uses nothing of [`engine`] (tests in this module check
 //! both).
 
+#[cfg(feature = "ballista")]
+pub mod ballista;
+pub mod cluster;
 pub mod engine;
 pub(crate) mod files;
 pub(crate) mod in_process;

@@ -23,6 +23,7 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
 
 use crate::error::{FedError, Result};
+use crate::site::cluster::ClusterEngine;
 use crate::site::engine::kept_rows::KeptRows;
 use crate::site::engine::{SiteEngine, SiteFile};
 use crate::site::files::{ClientFiles, FileFormat, holds_tokens, missing_tokens};
@@ -68,6 +69,9 @@ pub struct LocalClient {
     pub(super) files: Vec<std::path::PathBuf>,
     /// Whether its CSV files start with a header line (for file lines).
     pub(super) has_header: bool,
+    /// The cluster that reads its rows (`fedsql worker --engine`); `None`:
+    /// this process reads them.
+    pub(super) cluster: Option<Arc<ClusterEngine>>,
 }
 
 /// Whom a site answers. An in-process site answers the analyst's own
@@ -200,6 +204,7 @@ impl LocalClient {
             dp: Arc::default(),
             files: files.files.clone(),
             has_header: files.format == FileFormat::Csv && files.has_header(),
+            cluster: None,
         })
     }
 
@@ -209,6 +214,18 @@ impl LocalClient {
     /// and no rows kept between the rounds of a fit.
     pub fn with_fast_path(mut self, on: bool) -> Self {
         self.fast_path = on;
+        self
+    }
+
+    /// The same site with its rows read by a cluster (or by this
+    /// process): the plan the site builds runs there as one job, without
+    /// the fast path (the cluster's executors read the files; nothing is
+    /// kept between a fit's rounds).
+    pub fn with_cluster(mut self, cluster: Option<Arc<ClusterEngine>>) -> Self {
+        if cluster.is_some() {
+            self.fast_path = false;
+        }
+        self.cluster = cluster;
         self
     }
 
@@ -340,6 +357,7 @@ impl LocalClient {
             dp: Arc::default(),
             files: Vec::new(),
             has_header: false,
+            cluster: None,
         })
     }
 }

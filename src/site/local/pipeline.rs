@@ -113,7 +113,9 @@ impl LocalClient {
     /// of the fit's kept rows instead (see [`KeptRows::rebound`]).
     pub(super) async fn plan_anew(&self, encoder: &Encoder) -> Result<SitePlan> {
         // DataFusion lists a file that is gone as no file at all: a site
-        // whose file is gone answers an error, not an empty state.
+        // whose file is gone answers an error, not an empty state (a site
+        // on a cluster too: its plan lists the files, the executors read
+        // them).
         if let Some(gone) = self.files.iter().find(|f| !f.is_file()) {
             let e = format!("cannot read {}: the file is missing", gone.display());
             return Err(self.error(DataFusionError::External(e.into())));
@@ -216,11 +218,21 @@ impl LocalClient {
             encoder.table(),
             (&plan.plan, &dropped),
         )?;
-        let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
-        let batches = collect(physical, self.task_ctx()?).await.map_err(|e| {
-            self.memory_refusal(&e)
-                .unwrap_or_else(|| self.error(strip_context(e)))
-        })?;
+        let batches = match &self.cluster {
+            // The row-reading part runs on the cluster; everything below
+            // (checks, counts, noise, masks) runs here, as for local rows.
+            Some(cluster) => cluster
+                .collect(Arc::clone(&plan.plan))
+                .await
+                .map_err(|e| self.error(e))?,
+            None => {
+                let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
+                collect(physical, self.task_ctx()?).await.map_err(|e| {
+                    self.memory_refusal(&e)
+                        .unwrap_or_else(|| self.error(strip_context(e)))
+                })?
+            }
+        };
         check_site_only_fields(&batches)?;
         let batches = match (&self.policy, &plan.counts) {
             (Some(policy), Some(columns)) => {
@@ -272,6 +284,12 @@ impl LocalClient {
     /// rows a released state covers.
     pub async fn encode_counted(&self, request: &SiteRequest<'_>) -> Result<(StateBatch, u64)> {
         let mut plan = self.plain_plan(request.encoder).await?;
+        if self.cluster.is_some() {
+            // The rows are counted on the cluster's executors, which keep
+            // their counters: the log says 0.
+            let state = self.run(request, plan, None).await?;
+            return Ok((state, 0));
+        }
         let rows;
         (plan.plan, rows) =
             CountRowsExec::under_partial_aggregates(plan.plan).map_err(|e| self.error(e))?;

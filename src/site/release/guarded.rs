@@ -97,6 +97,64 @@ impl Guarded {
     }
 }
 
+/// What a cluster's plan codec carries of a guard besides its inner
+/// aggregate (see `crate::site::ballista::codec`): the guard is rebuilt
+/// on every executor exactly as the worker built it.
+#[cfg(feature = "ballista")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct GuardWire {
+    /// (argument index, whether it counts non-zero values).
+    inputs: Vec<(usize, bool)>,
+    /// Whether it tallies the missing values ([`Tally::Missing`]).
+    missing: bool,
+    enough: i64,
+    modes: Vec<usize>,
+}
+
+#[cfg(feature = "ballista")]
+impl Guarded {
+    /// The aggregate it guards.
+    pub(crate) fn inner(&self) -> &Arc<AggregateUDF> {
+        &self.inner
+    }
+
+    /// Its settings, for the cluster's plan codec.
+    pub(crate) fn to_wire(&self) -> GuardWire {
+        GuardWire {
+            inputs: self
+                .inputs
+                .iter()
+                .map(|&(at, counted)| (at, counted == Counted::NonZero))
+                .collect(),
+            missing: self.tally == Tally::Missing,
+            enough: self.enough,
+            modes: self.modes.clone(),
+        }
+    }
+
+    /// The guard of `inner` with settings `wire`.
+    pub(crate) fn from_wire(inner: Arc<AggregateUDF>, wire: GuardWire) -> Self {
+        let inputs = wire
+            .inputs
+            .into_iter()
+            .map(|(at, non_zero)| {
+                let counted = if non_zero {
+                    Counted::NonZero
+                } else {
+                    Counted::NonNull
+                };
+                (at, counted)
+            })
+            .collect();
+        let tally = if wire.missing {
+            Tally::Missing
+        } else {
+            Tally::Counting
+        };
+        Self::new(inner, inputs, tally, wire.enough, wire.modes)
+    }
+}
+
 impl PartialEq for Guarded {
     fn eq(&self, other: &Self) -> bool {
         self.inner == other.inner

@@ -136,6 +136,67 @@ fn is_safe_divisor(divisor: &Expr) -> bool {
 /// A catalogued function that may fail on data, evaluated so that a row
 /// it fails on gives NULL: the whole batch first (the common case costs
 /// nothing more), and only when that fails, row by row.
+/// The site's wrappers of scalar functions as a cluster's plan codec
+/// carries them (see `crate::site::ballista::codec`).
+#[cfg(feature = "ballista")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum NeverFailWire {
+    /// A function that gives NULL where it would fail (by its name).
+    NullOnError(String),
+    /// Arithmetic that gives NULL where it would fail: the operator and
+    /// the result type, as their texts.
+    Arithmetic { op: String, return_type: String },
+}
+
+/// The arithmetic operators a site wraps (those that can fail on values).
+#[cfg(feature = "ballista")]
+const WRAPPED_OPERATORS: [Operator; 5] = [
+    Operator::Plus,
+    Operator::Minus,
+    Operator::Multiply,
+    Operator::Divide,
+    Operator::Modulo,
+];
+
+/// `udf` as the codec carries it, if it is one of the site's wrappers.
+#[cfg(feature = "ballista")]
+pub(crate) fn to_wire(udf: &ScalarUDF) -> Option<NeverFailWire> {
+    let inner = udf.inner();
+    if let Some(wrapped) = inner.downcast_ref::<NullOnError>() {
+        return Some(NeverFailWire::NullOnError(wrapped.inner.name().to_string()));
+    }
+    inner
+        .downcast_ref::<SiteArithmetic>()
+        .map(|a| NeverFailWire::Arithmetic {
+            op: a.op.to_string(),
+            return_type: a.return_type.to_string(),
+        })
+}
+
+/// The wrapper `wire` describes; `function` finds a scalar function by name.
+#[cfg(feature = "ballista")]
+pub(crate) fn from_wire(
+    wire: NeverFailWire,
+    function: impl Fn(&str) -> DFResult<Arc<ScalarUDF>>,
+) -> DFResult<ScalarUDF> {
+    Ok(match wire {
+        NeverFailWire::NullOnError(name) => ScalarUDF::new_from_impl(NullOnError {
+            inner: function(&name)?,
+        }),
+        NeverFailWire::Arithmetic { op, return_type } => {
+            let Some(op) = WRAPPED_OPERATORS.into_iter().find(|o| o.to_string() == op) else {
+                return internal_err!("site_arithmetic of an unknown operator {op}");
+            };
+            let return_type = return_type.parse::<DataType>()?;
+            ScalarUDF::new_from_impl(SiteArithmetic {
+                op,
+                return_type,
+                signature: Signature::any(2, Volatility::Immutable),
+            })
+        }
+    })
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct NullOnError {
     inner: Arc<ScalarUDF>,

@@ -66,6 +66,8 @@ struct ConfigFile {
     max_shared_rows: Option<usize>,
     /// `"on"` or `"off"` (see [`WorkerArgs::fast_path`]).
     fast_path: Option<String>,
+    /// `"ballista://HOST:PORT"` (see [`WorkerArgs::engine`]).
+    engine: Option<String>,
     /// The audit file, or `"none"` (see [`WorkerArgs::audit_log`]).
     audit_log: Option<PathBuf>,
     /// Named tokens: analyst name = token file (DP budgets are per analyst).
@@ -124,6 +126,9 @@ pub struct WorkerConfig {
     pub dp_ledger: Option<PathBuf>,
     /// Whether the site engine's fast path runs encoders (default on).
     pub fast_path: bool,
+    /// The Ballista cluster that reads the rows (`--engine`); `None`: the
+    /// worker reads them.
+    pub engine: Option<crate::site::cluster::ClusterAddress>,
     /// The audit trail's file; `None`: no audit trail (the default of
     /// [`WorkerConfig::new`]; `fedsql worker` writes
     /// [`crate::site::worker::audit::DEFAULT_AUDIT_LOG`] unless told `none`).
@@ -153,6 +158,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("secure_without_peers", &self.secure_without_peers)
             .field("limits", &self.limits)
             .field("fast_path", &self.fast_path)
+            .field("engine", &self.engine)
             .finish()
     }
 }
@@ -179,6 +185,7 @@ impl WorkerConfig {
             secure_without_peers: false,
             limits: RequestLimits::default(),
             fast_path: true,
+            engine: None,
             audit_log: None,
             profiles: Profiles::default(),
             approval_tables: std::collections::BTreeSet::new(),
@@ -380,6 +387,10 @@ impl WorkerConfig {
             Some(text) => crate::site::engine::parse_fast_path(&text)?,
             None => true,
         };
+        let engine = match args.engine.clone().or(file.engine.clone()) {
+            Some(text) => Some(crate::site::cluster::ClusterAddress::parse(&text)?),
+            None => None,
+        };
         let approvals_file = match (&args.approvals_file, &file.approvals_file) {
             (Some(path), _) => path.clone(),
             (None, Some(path)) => base.join(path),
@@ -446,6 +457,7 @@ impl WorkerConfig {
             dp,
             dp_ledger,
             fast_path,
+            engine,
             audit_log,
             profiles,
             approval_tables,

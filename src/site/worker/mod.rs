@@ -114,6 +114,11 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     });
     // One engine for every site of this worker.
     let engine = Arc::new(crate::site::engine::SiteEngine::new());
+    // The cluster that reads every served table's rows, if any.
+    let cluster = match &config.engine {
+        Some(address) => Some(crate::site::cluster::ClusterEngine::new(address.clone())?),
+        None => None,
+    };
     let open = |name: &str, path: &std::path::Path, policy, dp| {
         let site = SiteOptions {
             policy,
@@ -123,6 +128,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
             memory_limit: config.limits.memory,
             engine: Arc::clone(&engine),
             fast_path: config.fast_path,
+            cluster: cluster.clone(),
         };
         ServedTable::open(name, path, site).map(|t| {
             t.with_dp(Arc::new(crate::site::release::dp::DpSite::new(
@@ -248,6 +254,7 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         .map(|(n, p)| format!("{n}={}", p.display()))
         .collect();
     let tls = config.tls.is_some();
+    let engine = config.engine.clone();
     let identity = config.identity.as_ref().map(|i| i.public_key_text());
     if config.policy.is_none() {
         eprintln!(
@@ -277,10 +284,14 @@ pub async fn run_cli(args: &WorkerArgs) -> Result<()> {
         eprintln!("fedsql worker: admin page on http://{admin}/ (sign in with the admin token)");
     }
     println!(
-        "fedsql worker listening on {} ({}; tables: {})",
+        "fedsql worker listening on {} ({}; tables: {}{})",
         worker.addr(),
         if tls { "TLS" } else { "plain text" },
-        names.join(", ")
+        names.join(", "),
+        match &engine {
+            Some(address) => format!("; rows read by {}", address.url()),
+            None => String::new(),
+        }
     );
     if let Some(identity) = identity {
         eprintln!(

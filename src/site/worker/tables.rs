@@ -59,6 +59,8 @@ pub struct SiteOptions {
     pub engine: Arc<SiteEngine>,
     /// Whether the engine's fast path runs its encoders (`--fast-path`).
     pub fast_path: bool,
+    /// The cluster that reads the table's rows (`--engine`), if any.
+    pub cluster: Option<Arc<crate::site::cluster::ClusterEngine>>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -163,7 +165,8 @@ impl ServedTable {
             .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
             .served_remotely(self.site.secure_without_peers)
             .with_memory_limit(self.site.memory_limit)
-            .with_dp(Arc::clone(&self.dp)),
+            .with_dp(Arc::clone(&self.dp))
+            .with_cluster(self.site.cluster.clone()),
         );
         if clients.len() >= CLIENTS_PER_TABLE {
             clients.remove(0);

@@ -18,7 +18,7 @@ pub struct WorkerArgs {
     pub token_file: Option<PathBuf>,
     /// A TOML file with the same settings (`listen`, `token_file`,
     /// `tls_cert`, `tls_key`, `identity_key`, `request_timeout`,
-    /// `memory_limit`, `max_shared_rows`, `fast_path`, `audit_log`,
+    /// `memory_limit`, `max_shared_rows`, `fast_path`, `engine`, `audit_log`,
     /// `approvals_file`, `admin_listen`, `admin_token_file`, a `[tables]` section of
     /// name = "path", a `[tokens]` section of analyst = "token file", and a
     /// `[policy]` section with `peers`,
@@ -106,6 +106,13 @@ pub struct WorkerArgs {
     /// answers are the same (default on).
     #[arg(long, value_name = "on|off")]
     pub fast_path: Option<String>,
+    /// Run the row-reading part of every encoder (scan, filter,
+    /// projection, partial aggregate) on a Ballista cluster of `fedsql
+    /// ballista` processes, as ballista://HOST:PORT (the scheduler); the
+    /// worker still checks, counts, noises and masks what leaves, and
+    /// never reads the files itself (needs the `ballista` build feature).
+    #[arg(long, value_name = "ballista://HOST:PORT")]
+    pub engine: Option<String>,
     /// The audit trail: one JSON line per request, synced before the
     /// answer leaves (default fedsql-audit.jsonl in the working directory;
     /// `none`: no audit trail, with a warning at start-up).

@@ -12,6 +12,8 @@ mod fault_proxy;
 mod admin;
 #[path = "suites/attack54.rs"]
 mod attack54;
+#[path = "suites/attack54b.rs"]
+mod attack54b;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -165,22 +165,27 @@ fn near_bounds(rng: &mut StdRng) -> f64 {
     }
 }
 
-/// Rows for `sizes` clients: groups a/b/c everywhere, `only_first` at the
-/// first non-empty client and `only_last` at the last one; a few NULLs.
+/// Rows for `sizes` clients: groups a/b/c everywhere, `first_part` at the
+/// first t non-empty clients and `last_part` at the last t (t the default
+/// threshold: a group fewer than t sites have is withheld from a secure
+/// aggregate's answer), so that both are missing at some clients; a few
+/// NULLs.
 fn client_rows(sizes: &[usize], seed: u64) -> Vec<Vec<Row>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let first = sizes.iter().position(|&n| n > 0).unwrap_or(0);
-    let last = sizes.iter().rposition(|&n| n > 0).unwrap_or(0);
+    let t = sizes.len() / 2 + 1;
+    let non_empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] > 0).collect();
+    let firsts: Vec<usize> = non_empty.iter().copied().take(t).collect();
+    let lasts: Vec<usize> = non_empty.iter().rev().copied().take(t).collect();
     sizes
         .iter()
         .enumerate()
         .map(|(c, &n)| {
             (0..n)
                 .map(|k| {
-                    let g = if c == first && k == 0 {
-                        "only_first".to_string()
-                    } else if c == last && k + 1 == n && c != first {
-                        "only_last".to_string()
+                    let g = if firsts.contains(&c) && k == 0 {
+                        "first_part".to_string()
+                    } else if lasts.contains(&c) && k + 1 == n {
+                        "last_part".to_string()
                     } else {
                         ["a", "b", "c"][rng.random_range(0..3)].to_string()
                     };
@@ -319,27 +324,55 @@ async fn integers_in_range_are_exact_over_every_split() {
 #[tokio::test]
 async fn group_by_with_groups_missing_at_some_clients() {
     for sizes in splits(240) {
-        let s = setup(client_rows(&sizes, 11), None);
+        let rows = client_rows(&sizes, 11);
+        // A group fewer than t sites have is withheld (its sum would be
+        // theirs alone): the answer is the centralized one over the
+        // groups at least t sites have, and a notice counts the others.
+        let t = sizes.len() / 2 + 1;
+        let mut holders: std::collections::BTreeMap<String, usize> = Default::default();
+        for site in &rows {
+            let groups: std::collections::BTreeSet<&String> = site.iter().map(|r| &r.g).collect();
+            for g in groups {
+                *holders.entry(g.clone()).or_default() += 1;
+            }
+        }
+        let shown: Vec<String> = holders
+            .iter()
+            .filter(|(_, h)| **h >= t)
+            .map(|(g, _)| format!("'{g}'"))
+            .collect();
+        let thin = holders.len() - shown.len();
+        let s = setup(rows, None);
         let sql = "SELECT g, secure_sum(i, -50, 50) AS si, secure_sum(b, -10, 500000) AS sb, secure_count(i) AS n FROM t GROUP BY g ORDER BY g";
         let fed = run_fed(&s, sql).await.unwrap();
+        let notices = s.fed.take_notices();
         let central = run_central(
             &s,
             &format!(
-                "SELECT g, CAST(sum({}) AS INT) AS si, sum({}) AS sb, count(i) AS n FROM t GROUP BY g ORDER BY g",
+                "SELECT g, CAST(sum({}) AS INT) AS si, sum({}) AS sb, count(i) AS n FROM t WHERE g IN ({}) GROUP BY g ORDER BY g",
                 clip("i", -50, 50),
-                clip("b", -10, 500_000)
+                clip("b", -10, 500_000),
+                shown.join(", ")
             ),
         )
         .await;
         assert_same_result(&format!("sizes {sizes:?}"), &fed, &central, true, 0.0);
+        if thin > 0 {
+            assert!(
+                notices.iter().any(|n| n.contains(&format!(
+                    "{thin} group(s) held by fewer than the threshold of {t} sites are not shown"
+                ))),
+                "sizes {sizes:?}: {notices:?}"
+            );
+        }
         let groups = fed.iter().map(|b| b.num_rows()).sum::<usize>();
-        assert!(groups >= 4, "{groups} groups");
+        assert!(groups >= 3, "{groups} groups");
         // Every client sent one (masked) row per group of the union.
         if sizes.len() > 1 {
             for log in &s.logs {
                 let log = log.lock().unwrap();
                 assert_eq!(log.masked.len(), 1);
-                assert_eq!(log.masked[0].num_rows(), groups);
+                assert_eq!(log.masked[0].num_rows(), holders.len());
             }
         }
     }
@@ -757,10 +790,22 @@ async fn a_client_dropping_out_after_the_key_exchange_is_left_out_and_named() {
     let s = setup(rows.clone(), Some(1));
     let sql = "SELECT g, secure_sum(b, 0, 100) AS s FROM t GROUP BY g ORDER BY g";
     let fed = run_fed(&s, sql).await.unwrap();
-    // The sum over the two sites that took part.
+    // The sum over the two sites that took part, but for the groups only
+    // one of them has (first_part, last_part: withheld, t = 2).
     let survivors = setup(vec![rows[0].clone(), rows[2].clone()], None);
-    let want = run_central(&survivors, sql).await;
+    let want = run_central(
+        &survivors,
+        "SELECT g, secure_sum(b, 0, 100) AS s FROM t WHERE g IN ('a', 'b', 'c') GROUP BY g ORDER BY g",
+    )
+    .await;
     assert_eq!(fed, want);
+    let notices = s.fed.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("2 group(s) held by fewer than the threshold of 2 sites")),
+        "{notices:?}"
+    );
     // The key exchange did happen at every client.
     for log in &s.logs {
         assert_eq!(log.lock().unwrap().public_keys.len(), 1);

@@ -242,11 +242,23 @@ async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
                     .await
                     .unwrap_or_else(|e| panic!("{n} sites, {step:?} {dropping:?}: {e}"));
                 let took_part: Vec<usize> = (0..n)
-                    .filter(|c| {
-                        matches!(step, Fail::Confirm | Fail::Unmask) || !dropping.contains(c)
-                    })
+                    .filter(|c| step == Fail::Unmask || !dropping.contains(c))
                     .collect();
-                let (want, _) = plain_sums(took_part.iter().copied());
+                // A group fewer than t of the sites that took part have is
+                // withheld (its sum would be theirs alone).
+                let (mut want, _) = plain_sums(took_part.iter().copied());
+                let t = n / 2 + 1;
+                let mut withheld = 0;
+                for (g, sum) in want.iter_mut().enumerate() {
+                    let holders = took_part
+                        .iter()
+                        .filter(|&&c| site_rows(c).num_rows() > g)
+                        .count();
+                    if holders < t {
+                        *sum = 0;
+                        withheld += 1;
+                    }
+                }
                 assert_eq!(got, want, "{n} sites, {step:?} {dropping:?}");
                 let notices = fed.take_notices();
                 let line = notices
@@ -263,6 +275,14 @@ async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
                 if step == Fail::Mask {
                     assert!(
                         line.contains("dropped out after masking; its masks were removed"),
+                        "{line}"
+                    );
+                }
+                if withheld > 0 {
+                    assert!(
+                        line.contains(&format!(
+                            "{withheld} group(s) held by fewer than the threshold of {t} sites are not shown"
+                        )),
                         "{line}"
                     );
                 }

@@ -192,20 +192,19 @@ pub(crate) async fn collect_masked_states(
                 signers.push(i);
                 signatures.push(signed);
             }
-            Ok(_) => part.miss_unmasking(
+            Ok(_) => part.drop_out(
                 i,
+                Stage::Confirming,
                 &FedError::Internal("it signed the survivor list for another place".into()),
             ),
-            Err(e) => part.miss_unmasking(i, &e),
+            Err(e) => part.drop_out(i, Stage::Confirming, &e),
         }
     }
-
-    if signers.len() < session.threshold {
-        // Every survivor would refuse: say who is missing instead.
-        return Err(part.unmask_failed(FedError::InvalidArgument(
-            "fewer survivors signed the survivor list than the threshold".into(),
-        )));
-    }
+    // A survivor that did not sign is left out as one lost after masking:
+    // its self seed is not revealed (its mask key is), so its state is
+    // not in the total.
+    masked.retain(|(i, _, _)| signers.contains(i));
+    part.check(Stage::Confirming)?;
 
     // Step 5: unmasking, by the survivors that signed.
     let unmask_request = UnmaskRequest {
@@ -225,6 +224,7 @@ pub(crate) async fn collect_masked_states(
             Err(e) => part.miss_unmasking(i, &e),
         }
     }
+    let survivors = signers;
     let correction = unmask::correction(
         &session,
         &keys,
@@ -239,12 +239,15 @@ pub(crate) async fn collect_masked_states(
     let corrected = masks_removed(&encoders[first], &layout, state, &correction)?;
     masked.insert(0, (first, corrected, time));
     // Groups only sites that dropped out had: not in the answer, which
-    // covers the sites that took part.
+    // covers the sites that took part. Groups fewer than t of them have:
+    // not shown either, since their sums are those of fewer than t sites
+    // (one site's own, for a group only it has).
     let survivor_keys: Vec<_> = survivors
         .iter()
         .map(|&i| group_keys[i].clone().expect("answered the setup"))
         .collect();
-    if let Some(keep) = covered_groups(&groups, &survivor_keys)? {
+    if let Some((keep, thin)) = covered_groups(&groups, &survivor_keys, session.threshold)? {
+        part.withhold_groups(thin);
         for (i, state, _) in &mut masked {
             let batch = datafusion::arrow::compute::filter_record_batch(state.batch(), &keep)?;
             *state = encoders[*i].accept(&[batch])?;
@@ -256,23 +259,34 @@ pub(crate) async fn collect_masked_states(
     })
 }
 
-/// Which rows of `groups` some survivor has; `None` when all are.
+/// Which rows of `groups` at least `t` survivors have, and how many rows
+/// some but fewer than `t` have; `None` when all rows are kept.
 fn covered_groups(
     groups: &datafusion::arrow::record_batch::RecordBatch,
     survivors: &[datafusion::arrow::record_batch::RecordBatch],
-) -> Result<Option<datafusion::arrow::array::BooleanArray>> {
+    t: usize,
+) -> Result<Option<(datafusion::arrow::array::BooleanArray, usize)>> {
     if groups.num_columns() == 0 {
         return Ok(None);
     }
     let converter = crate::protocol::secure::key_converter(groups)?;
-    let mut held = std::collections::HashSet::new();
+    let mut held: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
     for keys in survivors {
         let rows = converter.convert_columns(keys.columns())?;
-        held.extend(rows.iter().map(|r| r.as_ref().to_vec()));
+        let mine: std::collections::HashSet<Vec<u8>> =
+            rows.iter().map(|r| r.as_ref().to_vec()).collect();
+        for row in mine {
+            *held.entry(row).or_default() += 1;
+        }
     }
     let rows = converter.convert_columns(groups.columns())?;
-    let keep: Vec<bool> = rows.iter().map(|r| held.contains(r.as_ref())).collect();
-    Ok((!keep.iter().all(|&k| k)).then(|| keep.into()))
+    let holders: Vec<usize> = rows
+        .iter()
+        .map(|r| held.get(r.as_ref()).copied().unwrap_or(0))
+        .collect();
+    let keep: Vec<bool> = holders.iter().map(|&h| h >= t).collect();
+    let thin = holders.iter().filter(|&&h| h > 0 && h < t).count();
+    Ok((!keep.iter().all(|&k| k)).then(|| (keep.into(), thin)))
 }
 
 /// `state` with `correction` added to its secure words.

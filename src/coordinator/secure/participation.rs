@@ -14,6 +14,8 @@ pub(crate) enum Stage {
     Shares,
     /// It shared its secrets but sent no masked state.
     Masking,
+    /// It sent its masked state but did not sign the survivor list.
+    Confirming,
 }
 
 impl Stage {
@@ -22,6 +24,9 @@ impl Stage {
             Stage::Setup => "dropped out before the key exchange; it was left out",
             Stage::Shares => "dropped out before sharing its keys; it was left out",
             Stage::Masking => "dropped out after masking; its masks were removed",
+            Stage::Confirming => {
+                "did not confirm the survivor list; it was left out and its masks removed"
+            }
         }
     }
 }
@@ -34,6 +39,9 @@ pub(crate) struct Participation {
     dropped: Vec<Option<(Stage, String)>>,
     /// Survivors that did not answer the unmasking (their state counts).
     silent: Vec<(usize, String)>,
+    /// Groups some but fewer than the threshold of the sites that took
+    /// part have: withheld.
+    thin_groups: usize,
 }
 
 impl Participation {
@@ -43,7 +51,24 @@ impl Participation {
             threshold: session.threshold,
             dropped: vec![None; session.clients.len()],
             silent: Vec::new(),
+            thin_groups: 0,
         }
+    }
+
+    /// `n` groups are withheld: fewer than the threshold of the sites that
+    /// took part have them.
+    pub(crate) fn withhold_groups(&mut self, n: usize) {
+        self.thin_groups = n;
+    }
+
+    /// The sentence on withheld groups, if any.
+    fn withheld(&self) -> Option<String> {
+        (self.thin_groups > 0).then(|| {
+            format!(
+                "{} group(s) held by fewer than the threshold of {} sites are not shown: their sums would be those of fewer than {} sites",
+                self.thin_groups, self.threshold, self.threshold
+            )
+        })
     }
 
     /// The places of the sites still in the round.
@@ -81,9 +106,7 @@ impl Participation {
         parts.extend(self.silent.iter().map(|(i, why)| {
             let name = &self.clients[*i];
             if with_reasons {
-                format!(
-                    "'{name}' (did not confirm the survivor list or answer the unmasking: {why})"
-                )
+                format!("'{name}' (did not answer the unmasking: {why})")
             } else {
                 format!("'{name}' did not answer the unmasking; its state counts")
             }
@@ -130,14 +153,18 @@ impl Participation {
     /// The notice of a round some site dropped out of; `None` if all took part.
     pub(crate) fn notice(&self) -> Option<String> {
         if self.dropped.iter().all(Option::is_none) && self.silent.is_empty() {
-            return None;
+            return self.withheld().map(|w| format!("secure aggregation: {w}"));
         }
-        Some(format!(
+        let mut line = format!(
             "secure aggregation: {} of {} clients took part ({})",
             self.took_part(),
             self.clients.len(),
             self.dropped_list(false)
-        ))
+        );
+        if let Some(w) = self.withheld() {
+            line.push_str(&format!("; {w}"));
+        }
+        Some(line)
     }
 
     /// One line for `EXPLAIN ANALYZE FEDERATED`.

@@ -13,6 +13,15 @@
 //! honest survivors answer for the same list, and for every site they
 //! reveal one kind of share only.
 //!
+//! What a survivor signs binds, besides the list, its *view* of the round
+//! ([`view_digest`]): the keys it was relayed for every place and the
+//! group list it aligned its state to. A survivor reveals self-seed shares
+//! only of the sites whose signature of the same list and view it is
+//! shown (and mask-key shares of every other site it masked with), so a
+//! coordinator that gives one site another group order, or puts another
+//! site at a place in one site's view, gets that site's mask key, never
+//! its self seed: its state stays masked.
+//!
 //! A site signs with a fresh Ed25519 key of the session ([`super::ParticipantKeys::list_key`]),
 //! which its identity signs with its other keys when it has one; a site
 //! that lists its peers counts only signatures whose keys a listed peer
@@ -21,7 +30,7 @@
 use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 use sha2::{Digest, Sha256};
 
-use super::SecureSession;
+use super::{ParticipantKeys, SecureSession};
 
 /// Domain separation of survivor-list signatures.
 const LIST_CONTEXT: &[u8] = b"fedsql secure aggregation v3: survivor list";
@@ -34,17 +43,33 @@ pub struct ConfirmRequest {
     pub survivors: Vec<u32>,
 }
 
-/// A survivor's signature of the survivor list, by the site at `from`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListSignature {
-    pub from: u32,
-    pub signature: [u8; 64],
+pub use super::ListSignature;
+
+/// A site's view of the round: the digest of the keys relayed for every
+/// place (none for a place without keys) and of the group list its state
+/// was aligned to.
+pub fn view_digest(keys: &[Option<ParticipantKeys>], groups: &[u8; 32]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update((keys.len() as u64).to_be_bytes());
+    for k in keys {
+        match k {
+            Some(k) => {
+                hash.update([1]);
+                hash.update(k.digest());
+                hash.update(k.signed.map(|s| s.identity).unwrap_or([0; 32]));
+            }
+            None => hash.update([0]),
+        }
+    }
+    hash.update(groups);
+    hash.finalize().into()
 }
 
-/// What a survivor signs: the whole session (id, clients, threshold: a
-/// signature counts only among sites with the same view of the round)
-/// and the survivors' places in the order given.
-pub fn list_message(session: &SecureSession, survivors: &[u32]) -> Vec<u8> {
+/// What a survivor signs: the whole session (id, clients, threshold), its
+/// view of the round ([`view_digest`]) and the survivors' places in the
+/// order given. A signature counts only among sites with the same session,
+/// view and list.
+pub fn list_message(session: &SecureSession, view: &[u8; 32], survivors: &[u32]) -> Vec<u8> {
     let mut hash = Sha256::new();
     hash.update(session.id);
     hash.update((session.clients.len() as u64).to_be_bytes());
@@ -53,6 +78,7 @@ pub fn list_message(session: &SecureSession, survivors: &[u32]) -> Vec<u8> {
         hash.update(client.as_bytes());
     }
     hash.update((session.threshold as u64).to_be_bytes());
+    hash.update(view);
     let mut message = LIST_CONTEXT.to_vec();
     message.extend_from_slice(&hash.finalize());
     message.extend_from_slice(&(survivors.len() as u64).to_be_bytes());
@@ -76,25 +102,32 @@ pub fn list_public_key(seed: &[u8; 32]) -> [u8; 32] {
         .expect("an Ed25519 public key is 32 bytes")
 }
 
-/// Signs `survivors` for `session` with the key of `seed`.
-pub fn sign_list(seed: &[u8; 32], session: &SecureSession, survivors: &[u32]) -> [u8; 64] {
+/// Signs `survivors` for `session` and `view` with the key of `seed`.
+pub fn sign_list(
+    seed: &[u8; 32],
+    session: &SecureSession,
+    view: &[u8; 32],
+    survivors: &[u32],
+) -> [u8; 64] {
     list_key_pair(seed)
-        .sign(&list_message(session, survivors))
+        .sign(&list_message(session, view, survivors))
         .as_ref()
         .try_into()
         .expect("an Ed25519 signature is 64 bytes")
 }
 
 impl ListSignature {
-    /// Whether this is `list_key`'s signature of `survivors` for `session`.
+    /// Whether this is `list_key`'s signature of `survivors` for `session`
+    /// and `view`.
     pub fn verifies(
         &self,
         session: &SecureSession,
+        view: &[u8; 32],
         survivors: &[u32],
         list_key: &[u8; 32],
     ) -> bool {
         UnparsedPublicKey::new(&ED25519, list_key)
-            .verify(&list_message(session, survivors), &self.signature)
+            .verify(&list_message(session, view, survivors), &self.signature)
             .is_ok()
     }
 }
@@ -103,6 +136,8 @@ impl ListSignature {
 mod tests {
     use super::*;
 
+    const VIEW: [u8; 32] = [3; 32];
+
     #[test]
     fn a_signature_is_good_for_one_list_and_one_session_only() {
         let seed = [7u8; 32];
@@ -110,18 +145,19 @@ mod tests {
         let session = SecureSession::fresh(vec!["a".into(), "b".into(), "c".into()]);
         let signed = ListSignature {
             from: 0,
-            signature: sign_list(&seed, &session, &[0, 1, 2]),
+            signature: sign_list(&seed, &session, &VIEW, &[0, 1, 2]),
         };
-        assert!(signed.verifies(&session, &[0, 1, 2], &key));
-        assert!(!signed.verifies(&session, &[0, 1], &key));
-        assert!(!signed.verifies(&session, &[0, 2, 1], &key));
+        assert!(signed.verifies(&session, &VIEW, &[0, 1, 2], &key));
+        assert!(!signed.verifies(&session, &VIEW, &[0, 1], &key));
+        assert!(!signed.verifies(&session, &VIEW, &[0, 2, 1], &key));
         let other = SecureSession {
             id: session.id,
             clients: vec!["a".into(), "b".into(), "d".into()],
             threshold: session.threshold,
         };
-        assert!(!signed.verifies(&other, &[0, 1, 2], &key));
-        assert!(!signed.verifies(&session.clone().with_threshold(3), &[0, 1, 2], &key));
-        assert!(!signed.verifies(&session, &[0, 1, 2], &list_public_key(&[8u8; 32])));
+        assert!(!signed.verifies(&other, &VIEW, &[0, 1, 2], &key));
+        assert!(!signed.verifies(&session.clone().with_threshold(3), &VIEW, &[0, 1, 2], &key));
+        assert!(!signed.verifies(&session, &[4; 32], &[0, 1, 2], &key));
+        assert!(!signed.verifies(&session, &VIEW, &[0, 1, 2], &list_public_key(&[8u8; 32])));
     }
 }

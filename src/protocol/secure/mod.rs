@@ -211,13 +211,21 @@ pub struct MaskRequest {
     pub groups: RecordBatch,
 }
 
-/// Step 5: the survivor list every survivor confirmed in step 4 (see
-/// [`consistency`]), with the signatures of it the coordinator collected.
+/// A survivor's signature of the survivor list, by the site at `from`
+/// (step 4; see `consistency`, which signs and checks them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListSignature {
+    pub from: u32,
+    pub signature: [u8; 64],
+}
+
+/// Step 5: the survivor list every survivor confirmed in step 4, with the
+/// signatures of it the coordinator collected.
 #[derive(Debug, Clone)]
 pub struct UnmaskRequest {
     pub session: SecureSession,
     pub survivors: Vec<u32>,
-    pub signatures: Vec<consistency::ListSignature>,
+    pub signatures: Vec<ListSignature>,
 }
 
 /// Which secret a revealed share is of.
@@ -466,4 +474,41 @@ pub fn union_groups(keys: &[RecordBatch]) -> Result<RecordBatch> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(RecordBatch::try_new(first.schema(), columns)?)
+}
+
+/// Whether a group key of `aggregate` is a value its plan sets as a
+/// literal (through projections), such as the `_client` column the
+/// coordinator binds to each site's own name: a secure aggregate grouped
+/// by it would give every site a group of its own, and so its own sum.
+pub fn literal_group_keys(aggregate: &AggregateExec) -> bool {
+    use datafusion::physical_expr::utils::collect_columns;
+    use datafusion::physical_plan::projection::ProjectionExec;
+
+    /// Whether column `index` of `plan`'s output is a literal.
+    fn literal(plan: &Arc<dyn ExecutionPlan>, index: usize) -> bool {
+        if let Some(projection) = plan.downcast_ref::<ProjectionExec>() {
+            let Some(expr) = projection.expr().get(index) else {
+                return false;
+            };
+            let columns = collect_columns(&expr.expr);
+            return columns.is_empty()
+                || columns
+                    .iter()
+                    .all(|c| literal(projection.input(), c.index()));
+        }
+        // Nodes that pass their input's columns through unchanged.
+        match plan.children()[..] {
+            [child] if child.schema().fields().len() == plan.schema().fields().len() => {
+                literal(child, index)
+            }
+            _ => false,
+        }
+    }
+    aggregate.group_expr().expr().iter().any(|(expr, _)| {
+        let columns = collect_columns(expr);
+        columns.is_empty()
+            || columns
+                .iter()
+                .all(|c| literal(aggregate.input(), c.index()))
+    })
 }

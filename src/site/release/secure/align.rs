@@ -12,6 +12,23 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use crate::error::{FedError, Result};
 use crate::protocol::secure::{SecureLayout, key_converter};
 
+/// The SHA-256 digest of a group list (its rows in the row format, each
+/// with its length), which a site signs with the survivor list so that
+/// every site whose state is unmasked aligned to the same groups.
+pub(super) fn groups_digest(layout: &SecureLayout, groups: &RecordBatch) -> Result<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update((groups.num_rows() as u64).to_be_bytes());
+    if layout.key_columns > 0 {
+        let converter = key_converter(groups)?;
+        for row in converter.convert_columns(groups.columns())?.iter() {
+            hash.update((row.data().len() as u64).to_be_bytes());
+            hash.update(row.data());
+        }
+    }
+    Ok(hash.finalize().into())
+}
+
 /// The state aligned to `groups`: one row per group in that order, the
 /// empty state where this client has no rows of the group.
 pub(super) fn align(
@@ -45,6 +62,20 @@ pub(super) fn align(
         .map(|(i, r)| (r.data(), i))
         .collect();
     // (0, i): this client's row i; (1, 0): the empty state.
+    // The union's canonical order, each group once: a group listed twice
+    // would be masked twice with the same words (their difference would
+    // be this site's value), and an order of the coordinator's choosing
+    // could line groups up differently at different sites.
+    if group_rows
+        .iter()
+        .zip(group_rows.iter().skip(1))
+        .any(|(a, b)| a >= b)
+    {
+        return Err(FedError::InvalidArgument(
+            "the coordinator's group list is not in the canonical order, or lists a group twice"
+                .into(),
+        ));
+    }
     let mut picks = Vec::with_capacity(groups.num_rows());
     let mut found = 0;
     for row in group_rows.iter() {

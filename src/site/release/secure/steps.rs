@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::record_batch::RecordBatch;
 use x25519_dalek::{PublicKey, StaticSecret};
 
-use super::align::align;
+use super::align::{align, groups_digest};
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
@@ -73,6 +73,9 @@ enum Step {
     Masked {
         me: usize,
         keys: Vec<Option<ParticipantKeys>>,
+        /// Its view of the round (the keys and the group list; see
+        /// [`consistency::view_digest`]).
+        view: [u8; 32],
         masked_with: Vec<usize>,
         held: BTreeMap<usize, SharePair>,
         neighbours: Vec<usize>,
@@ -82,6 +85,7 @@ enum Step {
     Confirmed {
         me: usize,
         keys: Vec<Option<ParticipantKeys>>,
+        view: [u8; 32],
         held: BTreeMap<usize, SharePair>,
         survivors: Vec<u32>,
     },
@@ -411,6 +415,8 @@ impl ClientSecrets {
         }
         admit(held.len())?;
         let aligned = align(&pending.state, &pending.layout, &request.groups)?;
+        let view =
+            consistency::view_digest(&keys, &groups_digest(&pending.layout, &request.groups)?);
         let words = masks::secure_words(&aligned, &pending.layout)?;
         let mut mask = vec![0u64; words];
         masks::apply_self(&mut mask, &pending.self_seed, &session.id, true);
@@ -430,6 +436,7 @@ impl ClientSecrets {
         pending.step = Step::Masked {
             me,
             keys,
+            view,
             masked_with: held.keys().copied().collect(),
             held,
             neighbours,
@@ -453,6 +460,7 @@ impl ClientSecrets {
         let Step::Masked {
             me,
             keys,
+            view,
             masked_with,
             held,
             neighbours,
@@ -505,11 +513,12 @@ impl ClientSecrets {
         }
         let signature = ListSignature {
             from: me as u32,
-            signature: consistency::sign_list(&pending.list_seed, session, listed),
+            signature: consistency::sign_list(&pending.list_seed, session, &view, listed),
         };
         pending.step = Step::Confirmed {
             me,
             keys,
+            view,
             held,
             survivors: listed.clone(),
         };
@@ -518,8 +527,8 @@ impl ClientSecrets {
     }
 
     /// Step 5, once per session: for every site this one masked with, its
-    /// share of that site's self seed if the site is listed as a survivor,
-    /// of its mask key if not. Refused unless the list is the one this site
+    /// share of that site's self seed if the site signed the survivor list
+    /// (with the same view), of its mask key if not. Refused unless the list is the one this site
     /// signed in step 4 and at least the threshold of distinct sites on it
     /// signed it too (each signature verified; with `peers` listed, each
     /// signer's keys signed by a distinct listed peer). The session is then
@@ -534,6 +543,7 @@ impl ClientSecrets {
         let Step::Confirmed {
             me,
             keys,
+            view,
             held,
             survivors,
         } = &pending.step
@@ -552,17 +562,33 @@ impl ClientSecrets {
             ));
         }
         let own = self.identity();
-        let mut signers: Vec<u32> = Vec::new();
-        let mut identities: Vec<[u8; 32]> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
         for signed in &request.signatures {
             let from = signed.from;
-            if !survivors.contains(&from) || signers.contains(&from) {
+            if !survivors.contains(&from) || !seen.insert(from) {
                 return Err(refuse(format!(
                     "a signature of the survivor list by participant {from}, which is not on it or signed twice"
                 )));
             }
+        }
+        // The signatures of the sites this one holds shares of (itself
+        // included) decide which shares it reveals: those first; of the
+        // others, only as many as the threshold needs are checked (each
+        // check is an Ed25519 verification; a site of a large round need
+        // not check all).
+        let (mine, others): (Vec<&ListSignature>, Vec<&ListSignature>) = request
+            .signatures
+            .iter()
+            .partition(|s| held.contains_key(&(s.from as usize)));
+        let mut signers: Vec<u32> = Vec::new();
+        let mut identities: Vec<[u8; 32]> = Vec::new();
+        for (k, signed) in mine.iter().chain(&others).enumerate() {
+            if k >= mine.len() && signers.len() >= session.threshold {
+                break;
+            }
+            let from = signed.from;
             let signer = keys[from as usize].expect("every survivor sent keys");
-            if !signed.verifies(session, survivors, &signer.list_key) {
+            if !signed.verifies(session, view, survivors, &signer.list_key) {
                 return Err(refuse(format!(
                     "participant {from}'s signature of the survivor list does not verify"
                 )));
@@ -605,7 +631,10 @@ impl ClientSecrets {
         Ok(held
             .iter()
             .map(|(&of, pair)| {
-                if survivors.contains(&(of as u32)) {
+                // Self seeds only of the sites that signed this list and
+                // view: a listed site that did not (another view, or none)
+                // is treated as dropped, its state left masked.
+                if signers.contains(&(of as u32)) {
                     Revealed {
                         of: of as u32,
                         kind: RevealedKind::SelfSeed,

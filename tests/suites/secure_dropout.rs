@@ -916,3 +916,15 @@ async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
     assert!(err.contains("fewer than the threshold 4"), "{err}");
     assert!(err.contains("'w3'") && err.contains("'w4'"), "{err}");
 }
+
+/// A sparse round (101 sites: the SecAgg+ neighbour graph) with one site
+/// in ten lost after masking: the exact sum over the sites that took part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_round_gives_the_exact_sum_over_the_sites_that_took_part() {
+    let n = 101;
+    assert!(fedsql::protocol::secure::graph::is_sparse(n));
+    let fed = federation(n, |c| if c % 10 == 9 { Fail::Mask } else { Fail::Never });
+    let got = secure_sums(&fed).await.unwrap();
+    let (want, _) = plain_sums((0..n).filter(|c| c % 10 != 9));
+    assert_eq!(got, want);
+}

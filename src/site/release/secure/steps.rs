@@ -582,8 +582,11 @@ impl ClientSecrets {
             .partition(|s| held.contains_key(&(s.from as usize)));
         let mut signers: Vec<u32> = Vec::new();
         let mut identities: Vec<[u8; 32]> = Vec::new();
+        // In a sparse round every signature counts (the check below walks
+        // the graph of the signers).
+        let sparse = graph::is_sparse(session.clients.len());
         for (k, signed) in mine.iter().chain(&others).enumerate() {
-            if k >= mine.len() && signers.len() >= session.threshold {
+            if !sparse && k >= mine.len() && signers.len() >= session.threshold {
                 break;
             }
             let from = signed.from;
@@ -627,6 +630,36 @@ impl ClientSecrets {
                 },
                 session.threshold
             )));
+        }
+        if sparse {
+            // The coordinator can unmask the sum of any part of the
+            // signers that no pairwise mask links to the rest: the sites
+            // this one is linked to through signers must make t.
+            let links = graph::neighbours(session);
+            let mut signed = vec![false; links.len()];
+            for &s in &signers {
+                signed[s as usize] = true;
+            }
+            let mut seen = vec![false; links.len()];
+            seen[*me] = true;
+            let mut reached = vec![*me];
+            let mut at = 0;
+            while at < reached.len() {
+                for &j in &links[reached[at]] {
+                    if signed[j] && !seen[j] {
+                        seen[j] = true;
+                        reached.push(j);
+                    }
+                }
+                at += 1;
+            }
+            if reached.len() < session.threshold {
+                return Err(refuse(format!(
+                    "only {} of the signers are linked to this site through the masks of the sparse graph, fewer than the threshold {} (the others' dropouts would cut it off)",
+                    reached.len(),
+                    session.threshold
+                )));
+            }
         }
         Ok(held
             .iter()

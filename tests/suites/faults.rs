@@ -53,14 +53,14 @@ pub(crate) struct ProcessWorker {
 }
 
 impl ProcessWorker {
-    /// `fedsql worker --listen ADDR ARGS...` on a free port.
+    /// `fedsql worker --listen 127.0.0.1:0 ARGS...`: the worker binds a
+    /// port the kernel picks and names it on its first line (a port picked
+    /// here and let go could be taken meanwhile, e.g. as another test's
+    /// outgoing connection's local port).
     pub(crate) fn spawn(args: Vec<OsString>) -> Self {
-        Self::spawn_at(free_addr(), args)
-    }
-
-    fn spawn_at(addr: SocketAddr, args: Vec<OsString>) -> Self {
         let stderr: Arc<Mutex<Vec<String>>> = Arc::default();
-        let child = Self::start(addr, &args, &stderr);
+        let (child, addr) = Self::try_start("127.0.0.1:0", &args, &stderr)
+            .unwrap_or_else(|| panic!("the worker did not start: {:?}", stderr.lock().unwrap()));
         Self {
             child,
             addr,
@@ -69,35 +69,56 @@ impl ProcessWorker {
         }
     }
 
+    /// Starts `fedsql worker --listen LISTEN ARGS...`, its stderr going to
+    /// `stderr`; the child and the address it listens on, or `None` if it
+    /// ended without listening.
+    fn try_start(
+        listen: &str,
+        args: &[OsString],
+        stderr: &Arc<Mutex<Vec<String>>>,
+    ) -> Option<(Child, SocketAddr)> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
+            .arg("worker")
+            .arg("--listen")
+            .arg(listen)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let sink = Arc::clone(stderr);
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = line
+            .strip_prefix("fedsql worker listening on ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|addr| addr.parse().ok());
+        match addr {
+            Some(addr) => Some((child, addr)),
+            None => {
+                let _ = child.wait();
+                None
+            }
+        }
+    }
+
+    /// Starts the worker again at `addr`, where the coordinator looks for
+    /// it: the port was just freed by the killed worker, so a few tries in
+    /// case something else holds it for a moment.
     fn start(addr: SocketAddr, args: &[OsString], stderr: &Arc<Mutex<Vec<String>>>) -> Child {
-        // The port was just freed by a killed worker or by `free_addr`:
-        // a few tries in case something else took it for a moment.
-        for _ in 0..50 {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_fedsql"))
-                .arg("worker")
-                .arg("--listen")
-                .arg(addr.to_string())
-                .args(args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            let sink = Arc::clone(stderr);
-            let pipe = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    sink.lock().unwrap().push(line);
-                }
-            });
-            if line.starts_with("fedsql worker listening on ") {
+        for _ in 0..100 {
+            if let Some((child, _)) = Self::try_start(&addr.to_string(), args, stderr) {
                 return child;
             }
-            let _ = child.wait();
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(50));
         }
         panic!(
             "the worker did not start on {addr}: {:?}",

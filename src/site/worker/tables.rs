@@ -166,6 +166,7 @@ impl ServedTable {
             .served_remotely(self.site.secure_without_peers)
             .with_memory_limit(self.site.memory_limit)
             .with_dp(Arc::clone(&self.dp))
+            .with_fast_path(self.site.fast_path)
             .with_cluster(self.site.cluster.clone()),
         );
         if clients.len() >= CLIENTS_PER_TABLE {

@@ -74,7 +74,9 @@ const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 struct Hostile {
     ctx: FedContext,
     sites: Vec<Arc<LocalClient>>,
-    encoder: Encoder,
+    /// The encoder each site is sent (the round's, unless the coordinator
+    /// sends some sites another).
+    encoders: Vec<Encoder>,
     analyst: Analyst,
 }
 
@@ -145,14 +147,27 @@ impl Hostile {
             .unwrap();
         Self {
             ctx,
+            encoders: vec![round.encoder.clone(); sites.len()],
             sites,
-            encoder: round.encoder,
             analyst: Analyst::session(),
         }
     }
 
-    fn req(&self) -> SiteRequest<'_> {
-        SiteRequest::new(&self.encoder, &self.analyst)
+    /// The encoder the coordinator would plan for `sql` over the same table.
+    async fn plan_encoder(&self, sql: &str) -> Encoder {
+        let state = self.ctx.session().state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        fedsql::coordinator::split::plan_round(&state, &cut)
+            .await
+            .unwrap()
+            .encoder
+    }
+
+    /// The request to site `c`, with the encoder it is sent.
+    fn req(&self, c: usize) -> SiteRequest<'_> {
+        SiteRequest::new(&self.encoders[c], &self.analyst)
     }
 
     async fn unmask(
@@ -168,7 +183,7 @@ impl Hostile {
             signatures,
         };
         self.sites[c]
-            .secure_unmask(&self.req(), &request)
+            .secure_unmask(&self.req(c), &request)
             .await
             .map_err(|e| format!("site {c} refused to unmask: {e}"))
     }
@@ -207,7 +222,7 @@ async fn honest_until_signed(h: &Hostile, session: SecureSession, k: usize) -> S
     let mut group_keys = Vec::new();
     for c in 0..n {
         let s = h.sites[c]
-            .secure_setup(&h.req(), &session)
+            .secure_setup(&h.req(c), &session)
             .await
             .unwrap_or_else(|e| panic!("site {c} refused the setup: {e}"));
         keys.push(Some(s.keys));
@@ -222,7 +237,7 @@ async fn honest_until_signed(h: &Hostile, session: SecureSession, k: usize) -> S
     for c in 0..n {
         envelopes.extend(
             h.sites[c]
-                .secure_share(&h.req(), &share)
+                .secure_share(&h.req(c), &share)
                 .await
                 .unwrap_or_else(|e| panic!("site {c} refused to share: {e}")),
         );
@@ -239,7 +254,7 @@ async fn honest_until_signed(h: &Hostile, session: SecureSession, k: usize) -> S
             groups: groups.clone(),
         };
         let state = h.sites[c]
-            .encode_masked(&h.req(), &request)
+            .encode_masked(&h.req(c), &request)
             .await
             .unwrap_or_else(|e| panic!("site {c} refused to mask: {e}"));
         words.push(first_words(state.batch(), k));
@@ -253,7 +268,7 @@ async fn honest_until_signed(h: &Hostile, session: SecureSession, k: usize) -> S
     for c in 0..n {
         signatures.push(
             h.sites[c]
-                .secure_confirm(&h.req(), &confirm)
+                .secure_confirm(&h.req(c), &confirm)
                 .await
                 .unwrap_or_else(|e| panic!("site {c} refused to sign: {e}")),
         );
@@ -651,4 +666,102 @@ async fn break_a_filter_on_client_gives_one_sites_exact_secure_sum() {
             "{notices:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------
+// BREAK 4: the encoder is not part of what the survivors agree on.
+// ---------------------------------------------------------------------
+
+/// Runs one honest round (every step as an honest coordinator runs it,
+/// every signature shown to every site) over sites that were sent the
+/// encoders in `h.encoders`; the sum over all of them, unmasked.
+async fn honest_total(h: &Hostile, k: usize) -> (Signed, Vec<u64>) {
+    let n = h.sites.len();
+    let s = honest_until_signed(h, session_of(n), k).await;
+    let everyone: BTreeSet<usize> = (0..n).collect();
+    let revealed = reveal_selectively(h, &s, |_| everyone.clone())
+        .await
+        .expect("an honest unmasking");
+    let all: Vec<usize> = (0..n).collect();
+    let total = unmask_target(&s, &revealed, &all).expect("the shares suffice");
+    (s, total)
+}
+
+/// BREAK (severity: critical). A hostile coordinator sends the victim
+/// (site 0) the analyst's encoder and every other site the same query
+/// with a filter that keeps none of their rows (`WHERE x < 0`): the state
+/// layout is the same, every step of the protocol runs honestly (one
+/// list, every signature shown to everyone), and the unmasked total is
+/// site 0's exact state. Five honest sites under a worker's default
+/// disclosure policy (k = 5, min_secure_clients = 3) with identity keys
+/// and peers; the policy accepts an empty state.
+///
+/// Where the site should refuse: nothing a survivor signs in step 4
+/// (`consistency::view_digest`: the keys and the group list) binds the
+/// encoder it ran, so t signers agree on the keys and the groups, not on
+/// the query. `ClientSecrets::setup` should keep a digest of the encoder
+/// (its unbound form, before `_client` is bound) and step 4 should sign
+/// it in the view, so that a site sent another query is left out (or,
+/// with the step-5 fix, the round fails).
+#[tokio::test]
+async fn break_a_different_encoder_per_site_gives_one_sites_exact_secure_sum() {
+    let mut h =
+        Hostile::with_policy(5, None, SUM_SQL, true, Some(DisclosurePolicy::default())).await;
+    let empty = h
+        .plan_encoder("SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE x < 0")
+        .await;
+    for c in 1..5 {
+        h.encoders[c] = empty.clone();
+    }
+    let (_, total) = honest_total(&h, 1).await;
+    assert_eq!(total[0], plain_sum(0), "site 0's own secure_sum, exactly");
+}
+
+/// BREAK (severity: critical, the DP promise). The same with
+/// `secure_dp_count` grouped by a declared public `g` (40 values; ε = 1):
+/// the victim is sent the analyst's DP query, and the other sites a plain
+/// `secure_count` with a filter that keeps nothing — no noise share, a
+/// state of the same shape. The unmasked counts are site 0's with only
+/// its own noise share, 1/t = 1/3 of one draw: about 80% exact (a full
+/// draw: 46%).
+#[tokio::test]
+async fn break_a_different_encoder_per_site_releases_one_sites_dp_counts_with_a_noise_share() {
+    let mut policy = DpPolicy::default();
+    let domain: Vec<String> = (0..40).map(|g| g.to_string()).collect();
+    policy.set("dp_domain.g", &domain.join(",")).unwrap();
+    let mut h = Hostile::with_policy(
+        5,
+        Some(&policy),
+        "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
+        true,
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    let quiet = h
+        .plan_encoder("SELECT g, secure_count(x) AS n FROM t WHERE x < 0 GROUP BY g")
+        .await;
+    for c in 1..5 {
+        h.encoders[c] = quiet.clone();
+    }
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let (s, total) = honest_total(&h, 40).await;
+        let keys = s.groups.column(0).as_primitive::<Int64Type>();
+        for (i, &w) in total.iter().enumerate() {
+            let truth = if keys.value(i) == 0 {
+                plain_count(0)
+            } else {
+                0
+            };
+            errors.push(w.wrapping_sub(truth) as i64);
+        }
+    }
+    let exact = errors.iter().filter(|e| **e == 0).count() as f64 / errors.len() as f64;
+    eprintln!(
+        "site 0's dp counts under another encoder at the others: {:.0}% exact over {}",
+        100.0 * exact,
+        errors.len()
+    );
+    assert!(errors.iter().all(|e| e.abs() < 100), "{errors:?}");
+    assert!(exact > 0.65, "only {exact} exact");
 }

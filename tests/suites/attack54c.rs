@@ -7,6 +7,25 @@
 //! A test named `break_…` demonstrates an attack that succeeds: its body
 //! asserts that the value the attacker recovers equals the true one. A
 //! test named `holds_…` asserts the refusal of a defence that holds.
+//!
+//! The breaks found:
+//! 1. Selective signatures (critical). In step 5 a survivor reveals a
+//!    site's self-seed share if that site's list signature is among those
+//!    the request carries, its mask-key share if not — and the coordinator
+//!    picks, per revealer, which of the valid signatures it shows. All
+//!    sites sign the one list, no site drops out, and still: the sum of
+//!    two of five sites (t = 3), one site's exact state from three such
+//!    sessions, and in a sparse round of 101 sites one site's exact state
+//!    in one session; with `secure_dp_…`, totals with 2/3 or 1/51 of the
+//!    target noise.
+//! 2. The encoder is not in the signed view (critical). The coordinator
+//!    sends the victim the analyst's query and every other site a query
+//!    that keeps no rows (or a plain `secure_count` where the victim runs
+//!    `secure_dp_count`): one honest round then unmasks the victim's state
+//!    alone, or its DP counts with only its own noise share.
+//! 3. A filter on `_client` (medium; a hostile analyst, an honest
+//!    coordinator): `WHERE _client = 'site0'` gives one site's exact
+//!    `secure_sum`; only `GROUP BY _client` is withheld.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -25,7 +25,9 @@
 //!    alone, or its DP counts with only its own noise share.
 //! 3. A filter on `_client` (medium; a hostile analyst, an honest
 //!    coordinator): `WHERE _client = 'site0'` gives one site's exact
-//!    `secure_sum`; only `GROUP BY _client` is withheld.
+//!    `secure_sum`; only `GROUP BY _client` is withheld. The same with a
+//!    filter on a data column only one site has a value of (`WHERE g = 3`
+//!    or `CASE WHEN g = 3 …`) where `GROUP BY g` is withheld.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -113,6 +115,18 @@ impl Hostile {
         peers: bool,
         policy: Option<DisclosurePolicy>,
     ) -> Self {
+        Self::with_rows(n, dp, sql, peers, policy, site_rows).await
+    }
+
+    /// The same, site `c` holding `rows(c)`.
+    async fn with_rows(
+        n: usize,
+        dp: Option<&DpPolicy>,
+        sql: &str,
+        peers: bool,
+        policy: Option<DisclosurePolicy>,
+        rows: fn(usize) -> RecordBatch,
+    ) -> Self {
         let ctx = FedContext::new();
         let identities: Vec<Arc<SiteIdentity>> = if peers {
             (0..n)
@@ -129,7 +143,7 @@ impl Hostile {
                     &name,
                     &format!("memory:{name}"),
                     schema(),
-                    vec![site_rows(c)],
+                    vec![rows(c)],
                     ctx.site_engine(),
                 )
                 .unwrap();
@@ -928,4 +942,121 @@ async fn holds_a_filter_on_client_leaves_the_noise_of_a_dp_count() {
         100.0 * exact
     );
     assert!(exact < 0.6, "{exact} exact");
+}
+
+/// Site `c`'s rows with `g = c`: every site has a group of its own.
+fn own_group_rows(c: usize) -> RecordBatch {
+    let rows = site_rows(c);
+    let n = rows.num_rows();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(vec![c as i64; n])),
+            Arc::clone(rows.column(1)),
+        ],
+    )
+    .unwrap()
+}
+
+/// Held (a hostile analyst, an honest coordinator): the coordinator's
+/// withholding of groups that fewer than t sites hold cannot be padded by
+/// the DP completion of a declared public key (which gives every site
+/// every group of the domain). Every site has a `g` of its own: grouped
+/// by `g`, `secure_sum` is withheld; mixed with `secure_dp_count` or
+/// `dp_count` (so that every site would hold all five groups) the sites
+/// refuse the mix.
+#[tokio::test]
+async fn holds_dp_completion_cannot_pad_the_groups_of_a_secure_sum() {
+    let mut policy = DpPolicy::default();
+    policy.set("dp_domain.g", "0,1,2,3,4").unwrap();
+    let h = Hostile::with_rows(
+        5,
+        Some(&policy),
+        SUM_SQL,
+        true,
+        Some(DisclosurePolicy::default()),
+        own_group_rows,
+    )
+    .await;
+    let batches = h
+        .ctx
+        .sql("SELECT g, secure_sum(x, 0, 1000) AS s FROM t GROUP BY g")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    let notices = h.ctx.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("5 group(s) held by fewer than the threshold of 3 sites")),
+        "{notices:?}"
+    );
+    for dp in ["secure_dp_count(*, 1.0)", "dp_count(*, 1.0)"] {
+        let sql = format!("SELECT g, secure_sum(x, 0, 1000) AS s, {dp} AS n FROM t GROUP BY g");
+        let err = match h.ctx.sql(&sql).await {
+            Ok(df) => df.collect().await.unwrap_err(),
+            Err(e) => e,
+        }
+        .to_string();
+        assert!(
+            err.contains("may not mix in exact aggregates"),
+            "{sql}: {err}"
+        );
+    }
+}
+
+/// BREAK (severity: medium; a hostile analyst, an honest coordinator).
+/// The same without `_client`: each site has a `g` of its own. `GROUP BY
+/// g` is withheld (each group held by one site), but `WHERE g = 3` (or
+/// the `CASE` form) gives site 3's exact secure_sum in one query: a round
+/// without GROUP BY has no group keys, so the coordinator's withholding
+/// (`covered_groups`, which returns early when there are no key columns)
+/// never counts how many sites have rows, and the other sites take part
+/// with empty states.
+///
+/// Fix: none in the protocol closes the `CASE` form (every site has rows
+/// and contributes zeros): a total over a predicate only one site's rows
+/// satisfy is that site's value. Treating a round without GROUP BY as one
+/// group (a site with no rows reporting no group key) would stop the
+/// `WHERE` form only. The security page should say that the withholding
+/// of thin groups is no defence against an analyst who writes filters,
+/// and that only DP (`require_dp`) protects a site's value from the
+/// analyst; refusing `_client` in secure encoders closes the direct
+/// per-site form of the previous test, not this one.
+#[tokio::test]
+async fn break_a_filter_on_a_data_column_gives_one_sites_exact_secure_sum() {
+    let h = Hostile::with_rows(
+        5,
+        None,
+        SUM_SQL,
+        true,
+        Some(DisclosurePolicy::default()),
+        own_group_rows,
+    )
+    .await;
+    let batches = h
+        .ctx
+        .sql("SELECT g, secure_sum(x, 0, 1000) AS s FROM t GROUP BY g")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
+    h.ctx.take_notices();
+    for sql in [
+        "SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE g = 3",
+        "SELECT secure_sum(CASE WHEN g = 3 THEN x ELSE 0 END, 0, 1000) AS s FROM t",
+    ] {
+        let got = one_value(&h.ctx, sql).await.unwrap();
+        assert_eq!(got, Some(plain_sum(3) as i64), "{sql}");
+        let notices = h.ctx.take_notices();
+        assert!(
+            !notices.iter().any(|n| n.contains("not shown")),
+            "{notices:?}"
+        );
+    }
 }

@@ -1060,3 +1060,143 @@ async fn break_a_filter_on_a_data_column_gives_one_sites_exact_secure_sum() {
         );
     }
 }
+
+/// Steps 1 and 2 with every site: the keys, the canonical group list and
+/// the envelopes addressed to each site.
+async fn honest_until_shared(
+    h: &Hostile,
+    session: &SecureSession,
+) -> (
+    Vec<Option<ParticipantKeys>>,
+    RecordBatch,
+    Vec<Vec<ShareEnvelope>>,
+) {
+    let n = h.sites.len();
+    let mut keys = Vec::new();
+    let mut group_keys = Vec::new();
+    for c in 0..n {
+        let s = h.sites[c].secure_setup(&h.req(c), session).await.unwrap();
+        keys.push(Some(s.keys));
+        group_keys.push(s.group_keys);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let share = ShareRequest {
+        session: session.clone(),
+        keys: keys.clone(),
+    };
+    let mut to = vec![Vec::new(); n];
+    for c in 0..n {
+        for e in h.sites[c].secure_share(&h.req(c), &share).await.unwrap() {
+            to[e.to as usize].push(e);
+        }
+    }
+    (keys, groups, to)
+}
+
+/// Held: malformed messages are refused with an error, never a panic: a
+/// group list of another key type, or with a NULL key; survivor lists and
+/// signatures naming places far out of range; a key vector of the wrong
+/// length.
+#[tokio::test]
+async fn holds_malformed_messages_are_refused_without_a_panic() {
+    use datafusion::arrow::array::StringArray;
+    let h = Hostile::new(
+        3,
+        None,
+        "SELECT g, secure_sum(x, 0, 1000) AS s FROM t GROUP BY g",
+        true,
+    )
+    .await;
+    let mask =
+        |session: &SecureSession, envelopes: Vec<ShareEnvelope>, groups: RecordBatch| MaskRequest {
+            session: session.clone(),
+            envelopes,
+            groups,
+        };
+    // A group list of strings where the key is BIGINT.
+    let session = session_of(3);
+    let (_, _, to) = honest_until_shared(&h, &session).await;
+    let strings = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("g", DataType::Utf8, true)])),
+        vec![Arc::new(StringArray::from(vec![Some("0")]))],
+    )
+    .unwrap();
+    let err = h.sites[0]
+        .encode_masked(&h.req(0), &mask(&session, to[0].clone(), strings))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("schema mismatch"), "{err}");
+    // A NULL group key.
+    let session = session_of(3);
+    let (_, _, to) = honest_until_shared(&h, &session).await;
+    let nulls = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("g", DataType::Int64, true)])),
+        vec![Arc::new(Int64Array::from(vec![None, Some(0)]))],
+    )
+    .unwrap();
+    let err = h.sites[0]
+        .encode_masked(&h.req(0), &mask(&session, to[0].clone(), nulls))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("contains null values"), "{err}");
+    // A survivor list with a place far out of range.
+    let session = session_of(3);
+    let (_, groups, to) = honest_until_shared(&h, &session).await;
+    for c in 0..3 {
+        h.sites[c]
+            .encode_masked(&h.req(c), &mask(&session, to[c].clone(), groups.clone()))
+            .await
+            .unwrap();
+    }
+    let confirm = |survivors: Vec<u32>| ConfirmRequest {
+        session: session.clone(),
+        survivors,
+    };
+    let err = h.sites[0]
+        .secure_confirm(&h.req(0), &confirm(vec![0, 1, u32::MAX]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("sent no keys"), "{err}");
+    // A signature from a place far out of range.
+    let mut signatures = Vec::new();
+    for c in 1..3 {
+        signatures.push(
+            h.sites[c]
+                .secure_confirm(&h.req(c), &confirm(vec![0, 1, 2]))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut forged = signatures[0];
+    forged.from = u32::MAX;
+    signatures.push(forged);
+    let err = h
+        .unmask(1, &session, &[0, 1, 2], signatures)
+        .await
+        .unwrap_err();
+    assert!(err.contains("not on it"), "{err}");
+    // A key vector of the wrong length.
+    let session = session_of(3);
+    let mut keys = Vec::new();
+    for c in 0..3 {
+        keys.push(Some(
+            h.sites[c]
+                .secure_setup(&h.req(c), &session)
+                .await
+                .unwrap()
+                .keys,
+        ));
+    }
+    keys.push(None);
+    let err = h.sites[0]
+        .secure_share(
+            &h.req(0),
+            &ShareRequest {
+                session: session.clone(),
+                keys,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("relayed for 3 clients"), "{err}");
+}

@@ -1142,9 +1142,9 @@ async fn holds_malformed_messages_are_refused_without_a_panic() {
     // A survivor list with a place far out of range.
     let session = session_of(3);
     let (_, groups, to) = honest_until_shared(&h, &session).await;
-    for c in 0..3 {
+    for (c, mine) in to.iter().enumerate() {
         h.sites[c]
-            .encode_masked(&h.req(c), &mask(&session, to[c].clone(), groups.clone()))
+            .encode_masked(&h.req(c), &mask(&session, mine.clone(), groups.clone()))
             .await
             .unwrap();
     }

@@ -14,6 +14,8 @@ mod admin;
 mod attack54;
 #[path = "suites/attack54b.rs"]
 mod attack54b;
+#[path = "suites/attack54c.rs"]
+mod attack54c;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

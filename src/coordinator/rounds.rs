@@ -419,6 +419,14 @@ pub(crate) async fn run_round(
         .map(|c| round.encoder_for(c.name()))
         .collect::<Result<Vec<_>>>()?;
     if masked {
+        // Every site must run the same encoder (each signs its digest): a
+        // query that reads `_client` is one encoder per site, and would
+        // give each site's sum on its own besides.
+        if round.unbound_for_any_client() {
+            return Err(FedError::InvalidArgument(
+                "a secure aggregate cannot read _client: each site would run its own query (WHERE or GROUP BY _client picks out one site's sum), and the sites refuse to unmask a round whose queries differ\nhint: use plain aggregates for a per-client breakdown, or leave _client out".into(),
+            ));
+        }
         // Masked states: what arrives is the masked state itself; the
         // first survivor's carries the removal of the round's masks.
         let requested =

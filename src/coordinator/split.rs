@@ -52,6 +52,18 @@ impl Round {
         }
     }
 
+    /// Whether the encoder reads `_client` so that each client runs its
+    /// own binding of it.
+    pub fn unbound_for_any_client(&self) -> bool {
+        self.for_any_client
+            .get_or_init(|| {
+                client_column::bind_for_any_client(&self.encoder)
+                    .ok()
+                    .flatten()
+            })
+            .is_none()
+    }
+
     /// The same round with the text of its string literal arguments that
     /// read `old` replaced by `new`: the next round of a fit, whose step
     /// config differs, without planning it again (see

@@ -225,7 +225,8 @@ async fn secure_sums(fed: &FedContext) -> Result<[i64; 2]> {
 
 /// Dropouts at every step, with 5 and 25 sites, one and two of them: the
 /// total is exactly the plain sum over the sites that took part (a site
-/// lost at the unmasking took part), and the notice names the others.
+/// lost after it sent its masked state — at the signing of the survivor
+/// list or at the unmasking — took part), and the notice names them all.
 #[tokio::test]
 async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
     for n in [5usize, 25] {
@@ -242,7 +243,9 @@ async fn dropouts_at_every_step_give_the_sum_over_the_sites_that_took_part() {
                     .await
                     .unwrap_or_else(|e| panic!("{n} sites, {step:?} {dropping:?}: {e}"));
                 let took_part: Vec<usize> = (0..n)
-                    .filter(|c| step == Fail::Unmask || !dropping.contains(c))
+                    .filter(|c| {
+                        matches!(step, Fail::Confirm | Fail::Unmask) || !dropping.contains(c)
+                    })
                     .collect();
                 // A group fewer than t of the sites that took part have is
                 // withheld (its sum would be theirs alone).

@@ -192,19 +192,17 @@ pub(crate) async fn collect_masked_states(
                 signers.push(i);
                 signatures.push(signed);
             }
-            Ok(_) => part.drop_out(
+            Ok(_) => part.miss_confirming(
                 i,
-                Stage::Confirming,
                 &FedError::Internal("it signed the survivor list for another place".into()),
             ),
-            Err(e) => part.drop_out(i, Stage::Confirming, &e),
+            Err(e) => part.miss_confirming(i, &e),
         }
     }
-    // A survivor that did not sign is left out as one lost after masking:
-    // its self seed is not revealed (its mask key is), so its state is
-    // not in the total.
-    masked.retain(|(i, _, _)| signers.contains(i));
-    part.check(Stage::Confirming)?;
+    // A survivor that did not sign still sent its masked state: the sites
+    // reveal by the list they signed, so its self seed is revealed and its
+    // state counts. At least t must have signed.
+    part.check_signers(signers.len())?;
 
     // Step 5: unmasking, by the survivors that signed.
     let unmask_request = UnmaskRequest {
@@ -224,7 +222,7 @@ pub(crate) async fn collect_masked_states(
             Err(e) => part.miss_unmasking(i, &e),
         }
     }
-    let survivors = signers;
+    let survivors = survivors_listed(&confirm_request.survivors);
     let correction = unmask::correction(
         &session,
         &keys,
@@ -257,6 +255,11 @@ pub(crate) async fn collect_masked_states(
         states: masked,
         participation: part,
     })
+}
+
+/// The survivors' places, as the signed list gives them.
+fn survivors_listed(listed: &[u32]) -> Vec<usize> {
+    listed.iter().map(|&i| i as usize).collect()
 }
 
 /// Which rows of `groups` at least `t` survivors have, and how many rows

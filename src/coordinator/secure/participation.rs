@@ -14,8 +14,6 @@ pub(crate) enum Stage {
     Shares,
     /// It shared its secrets but sent no masked state.
     Masking,
-    /// It sent its masked state but did not sign the survivor list.
-    Confirming,
 }
 
 impl Stage {
@@ -24,9 +22,6 @@ impl Stage {
             Stage::Setup => "dropped out before the key exchange; it was left out",
             Stage::Shares => "dropped out before sharing its keys; it was left out",
             Stage::Masking => "dropped out after masking; its masks were removed",
-            Stage::Confirming => {
-                "did not confirm the survivor list; it was left out and its masks removed"
-            }
         }
     }
 }
@@ -37,8 +32,9 @@ pub(crate) struct Participation {
     clients: Vec<String>,
     threshold: usize,
     dropped: Vec<Option<(Stage, String)>>,
-    /// Survivors that did not answer the unmasking (their state counts).
-    silent: Vec<(usize, String)>,
+    /// Survivors that did not sign the survivor list or did not answer
+    /// the unmasking (their state counts): the place, the step, why.
+    silent: Vec<(usize, &'static str, String)>,
     /// Groups some but fewer than the threshold of the sites that took
     /// part have: withheld.
     thin_groups: usize,
@@ -83,7 +79,21 @@ impl Participation {
     }
 
     pub(crate) fn miss_unmasking(&mut self, site: usize, why: &FedError) {
-        self.silent.push((site, why.to_string()));
+        self.silent
+            .push((site, "did not answer the unmasking", why.to_string()));
+    }
+
+    pub(crate) fn miss_confirming(&mut self, site: usize, why: &FedError) {
+        self.silent
+            .push((site, "did not sign the survivor list", why.to_string()));
+    }
+
+    /// Fails the round when fewer than the threshold signed the list.
+    pub(crate) fn check_signers(&self, signers: usize) -> Result<()> {
+        if signers >= self.threshold {
+            return Ok(());
+        }
+        Err(self.below_threshold(signers, "to sign the survivor list"))
     }
 
     /// The sites that dropped out, as `'name' (step: reason)`.
@@ -103,12 +113,12 @@ impl Participation {
                 })
             })
             .collect();
-        parts.extend(self.silent.iter().map(|(i, why)| {
+        parts.extend(self.silent.iter().map(|(i, step, why)| {
             let name = &self.clients[*i];
             if with_reasons {
-                format!("'{name}' (did not answer the unmasking: {why})")
+                format!("'{name}' ({step}: {why})")
             } else {
-                format!("'{name}' did not answer the unmasking; its state counts")
+                format!("'{name}' {step}; its state counts")
             }
         }));
         parts.join("; ")

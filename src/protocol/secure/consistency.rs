@@ -14,13 +14,15 @@
 //! reveal one kind of share only.
 //!
 //! What a survivor signs binds, besides the list, its *view* of the round
-//! ([`view_digest`]): the keys it was relayed for every place and the
-//! group list it aligned its state to. A survivor reveals self-seed shares
-//! only of the sites whose signature of the same list and view it is
-//! shown (and mask-key shares of every other site it masked with), so a
-//! coordinator that gives one site another group order, or puts another
-//! site at a place in one site's view, gets that site's mask key, never
-//! its self seed: its state stays masked.
+//! ([`view_digest`]): the encoder it ran ([`encoder_digest`]), the keys it
+//! was relayed for every place and the group list it aligned its state
+//! to. A survivor reveals only when at least t signatures of the same
+//! list and view verify, and what it reveals is decided by the list
+//! alone (self-seed shares of listed sites, mask-key shares of the
+//! others), never by which signatures it is shown. So a coordinator that
+//! gives one site another query (the others one that adds nothing),
+//! another group order, or puts another site at a place in one site's
+//! view, finds no t sites that signed that site's view.
 //!
 //! A site signs with a fresh Ed25519 key of the session ([`super::ParticipantKeys::list_key`]),
 //! which its identity signs with its other keys when it has one; a site
@@ -45,11 +47,16 @@ pub struct ConfirmRequest {
 
 pub use super::ListSignature;
 
-/// A site's view of the round: the digest of the keys relayed for every
-/// place (none for a place without keys) and of the group list its state
-/// was aligned to.
-pub fn view_digest(keys: &[Option<ParticipantKeys>], groups: &[u8; 32]) -> [u8; 32] {
+/// A site's view of the round: the digest of the encoder it ran, of the
+/// keys relayed for every place (none for a place without keys) and of
+/// the group list its state was aligned to.
+pub fn view_digest(
+    encoder: &[u8; 32],
+    keys: &[Option<ParticipantKeys>],
+    groups: &[u8; 32],
+) -> [u8; 32] {
     let mut hash = Sha256::new();
+    hash.update(encoder);
     hash.update((keys.len() as u64).to_be_bytes());
     for k in keys {
         match k {
@@ -63,6 +70,48 @@ pub fn view_digest(keys: &[Option<ParticipantKeys>], groups: &[u8; 32]) -> [u8; 
     }
     hash.update(groups);
     hash.finalize().into()
+}
+
+/// The digest of the encoder a site runs in a secure round: its plan's
+/// text with every node's schema (the SQL operators, expressions, literals
+/// and types) and the rows of every table inlined in it (shared tables a
+/// worker was sent). Every site of an honest round runs the same encoder;
+/// a coordinator that sends one site the analyst's query and the others
+/// one that adds nothing to the total (`WHERE false`, a join with no
+/// rows) gives that site a view no other site signs.
+pub fn encoder_digest(plan: &datafusion::logical_expr::LogicalPlan) -> crate::Result<[u8; 32]> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::datasource::{TableProvider, source_as_provider};
+    use datafusion::logical_expr::LogicalPlan;
+
+    let mut hash = Sha256::new();
+    hash.update(b"fedsql secure aggregation v3: encoder");
+    let text = plan.display_indent_schema().to_string();
+    hash.update((text.len() as u64).to_be_bytes());
+    hash.update(text.as_bytes());
+    let mut inline = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(provider) = source_as_provider(&scan.source)
+            && let Some(table) = provider.downcast_ref::<crate::protocol::codec::InlineTable>()
+        {
+            inline.push((
+                scan.table_name.to_string(),
+                table.schema(),
+                table.batches().to_vec(),
+            ));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    for (name, schema, batches) in inline {
+        let bytes = crate::protocol::flight::batches_to_ipc(&schema, &batches)
+            .map_err(|e| crate::FedError::Internal(format!("an inline table's rows: {e}")))?;
+        hash.update((name.len() as u64).to_be_bytes());
+        hash.update(name.as_bytes());
+        hash.update((bytes.len() as u64).to_be_bytes());
+        hash.update(&bytes);
+    }
+    Ok(hash.finalize().into())
 }
 
 /// What a survivor signs: the whole session (id, clients, threshold), its

@@ -96,24 +96,15 @@ impl Site for LocalClient {
             .physical_plan(encoder)
             .await
             .map_err(|e| self.site_error(e))?;
-        let grouped_by_literal = plan
-            .plan
-            .downcast_ref::<datafusion::physical_plan::aggregates::AggregateExec>()
-            .is_some_and(crate::protocol::secure::literal_group_keys);
-        if grouped_by_literal {
-            return Err(FedError::Policy {
-                client: self.name.clone(),
-                rule: "a secure aggregate grouped by a value the plan sets per site (such as _client) would give each site a group of its own, and so its own sum".into(),
-                hint: Some("group secure aggregates by columns of the data, or use plain aggregates per client".into()),
-            });
-        }
         let mut layout = SecureLayout::of_plan(&plan.plan).map_err(|e| self.error(e))?;
         if let Some(counts) = &plan.counts {
             layout = layout.without_columns(&counts.all());
         }
+        let digest = crate::protocol::secure::consistency::encoder_digest(encoder.plan())
+            .map_err(|e| self.site_error(e))?;
         let state = self.run(request, plan, Some(session.threshold)).await?;
         self.secrets
-            .setup(session, &state, layout, floor)
+            .setup(session, (&state, digest), layout, floor)
             .map_err(|e| self.site_error(e))
     }
 

@@ -51,6 +51,8 @@ struct Pending {
     keys: ParticipantKeys,
     state: RecordBatch,
     layout: SecureLayout,
+    /// The digest of the encoder that computed `state` (part of the view).
+    encoder: [u8; 32],
     step: Step,
 }
 
@@ -181,13 +183,14 @@ impl ClientSecrets {
         kept.push_back(pending);
     }
 
-    /// Step 1 at a client whose state for the session is `state`: fresh
-    /// keys and self seed, kept with the state. `floor` is the site's
-    /// min_secure_clients.
+    /// Step 1 at a client whose state for the session is `state`, computed
+    /// by the encoder of digest `encoder` ([`consistency::encoder_digest`]):
+    /// fresh keys and self seed, kept with the state. `floor` is the
+    /// site's min_secure_clients.
     pub(crate) fn setup(
         &self,
         session: &SecureSession,
-        state: &StateBatch,
+        (state, encoder): (&StateBatch, [u8; 32]),
         layout: SecureLayout,
         floor: usize,
     ) -> Result<SecureSetup> {
@@ -230,6 +233,7 @@ impl ClientSecrets {
             keys,
             state: batch,
             layout,
+            encoder,
             step: Step::KeysSent,
         });
         Ok(SecureSetup { keys, group_keys })
@@ -415,8 +419,11 @@ impl ClientSecrets {
         }
         admit(held.len())?;
         let aligned = align(&pending.state, &pending.layout, &request.groups)?;
-        let view =
-            consistency::view_digest(&keys, &groups_digest(&pending.layout, &request.groups)?);
+        let view = consistency::view_digest(
+            &pending.encoder,
+            &keys,
+            &groups_digest(&pending.layout, &request.groups)?,
+        );
         let words = masks::secure_words(&aligned, &pending.layout)?;
         let mut mask = vec![0u64; words];
         masks::apply_self(&mut mask, &pending.self_seed, &session.id, true);
@@ -527,12 +534,15 @@ impl ClientSecrets {
     }
 
     /// Step 5, once per session: for every site this one masked with, its
-    /// share of that site's self seed if the site signed the survivor list
-    /// (with the same view), of its mask key if not. Refused unless the list is the one this site
-    /// signed in step 4 and at least the threshold of distinct sites on it
-    /// signed it too (each signature verified; with `peers` listed, each
-    /// signer's keys signed by a distinct listed peer). The session is then
-    /// forgotten.
+    /// share of that site's self seed if the site is on the survivor list,
+    /// of its mask key if not — decided by the list alone, not by which
+    /// signatures came with the request. Refused unless the list is the
+    /// one this site signed in step 4 and at least the threshold of
+    /// distinct sites on it signed it too over the same view (each
+    /// signature verified; with `peers` listed, each signer's keys signed
+    /// by a distinct listed peer), and, in a sparse round, unless the
+    /// survivors linked to this site through the graph make the threshold.
+    /// The session is then forgotten.
     pub(crate) fn unmask(
         &self,
         request: &UnmaskRequest,
@@ -582,11 +592,12 @@ impl ClientSecrets {
             .partition(|s| held.contains_key(&(s.from as usize)));
         let mut signers: Vec<u32> = Vec::new();
         let mut identities: Vec<[u8; 32]> = Vec::new();
-        // In a sparse round every signature counts (the check below walks
-        // the graph of the signers).
-        let sparse = graph::is_sparse(session.clients.len());
+        // What is revealed depends on the signed list alone, never on
+        // which signatures came with the request (a coordinator could
+        // show each site another subset): the signatures only show that
+        // at least t sites signed this list over this view.
         for (k, signed) in mine.iter().chain(&others).enumerate() {
-            if !sparse && k >= mine.len() && signers.len() >= session.threshold {
+            if k >= mine.len() && signers.len() >= session.threshold {
                 break;
             }
             let from = signed.from;
@@ -631,14 +642,14 @@ impl ClientSecrets {
                 session.threshold
             )));
         }
-        if sparse {
+        if graph::is_sparse(session.clients.len()) {
             // The coordinator can unmask the sum of any part of the
-            // signers that no pairwise mask links to the rest: the sites
-            // this one is linked to through signers must make t.
+            // survivors that no pairwise mask links to the rest: the
+            // sites this one is linked to through survivors must make t.
             let links = graph::neighbours(session);
-            let mut signed = vec![false; links.len()];
-            for &s in &signers {
-                signed[s as usize] = true;
+            let mut listed = vec![false; links.len()];
+            for &s in survivors {
+                listed[s as usize] = true;
             }
             let mut seen = vec![false; links.len()];
             seen[*me] = true;
@@ -646,7 +657,7 @@ impl ClientSecrets {
             let mut at = 0;
             while at < reached.len() {
                 for &j in &links[reached[at]] {
-                    if signed[j] && !seen[j] {
+                    if listed[j] && !seen[j] {
                         seen[j] = true;
                         reached.push(j);
                     }
@@ -655,7 +666,7 @@ impl ClientSecrets {
             }
             if reached.len() < session.threshold {
                 return Err(refuse(format!(
-                    "only {} of the signers are linked to this site through the masks of the sparse graph, fewer than the threshold {} (the others' dropouts would cut it off)",
+                    "only {} of the survivors are linked to this site through the masks of the sparse graph, fewer than the threshold {} (the others' dropouts would cut it off)",
                     reached.len(),
                     session.threshold
                 )));
@@ -664,10 +675,10 @@ impl ClientSecrets {
         Ok(held
             .iter()
             .map(|(&of, pair)| {
-                // Self seeds only of the sites that signed this list and
-                // view: a listed site that did not (another view, or none)
-                // is treated as dropped, its state left masked.
-                if signers.contains(&(of as u32)) {
+                // Self seeds of the listed sites (they sent their masked
+                // states), mask keys of the others: the list is the one
+                // at least t sites signed over this view.
+                if survivors.contains(&(of as u32)) {
                     Revealed {
                         of: of as u32,
                         kind: RevealedKind::SelfSeed,

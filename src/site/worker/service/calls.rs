@@ -250,6 +250,30 @@ impl WorkerService {
             started: Instant::now(),
             finished: false,
         };
+        // A panic while answering (a bug, e.g. an assertion in a library
+        // on input nothing checked before) fails this request only, as an
+        // internal error; what panicked goes to the worker's log, not to
+        // the coordinator.
+        let work = async {
+            use futures::FutureExt;
+            match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    self.log(
+                        peer,
+                        &format!("{call}: failed on an internal error: {what}"),
+                    );
+                    Err(Status::internal(
+                        "the worker failed on an internal error while answering (logged at the worker); nothing was released",
+                    ))
+                }
+            }
+        };
         let result = match self.limits.timeout {
             None => work.await,
             Some(limit) => match tokio::time::timeout(limit, work).await {

@@ -339,3 +339,13 @@ mod tests {
         );
     }
 }
+
+/// The message of a caught panic (a `&str` or `String` payload), for a log
+/// line or an internal error.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

@@ -90,6 +90,10 @@ fn context() -> &'static FedContext {
 fn site_file(data: &[u8], extension: &str) -> Result<()> {
     let path = fresh(&format!("site_{extension}"), extension);
     std::fs::write(&path, data)?;
+    // One file at a time: the inputs share the table's name in one
+    // context (tests run them on several threads).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let result = runtime().block_on(query_file(&path, extension));
     let _ = std::fs::remove_file(&path);
     result

@@ -67,15 +67,17 @@ pub fn run(name: &str, data: &[u8]) -> Result<()> {
 }
 
 /// The fuzz targets' panic hook (set after libFuzzer's own): every panic
-/// aborts (a finding), except an assertion inside the arrow crates, which
-/// fedsql catches where it reads Arrow IPC from the network
-/// ([`crate::protocol::flight::batches_from_ipc`]) and refuses as
-/// malformed; libFuzzer still aborts on any panic that reaches the target.
+/// aborts (a finding), except an assertion inside the arrow and parquet
+/// crates over malformed input, which fedsql catches where it reads
+/// Arrow IPC from the network ([`crate::protocol::flight::batches_from_ipc`]),
+/// Parquet footers and a site's rows, and at a worker's request boundary,
+/// and answers with an error; libFuzzer still aborts on any panic that
+/// reaches the target.
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let contained = info
             .location()
-            .is_some_and(|l| l.file().contains("/arrow-"));
+            .is_some_and(|l| l.file().contains("/arrow-") || l.file().contains("/parquet-"));
         if !contained {
             eprintln!("{info}");
             std::process::abort();

@@ -433,10 +433,19 @@ fn observe_file(client: &ClientFiles, file: &Path) -> Result<ObservedSchema> {
             (schema, rows > 0, true)
         }
         FileFormat::Parquet => {
-            let meta = datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
-                &handle,
-                Default::default(),
-            )
+            // The parquet crate panics on some malformed footers (an
+            // embedded Arrow schema of an unknown type): an error too.
+            let meta = std::panic::catch_unwind(|| {
+                datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata::load(
+                    &handle,
+                    Default::default(),
+                )
+            })
+            .unwrap_or_else(|panic| {
+                Err(datafusion::parquet::errors::ParquetError::General(
+                    crate::error::panic_message(panic.as_ref()),
+                ))
+            })
             .map_err(|e| err(format!("not a readable Parquet file: {e}")))?;
             let rows = meta.metadata().file_metadata().num_rows();
             (Schema::new(meta.schema().fields().clone()), rows > 0, false)

@@ -32,6 +32,7 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, METADATA_USER, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::NoticeResponse;
 
 use super::statement::{self, FedKind, SessionStatement, Statement};
@@ -557,6 +558,9 @@ impl Extended {
     }
 }
 
+/// The largest row limit of an `Execute` message taken as a limit.
+const MAX_ROW_LIMIT: i32 = 1 << 20;
+
 #[async_trait]
 impl ExtendedQueryHandler for Extended {
     type Statement = Prepared;
@@ -564,6 +568,26 @@ impl ExtendedQueryHandler for Extended {
 
     fn query_parser(&self) -> Arc<Planner> {
         self.planner.clone()
+    }
+
+    /// As pgwire's own, with the row limit read as PostgreSQL reads it:
+    /// zero or less is no limit. pgwire takes the limit as an unsigned
+    /// count and reserves room for that many rows up front, so a negative
+    /// limit panicked the connection (capacity overflow; found by the
+    /// `pg_wire` fuzz target) and a limit of 2^31 − 1 would ask for tens
+    /// of gigabytes; a limit past [`MAX_ROW_LIMIT`] is no limit either
+    /// (every answer of fedsql is far smaller).
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.max_rows <= 0 || message.max_rows > MAX_ROW_LIMIT {
+            message.max_rows = 0;
+        }
+        self._on_execute(client, message).await
     }
 
     async fn do_query<C>(

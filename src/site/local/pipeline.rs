@@ -227,7 +227,20 @@ impl LocalClient {
                 .map_err(|e| self.error(e))?,
             None => {
                 let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
-                collect(physical, self.task_ctx()?).await.map_err(|e| {
+                // A panic while reading (an assertion of a library over a
+                // malformed file) fails this request with an error.
+                let run = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(collect(
+                    physical,
+                    self.task_ctx()?,
+                )))
+                .await
+                .unwrap_or_else(|panic| {
+                    Err(datafusion::error::DataFusionError::Execution(format!(
+                        "reading its rows failed on an internal error (a malformed file?): {}",
+                        crate::error::panic_message(panic.as_ref())
+                    )))
+                });
+                run.map_err(|e| {
                     self.memory_refusal(&e)
                         .unwrap_or_else(|| self.error(strip_context(e)))
                 })?

@@ -235,8 +235,19 @@ impl FooterCache {
 /// in a string or binary view.
 fn parse_footer(tail: &Bytes, stamp: Option<Stamp>, table: &SchemaRef) -> DFResult<Footer> {
     let footer = &tail[..tail.len() - 8];
-    let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
-    let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
+    // The parquet crate panics on some malformed footers (an embedded
+    // Arrow schema of an unknown type): an error here.
+    let (metadata, plain) = std::panic::catch_unwind(|| -> DFResult<_> {
+        let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(footer)?);
+        let plain = ArrowReaderMetadata::try_new(Arc::clone(&metadata), ArrowReaderOptions::new())?;
+        Ok((metadata, plain))
+    })
+    .unwrap_or_else(|panic| {
+        Err(datafusion::error::DataFusionError::Execution(format!(
+            "a malformed Parquet footer: {}",
+            crate::error::panic_message(panic.as_ref())
+        )))
+    })?;
     let hinted: Vec<Field> = plain
         .schema()
         .fields()

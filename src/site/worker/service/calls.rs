@@ -259,11 +259,7 @@ impl WorkerService {
             match std::panic::AssertUnwindSafe(work).catch_unwind().await {
                 Ok(result) => result,
                 Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic".into());
+                    let what = crate::error::panic_message(panic.as_ref());
                     self.log(
                         peer,
                         &format!("{call}: failed on an internal error: {what}"),

@@ -283,6 +283,16 @@ fn arrow_broken_pipe(error: &datafusion::arrow::error::ArrowError) -> bool {
 /// Result type of the engine.
 pub type Result<T, E = FedError> = std::result::Result<T, E>;
 
+/// The message of a caught panic (a `&str` or `String` payload), for a log
+/// line or an internal error.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,14 +348,4 @@ mod tests {
             "{avg}"
         );
     }
-}
-
-/// The message of a caught panic (a `&str` or `String` payload), for a log
-/// line or an internal error.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".into())
 }

@@ -108,15 +108,27 @@ pub async fn start(ctx: FedContext, options: ServerOptions) -> Result<Server> {
     let tls = options.tls;
     let handle = tokio::spawn(async move {
         loop {
-            let Ok((socket, _peer)) = listener.accept().await else {
+            let Ok((socket, peer)) = listener.accept().await else {
                 continue;
             };
             let _ = socket.set_nodelay(true);
             let handlers = ConnectionHandlers::new(&shared);
             let tls = tls.clone();
             tokio::spawn(async move {
-                // A connection's errors end that connection only.
-                let _ = process_socket(socket, tls, handlers).await;
+                // A connection's errors end that connection only; so does
+                // a panic in the wire library over a malformed message
+                // (pgwire 0.41 panics on a SASL response whose length runs
+                // past the message: found by the `pg_wire` fuzz target).
+                let served = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                    process_socket(socket, tls, handlers),
+                ))
+                .await;
+                if let Err(panic) = served {
+                    eprintln!(
+                        "fedsql serve: connection from {peer} closed: a malformed message ({})",
+                        crate::error::panic_message(panic.as_ref())
+                    );
+                }
             });
         }
     });

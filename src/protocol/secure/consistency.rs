@@ -14,7 +14,7 @@
 //! reveal one kind of share only.
 //!
 //! What a survivor signs binds, besides the list, its *view* of the round
-//! ([`view_digest`]): the encoder it ran ([`encoder_digest`]), the keys it
+//! ([`view_digest`]): the encoder it ran (its digest, made by the site), the keys it
 //! was relayed for every place and the group list it aligned its state
 //! to. A survivor reveals only when at least t signatures of the same
 //! list and view verify, and what it reveals is decided by the list
@@ -70,48 +70,6 @@ pub fn view_digest(
     }
     hash.update(groups);
     hash.finalize().into()
-}
-
-/// The digest of the encoder a site runs in a secure round: its plan's
-/// text with every node's schema (the SQL operators, expressions, literals
-/// and types) and the rows of every table inlined in it (shared tables a
-/// worker was sent). Every site of an honest round runs the same encoder;
-/// a coordinator that sends one site the analyst's query and the others
-/// one that adds nothing to the total (`WHERE false`, a join with no
-/// rows) gives that site a view no other site signs.
-pub fn encoder_digest(plan: &datafusion::logical_expr::LogicalPlan) -> crate::Result<[u8; 32]> {
-    use datafusion::common::tree_node::TreeNodeRecursion;
-    use datafusion::datasource::{TableProvider, source_as_provider};
-    use datafusion::logical_expr::LogicalPlan;
-
-    let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v3: encoder");
-    let text = plan.display_indent_schema().to_string();
-    hash.update((text.len() as u64).to_be_bytes());
-    hash.update(text.as_bytes());
-    let mut inline = Vec::new();
-    plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && let Ok(provider) = source_as_provider(&scan.source)
-            && let Some(table) = provider.downcast_ref::<crate::protocol::codec::InlineTable>()
-        {
-            inline.push((
-                scan.table_name.to_string(),
-                table.schema(),
-                table.batches().to_vec(),
-            ));
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    for (name, schema, batches) in inline {
-        let bytes = crate::protocol::flight::batches_to_ipc(&schema, &batches)
-            .map_err(|e| crate::FedError::Internal(format!("an inline table's rows: {e}")))?;
-        hash.update((name.len() as u64).to_be_bytes());
-        hash.update(name.as_bytes());
-        hash.update((bytes.len() as u64).to_be_bytes());
-        hash.update(&bytes);
-    }
-    Ok(hash.finalize().into())
 }
 
 /// What a survivor signs: the whole session (id, clients, threshold), its

@@ -100,7 +100,7 @@ impl Site for LocalClient {
         if let Some(counts) = &plan.counts {
             layout = layout.without_columns(&counts.all());
         }
-        let digest = crate::protocol::secure::consistency::encoder_digest(encoder.plan())
+        let digest = crate::site::release::secure::encoder_digest(encoder.plan())
             .map_err(|e| self.site_error(e))?;
         let state = self.run(request, plan, Some(session.threshold)).await?;
         self.secrets

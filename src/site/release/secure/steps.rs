@@ -184,7 +184,7 @@ impl ClientSecrets {
     }
 
     /// Step 1 at a client whose state for the session is `state`, computed
-    /// by the encoder of digest `encoder` ([`consistency::encoder_digest`]):
+    /// by the encoder of digest `encoder` ([`super::encoder_digest`]):
     /// fresh keys and self seed, kept with the state. `floor` is the
     /// site's min_secure_clients.
     pub(crate) fn setup(

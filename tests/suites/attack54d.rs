@@ -16,6 +16,11 @@
 //!    site's peers check accepts its peers' stale keys (whose owners have
 //!    forgotten the secrets). Held at step 3: no envelope can be sealed
 //!    from a stale key, so the site masks with no one and refuses.
+//! 3. Two encoders with one digest (BREAK, critical): the signed view
+//!    binds `encoder_digest`, a hash of the plan's display text, where a
+//!    string literal is shown unescaped; the others are sent a filter on
+//!    one string that spells out the rest of the victim's predicate, keep
+//!    no rows, and sign the victim's view: one site's exact secure_sum.
 
 use std::sync::Arc;
 

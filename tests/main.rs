@@ -16,6 +16,8 @@ mod attack54;
 mod attack54b;
 #[path = "suites/attack54c.rs"]
 mod attack54c;
+#[path = "suites/attack54d.rs"]
+mod attack54d;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

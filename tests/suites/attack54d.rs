@@ -1,0 +1,728 @@
+//! Issue 54, attacked a fourth time from outside: secure aggregation after
+//! the fixes of the third review, by a hostile coordinator that drives
+//! honest in-process sites through the `Site` trait with hand-made
+//! messages (the harness of `attack54b.rs`).
+//!
+//! A test named `holds_…` asserts what stops an attack; `break_…` asserts
+//! that the secret the coordinator recovers equals the true value.
+//! 1. One-sided masking in a sparse round (BREAK, high): the step-4 check
+//!    "a listed neighbour shared with me" is made only by sites that
+//!    sign, so the coordinator may let a listed *non-signer* mask with a
+//!    chosen subset only, and use it as a bridge in step 5's graph walk
+//!    without any mask across it: the sum of 12 of 101 sites (t = 51);
+//!    with `secure_dp_count`, 12/51 of the target noise.
+//! 2. Peer-signed keys replayed from a finished session under a reused
+//!    session id: the identity signature binds the session id only, so a
+//!    site's peers check accepts its peers' stale keys (whose owners have
+//!    forgotten the secrets). Held at step 3: no envelope can be sealed
+//!    from a stale key, so the site masks with no one and refuses.
+//! 3. Two encoders with one digest (BREAK, critical): the signed view
+//!    binds `encoder_digest`, a hash of the plan's display text, where a
+//!    string literal is shown unescaped; the others are sent a filter on
+//!    one string that spells out the rest of the victim's predicate, keep
+//!    no rows, and sign the victim's view: one site's exact secure_sum.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use fedsql::FedContext;
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::encoder::Encoder;
+use fedsql::protocol::secure::consistency::{ConfirmRequest, ListSignature, encoder_digest};
+use fedsql::protocol::secure::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
+    ShareRequest, UnmaskRequest, graph, masks, shamir,
+};
+use fedsql::protocol::site::{Analyst, Site, SiteRequest};
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::policy::DisclosurePolicy;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, false),
+        Field::new("x", DataType::Int64, false),
+    ]))
+}
+
+/// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
+/// disclosure policy, k = 5), values that differ per site.
+fn site_rows(c: usize) -> RecordBatch {
+    let n = c % 4 + 5;
+    let g: Vec<i64> = vec![0; n];
+    let x: Vec<i64> = (0..n)
+        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
+    )
+    .unwrap()
+}
+
+/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
+fn plain_sum(c: usize) -> u64 {
+    site_rows(c)
+        .column(1)
+        .as_primitive::<Int64Type>()
+        .values()
+        .iter()
+        .sum::<i64>() as u64
+}
+
+const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
+
+/// A hostile coordinator: `n` honest in-process sites (each, with
+/// `peers`, holding an Ed25519 identity and listing every site's identity
+/// as a peer), the round's encoder as the real coordinator plans it, and
+/// hand-made messages.
+struct Hostile {
+    ctx: FedContext,
+    sites: Vec<Arc<LocalClient>>,
+    /// The encoder each site is sent (the round's, unless the coordinator
+    /// sends some sites another).
+    encoders: Vec<Encoder>,
+    analyst: Analyst,
+}
+
+impl Hostile {
+    async fn new(n: usize, dp: Option<&DpPolicy>, sql: &str, peers: bool) -> Self {
+        Self::with_policy(n, dp, sql, peers, None).await
+    }
+
+    /// The same, each site also under `policy` and served as a worker
+    /// serves it (so it takes part in secure rounds only with its peers).
+    async fn with_policy(
+        n: usize,
+        dp: Option<&DpPolicy>,
+        sql: &str,
+        peers: bool,
+        policy: Option<DisclosurePolicy>,
+    ) -> Self {
+        let ctx = FedContext::new();
+        let identities: Vec<Arc<SiteIdentity>> = if peers {
+            (0..n)
+                .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+        let sites: Vec<Arc<LocalClient>> = (0..n)
+            .map(|c| {
+                let name = format!("site{c}");
+                let mut site = LocalClient::from_batches(
+                    &name,
+                    &format!("memory:{name}"),
+                    schema(),
+                    vec![site_rows(c)],
+                    ctx.site_engine(),
+                )
+                .unwrap();
+                if peers {
+                    site = site.with_identity(Some(Arc::clone(&identities[c])), listed.clone());
+                }
+                if policy.is_some() {
+                    site = site.with_policy(policy.clone()).served_remotely(false);
+                }
+                if let Some(p) = dp {
+                    site = site.with_dp(Arc::new(DpSite::new(
+                        p.clone(),
+                        Arc::new(Ledger::in_memory()),
+                    )));
+                }
+                Arc::new(site)
+            })
+            .collect();
+        ctx.register_federated(FederatedTable::new(
+            "t",
+            schema(),
+            sites
+                .iter()
+                .map(|s| Arc::clone(s) as Arc<dyn Site>)
+                .collect(),
+        ))
+        .unwrap();
+        let state = ctx.session().state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        let round = fedsql::coordinator::split::plan_round(&state, &cut)
+            .await
+            .unwrap();
+        Self {
+            ctx,
+            encoders: vec![round.encoder.clone(); sites.len()],
+            sites,
+            analyst: Analyst::session(),
+        }
+    }
+
+    /// The encoder the coordinator would plan for `sql` over the same table.
+    async fn plan_encoder(&self, sql: &str) -> Encoder {
+        let state = self.ctx.session().state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        fedsql::coordinator::split::plan_round(&state, &cut)
+            .await
+            .unwrap()
+            .encoder
+    }
+
+    /// The request to site `c`, with the encoder it is sent.
+    fn req(&self, c: usize) -> SiteRequest<'_> {
+        SiteRequest::new(&self.encoders[c], &self.analyst)
+    }
+
+    async fn setup(&self, c: usize, session: &SecureSession) -> (ParticipantKeys, RecordBatch) {
+        let s = self.sites[c]
+            .secure_setup(&self.req(c), session)
+            .await
+            .unwrap_or_else(|e| panic!("site {c} refused the setup: {e}"));
+        (s.keys, s.group_keys)
+    }
+
+    async fn share(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        keys: Vec<Option<ParticipantKeys>>,
+    ) -> Result<Vec<ShareEnvelope>, String> {
+        let request = ShareRequest {
+            session: session.clone(),
+            keys,
+        };
+        self.sites[c]
+            .secure_share(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to share: {e}"))
+    }
+
+    /// Step 3 at site `c`; its masked secure words (the first UInt64
+    /// column of its first group).
+    async fn mask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        envelopes: Vec<ShareEnvelope>,
+        groups: &RecordBatch,
+    ) -> Result<u64, String> {
+        let request = MaskRequest {
+            session: session.clone(),
+            envelopes,
+            groups: groups.clone(),
+        };
+        let state = self.sites[c]
+            .encode_masked(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to mask: {e}"))?;
+        Ok(first_word(state.batch()))
+    }
+
+    async fn confirm(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+    ) -> Result<ListSignature, String> {
+        let request = ConfirmRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+        };
+        self.sites[c]
+            .secure_confirm(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to sign: {e}"))
+    }
+
+    async fn unmask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+        signatures: Vec<ListSignature>,
+    ) -> Result<Vec<Revealed>, String> {
+        let request = UnmaskRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+            signatures,
+        };
+        self.sites[c]
+            .secure_unmask(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to unmask: {e}"))
+    }
+}
+
+/// The first `k` rows of the first UInt64 (secure) column: the first `k`
+/// words of the state's mask.
+fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
+    let column = (0..batch.num_columns())
+        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+        .expect("a secure state column");
+    let values = batch.column(column).as_primitive::<UInt64Type>();
+    (0..k).map(|r| values.value(r)).collect()
+}
+
+fn first_word(batch: &RecordBatch) -> u64 {
+    let column = (0..batch.num_columns())
+        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+        .expect("a secure state column");
+    batch.column(column).as_primitive::<UInt64Type>().value(0)
+}
+
+fn session_of(n: usize) -> SecureSession {
+    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+}
+
+/// Rebuilds a secret from at least `t` shares.
+fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
+    assert!(
+        shares.len() >= t,
+        "{what}: only {} shares, {t} needed",
+        shares.len()
+    );
+    shamir::combine(&shares[..t]).unwrap_or_else(|| panic!("{what}: shares do not combine"))
+}
+
+/// The ring order of a sparse round, recomputed as `graph::neighbours`
+/// draws it from the session id (checked against it below): who is next
+/// to whom is public to the coordinator, which picks the session id.
+fn ring_order(session: &SecureSession) -> Vec<usize> {
+    use rand_chacha::ChaCha20Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use sha2::{Digest, Sha256};
+    let n = session.clients.len();
+    let mut hash = Sha256::new();
+    hash.update(b"fedsql secure aggregation v2: neighbour graph");
+    hash.update(session.id);
+    hash.update((n as u64).to_le_bytes());
+    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let bound = (i + 1) as u64;
+        let zone = u64::MAX - (u64::MAX % bound);
+        let j = loop {
+            let r = prg.next_u64();
+            if r < zone {
+                break (r % bound) as usize;
+            }
+        };
+        order.swap(i, j);
+    }
+    let half = graph::degree(n) / 2;
+    let nb = graph::neighbours(session);
+    for p in 0..n {
+        let mut mine: Vec<usize> = (1..=half)
+            .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
+            .collect();
+        mine.sort_unstable();
+        assert_eq!(nb[order[p]], mine, "the ring order was not reproduced");
+    }
+    order
+}
+
+// ---------------------------------------------------------------------
+// 1. One-sided masking in a sparse round.
+// ---------------------------------------------------------------------
+
+/// What the one-sided attack recovered: the unmasked first `k` words of
+/// the carved-out set's states, the set, and the survivors.
+struct OneSided {
+    leaked: Vec<u64>,
+    set: Vec<usize>,
+    listed: usize,
+    signers: usize,
+}
+
+/// The one-sided attack on a sparse round (101 sites, degree 20, each
+/// site's Shamir threshold 11 of its 21, t = 51). The coordinator knows
+/// the ring (drawn from the session id). At ring positions:
+/// - 0–10, the *core*: 11 sites, each within 10 of every other (so each
+///   is a neighbour of the 10 others); they sign;
+/// - 11, the *bridge*: listed, does not sign; in step 3 it is relayed only
+///   the core's envelopes, so it masks with the core alone;
+/// - 12–20 and 91–100: "dropped at setup" (19 sites; no keys), every other
+///   neighbour of the core;
+/// - 21–90: the rest, listed, all sign; they get every envelope, the
+///   bridge's too (site 21 is the bridge's neighbour and masks with it —
+///   a mask in site 21's state alone).
+///
+/// Every check passes: each signer's listed neighbours did share with it
+/// (the bridge shared with the core and with 21), the list has 82 ≥ t and
+/// 81 signers, and the graph walk of step 5 reaches all 82 survivors (the
+/// core links to 21–90 through the bridge). But the bridge masked with
+/// the core only: the core and the bridge (12 sites) hold no pairwise
+/// mask with anyone outside. Their self seeds are all revealed — each
+/// core site's by the 10 other core sites and itself (a signer reveals
+/// its own share too), the bridge's by the 10 core sites next to it and
+/// site 21 — and the sum of 12 masked states, less 12 self masks, is the
+/// sum of 12 of 101 sites.
+async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
+    let n = h.sites.len();
+    let session = session_of(n);
+    let order = ring_order(&session);
+    let core: Vec<usize> = order[..=10].to_vec();
+    let bridge = order[11];
+    let dropped: Vec<usize> = order[12..=20]
+        .iter()
+        .chain(&order[n - 10..])
+        .copied()
+        .collect();
+    let taking_part: Vec<usize> = (0..n).filter(|c| !dropped.contains(c)).collect();
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut group_keys = Vec::new();
+    for &c in &taking_part {
+        let (key, g) = h.setup(c, &session).await;
+        keys[c] = Some(key);
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for &c in &taking_part {
+        envelopes.extend(h.share(c, &session, keys.clone()).await?);
+    }
+    let mut words = vec![Vec::new(); n];
+    for &c in &taking_part {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .filter(|e| c != bridge || core.contains(&(e.from as usize)))
+            .cloned()
+            .collect();
+        let request = MaskRequest {
+            session: session.clone(),
+            envelopes: mine,
+            groups: groups.clone(),
+        };
+        let state = h.sites[c]
+            .encode_masked(&h.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to mask: {e}"))?;
+        words[c] = first_words(state.batch(), k);
+    }
+    let list: Vec<u32> = taking_part.iter().map(|&c| c as u32).collect();
+    let signers: Vec<usize> = taking_part
+        .iter()
+        .copied()
+        .filter(|&c| c != bridge)
+        .collect();
+    let mut signatures = Vec::new();
+    for &c in &signers {
+        signatures.push(h.confirm(c, &session, &list).await?);
+    }
+    let mut revealed: Vec<Revealed> = Vec::new();
+    for &c in &signers {
+        revealed.extend(h.unmask(c, &session, &list, signatures.clone()).await?);
+    }
+    let nb = graph::neighbours(&session);
+    let set: Vec<usize> = core.iter().copied().chain([bridge]).collect();
+    // No site of the set masked with a listed site outside it: the core's
+    // neighbours are the core, the bridge and dropped sites; the bridge
+    // opened the core's envelopes only.
+    for &a in &core {
+        assert!(nb[a].iter().all(|j| set.contains(j) || dropped.contains(j)));
+    }
+    let mut word = vec![0u64; k];
+    for &a in &set {
+        for (w, x) in word.iter_mut().zip(&words[a]) {
+            *w = w.wrapping_add(*x);
+        }
+    }
+    for &a in &set {
+        let shares: Vec<shamir::Share> = revealed
+            .iter()
+            .filter(|r| r.of as usize == a && r.kind == RevealedKind::SelfSeed)
+            .map(|r| r.share)
+            .collect();
+        let st = graph::share_threshold(&session, nb[a].len() + 1);
+        let seed = rebuild(&shares, st, "a set site's self seed");
+        assert_eq!(
+            masks::self_commitment(&session.id, &seed),
+            keys[a].unwrap().self_commitment
+        );
+        masks::apply_self(&mut word, &seed, &session.id, false);
+    }
+    Ok(OneSided {
+        leaked: word,
+        set,
+        listed: list.len(),
+        signers: signers.len(),
+    })
+}
+
+/// BREAK (severity: high; the sparse round's promise of no sum over fewer
+/// than t sites). 101 honest sites with identity keys and peers; the
+/// coordinator learns the exact secure_sum of 12 of them (t = 51). See
+/// [`one_sided_attack`]: the step-4 check "every listed neighbour shared
+/// with me" is made by signers only, and a listed site that does not sign
+/// may have been relayed any subset of its neighbours' envelopes (enough
+/// for its neighbourhood threshold). So a listed non-signer can stand as
+/// a *bridge* in the graph walk of step 5 without masking across it.
+///
+/// Where a site should refuse: `ClientSecrets::unmask`, the graph walk,
+/// counts every link between listed sites as a mask; it should count only
+/// links both ends attest. Fix: each signer signs, in its view or beside
+/// the list, the set of sites it masked with (`masked_with`); a revealer
+/// walks only edges whose both ends are signers that list each other (a
+/// non-signer is a dead end, or may not be listed at all in a sparse
+/// round), and needs t sites in that component. (In a full round the
+/// strict majority of t already stops this: 10 partners and 11 revealers
+/// per site do not fit in n < 2t.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_one_sided_masking_in_a_sparse_round_gives_the_sum_of_12_of_101_sites() {
+    let h = Hostile::new(101, None, SUM_SQL, true).await;
+    let got = one_sided_attack(&h, 1)
+        .await
+        .unwrap_or_else(|e| panic!("a site refused: {e}"));
+    assert_eq!(got.set.len(), 12);
+    assert_eq!((got.listed, got.signers), (82, 81));
+    let truth: u64 = got.set.iter().map(|&c| plain_sum(c)).sum();
+    assert_eq!(got.leaked[0], truth, "the sum of 12 of 101 sites");
+}
+
+/// BREAK (severity: high, the DP promise). The same against
+/// `secure_dp_count` grouped by a declared public `g` (50 values): the 12
+/// sites' counts come out with 12 noise shares calibrated for t = 51,
+/// 12/51 of one draw of the target noise. A full draw (ε = 1, Δ = 1) is 0
+/// with probability 0.46; 12/51 of one is 0 with probability about 0.81:
+/// at least 30 of the 50 leaked counts are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_one_sided_masking_releases_a_dp_count_with_a_fraction_of_the_noise() {
+    let mut policy = DpPolicy::default();
+    let domain: Vec<String> = (0..50).map(|g| g.to_string()).collect();
+    policy.set("dp_domain.g", &domain.join(",")).unwrap();
+    let h = Hostile::new(
+        101,
+        Some(&policy),
+        "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
+        true,
+    )
+    .await;
+    let got = one_sided_attack(&h, 50)
+        .await
+        .unwrap_or_else(|e| panic!("a site refused: {e}"));
+    // Every site's rows are in group "0" (the first of the domain's order).
+    let rows: u64 = got
+        .set
+        .iter()
+        .map(|&c| site_rows(c).num_rows() as u64)
+        .sum();
+    let exact = got
+        .leaked
+        .iter()
+        .enumerate()
+        .filter(|&(g, &v)| v == if g == 0 { rows } else { 0 })
+        .count();
+    assert!(
+        exact >= 30,
+        "{exact} of 50 leaked counts exact: {:?}",
+        got.leaked
+    );
+}
+
+// ---------------------------------------------------------------------
+// 2. Peer-signed keys replayed under a reused session id.
+// ---------------------------------------------------------------------
+
+/// HOLDS (the envelopes). After an honest round of five peered sites, the
+/// coordinator sets up the same session id at site 0 again (the site
+/// forgot it) and relays, beside site 0's fresh keys, the other four
+/// sites' keys of the finished round: each is signed by a listed peer for
+/// this session id (the identity signature binds the id and the keys,
+/// not the round), so site 0's peers check passes and it shares. But no
+/// envelope from those keys can be made: the old envelopes addressed to
+/// site 0 were sealed to its old cipher key and do not open, and with
+/// none site 0 refuses to mask. So the stale keys only inflate the count
+/// of participants site 0 checks at step 2 (which the threshold of
+/// step 3 makes up for).
+///
+/// Suggested hardening in `check_participants` / `SiteIdentity::sign`:
+/// sign a fresh per-setup nonce of the site (or the whole session with
+/// its clients and threshold), and refuse a session id seen before.
+#[tokio::test]
+async fn holds_stale_peer_keys_under_a_reused_session_id_open_no_envelope() {
+    let h = Hostile::new(5, None, SUM_SQL, true).await;
+    let session = session_of(5);
+    let mut keys = Vec::new();
+    let mut group_keys = Vec::new();
+    for c in 0..5 {
+        let (k, g) = h.setup(c, &session).await;
+        keys.push(Some(k));
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for c in 0..5 {
+        envelopes.extend(h.share(c, &session, keys.clone()).await.unwrap());
+    }
+    let old_to_zero: Vec<ShareEnvelope> = envelopes.iter().filter(|e| e.to == 0).cloned().collect();
+    for c in 0..5 {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        h.mask(c, &session, mine, &groups).await.unwrap();
+    }
+    let list: Vec<u32> = (0..5).collect();
+    let mut signatures = Vec::new();
+    for c in 0..5 {
+        signatures.push(h.confirm(c, &session, &list).await.unwrap());
+    }
+    for c in 0..5 {
+        h.unmask(c, &session, &list, signatures.clone())
+            .await
+            .unwrap();
+    }
+    // The id again at site 0, the others' finished keys relayed.
+    for (attempt, offered) in [old_to_zero, Vec::new()].into_iter().enumerate() {
+        let (fresh, _) = h.setup(0, &session).await;
+        let mut relayed = keys.clone();
+        relayed[0] = Some(fresh);
+        let shared = h.share(0, &session, relayed).await;
+        assert!(
+            shared.is_ok(),
+            "the peers check accepts the stale keys: {shared:?}"
+        );
+        let err = h
+            .mask(0, &session, offered, &groups)
+            .await
+            .expect_err("site 0 masked with stale keys");
+        let want = if attempt == 0 {
+            "does not open"
+        } else {
+            "fewer than its threshold 3"
+        };
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------
+// 3. Two encoders with one digest: a string literal that spells out the
+//    rest of another plan's text.
+// ---------------------------------------------------------------------
+
+/// A round run honestly over each site's own encoder (`h.encoders`): every
+/// envelope delivered, the one full list signed by all and every
+/// signature shown to all; the coordinator then removes every site's self
+/// mask. Returns the unmasked first word (a `secure_sum`'s sum).
+async fn honest_total(h: &Hostile) -> Result<u64, String> {
+    let n = h.sites.len();
+    let session = session_of(n);
+    let t = session.threshold;
+    let mut keys = Vec::new();
+    let mut group_keys = Vec::new();
+    for c in 0..n {
+        let (k, g) = h.setup(c, &session).await;
+        keys.push(Some(k));
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for c in 0..n {
+        envelopes.extend(h.share(c, &session, keys.clone()).await?);
+    }
+    let mut total = 0u64;
+    for c in 0..n {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        total = total.wrapping_add(h.mask(c, &session, mine, &groups).await?);
+    }
+    let list: Vec<u32> = (0..n as u32).collect();
+    let mut signatures = Vec::new();
+    for c in 0..n {
+        signatures.push(h.confirm(c, &session, &list).await?);
+    }
+    let mut revealed = Vec::new();
+    for c in 0..n {
+        revealed.extend(h.unmask(c, &session, &list, signatures.clone()).await?);
+    }
+    for (c, k) in keys.iter().enumerate() {
+        let shares: Vec<shamir::Share> = revealed
+            .iter()
+            .filter(|r| r.of as usize == c && r.kind == RevealedKind::SelfSeed)
+            .map(|r| r.share)
+            .collect();
+        let seed = rebuild(&shares, t, "a self seed");
+        assert_eq!(
+            masks::self_commitment(&session.id, &seed),
+            k.unwrap().self_commitment
+        );
+        let mut word = [total];
+        masks::apply_self(&mut word, &seed, &session.id, false);
+        total = word[0];
+    }
+    Ok(total)
+}
+
+/// The victim's query keeps every row: `CAST(x + g AS VARCHAR) = 'q' OR
+/// CAST(x AS VARCHAR) <> 'r'` (x and g are numbers; two different casts,
+/// so that the optimizer's common subexpressions do not change the text).
+const VICTIM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE CAST(x + g AS VARCHAR) = 'q' OR CAST(x AS VARCHAR) <> 'r'";
+
+/// The others' query: one comparison with a string that spells out, as
+/// the plan's text shows it, the rest of the victim's predicate. It keeps
+/// no row; its text (and so its digest) is the victim's.
+async fn quiet_twin(h: &Hostile) -> (Encoder, String) {
+    let text = h.encoders[0].plan().display_indent_schema().to_string();
+    let start = text.find("q\")").expect("the victim's literal 'q'");
+    let end = start + text[start..].find("r\")").expect("the literal 'r'") + 1;
+    let spelled = text[start..end].replace('\'', "''");
+    let quiet = h
+        .plan_encoder(&format!(
+            "SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE CAST(x + g AS VARCHAR) = '{spelled}'"
+        ))
+        .await;
+    (quiet, text)
+}
+
+/// BREAK (severity: critical; the fix of the third review's break 2
+/// bypassed). The view a survivor signs binds `encoder_digest`, the
+/// SHA-256 of the plan's *display text* (`display_indent_schema`). That
+/// text is not injective: a string literal is shown as `Utf8("…")` with
+/// no escaping, so a literal can spell out any continuation of the plan.
+/// The coordinator sends the victim (site 0) a query that keeps all its
+/// rows (`CAST(x + g AS VARCHAR) = 'q' OR CAST(x AS VARCHAR) <> 'r'`) and the
+/// four other sites one comparison with the string
+/// `q") OR CAST(t.x AS …) != …("r` — which keeps none of their rows and
+/// shows the very same text. Every view is equal, every site signs and
+/// reveals, and the unmasked total is site 0's exact secure_sum. Five
+/// honest peered sites under a worker's default disclosure policy.
+///
+/// Where a site should refuse: nothing at the site can tell; the digest
+/// must be injective. `consistency::encoder_digest` should hash a
+/// canonical encoding of the plan (the encoder's serialized bytes as the
+/// worker received them — datafusion-proto / the codec — or a
+/// length-prefixed walk of the tree with each literal's type and bytes),
+/// not its display.
+#[tokio::test]
+async fn break_a_string_literal_that_spells_out_another_plan_gives_one_sites_exact_secure_sum() {
+    let mut h =
+        Hostile::with_policy(5, None, VICTIM_SQL, true, Some(DisclosurePolicy::default())).await;
+    let (quiet, text) = quiet_twin(&h).await;
+    assert_ne!(quiet.plan(), h.encoders[0].plan(), "two different plans");
+    assert_eq!(
+        quiet.plan().display_indent_schema().to_string(),
+        text,
+        "the same text"
+    );
+    assert_eq!(
+        encoder_digest(quiet.plan()).unwrap(),
+        encoder_digest(h.encoders[0].plan()).unwrap(),
+        "the same digest"
+    );
+    for c in 1..5 {
+        h.encoders[c] = quiet.clone();
+    }
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, plain_sum(0), "site 0's exact sum, alone");
+    assert_ne!(total, (0..5).map(plain_sum).sum::<u64>());
+}

@@ -320,8 +320,15 @@ async fn a_coordinator_killed_mid_fit_leaves_no_kept_rows_at_the_worker() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The round in flight was cancelled, or (a round over kept rows is
+    // quick) had already answered when the connection closed.
+    let answered = || {
+        let lines = lines();
+        let last = lines.iter().rposition(|l| l.contains("running encoder"));
+        last.is_some_and(|i| lines[i..].iter().any(|l| l.contains("state row(s)")))
+    };
     assert!(
-        worker.saw("CANCELLED"),
+        worker.saw("CANCELLED") || answered(),
         "the round was not stopped: {:?}",
         lines()
     );

@@ -203,6 +203,13 @@ pub(crate) async fn collect_masked_states(
     // reveal by the list they signed, so its self seed is revealed and its
     // state counts. At least t must have signed.
     part.check_signers(signers.len())?;
+    if crate::protocol::secure::graph::is_sparse(session.clients.len())
+        && signers.len() < survivors.len()
+    {
+        // The sites refuse to unmask a sparse round whose survivors did
+        // not all sign (see the site's step 5).
+        return Err(part.below_threshold_of_signers(signers.len()));
+    }
 
     // Step 5: unmasking, by the survivors that signed.
     let unmask_request = UnmaskRequest {

@@ -88,6 +88,16 @@ impl Participation {
             .push((site, "did not sign the survivor list", why.to_string()));
     }
 
+    /// The error of a sparse round whose survivors did not all sign.
+    pub(crate) fn below_threshold_of_signers(&self, signers: usize) -> FedError {
+        FedError::InvalidArgument(format!(
+            "secure aggregation failed: in a round of more than 100 sites every survivor must sign the survivor list, and {signers} of {} did; {}\n\
+             hint: rerun the query",
+            self.alive().len(),
+            self.dropped_list(true)
+        ))
+    }
+
     /// Fails the round when fewer than the threshold signed the list.
     pub(crate) fn check_signers(&self, signers: usize) -> Result<()> {
         if signers >= self.threshold {

@@ -65,6 +65,6 @@ pub mod identity;
 pub(crate) mod joins;
 pub(crate) mod never_fail;
 pub mod policy;
-pub(crate) mod secure;
+pub mod secure;
 pub(crate) mod shown_plan;
 pub(crate) mod sketches;

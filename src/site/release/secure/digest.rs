@@ -1,60 +1,80 @@
 //! The digest of the encoder a site runs in a secure round: part of the
 //! view each survivor signs ([`crate::protocol::secure::consistency`]).
 
-use datafusion::common::tree_node::TreeNodeRecursion;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::{TableProvider, source_as_provider};
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use sha2::{Digest, Sha256};
 
-use crate::error::{FedError, Result};
+use crate::error::Result;
 use crate::protocol::codec::InlineTable;
 use crate::protocol::flight::batches_to_ipc;
 
 /// The digest of the encoder a site runs in a secure round: its plan's
-/// text with every node's schema (the SQL operators, expressions, literals
-/// and types) and the rows of every table inlined in it (shared tables a
+/// text with every node's schema (the SQL operators, expressions and
+/// types), and — length-prefixed, so that no string can spell out another
+/// plan's text (the fourth outside attack made two plans print alike with
+/// a string literal) — every node's line, output field names and types,
+/// every literal's type and value (as Arrow IPC bytes), every scan's table
+/// name, and the rows of every table inlined in the plan (shared tables a
 /// worker was sent). Every site of an honest round runs the same encoder;
 /// a coordinator that sends one site the analyst's query and the others
-/// one that adds nothing to the total (`WHERE false`, a join with no
-/// rows) gives that site a view no other site signs.
-pub(crate) fn encoder_digest(plan: &LogicalPlan) -> Result<[u8; 32]> {
-    let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v3: encoder");
-    let text = plan.display_indent_schema().to_string();
-    hash.update((text.len() as u64).to_be_bytes());
-    hash.update(text.as_bytes());
-    let mut inline = Vec::new();
+/// one that adds nothing to the total (`WHERE false`, a join with no rows)
+/// gives that site a view no other site signs.
+pub fn encoder_digest(plan: &LogicalPlan) -> Result<[u8; 32]> {
+    let mut parts: Vec<Vec<u8>> = vec![plan.display_indent_schema().to_string().into_bytes()];
     plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && let Ok(provider) = source_as_provider(&scan.source)
-            && let Some(table) = provider.downcast_ref::<InlineTable>()
-        {
-            inline.push((
-                scan.table_name.to_string(),
-                table.schema(),
-                table.batches().to_vec(),
-            ));
+        parts.push(node.display().to_string().into_bytes());
+        for field in node.schema().fields() {
+            parts.push(field.name().as_bytes().to_vec());
+            parts.push(field.data_type().to_string().into_bytes());
+        }
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Literal(value, _) = e {
+                    parts.push(value.data_type().to_string().into_bytes());
+                    parts.push(literal_bytes(value)?);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        if let LogicalPlan::TableScan(scan) = node {
+            parts.push(scan.table_name.to_string().into_bytes());
+            if let Ok(provider) = source_as_provider(&scan.source)
+                && let Some(table) = provider.downcast_ref::<InlineTable>()
+            {
+                parts.push(batches_to_ipc(&table.schema(), table.batches())?);
+            }
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    for (name, schema, batches) in inline {
-        let bytes = batches_to_ipc(&schema, &batches)
-            .map_err(|e| FedError::Internal(format!("an inline table's rows: {e}")))?;
-        hash.update((name.len() as u64).to_be_bytes());
-        hash.update(name.as_bytes());
-        hash.update((bytes.len() as u64).to_be_bytes());
-        hash.update(&bytes);
+    let mut hash = Sha256::new();
+    hash.update(b"fedsql secure aggregation v3: encoder");
+    hash.update((parts.len() as u64).to_be_bytes());
+    for part in &parts {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
     }
     Ok(hash.finalize().into())
 }
 
+/// A literal's value as Arrow IPC bytes (one row of its type).
+fn literal_bytes(value: &ScalarValue) -> datafusion::error::Result<Vec<u8>> {
+    let array = value.to_array()?;
+    let schema = Schema::new(vec![Field::new("v", array.data_type().clone(), true)]);
+    let batch = RecordBatch::try_new(Arc::new(schema.clone()), vec![array])?;
+    Ok(batches_to_ipc(&schema, &[batch])?)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::arrow::datatypes::DataType;
     use datafusion::datasource::provider_as_source;
     use datafusion::logical_expr::{LogicalPlanBuilder, col, lit};
 

@@ -8,5 +8,5 @@ mod align;
 mod digest;
 mod steps;
 
-pub(crate) use digest::encoder_digest;
+pub use digest::encoder_digest;
 pub(crate) use steps::{ClientSecrets, check_participants};

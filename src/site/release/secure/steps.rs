@@ -596,8 +596,11 @@ impl ClientSecrets {
         // which signatures came with the request (a coordinator could
         // show each site another subset): the signatures only show that
         // at least t sites signed this list over this view.
+        // In a sparse round every listed site must sign (below), so every
+        // signature is checked.
+        let sparse = graph::is_sparse(session.clients.len());
         for (k, signed) in mine.iter().chain(&others).enumerate() {
-            if k >= mine.len() && signers.len() >= session.threshold {
+            if !sparse && k >= mine.len() && signers.len() >= session.threshold {
                 break;
             }
             let from = signed.from;
@@ -642,7 +645,19 @@ impl ClientSecrets {
                 session.threshold
             )));
         }
-        if graph::is_sparse(session.clients.len()) {
+        if sparse && signers.len() < survivors.len() {
+            // Only a signer checked that its listed neighbours masked with
+            // it: a listed site that did not sign may have masked with
+            // some of them only, and a walk across it would count masks
+            // that were never applied (the fourth outside attack carved
+            // 12 of 101 sites out so).
+            return Err(refuse(format!(
+                "in a sparse round every survivor must sign the survivor list; {} of {} did",
+                signers.len(),
+                survivors.len()
+            )));
+        }
+        if sparse {
             // The coordinator can unmask the sum of any part of the
             // survivors that no pairwise mask links to the rest: the
             // sites this one is linked to through survivors must make t.

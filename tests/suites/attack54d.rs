@@ -64,16 +64,6 @@ fn site_rows(c: usize) -> RecordBatch {
     .unwrap()
 }
 
-/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
-fn plain_sum(c: usize) -> u64 {
-    site_rows(c)
-        .column(1)
-        .as_primitive::<Int64Type>()
-        .values()
-        .iter()
-        .sum::<i64>() as u64
-}
-
 const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 
 /// A hostile coordinator: `n` honest in-process sites (each, with

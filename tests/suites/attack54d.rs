@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::encoder::Encoder;

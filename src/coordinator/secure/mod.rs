@@ -229,7 +229,6 @@ pub(crate) async fn collect_masked_states(
             Err(e) => part.miss_unmasking(i, &e),
         }
     }
-    let survivors = survivors_listed(&confirm_request.survivors);
     let correction = unmask::correction(
         &session,
         &keys,
@@ -262,11 +261,6 @@ pub(crate) async fn collect_masked_states(
         states: masked,
         participation: part,
     })
-}
-
-/// The survivors' places, as the signed list gives them.
-fn survivors_listed(listed: &[u32]) -> Vec<usize> {
-    listed.iter().map(|&i| i as usize).collect()
 }
 
 /// Which rows of `groups` at least `t` survivors have, and how many rows

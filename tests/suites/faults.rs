@@ -47,6 +47,9 @@ pub(crate) fn free_addr() -> SocketAddr {
 /// restarted where the coordinator looks for it; its stderr kept.
 pub(crate) struct ProcessWorker {
     child: Child,
+    /// Whether `child` has been killed and reaped: its pid may then belong
+    /// to another process, which a signal must not reach.
+    reaped: bool,
     pub(crate) addr: SocketAddr,
     args: Vec<OsString>,
     pub(crate) stderr: Arc<Mutex<Vec<String>>>,
@@ -63,6 +66,7 @@ impl ProcessWorker {
             .unwrap_or_else(|| panic!("the worker did not start: {:?}", stderr.lock().unwrap()));
         Self {
             child,
+            reaped: false,
             addr,
             args,
             stderr,
@@ -128,17 +132,23 @@ impl ProcessWorker {
 
     /// Sends `signal` (`-STOP`, `-CONT`, `-KILL`).
     pub(crate) fn signal(&self, signal: &str) {
-        Command::new("kill")
+        assert!(!self.reaped, "{signal} to a worker that was killed");
+        let status = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
             .status()
             .unwrap();
+        assert!(status.success(), "kill {signal}: {status}");
     }
 
-    /// Kills the process and waits for it to end.
+    /// Kills the process and waits for it to end (once: a reaped pid may
+    /// be another process's by now).
     pub(crate) fn kill(&mut self) {
-        self.signal("-CONT");
+        if self.reaped {
+            return;
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.reaped = true;
     }
 
     /// Kills it (if it runs) and starts it again at the same address with
@@ -146,6 +156,7 @@ impl ProcessWorker {
     pub(crate) fn restart(&mut self) {
         self.kill();
         self.child = Self::start(self.addr, &self.args, &self.stderr);
+        self.reaped = false;
     }
 
     /// Whether its stderr has a line containing `text`.

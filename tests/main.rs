@@ -18,6 +18,8 @@ mod attack54b;
 mod attack54c;
 #[path = "suites/attack54d.rs"]
 mod attack54d;
+#[path = "suites/attack54e.rs"]
+mod attack54e;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -1,0 +1,553 @@
+//! Issue 54, attacked a fifth time from outside: secure aggregation after
+//! the fixes of the fourth review, by a hostile coordinator that drives
+//! honest in-process sites through the `Site` trait with hand-made
+//! messages (the harness of `attack54b.rs` / `attack54d.rs`).
+//!
+//! A test named `holds_…` asserts what stops an attack; `breaks_…`
+//! asserts that the secret the coordinator recovers equals the true value.
+//! 1. The rows a secure encoder reads are not all in its digest: inside a
+//!    fit (a `fit_scope` the coordinator chooses), a site reuses the rows
+//!    it kept for an earlier encoder whose input *prints* the same
+//!    (`Encoder::input_key`, the display text), so the others are primed
+//!    with a filter that keeps nothing and then all run the victim's
+//!    encoder, digest and all (BREAK, critical).
+//! 2. A join's `null_equality` is neither printed nor an expression nor a
+//!    literal: two joins that differ only in it have one digest (BREAK,
+//!    critical).
+//! 3. Two sessions over different sets of participants: their difference
+//!    is one site's exact state (BREAK, high).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::common::NullEquality;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::logical_expr::LogicalPlan;
+use fedsql::FedContext;
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::codec::InlineTable;
+use fedsql::protocol::encoder::Encoder;
+use fedsql::protocol::secure::consistency::{ConfirmRequest, ListSignature};
+use fedsql::protocol::secure::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
+    ShareRequest, UnmaskRequest, masks, shamir,
+};
+use fedsql::protocol::site::{Analyst, Site, SiteRequest};
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::policy::DisclosurePolicy;
+use fedsql::site::release::secure::encoder_digest;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, false),
+        Field::new("x", DataType::Int64, false),
+    ]))
+}
+
+/// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
+/// disclosure policy, k = 5), values in 1..=999 that differ per site.
+fn site_rows(c: usize) -> RecordBatch {
+    let n = c % 4 + 5;
+    let g: Vec<i64> = vec![0; n];
+    let x: Vec<i64> = (0..n)
+        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
+    )
+    .unwrap()
+}
+
+/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
+fn site_sum(c: usize) -> u64 {
+    site_rows(c)
+        .column(1)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .values()
+        .iter()
+        .map(|&v| v as u64)
+        .sum()
+}
+
+const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
+
+/// A hostile coordinator: `n` honest in-process sites, each with an
+/// Ed25519 identity and every site's identity listed as a peer, under a
+/// worker's default disclosure policy (k = 5, min_secure_clients = 3),
+/// served as a worker serves them; the round's encoder as the real
+/// coordinator plans it; and hand-made messages.
+struct Hostile {
+    ctx: FedContext,
+    sites: Vec<Arc<LocalClient>>,
+    /// The encoder each site is sent.
+    encoders: Vec<Encoder>,
+    analyst: Analyst,
+}
+
+impl Hostile {
+    async fn new(n: usize, sql: &str) -> Self {
+        let ctx = FedContext::new();
+        // A shared lookup table of one row whose key is NULL (see 2.).
+        let lookup_schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        let lookup = RecordBatch::try_new(
+            Arc::clone(&lookup_schema),
+            vec![Arc::new(Int64Array::from(vec![None::<i64>]))],
+        )
+        .unwrap();
+        ctx.session()
+            .register_table(
+                "lookup",
+                Arc::new(InlineTable::new(lookup_schema, vec![lookup])),
+            )
+            .unwrap();
+        let identities: Vec<Arc<SiteIdentity>> = (0..n)
+            .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+            .collect();
+        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+        let sites: Vec<Arc<LocalClient>> = (0..n)
+            .map(|c| {
+                let name = format!("site{c}");
+                let site = LocalClient::from_batches(
+                    &name,
+                    &format!("memory:{name}"),
+                    schema(),
+                    vec![site_rows(c)],
+                    ctx.site_engine(),
+                )
+                .unwrap()
+                .with_identity(Some(Arc::clone(&identities[c])), listed.clone())
+                .with_policy(Some(DisclosurePolicy::default()))
+                .served_remotely(false);
+                Arc::new(site)
+            })
+            .collect();
+        ctx.register_federated(FederatedTable::new(
+            "t",
+            schema(),
+            sites
+                .iter()
+                .map(|s| Arc::clone(s) as Arc<dyn Site>)
+                .collect(),
+        ))
+        .unwrap();
+        let mut h = Self {
+            ctx,
+            encoders: Vec::new(),
+            sites,
+            analyst: Analyst::session(),
+        };
+        let encoder = h.plan_encoder(sql).await;
+        h.encoders = vec![encoder; n];
+        h
+    }
+
+    /// The encoder the coordinator would plan for `sql` over the same table.
+    async fn plan_encoder(&self, sql: &str) -> Encoder {
+        let state = self.ctx.session().state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        fedsql::coordinator::split::plan_round(&state, &cut)
+            .await
+            .unwrap()
+            .encoder
+    }
+
+    fn req(&self, c: usize) -> SiteRequest<'_> {
+        SiteRequest::new(&self.encoders[c], &self.analyst)
+    }
+
+    async fn setup(
+        &self,
+        c: usize,
+        session: &SecureSession,
+    ) -> Result<(ParticipantKeys, RecordBatch), String> {
+        let s = self.sites[c]
+            .secure_setup(&self.req(c), session)
+            .await
+            .map_err(|e| format!("site {c} refused the setup: {e}"))?;
+        Ok((s.keys, s.group_keys))
+    }
+
+    async fn share(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        keys: Vec<Option<ParticipantKeys>>,
+    ) -> Result<Vec<ShareEnvelope>, String> {
+        let request = ShareRequest {
+            session: session.clone(),
+            keys,
+        };
+        self.sites[c]
+            .secure_share(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to share: {e}"))
+    }
+
+    async fn mask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        envelopes: Vec<ShareEnvelope>,
+        groups: &RecordBatch,
+    ) -> Result<u64, String> {
+        let request = MaskRequest {
+            session: session.clone(),
+            envelopes,
+            groups: groups.clone(),
+        };
+        let state = self.sites[c]
+            .encode_masked(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to mask: {e}"))?;
+        Ok(first_word(state.batch()))
+    }
+
+    async fn confirm(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+    ) -> Result<ListSignature, String> {
+        let request = ConfirmRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+        };
+        self.sites[c]
+            .secure_confirm(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to sign: {e}"))
+    }
+
+    async fn unmask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+        signatures: Vec<ListSignature>,
+    ) -> Result<Vec<Revealed>, String> {
+        let request = UnmaskRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+            signatures,
+        };
+        self.sites[c]
+            .secure_unmask(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to unmask: {e}"))
+    }
+}
+
+fn first_word(batch: &RecordBatch) -> u64 {
+    let column = (0..batch.num_columns())
+        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+        .expect("a secure state column");
+    batch.column(column).as_primitive::<UInt64Type>().value(0)
+}
+
+fn session_of(n: usize) -> SecureSession {
+    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+}
+
+/// Rebuilds a secret from at least `t` shares.
+fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
+    assert!(
+        shares.len() >= t,
+        "{what}: only {} shares, {t} needed",
+        shares.len()
+    );
+    shamir::combine(&shares[..t]).unwrap_or_else(|| panic!("{what}: shares do not combine"))
+}
+
+/// A round run honestly over the sites `taking_part` of a session of all
+/// of `h`'s sites (the others are never set up: "dropped out at setup"),
+/// each sent its own encoder (`h.encoders`): every envelope delivered,
+/// the one list of those sites signed by all and every signature shown to
+/// all; the coordinator then removes every survivor's self mask. Returns
+/// the unmasked first word (a `secure_sum`'s sum) over `taking_part`.
+async fn round_over(h: &Hostile, taking_part: &[usize]) -> Result<u64, String> {
+    let n = h.sites.len();
+    let session = session_of(n);
+    let t = session.threshold;
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut group_keys = Vec::new();
+    for &c in taking_part {
+        let (k, g) = h.setup(c, &session).await?;
+        keys[c] = Some(k);
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for &c in taking_part {
+        envelopes.extend(h.share(c, &session, keys.clone()).await?);
+    }
+    let mut total = 0u64;
+    for &c in taking_part {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        total = total.wrapping_add(h.mask(c, &session, mine, &groups).await?);
+    }
+    let list: Vec<u32> = taking_part.iter().map(|&c| c as u32).collect();
+    let mut signatures = Vec::new();
+    for &c in taking_part {
+        signatures.push(h.confirm(c, &session, &list).await?);
+    }
+    let mut revealed = Vec::new();
+    for &c in taking_part {
+        revealed.extend(h.unmask(c, &session, &list, signatures.clone()).await?);
+    }
+    for &c in taking_part {
+        let shares: Vec<shamir::Share> = revealed
+            .iter()
+            .filter(|r| r.of as usize == c && r.kind == RevealedKind::SelfSeed)
+            .map(|r| r.share)
+            .collect();
+        let seed = rebuild(&shares, t, "a self seed");
+        assert_eq!(
+            masks::self_commitment(&session.id, &seed),
+            keys[c].unwrap().self_commitment
+        );
+        let mut word = [total];
+        masks::apply_self(&mut word, &seed, &session.id, false);
+        total = word[0];
+    }
+    Ok(total)
+}
+
+/// The same over every site.
+async fn honest_total(h: &Hostile) -> Result<u64, String> {
+    let all: Vec<usize> = (0..h.sites.len()).collect();
+    round_over(h, &all).await
+}
+
+#[tokio::test]
+async fn holds_control_the_harness_unmasks_the_total_of_all_sites() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+// ---------------------------------------------------------------------
+// 1. Kept rows of a fit: the data a secure encoder reads is not bound by
+//    its digest.
+// ---------------------------------------------------------------------
+
+/// The victim's query keeps every row: `CAST(x + g AS VARCHAR) = 'q' OR
+/// CAST(x AS VARCHAR) <> 'r'`.
+const VICTIM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE CAST(x + g AS VARCHAR) = 'q' OR CAST(x AS VARCHAR) <> 'r'";
+
+/// The fourth review's twin of the victim's encoder: one comparison with a
+/// string that spells out, as the plan prints, the rest of the victim's
+/// predicate. It keeps no row and prints as the victim's plan (its digest
+/// differs since the fourth review's fix; its *input key* does not).
+async fn quiet_twin(h: &Hostile, victim: &Encoder) -> Encoder {
+    let text = victim.plan().display_indent_schema().to_string();
+    let start = text.find("q\")").expect("the victim's literal 'q'");
+    let end = start + text[start..].find("r\")").expect("the literal 'r'") + 1;
+    let spelled = text[start..end].replace('\'', "''");
+    h.plan_encoder(&format!(
+        "SELECT secure_sum(x, 0, 1000) AS s FROM t WHERE CAST(x + g AS VARCHAR) = '{spelled}'"
+    ))
+    .await
+}
+
+/// The fit scope the hostile coordinator names (any 64-bit number).
+const SCOPE: u64 = 0x5eed;
+
+/// BREAK (severity: critical). Five honest peered sites under a worker's
+/// default disclosure policy; the coordinator learns site 0's exact
+/// secure_sum. Every site runs the *same* encoder in the secure round (the
+/// victim's, which keeps every row), so every view and digest agree, every
+/// site signs and reveals — yet sites 1–4 aggregate no rows.
+///
+/// Mechanism: an encoder may carry a fit scope (`Encoder::in_fit`, the
+/// `fit_scope` field of the wire's `EncodeRequest`, chosen freely by the
+/// coordinator). A site then reads the input of its partial aggregate
+/// once and keeps it (`KeptRows::partial_over_kept`), keyed by the scope
+/// and `Encoder::input_key()` — the *display text* of the plan below the
+/// aggregate, which is not injective (a string literal prints unescaped:
+/// the fourth review's twin). The coordinator first sends sites 1–4 the
+/// twin (a filter that keeps nothing) under scope F — a plain `encode`
+/// suffices: the rows are kept while the plan is made, before the site
+/// refuses a secure aggregate in a plain state. Then it runs the secure
+/// round with the victim's encoder under scope F at all five sites: sites
+/// 1–4 find rows kept under F with the same key (none) and aggregate
+/// those; site 0 reads its own. `encoder_digest` hashes the plan, not the
+/// rows the site actually aggregated, nor the scope.
+///
+/// Where to fix: a site should not use kept rows in a secure round (refuse
+/// a fit scope in `secure_setup`, or plan a secure encoder without
+/// `fit_scope`); and the kept-rows key should be injective (the digest of
+/// the input plan, e.g. `encoder_digest` of the aggregate's input, not
+/// its display), so that rows kept for one plan never serve another.
+#[tokio::test]
+async fn breaks_rows_kept_for_a_fit_under_a_printed_alike_input_give_one_sites_exact_secure_sum() {
+    let mut h = Hostile::new(5, VICTIM_SQL).await;
+    let victim = h.encoders[0].clone().in_fit(Some(SCOPE));
+    let quiet = quiet_twin(&h, &victim).await.in_fit(Some(SCOPE));
+    assert_ne!(quiet.plan(), victim.plan(), "two different plans");
+    assert_eq!(quiet.input_key(), victim.input_key(), "one kept-rows key");
+    assert_ne!(
+        encoder_digest(quiet.plan()).unwrap(),
+        encoder_digest(victim.plan()).unwrap(),
+        "the digests differ (the fourth review's fix): the twin is not sent in the round"
+    );
+    // Priming: sites 1-4 are asked for a plain state of the twin under
+    // scope F. Each refuses (a secure aggregate), having kept its rows.
+    for c in 1..5 {
+        let err = h.sites[c]
+            .encode(&SiteRequest::new(&quiet, &h.analyst))
+            .await
+            .expect_err("a plain state of a secure aggregate");
+        assert!(err.to_string().contains("secure"), "{err}");
+        assert_eq!(h.sites[c].kept_fits(), 1, "site {c} kept the twin's rows");
+    }
+    // The secure round: the victim's encoder, scope F, at every site.
+    h.encoders = vec![victim; 5];
+    let digests: Vec<[u8; 32]> = h
+        .encoders
+        .iter()
+        .map(|e| encoder_digest(e.plan()).unwrap())
+        .collect();
+    assert!(digests.windows(2).all(|w| w[0] == w[1]), "one digest");
+    let learned = honest_total(&h).await.expect("every site signs and reveals");
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+    assert_ne!(learned, (0..5).map(site_sum).sum::<u64>());
+}
+
+/// Control: without the priming, the same round under scope F unmasks the
+/// total of all five sites (the sites read their own rows).
+#[tokio::test]
+async fn holds_control_a_round_in_a_fit_scope_without_priming_gives_the_total() {
+    let mut h = Hostile::new(5, VICTIM_SQL).await;
+    let victim = h.encoders[0].clone().in_fit(Some(SCOPE));
+    h.encoders = vec![victim; 5];
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+// ---------------------------------------------------------------------
+// 2. A join's null equality is not in the digest.
+// ---------------------------------------------------------------------
+
+/// The victim's query: a join with the shared `lookup` table (one row,
+/// key NULL) on a key that is NULL for every row of `t` (all x > 0),
+/// `IS NOT DISTINCT FROM`: every row of `t` matches the one lookup row
+/// once (no amplification; the lookup's non-NULL keys are unique).
+const JOIN_VICTIM_SQL: &str = "SELECT secure_sum(t.x, 0, 1000) AS s FROM t JOIN lookup ON CASE WHEN t.x < 0 THEN t.x END IS NOT DISTINCT FROM lookup.k";
+
+/// The others': the same with `=`, under which NULL matches nothing.
+const JOIN_QUIET_SQL: &str = "SELECT secure_sum(t.x, 0, 1000) AS s FROM t JOIN lookup ON CASE WHEN t.x < 0 THEN t.x END = lookup.k";
+
+fn null_equalities(plan: &LogicalPlan) -> Vec<NullEquality> {
+    let mut found = Vec::new();
+    plan.apply(|node| {
+        if let LogicalPlan::Join(join) = node {
+            found.push(join.null_equality);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    found
+}
+
+/// BREAK (severity: critical; the fourth review's fix — an injective
+/// digest — bypassed another way). Five honest peered sites under a
+/// worker's default disclosure policy; the coordinator learns site 0's
+/// exact secure_sum in one round with one list signed by all.
+///
+/// Mechanism: `encoder_digest` hashes each node's printed line, its
+/// fields' names and types, its expressions' literals and its scans'
+/// names and inline rows. A `Join`'s `null_equality` is none of these:
+/// DataFusion prints `Inner Join: <l> = <r>` for both
+/// `NullEqualsNull` (`IS NOT DISTINCT FROM`) and `NullEqualsNothing`
+/// (`=`), and it is a plain field of the node, not an expression. The
+/// victim (site 0) is sent the join with `IS NOT DISTINCT FROM` on a key
+/// that is NULL for every row, against a shared lookup of one NULL key:
+/// all its rows match once. Sites 1–4 are sent the same join with `=`:
+/// nothing matches, they take part with zeros. Both plans have one
+/// digest, so every view agrees. `null_equality` travels over the wire
+/// (datafusion-proto's `JoinNode`), so a worker would run each as sent.
+///
+/// Where to fix: the digest must cover every field of every node, not a
+/// chosen list — e.g. hash the encoder's datafusion-proto bytes (with the
+/// codec's inline rows), which the worker decodes anyway; or at least add
+/// `Join::null_equality` (and audit every other node for fields not
+/// printed: `null_aware`, scan `fetch`/filters, `Limit`, `Distinct::On`,
+/// aggregate `distinct`/`filter`/`order_by`/`null_treatment`).
+#[tokio::test]
+async fn breaks_a_joins_null_equality_is_not_in_the_digest_one_sites_exact_secure_sum() {
+    let mut h = Hostile::new(5, JOIN_VICTIM_SQL).await;
+    let quiet = h.plan_encoder(JOIN_QUIET_SQL).await;
+    let victim = h.encoders[0].clone();
+    assert_eq!(null_equalities(victim.plan()), vec![NullEquality::NullEqualsNull]);
+    assert_eq!(null_equalities(quiet.plan()), vec![NullEquality::NullEqualsNothing]);
+    assert_ne!(quiet.plan(), victim.plan(), "two different plans");
+    assert_eq!(
+        quiet.plan().display_indent_schema().to_string(),
+        victim.plan().display_indent_schema().to_string(),
+        "the same text"
+    );
+    assert_eq!(
+        encoder_digest(quiet.plan()).unwrap(),
+        encoder_digest(victim.plan()).unwrap(),
+        "one digest for both"
+    );
+    for c in 1..5 {
+        h.encoders[c] = quiet.clone();
+    }
+    let learned = honest_total(&h).await.expect("every site signs and reveals");
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+}
+
+/// Control: the victim's join sent to every site gives the total of all
+/// five (each row matches once: no amplification).
+#[tokio::test]
+async fn holds_control_the_null_safe_join_at_every_site_gives_the_total() {
+    let h = Hostile::new(5, JOIN_VICTIM_SQL).await;
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+// ---------------------------------------------------------------------
+// 3. Two sessions over different participants.
+// ---------------------------------------------------------------------
+
+/// BREAK (severity: high). Five honest peered sites under a worker's
+/// default disclosure policy (min_secure_clients = 3); the coordinator
+/// learns site 0's exact secure_sum from two honest-looking rounds of the
+/// same query: one over all five sites, one in which site 0 "dropped out
+/// at setup" (it is never asked; its place has no keys). Every check of
+/// every site passes in both: four participants ≥ t = 3, a strict
+/// majority of those that sent keys, each peer-signed, each site's floor
+/// met. The difference of the two totals is site 0's state.
+///
+/// The protocol's promise ("does not learn any single site's secure
+/// state, as long as at least one other participant is honest") holds per
+/// session only. The same data is aggregated again and again (unlike the
+/// fresh model updates of Bonawitz et al.'s setting), and the coordinator
+/// alone decides who "dropped out". With n sites and a floor m, every
+/// subset of ≥ max(m, t) sites gives its sum, so each site's value.
+///
+/// Where to fix: nothing in one session can tell; a site would need to
+/// refuse to take part in two sessions of the same encoder digest (and
+/// table data) with different participant sets, or a site option
+/// requiring all its listed peers to take part (no dropout tolerance).
+/// At least the security page should state it as a limit beside the
+/// analyst's filters: without `secure_dp_…`, a secure_sum protects a
+/// site's value from a coordinator for *one* query only.
+#[tokio::test]
+async fn breaks_two_sessions_with_one_site_left_out_give_its_exact_secure_sum() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    let all = round_over(&h, &[0, 1, 2, 3, 4]).await.unwrap();
+    let without_0 = round_over(&h, &[1, 2, 3, 4]).await.unwrap();
+    let learned = all.wrapping_sub(without_0);
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+}

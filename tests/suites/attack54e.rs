@@ -28,16 +28,18 @@ use fedsql::FedContext;
 use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::codec::InlineTable;
 use fedsql::protocol::encoder::Encoder;
-use fedsql::protocol::secure::consistency::{ConfirmRequest, ListSignature};
+use fedsql::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
+use fedsql::protocol::secure::masks::SharePair;
 use fedsql::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
-    ShareRequest, UnmaskRequest, masks, shamir,
+    ShareRequest, UnmaskRequest, graph, masks, shamir,
 };
 use fedsql::protocol::site::{Analyst, Site, SiteRequest};
 use fedsql::site::local::LocalClient;
 use fedsql::site::release::identity::SiteIdentity;
 use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::release::secure::encoder_digest;
+use x25519_dalek::{PublicKey, StaticSecret};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -85,6 +87,9 @@ struct Hostile {
     /// The encoder each site is sent.
     encoders: Vec<Encoder>,
     analyst: Analyst,
+    /// Each site's long-term identity (a colluding site hands its own to
+    /// the coordinator).
+    identities: Vec<Arc<SiteIdentity>>,
 }
 
 impl Hostile {
@@ -145,6 +150,7 @@ impl Hostile {
             encoders: Vec::new(),
             sites,
             analyst: Analyst::session(),
+            identities,
         };
         let encoder = h.plan_encoder(sql).await;
         h.encoders = vec![encoder; n];
@@ -567,4 +573,193 @@ async fn breaks_two_sessions_with_one_site_left_out_give_its_exact_secure_sum() 
     let without_0 = round_over(&h, &[1, 2, 3, 4]).await.unwrap();
     let learned = all.wrapping_sub(without_0);
     assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+}
+
+// ---------------------------------------------------------------------
+// 4. A sparse round's graph is drawn from a session id the coordinator
+//    picks.
+// ---------------------------------------------------------------------
+
+/// A participant run by the coordinator for a colluding site (whose
+/// data owner handed over its identity key): its secrets and its keys,
+/// signed by that identity for the session.
+struct Colluder {
+    cipher: StaticSecret,
+    keys: ParticipantKeys,
+}
+
+fn colluder(session: &SecureSession, identity: &SiteIdentity) -> Colluder {
+    let mask = StaticSecret::from(rand::random::<[u8; 32]>());
+    let cipher = StaticSecret::from(rand::random::<[u8; 32]>());
+    let seed: [u8; 32] = rand::random();
+    let mut keys = ParticipantKeys {
+        mask_key: PublicKey::from(&mask).to_bytes(),
+        cipher_key: PublicKey::from(&cipher).to_bytes(),
+        self_commitment: masks::self_commitment(&session.id, &seed),
+        list_key: consistency::list_public_key(&rand::random()),
+        signed: None,
+    };
+    keys.signed = Some(identity.sign(&session.id, &keys.digest()));
+    Colluder { cipher, keys }
+}
+
+/// The colluding sites' places: 20 of 101 (t = 51).
+const COLLUDERS: std::ops::RangeInclusive<usize> = 1..=20;
+
+/// BREAK (severity: high). A sparse round of 101 peered sites (t = 51)
+/// with 20 colluding sites (a fifth of them, far below t): the
+/// coordinator learns the victim's exact secure_sum in one session,
+/// without touching the survivor list, the signatures or step 5.
+///
+/// Mechanism: in a sparse round a site shares its mask key and self seed
+/// among its 20 ring neighbours with threshold 11 (`graph::
+/// share_threshold`), and every envelope to a neighbour carries *both*
+/// shares. SecAgg+'s guarantee needs the neighbours to be random with
+/// respect to the colluders; here the graph is a function of the session
+/// id alone (`graph::neighbours`), and the coordinator draws the id. It
+/// tries ids offline (about 1 / 8e-5 ≈ 12,500 for 20 colluders; 800 for
+/// 25) until at least 11 of the victim's 20 neighbours are colluders.
+/// Then it runs setup and step 2 as usual (every relayed key of a
+/// neighbour is peer-signed, as the colluders' are), opens the victim's
+/// envelopes to its colluding neighbours with their cipher keys, rebuilds
+/// the victim's mask key and self seed, and strips every mask from the
+/// victim's masked state (step 3; the colluders send the victim valid
+/// envelopes so that it masks). The victim sees nothing wrong.
+///
+/// The security page's promise for peers, "a site's own state is exposed
+/// only if all its other participants collude", becomes "if 11 of its 20
+/// neighbours do, and the coordinator picks the neighbours".
+///
+/// Where to fix: the graph's randomness must not be the coordinator's
+/// choice: derive it from the sites' own contributions after they are
+/// fixed (e.g. a hash of every participant's setup keys, which the
+/// coordinator relays in step 2 and each site can recompute, with a
+/// commit-then-reveal of a per-site nonce so that colluders' keys cannot
+/// be ground either), or draw it by a joint coin toss of the sites.
+#[tokio::test]
+async fn breaks_a_sparse_session_id_ground_for_colluding_neighbours_gives_one_sites_exact_secure_sum()
+ {
+    let n = 101;
+    let h = Hostile::new(n, SUM_SQL).await;
+    let clients: Vec<String> = (0..n).map(|c| format!("site{c}")).collect();
+    // Grinding the session id (offline: the graph is public).
+    let mut tries = 0u64;
+    let session = loop {
+        tries += 1;
+        assert!(tries < 5_000_000, "no session id found");
+        let candidate = SecureSession::fresh(clients.clone());
+        let near = graph::neighbours(&candidate).swap_remove(0);
+        if near.iter().filter(|j| COLLUDERS.contains(j)).count() >= 11 {
+            break candidate;
+        }
+    };
+    let near = graph::neighbours(&session).swap_remove(0);
+    let share_t = graph::share_threshold(&session, near.len() + 1);
+    assert_eq!((near.len(), share_t, session.threshold), (20, 11, 51));
+    let colluding: Vec<usize> = near
+        .iter()
+        .copied()
+        .filter(|j| COLLUDERS.contains(j))
+        .collect();
+    eprintln!(
+        "{tries} session ids tried; {} of the victim's 20 neighbours collude",
+        colluding.len()
+    );
+    // Setup: every honest site runs it; the colluders' keys are made by
+    // the coordinator and signed with their identities.
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut colluders: Vec<Option<Colluder>> = (0..n).map(|_| None).collect();
+    let mut victim_groups = None;
+    for c in 0..n {
+        if COLLUDERS.contains(&c) {
+            let made = colluder(&session, &h.identities[c]);
+            keys[c] = Some(made.keys);
+            colluders[c] = Some(made);
+        } else {
+            let (k, g) = h.setup(c, &session).await.unwrap();
+            keys[c] = Some(k);
+            if c == 0 {
+                victim_groups = Some(g);
+            }
+        }
+    }
+    // Step 2 at the victim: every check passes (101 participants, each
+    // neighbour's keys signed by a distinct listed peer).
+    let envelopes = h.share(0, &session, keys.clone()).await.unwrap();
+    let victim = keys[0].unwrap();
+    let pairs: Vec<SharePair> = envelopes
+        .iter()
+        .filter_map(|e| {
+            let c = colluders[e.to as usize].as_ref()?;
+            Some(
+                masks::open(
+                    &c.cipher,
+                    &victim.cipher_key,
+                    &session,
+                    (0, e.to),
+                    &e.ciphertext,
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    assert!(pairs.len() >= share_t);
+    let mask_secret = rebuild(
+        &pairs.iter().map(|p| p.mask_key).collect::<Vec<_>>(),
+        share_t,
+        "the victim's mask key",
+    );
+    let self_seed = rebuild(
+        &pairs.iter().map(|p| p.self_seed).collect::<Vec<_>>(),
+        share_t,
+        "the victim's self seed",
+    );
+    let mask_secret = StaticSecret::from(mask_secret);
+    assert_eq!(PublicKey::from(&mask_secret).to_bytes(), victim.mask_key);
+    assert_eq!(
+        masks::self_commitment(&session.id, &self_seed),
+        victim.self_commitment
+    );
+    // Step 3 at the victim: the colluding neighbours' envelopes (valid
+    // shares of secrets of theirs), enough for its neighbourhood.
+    let to_victim: Vec<ShareEnvelope> = colluding
+        .iter()
+        .map(|&j| {
+            let c = colluders[j].as_ref().unwrap();
+            let secret: [u8; 32] = rand::random();
+            let fill = |b: &mut [u8]| {
+                use rand::RngCore;
+                rand::rng().fill_bytes(b)
+            };
+            let pair = SharePair {
+                mask_key: shamir::split(&secret, n, share_t, fill)[0],
+                self_seed: shamir::split(&secret, n, share_t, fill)[0],
+            };
+            ShareEnvelope {
+                from: j as u32,
+                to: 0,
+                ciphertext: masks::seal(
+                    &c.cipher,
+                    &victim.cipher_key,
+                    &session,
+                    (j as u32, 0),
+                    &pair,
+                )
+                .unwrap(),
+            }
+        })
+        .collect();
+    let groups =
+        fedsql::protocol::secure::union_groups(&[victim_groups.unwrap()]).unwrap();
+    let masked = h.mask(0, &session, to_victim, &groups).await.unwrap();
+    // Every mask off: the self mask, and the pairwise mask with each site
+    // it masked with (from its own mask key).
+    let mut word = [masked];
+    masks::apply_self(&mut word, &self_seed, &session.id, false);
+    for &j in &colluding {
+        let seed = masks::pairwise_seed(&mask_secret, &keys[j].unwrap().mask_key, &session.id)
+            .unwrap();
+        masks::apply_pairwise(&mut word, &seed, !masks::adds(0, j));
+    }
+    assert_eq!(word[0], site_sum(0), "site 0's exact secure_sum");
 }

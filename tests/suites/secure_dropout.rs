@@ -881,9 +881,11 @@ async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
         let notices = fed.take_notices();
         if got == total(&[]) {
             assert!(
-                notices.iter().all(|l| !l.contains("'w4'")
-                    || l.contains("did not answer the unmasking")
-                    || l.contains("did not sign the survivor list; its state counts")),
+                notices
+                    .iter()
+                    .all(|l| !l.contains("'w4'")
+                        || l.contains("did not answer the unmasking")
+                        || l.contains("did not sign the survivor list; its state counts")),
                 "{notices:?}"
             );
         } else {

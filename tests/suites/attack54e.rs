@@ -898,3 +898,149 @@ async fn breaks_a_sparse_round_seats_colluders_next_to_the_victim_its_dp_count_w
     eprintln!("{exact} of 50 of site 0's DP counts exact");
     assert!(exact >= 40, "only {exact} of 50 exact");
 }
+
+// ---------------------------------------------------------------------
+// 5. A sparse round padded with participants no peer signed.
+// ---------------------------------------------------------------------
+
+/// The ring order of a sparse round, recomputed as `graph::neighbours`
+/// draws it from the session id (checked against it).
+fn ring_order(session: &SecureSession) -> Vec<usize> {
+    use rand_chacha::ChaCha20Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use sha2::{Digest, Sha256};
+    let n = session.clients.len();
+    let mut hash = Sha256::new();
+    hash.update(b"fedsql secure aggregation v2: neighbour graph");
+    hash.update(session.id);
+    hash.update((n as u64).to_le_bytes());
+    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let bound = (i + 1) as u64;
+        let zone = u64::MAX - (u64::MAX % bound);
+        let j = loop {
+            let r = prg.next_u64();
+            if r < zone {
+                break (r % bound) as usize;
+            }
+        };
+        order.swap(i, j);
+    }
+    let half = graph::degree(n) / 2;
+    let nb = graph::neighbours(session);
+    for p in 0..n {
+        let mut mine: Vec<usize> = (1..=half)
+            .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
+            .collect();
+        mine.sort_unstable();
+        assert_eq!(nb[order[p]], mine, "the ring order was not reproduced");
+    }
+    order
+}
+
+/// HOLDS, at one check only (defence in depth). 101 places (t = 51),
+/// peers on every real site (no disclosure policy, so that the refusal
+/// reads in full). The coordinator seats 21 honest sites on one
+/// arc of the ring, leaves the 10 places on either side of it without
+/// keys ("dropped at setup"), and fills the 60 places beyond with keys
+/// of its own making that no peer signed. Steps 2–4 all pass at every
+/// honest site: the peers check of step 2 (`check_participants`) looks
+/// at a site's *neighbours* only, while the count against t (81
+/// participants ≥ 51, t a majority of them) takes every place with keys;
+/// each site's neighbourhood threshold (11) is met inside the arc; and
+/// every honest site signs the list of the arc and the 60 inventions.
+/// Only step 5's check that every signer's keys are peer-signed refuses —
+/// without it, the survivors would reveal the arc's self seeds and the
+/// coordinator would hold the sum of 21 sites, fewer than t.
+///
+/// Suggested hardening: in step 2, with peers listed, count toward t only
+/// participants whose keys a distinct listed peer signed (and refuse
+/// unsigned keys anywhere in the session), so that the count of step 2
+/// and the list of step 4 are not made of inventions.
+#[tokio::test]
+async fn holds_a_sparse_arc_padded_with_unsigned_participants_is_refused_only_at_the_unmasking() {
+    use sha2::{Digest, Sha256};
+    let n = 101;
+    // No disclosure policy, so that the refusal's reason is shown (under
+    // one it is withheld: "a site could not evaluate the query").
+    let h = Hostile::build(n, SUM_SQL, None, None).await;
+    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    let order = ring_order(&session);
+    let arc: Vec<usize> = order[..21].to_vec();
+    let invented: Vec<usize> = order[31..91].to_vec();
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut group_keys = Vec::new();
+    for &c in &arc {
+        let (k, g) = h.setup(c, &session).await.unwrap();
+        keys[c] = Some(k);
+        group_keys.push(g);
+    }
+    let mut list_seeds = Vec::new();
+    for &c in &invented {
+        let seed: [u8; 32] = rand::random();
+        keys[c] = Some(ParticipantKeys {
+            mask_key: PublicKey::from(&StaticSecret::from(rand::random::<[u8; 32]>())).to_bytes(),
+            cipher_key: PublicKey::from(&StaticSecret::from(rand::random::<[u8; 32]>())).to_bytes(),
+            self_commitment: rand::random(),
+            list_key: consistency::list_public_key(&seed),
+            signed: None,
+        });
+        list_seeds.push((c, seed));
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for &c in &arc {
+        envelopes.extend(
+            h.share(c, &session, keys.clone())
+                .await
+                .expect("step 2 passes with 60 unsigned participants"),
+        );
+    }
+    for &c in &arc {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        h.mask(c, &session, mine, &groups).await.unwrap();
+    }
+    let mut list: Vec<u32> = arc.iter().chain(&invented).map(|&c| c as u32).collect();
+    list.sort_unstable();
+    let mut signatures = Vec::new();
+    for &c in &arc {
+        signatures.push(
+            h.confirm(c, &session, &list)
+                .await
+                .expect("every honest site signs the arc and the inventions"),
+        );
+    }
+    // The inventions sign the same view (no GROUP BY: the group list's
+    // digest is that of its row count).
+    let groups_digest: [u8; 32] = Sha256::digest((groups.num_rows() as u64).to_be_bytes()).into();
+    let view = consistency::view_digest(
+        &encoder_digest(h.encoders[0].plan()).unwrap(),
+        &keys,
+        &groups_digest,
+    );
+    assert!(
+        signatures[0].verifies(&session, &view, &list, &keys[arc[0]].unwrap().list_key),
+        "the view is the honest sites' own"
+    );
+    for (c, seed) in &list_seeds {
+        signatures.push(ListSignature {
+            from: *c as u32,
+            signature: consistency::sign_list(seed, &session, &view, &list),
+        });
+    }
+    for &c in &arc {
+        let err = h
+            .unmask(c, &session, &list, signatures.clone())
+            .await
+            .expect_err("an invented signer");
+        assert!(
+            err.contains("not signed by one of this site's listed peers"),
+            "{err}"
+        );
+    }
+}

@@ -1044,3 +1044,49 @@ async fn holds_a_sparse_arc_padded_with_unsigned_participants_is_refused_only_at
         );
     }
 }
+
+// ---------------------------------------------------------------------
+// 6. Two tables of one worker in one session.
+// ---------------------------------------------------------------------
+
+/// HOLDS. A worker serving two tables has one identity and one client
+/// (with its own secrets) per table. The coordinator seats both clients
+/// of the victim's worker in one session (site 0 reads the victim's
+/// table; place 4 is the same worker's client of another table, with the
+/// same identity), hoping to stand in for an independent participant.
+/// Every site refuses at step 2: the victim sees a participant signed by
+/// its own identity, the others one identity signing two participants.
+#[tokio::test]
+async fn holds_two_clients_of_one_worker_cannot_both_take_part_in_a_session() {
+    let mut h = Hostile::new(5, SUM_SQL).await;
+    let listed: Arc<[[u8; 32]]> = h.identities.iter().map(|i| i.public_key()).collect();
+    let twin = LocalClient::from_batches(
+        "site0-other-table",
+        "memory:site0-other-table",
+        schema(),
+        vec![site_rows(7)],
+        h.ctx.site_engine(),
+    )
+    .unwrap()
+    .with_identity(Some(Arc::clone(&h.identities[0])), listed)
+    .with_policy(Some(DisclosurePolicy::default()))
+    .served_remotely(false);
+    h.sites[4] = Arc::new(twin);
+    let session = session_of(5);
+    let mut keys = Vec::new();
+    for c in 0..5 {
+        keys.push(Some(h.setup(c, &session).await.unwrap().0));
+    }
+    for c in 0..5 {
+        let err = h
+            .share(c, &session, keys.clone())
+            .await
+            .expect_err("one identity at two places");
+        let want = if c == 0 || c == 4 {
+            "not signed by one of its listed peers"
+        } else {
+            "one peer's identity signs two"
+        };
+        assert!(err.contains(want), "site {c}: {err}");
+    }
+}

@@ -8,14 +8,25 @@
 //! 1. The rows a secure encoder reads are not all in its digest: inside a
 //!    fit (a `fit_scope` the coordinator chooses), a site reuses the rows
 //!    it kept for an earlier encoder whose input *prints* the same
-//!    (`Encoder::input_key`, the display text), so the others are primed
-//!    with a filter that keeps nothing and then all run the victim's
-//!    encoder, digest and all (BREAK, critical).
+//!    (`Encoder::input_key`, the display text: a string literal, or a
+//!    shared table's rows, which the text does not show), so the others
+//!    are primed with an input that keeps nothing and then all run the
+//!    victim's encoder, digest and all (BREAK, critical).
 //! 2. A join's `null_equality` is neither printed nor an expression nor a
-//!    literal: two joins that differ only in it have one digest (BREAK,
-//!    critical).
+//!    literal: two joins that differ only in it have one digest; a site
+//!    refuses `IS NOT DISTINCT FROM` on its own rows, not inside a shared
+//!    side (BREAK, critical).
 //! 3. Two sessions over different sets of participants: their difference
 //!    is one site's exact state (BREAK, high).
+//! 4. A sparse round's ring is drawn from the session id the coordinator
+//!    picks, over places the coordinator assigns: 11 colluders of 101
+//!    seated next to the victim hold the threshold of its shares (mask
+//!    key and self seed alike): its exact state, or a `secure_dp_count`
+//!    with 1/51 of the noise (BREAK, high).
+//! 5. A sparse round padded with participants no peer signed passes steps
+//!    2–4; only step 5's peers check stops the sum of an arc of 21 sites
+//!    (HOLDS, one check deep).
+//! 6. Two clients of one worker (one identity) in one session (HOLDS).
 
 use std::sync::Arc;
 
@@ -489,6 +500,60 @@ async fn holds_control_a_round_in_a_fit_scope_without_priming_gives_the_total() 
     h.encoders = vec![victim; 5];
     let total = honest_total(&h).await.unwrap();
     assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+/// The same priming without any string trick: the kept-rows key is the
+/// input's display text, which names a shared table but shows none of its
+/// rows. The victim's query joins `t` with the shared `lookup` on
+/// `t.g = lookup.v` (v = 0: every row matches); the twin sent to sites
+/// 1–4 first is the same query with `lookup` holding v = 1 (nothing
+/// matches). Same text, same key, different rows. (So escaping string
+/// literals in the display would not fix the kept-rows key.)
+#[tokio::test]
+async fn breaks_rows_kept_for_a_fit_under_another_lookup_table_give_one_sites_exact_secure_sum() {
+    let sql = "SELECT secure_sum(t.x, 0, 1000) AS s FROM t JOIN lookup ON t.g = lookup.v";
+    let mut h = Hostile::new(5, sql).await;
+    let victim = h.encoders[0].clone().in_fit(Some(SCOPE));
+    // The twin: `lookup` with v = 1.
+    let lookup_schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let other = RecordBatch::try_new(
+        Arc::clone(&lookup_schema),
+        vec![
+            Arc::new(Int64Array::from(vec![None::<i64>])),
+            Arc::new(Int64Array::from(vec![1i64])),
+        ],
+    )
+    .unwrap();
+    h.ctx.session().deregister_table("lookup").unwrap();
+    h.ctx
+        .session()
+        .register_table(
+            "lookup",
+            Arc::new(InlineTable::new(lookup_schema, vec![other])),
+        )
+        .unwrap();
+    let quiet = h.plan_encoder(sql).await.in_fit(Some(SCOPE));
+    assert_eq!(quiet.input_key(), victim.input_key(), "one kept-rows key");
+    assert_ne!(
+        encoder_digest(quiet.plan()).unwrap(),
+        encoder_digest(victim.plan()).unwrap(),
+        "the digests differ (the inline rows are hashed)"
+    );
+    for c in 1..5 {
+        let _ = h.sites[c]
+            .encode(&SiteRequest::new(&quiet, &h.analyst))
+            .await
+            .expect_err("a plain state of a secure aggregate");
+        assert_eq!(h.sites[c].kept_fits(), 1, "site {c} kept the twin's rows");
+    }
+    h.encoders = vec![victim; 5];
+    let learned = honest_total(&h)
+        .await
+        .expect("every site signs and reveals");
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
 }
 
 // ---------------------------------------------------------------------

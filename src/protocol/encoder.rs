@@ -115,15 +115,6 @@ impl Encoder {
         self.fit_scope
     }
 
-    /// What identifies the encoder's input (the rows it aggregates) within
-    /// one fit: the text of the plan below the aggregate.
-    pub fn input_key(&self) -> String {
-        match self.plan.as_ref() {
-            LogicalPlan::Aggregate(agg) => agg.input.display_indent().to_string(),
-            other => other.display_indent().to_string(),
-        }
-    }
-
     /// The encoder's logical plan (an aggregate at the root).
     pub fn plan(&self) -> &LogicalPlan {
         &self.plan

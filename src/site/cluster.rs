@@ -88,14 +88,21 @@ impl ClusterEngine {
     /// The engine of a worker started with `--engine`: nothing is
     /// connected yet (every request connects, so a cluster that is down
     /// fails its requests, not the worker).
-    pub fn new(address: ClusterAddress) -> Result<Arc<Self>> {
+    /// A job it cancels (its request ended first) is logged to `log`
+    /// (stderr if `None`).
+    pub fn new(
+        address: ClusterAddress,
+        log: Option<crate::site::worker::LogSink>,
+    ) -> Result<Arc<Self>> {
         #[cfg(feature = "ballista")]
         {
-            let client = crate::site::ballista::BallistaClient::new(&address.host_port());
+            let log = log.unwrap_or_else(|| Arc::new(|line: &str| eprintln!("{line}")));
+            let client = crate::site::ballista::BallistaClient::new(&address.host_port(), log);
             Ok(Arc::new(Self { address, client }))
         }
         #[cfg(not(feature = "ballista"))]
         {
+            let _ = log;
             Err(without_ballista(&format!("--engine {}", address.url())))
         }
     }

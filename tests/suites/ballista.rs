@@ -284,6 +284,96 @@ async fn a_file_that_is_gone_is_named_in_the_worker_s_log_only() {
     assert!(logs.iter().any(|l| l.contains("part1.csv")), "{logs:?}");
 }
 
+/// A request that ends before its Ballista job (here the worker's
+/// `request_timeout`; a coordinator that gives up ends it the same way)
+/// cancels the job at the scheduler: the worker logs the job it
+/// cancelled, and the scheduler reports that job as failed (cancelled),
+/// not running on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_that_ends_first_cancels_its_ballista_job() {
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    use ballista_core::serde::protobuf::{GetJobStatusParams, job_status};
+
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 4, 20_000);
+    let cluster = Cluster::start().await;
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = Arc::clone(&logs);
+    let worker = worker_with(&folder, Some(cluster.engine()), false, |mut config| {
+        // Long enough for the job to be submitted, short of its end (each
+        // job takes some 0.5 s of Ballista's task polling).
+        config.limits.timeout = Some(Duration::from_millis(300));
+        config.log = Some(Arc::new(move |line: &str| {
+            sink.lock().unwrap().push(line.to_string())
+        }));
+        config
+    })
+    .await;
+    let ctx = coordinator(&worker, dir.path()).await;
+    let e = run(
+        &ctx,
+        "SELECT x1 > 0 AS k, count(*) AS n, sum(x2) AS s, avg(x3) AS a FROM t GROUP BY x1 > 0",
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("request_timeout"), "{e}");
+    // The cancellation is sent when the request's work is dropped.
+    let mut job = None;
+    for _ in 0..100 {
+        job = logs.lock().unwrap().iter().find_map(|l| {
+            l.split_once("cancelled Ballista job ")
+                .map(|(_, rest)| rest.split_whitespace().next().unwrap().to_string())
+        });
+        if job.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let job = job.unwrap_or_else(|| panic!("no job cancelled: {:?}", logs.lock().unwrap()));
+    let mut scheduler =
+        SchedulerGrpcClient::connect(format!("http://{}", cluster.scheduler.addr()))
+            .await
+            .unwrap();
+    // The scheduler fails the job as cancelled (its event loop takes a
+    // moment), rather than running it to its end.
+    let mut status = None;
+    for _ in 0..100 {
+        status = scheduler
+            .get_job_status(GetJobStatusParams {
+                job_id: job.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .and_then(|s| s.status);
+        let pending = matches!(
+            status,
+            None | Some(job_status::Status::Running(_) | job_status::Status::Queued(_))
+        );
+        if !pending {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    match status {
+        Some(job_status::Status::Failed(failure)) => {
+            assert!(
+                failure.error.to_lowercase().contains("cancel"),
+                "{failure:?}"
+            )
+        }
+        other => panic!("job {job} after its cancellation: {other:?}"),
+    }
+    // The worker and the cluster answer the next request.
+    drop(worker);
+    let worker = worker_of(&folder, Some(cluster.engine()), false).await;
+    let ctx = coordinator(&worker, dir.path()).await;
+    run(&ctx, "SELECT count(*) AS n FROM t").await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn glm_rounds_and_dp_queries_run_on_the_cluster_and_an_executor_may_die() {
     let dir = TempDir::new().unwrap();

@@ -55,6 +55,13 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
 /// each client's encoder, in the order of `clients`, and every request runs
 /// for `analyst`. `partial` is the round's partial aggregate (the layout of
 /// its secure columns), `threshold` the round's t.
+///
+/// Every survivor must sign the survivor list (the sites unmask nothing
+/// otherwise): a survivor that does not — it failed between masking and
+/// signing — fails the session, and the round runs once more in a fresh
+/// session without it (and without any other site lost so far), so the
+/// answer covers the sites that took part, as for any dropout. The first
+/// session's total is never unmasked.
 pub(crate) async fn collect_masked_states(
     clients: &[Arc<dyn Site>],
     encoders: &[Encoder],
@@ -63,22 +70,63 @@ pub(crate) async fn collect_masked_states(
     threshold: usize,
 ) -> Result<SecureRound> {
     let layout = SecureLayout::of(partial)?;
+    let mut left_out: Vec<(usize, Stage, String)> = Vec::new();
+    loop {
+        match one_session(clients, encoders, analyst, &layout, threshold, &left_out).await? {
+            Session::Done(round) => return Ok(round),
+            Session::Unsigned(lost) => left_out.extend(lost),
+        }
+    }
+}
+
+/// How one session ended: its round, or the survivors that did not sign
+/// the survivor list (with the sites lost before them), to leave out of
+/// the next session.
+enum Session {
+    Done(SecureRound),
+    Unsigned(Vec<(usize, Stage, String)>),
+}
+
+/// One session of a secure round's five steps; the sites of `left_out`
+/// are not asked (they count as dropped out at the step they were lost).
+async fn one_session(
+    clients: &[Arc<dyn Site>],
+    encoders: &[Encoder],
+    analyst: &Analyst,
+    layout: &SecureLayout,
+    threshold: usize,
+    left_out: &[(usize, Stage, String)],
+) -> Result<Session> {
+    let layout = layout.clone();
     let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect())
         .with_threshold(threshold);
     let mut part = Participation::new(&session);
+    for (i, stage, why) in left_out {
+        part.drop_out(*i, *stage, why);
+    }
+    if !left_out.is_empty() {
+        part.check(Stage::Setup)?;
+    }
     let n = clients.len();
     let request = |i: usize| SiteRequest::new(&encoders[i], analyst);
     let start = Instant::now();
 
     // Step 1: keys and group keys.
-    let setups = join_all((0..n).map(|i| {
+    let asked = part.alive();
+    let answers = join_all(asked.iter().map(|&i| {
         let session = &session;
         async move { clients[i].secure_setup(&request(i), session).await }
     }))
     .await;
+    let mut setups: Vec<Option<Result<crate::protocol::secure::SecureSetup>>> =
+        (0..n).map(|_| None).collect();
+    for (&i, answer) in asked.iter().zip(answers) {
+        setups[i] = Some(answer);
+    }
     let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
     let mut group_keys = vec![None; n];
     for (i, answer) in setups.into_iter().enumerate() {
+        let Some(answer) = answer else { continue };
         match answer {
             Ok(setup) => {
                 keys[i] = Some(setup.keys);
@@ -186,29 +234,29 @@ pub(crate) async fn collect_masked_states(
     .await;
     let mut signers = Vec::new();
     let mut signatures = Vec::new();
+    let mut unsigned = Vec::new();
     for (&i, answer) in survivors.iter().zip(answers) {
         match answer {
             Ok(signed) if signed.from as usize == i => {
                 signers.push(i);
                 signatures.push(signed);
             }
-            Ok(_) => part.miss_confirming(
+            Err(e) if is_refusal(&e) => return Err(e),
+            Ok(_) => unsigned.push((
                 i,
-                &FedError::Internal("it signed the survivor list for another place".into()),
-            ),
-            Err(e) => part.miss_confirming(i, &e),
+                Stage::Signing,
+                "it signed the survivor list for another place".to_string(),
+            )),
+            Err(e) => unsigned.push((i, Stage::Signing, e.to_string())),
         }
     }
-    // A survivor that did not sign still sent its masked state: the sites
-    // reveal by the list they signed, so its self seed is revealed and its
-    // state counts. At least t must have signed.
-    part.check_signers(signers.len())?;
-    if crate::protocol::secure::graph::is_sparse(session.clients.len())
-        && signers.len() < survivors.len()
-    {
-        // The sites refuse to unmask a sparse round whose survivors did
-        // not all sign (see the site's step 5).
-        return Err(part.below_threshold_of_signers(signers.len()));
+    // The sites unmask only a list every survivor signed: a session with
+    // a survivor that did not sign is over, unmasked by no one; the next
+    // one leaves it out (and fails, naming the sites, below the threshold).
+    if !unsigned.is_empty() {
+        let mut lost: Vec<(usize, Stage, String)> = left_out.to_vec();
+        lost.extend(unsigned);
+        return Ok(Session::Unsigned(lost));
     }
 
     // Step 5: unmasking, by the survivors that signed.
@@ -257,10 +305,10 @@ pub(crate) async fn collect_masked_states(
             *state = encoders[*i].accept(&[batch])?;
         }
     }
-    Ok(SecureRound {
+    Ok(Session::Done(SecureRound {
         states: masked,
         participation: part,
-    })
+    }))
 }
 
 /// Which rows of `groups` at least `t` survivors have, and how many rows

@@ -14,6 +14,9 @@ pub(crate) enum Stage {
     Shares,
     /// It shared its secrets but sent no masked state.
     Masking,
+    /// It sent its masked state but did not sign the survivor list: that
+    /// session was unmasked by no one, and the round ran again without it.
+    Signing,
 }
 
 impl Stage {
@@ -22,6 +25,7 @@ impl Stage {
             Stage::Setup => "dropped out before the key exchange; it was left out",
             Stage::Shares => "dropped out before sharing its keys; it was left out",
             Stage::Masking => "dropped out after masking; its masks were removed",
+            Stage::Signing => "did not sign the survivor list; the round was run again without it",
         }
     }
 }
@@ -32,8 +36,8 @@ pub(crate) struct Participation {
     clients: Vec<String>,
     threshold: usize,
     dropped: Vec<Option<(Stage, String)>>,
-    /// Survivors that did not sign the survivor list or did not answer
-    /// the unmasking (their state counts): the place, the step, why.
+    /// Survivors that did not answer the unmasking (their state counts):
+    /// the place, the step, why.
     silent: Vec<(usize, &'static str, String)>,
     /// Groups some but fewer than the threshold of the sites that took
     /// part have: withheld.
@@ -74,36 +78,13 @@ impl Participation {
             .collect()
     }
 
-    pub(crate) fn drop_out(&mut self, site: usize, stage: Stage, why: &FedError) {
+    pub(crate) fn drop_out(&mut self, site: usize, stage: Stage, why: &dyn std::fmt::Display) {
         self.dropped[site] = Some((stage, why.to_string()));
     }
 
     pub(crate) fn miss_unmasking(&mut self, site: usize, why: &FedError) {
         self.silent
             .push((site, "did not answer the unmasking", why.to_string()));
-    }
-
-    pub(crate) fn miss_confirming(&mut self, site: usize, why: &FedError) {
-        self.silent
-            .push((site, "did not sign the survivor list", why.to_string()));
-    }
-
-    /// The error of a sparse round whose survivors did not all sign.
-    pub(crate) fn below_threshold_of_signers(&self, signers: usize) -> FedError {
-        FedError::InvalidArgument(format!(
-            "secure aggregation failed: in a round of more than 100 sites every survivor must sign the survivor list, and {signers} of {} did; {}\n\
-             hint: rerun the query",
-            self.alive().len(),
-            self.dropped_list(true)
-        ))
-    }
-
-    /// Fails the round when fewer than the threshold signed the list.
-    pub(crate) fn check_signers(&self, signers: usize) -> Result<()> {
-        if signers >= self.threshold {
-            return Ok(());
-        }
-        Err(self.below_threshold(signers, "to sign the survivor list"))
     }
 
     /// The sites that dropped out, as `'name' (step: reason)`.

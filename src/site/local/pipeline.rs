@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
@@ -123,7 +125,7 @@ impl LocalClient {
         let rebound = match self.fit_scope(encoder) {
             Some(scope) => self
                 .kept
-                .rebound(scope, &encoder.input_key(), encoder.plan())?,
+                .rebound(scope, &Self::input_key(encoder)?, encoder.plan())?,
             None => None,
         };
         let partial = match rebound {
@@ -164,7 +166,7 @@ impl LocalClient {
                     partial,
                     encoder.plan(),
                     scope,
-                    encoder.input_key(),
+                    Self::input_key(encoder)?,
                     (&self.engine, &self.files),
                     self.task_ctx()?,
                 )
@@ -179,8 +181,28 @@ impl LocalClient {
 
     /// The fit whose rows this site keeps for `encoder`'s rounds (none
     /// with the fast path off: every round reads its rows anew).
+    /// Never for an encoder with a secure aggregate: its state must come
+    /// from the rows its own plan reads (the fifth outside attack primed a
+    /// fit's kept rows with a plan that printed alike but kept no rows,
+    /// then ran a secure round in that fit).
     pub(super) fn fit_scope(&self, encoder: &Encoder) -> Option<u64> {
-        encoder.fit_scope().filter(|_| self.fast_path)
+        encoder
+            .fit_scope()
+            .filter(|_| self.fast_path && !has_secure_calls(encoder.plan()))
+    }
+
+    /// What identifies an encoder's input (the rows it aggregates) within
+    /// one fit: the digest of the plan below its aggregate (as a secure
+    /// round's encoder digest: injective, unlike the plan's text, where a
+    /// string literal can spell out another plan and a shared table shows
+    /// its name but not its rows).
+    fn input_key(encoder: &Encoder) -> Result<String> {
+        let input = match encoder.plan() {
+            LogicalPlan::Aggregate(agg) => agg.input.as_ref(),
+            other => other,
+        };
+        let digest = crate::site::release::secure::encoder_digest(input)?;
+        Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     /// The physical plan of an encoder whose state may leave this site as
@@ -356,4 +378,23 @@ fn strip_context(e: DataFusionError) -> DataFusionError {
         },
         other => other,
     }
+}
+
+/// Whether `plan` calls a secure aggregate (`secure_sum`, ...) anywhere.
+fn has_secure_calls(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::AggregateFunction(f) = e
+                    && fedsql_udfs::catalogue::is_secure(f.func.name())
+                {
+                    found = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    found
 }

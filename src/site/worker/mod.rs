@@ -116,7 +116,10 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
     let engine = Arc::new(crate::site::engine::SiteEngine::new());
     // The cluster that reads every served table's rows, if any.
     let cluster = match &config.engine {
-        Some(address) => Some(crate::site::cluster::ClusterEngine::new(address.clone())?),
+        Some(address) => Some(crate::site::cluster::ClusterEngine::new(
+            address.clone(),
+            config.log.clone(),
+        )?),
         None => None,
     };
     let open = |name: &str, path: &std::path::Path, policy, dp| {

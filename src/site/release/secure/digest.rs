@@ -21,8 +21,10 @@ use crate::protocol::flight::batches_to_ipc;
 /// plan's text (the fourth outside attack made two plans print alike with
 /// a string literal) — every node's line, output field names and types,
 /// every literal's type and value (as Arrow IPC bytes), every scan's table
-/// name, and the rows of every table inlined in the plan (shared tables a
-/// worker was sent). Every site of an honest round runs the same encoder;
+/// name, the rows of every table inlined in the plan (shared tables a
+/// worker was sent), and what a join or unnest node does that its line
+/// does not print (a join's null equality and constraint, an unnest's
+/// options). Every site of an honest round runs the same encoder;
 /// a coordinator that sends one site the analyst's query and the others
 /// one that adds nothing to the total (`WHERE false`, a join with no rows)
 /// gives that site a view no other site signs.
@@ -43,6 +45,28 @@ pub fn encoder_digest(plan: &LogicalPlan) -> Result<[u8; 32]> {
                 Ok(TreeNodeRecursion::Continue)
             })
         })?;
+        // What a node does that its line does not show (the fifth outside
+        // attack: `IS NOT DISTINCT FROM` and `=` print alike in a join).
+        match node {
+            LogicalPlan::Join(join) => parts.push(
+                format!(
+                    "join {:?} {:?} null_aware={}",
+                    join.null_equality, join.join_constraint, join.null_aware
+                )
+                .into_bytes(),
+            ),
+            LogicalPlan::Unnest(unnest) => parts.push(
+                format!(
+                    "unnest {:?} {:?} {:?} {:?}",
+                    unnest.exec_columns,
+                    unnest.list_type_columns,
+                    unnest.struct_type_columns,
+                    unnest.options
+                )
+                .into_bytes(),
+            ),
+            _ => {}
+        }
         if let LogicalPlan::TableScan(scan) = node {
             parts.push(scan.table_name.to_string().into_bytes());
             if let Ok(provider) = source_as_provider(&scan.source)
@@ -95,6 +119,38 @@ mod tests {
             .unwrap()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn a_joins_null_equality_changes_the_digest_though_it_prints_alike() {
+        use datafusion::common::NullEquality;
+        use datafusion::logical_expr::JoinType;
+        let join = |nulls: NullEquality| {
+            LogicalPlanBuilder::from(plan(&[1, 2], 0))
+                .join_detailed(
+                    LogicalPlanBuilder::from(plan(&[1, 3], 0))
+                        .alias("r")
+                        .unwrap()
+                        .build()
+                        .unwrap(),
+                    JoinType::Inner,
+                    (vec!["s.x"], vec!["r.x"]),
+                    None,
+                    nulls,
+                )
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (
+            join(NullEquality::NullEqualsNull),
+            join(NullEquality::NullEqualsNothing),
+        );
+        assert_eq!(
+            a.display_indent().to_string(),
+            b.display_indent().to_string()
+        );
+        assert_ne!(encoder_digest(&a).unwrap(), encoder_digest(&b).unwrap());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! order, a session it does not know) is refused, so a coordinator cannot
 //! ask twice and collect both kinds of shares of one site.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -26,12 +26,43 @@ use crate::site::release::identity::SiteIdentity;
 /// lost this site) are forgotten.
 const MAX_PENDING_SESSIONS: usize = 16;
 
+/// Session ids a client remembers having set up (16 bytes each, 1 MiB in
+/// all): an id seen before is refused, so a coordinator cannot run a
+/// second setup under an old session's id and replay that session's
+/// messages into it. The oldest are forgotten first; a restarted worker
+/// starts afresh (its old sessions' secrets are gone with it).
+const REMEMBERED_SESSIONS: usize = 65_536;
+
 /// What a client keeps between the steps: one entry per session; and the
 /// site's long-term identity, if it has one, to sign its session keys.
 #[derive(Default)]
 pub(crate) struct ClientSecrets {
     pending: Mutex<VecDeque<Pending>>,
+    seen: Mutex<SeenSessions>,
     identity: Option<Arc<SiteIdentity>>,
+}
+
+/// The ids of the last [`REMEMBERED_SESSIONS`] sessions set up here.
+#[derive(Default)]
+struct SeenSessions {
+    order: VecDeque<[u8; 16]>,
+    ids: HashSet<[u8; 16]>,
+}
+
+impl SeenSessions {
+    /// Records `id`; false if it was seen before.
+    fn first_time(&mut self, id: [u8; 16]) -> bool {
+        if !self.ids.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > REMEMBERED_SESSIONS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        true
+    }
 }
 
 impl std::fmt::Debug for ClientSecrets {
@@ -137,6 +168,7 @@ impl ClientSecrets {
     pub(crate) fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
         Self {
             pending: Mutex::default(),
+            seen: Mutex::default(),
             identity,
         }
     }
@@ -195,15 +227,14 @@ impl ClientSecrets {
         floor: usize,
     ) -> Result<SecureSetup> {
         check_threshold(session, session.clients.len(), floor)?;
-        if self
-            .pending
+        if !self
+            .seen
             .lock()
             .expect("not poisoned")
-            .iter()
-            .any(|p| p.session.id == session.id)
+            .first_time(session.id)
         {
             return Err(FedError::InvalidArgument(format!(
-                "secure session {} was set up here already (a replay?)",
+                "secure session {} was set up here already (a replay?); a session id is used once",
                 session.id_hex()
             )));
         }
@@ -537,8 +568,8 @@ impl ClientSecrets {
     /// share of that site's self seed if the site is on the survivor list,
     /// of its mask key if not — decided by the list alone, not by which
     /// signatures came with the request. Refused unless the list is the
-    /// one this site signed in step 4 and at least the threshold of
-    /// distinct sites on it signed it too over the same view (each
+    /// one this site signed in step 4 and every site on it (at least
+    /// the threshold) signed it too over the same view (each
     /// signature verified; with `peers` listed, each signer's keys signed
     /// by a distinct listed peer), and, in a sparse round, unless the
     /// survivors linked to this site through the graph make the threshold.
@@ -581,28 +612,20 @@ impl ClientSecrets {
                 )));
             }
         }
-        // The signatures of the sites this one holds shares of (itself
-        // included) decide which shares it reveals: those first; of the
-        // others, only as many as the threshold needs are checked (each
-        // check is an Ed25519 verification; a site of a large round need
-        // not check all).
-        let (mine, others): (Vec<&ListSignature>, Vec<&ListSignature>) = request
-            .signatures
-            .iter()
-            .partition(|s| held.contains_key(&(s.from as usize)));
+        // Every listed survivor must have signed the list over this
+        // site's view, and every signature is checked. What is revealed
+        // depends on the signed list alone, never on which signatures came
+        // with the request (a coordinator could show each site another
+        // subset), and a listed site whose signature over this view is
+        // missing may have run another encoder: the fifth outside attack
+        // sent the victim the analyst's query and the others one that adds
+        // nothing, and showed the others only their own signatures, so that
+        // they would reveal the victim's self seed. In a sparse round, too,
+        // only a signer checked that its listed neighbours masked with it.
+        let sparse = graph::is_sparse(session.clients.len());
         let mut signers: Vec<u32> = Vec::new();
         let mut identities: Vec<[u8; 32]> = Vec::new();
-        // What is revealed depends on the signed list alone, never on
-        // which signatures came with the request (a coordinator could
-        // show each site another subset): the signatures only show that
-        // at least t sites signed this list over this view.
-        // In a sparse round every listed site must sign (below), so every
-        // signature is checked.
-        let sparse = graph::is_sparse(session.clients.len());
-        for (k, signed) in mine.iter().chain(&others).enumerate() {
-            if !sparse && k >= mine.len() && signers.len() >= session.threshold {
-                break;
-            }
+        for signed in &request.signatures {
             let from = signed.from;
             let signer = keys[from as usize].expect("every survivor sent keys");
             if !signed.verifies(session, view, survivors, &signer.list_key) {
@@ -645,14 +668,9 @@ impl ClientSecrets {
                 session.threshold
             )));
         }
-        if sparse && signers.len() < survivors.len() {
-            // Only a signer checked that its listed neighbours masked with
-            // it: a listed site that did not sign may have masked with
-            // some of them only, and a walk across it would count masks
-            // that were never applied (the fourth outside attack carved
-            // 12 of 101 sites out so).
+        if signers.len() < survivors.len() {
             return Err(refuse(format!(
-                "in a sparse round every survivor must sign the survivor list; {} of {} did",
+                "every survivor must sign the survivor list over the same view; {} of {} did",
                 signers.len(),
                 survivors.len()
             )));

@@ -76,6 +76,10 @@ impl ClusterAddress {
     }
 }
 
+/// Where a cluster engine logs what it does to a job besides running it
+/// (a cancellation): the worker's log.
+pub type JobLog = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// The cluster a worker's sites run their row-reading work on.
 #[derive(Debug)]
 pub struct ClusterEngine {
@@ -90,10 +94,7 @@ impl ClusterEngine {
     /// fails its requests, not the worker).
     /// A job it cancels (its request ended first) is logged to `log`
     /// (stderr if `None`).
-    pub fn new(
-        address: ClusterAddress,
-        log: Option<crate::site::worker::LogSink>,
-    ) -> Result<Arc<Self>> {
+    pub fn new(address: ClusterAddress, log: Option<JobLog>) -> Result<Arc<Self>> {
         #[cfg(feature = "ballista")]
         {
             let log = log.unwrap_or_else(|| Arc::new(|line: &str| eprintln!("{line}")));
@@ -115,17 +116,22 @@ impl ClusterEngine {
     /// Runs a site's physical plan (its partial aggregate and its reduce
     /// to one state row per group) as one Ballista job and returns its
     /// state batches. Errors name the cluster.
-    pub async fn collect(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
+    /// The states fetched count against `memory_limit`.
+    pub async fn collect(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        memory_limit: Option<usize>,
+    ) -> Result<Vec<RecordBatch>> {
         #[cfg(feature = "ballista")]
         {
             self.client
-                .collect(plan)
+                .collect(plan, memory_limit)
                 .await
                 .map_err(|e| cluster_error(&self.address, e))
         }
         #[cfg(not(feature = "ballista"))]
         {
-            let _ = plan;
+            let _ = (plan, memory_limit);
             Err(without_ballista(&self.address.url()))
         }
     }
@@ -135,6 +141,10 @@ impl ClusterEngine {
 /// policy the coordinator gets the fixed refusal, as for any site error).
 #[cfg(feature = "ballista")]
 fn cluster_error(address: &ClusterAddress, e: datafusion::error::DataFusionError) -> FedError {
+    // Past the worker's memory_limit: the site names the limit.
+    if matches!(e, datafusion::error::DataFusionError::ResourcesExhausted(_)) {
+        return FedError::DataFusion(e);
+    }
     let text = e.to_string();
     let unreachable = [
         "connect",

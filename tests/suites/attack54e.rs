@@ -389,7 +389,7 @@ async fn round_showing(
             .iter()
             .zip(&signatures)
             .filter(|(s, _)| shown(c).contains(s))
-            .map(|(_, signature)| signature.clone())
+            .map(|(_, signature)| *signature)
             .collect();
         revealed.extend(h.unmask(c, &session, &list, mine).await?);
     }

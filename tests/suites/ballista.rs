@@ -374,6 +374,31 @@ async fn a_request_that_ends_first_cancels_its_ballista_job() {
     run(&ctx, "SELECT count(*) AS n FROM t").await.unwrap();
 }
 
+/// The states a job returns count against the worker's `memory_limit`:
+/// a GROUP BY of one group per row is refused naming the limit, and a
+/// query whose states fit is answered by the same worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn states_past_the_worker_s_memory_limit_are_refused_naming_it() {
+    let dir = TempDir::new().unwrap();
+    let (folder, _) = write_suite_table(dir.path(), 2, 5_000);
+    let cluster = Cluster::start().await;
+    let worker = worker_with(&folder, Some(cluster.engine()), false, |mut config| {
+        config.limits.memory = Some(64 * 1024);
+        config
+    })
+    .await;
+    let ctx = coordinator(&worker, dir.path()).await;
+    let e = run(&ctx, "SELECT x1, count(*) AS n FROM t GROUP BY x1")
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("(its memory_limit)"), "{e}");
+    run(&ctx, "SELECT count(*) AS n, sum(x2) AS s FROM t")
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn glm_rounds_and_dp_queries_run_on_the_cluster_and_an_executor_may_die() {
     let dir = TempDir::new().unwrap();

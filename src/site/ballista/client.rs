@@ -39,7 +39,6 @@ use ballista_core::serde::protobuf::{
 use ballista_core::utils::{GrpcClientConfig, create_grpc_client_endpoint};
 
 use crate::site::engine::in_order::InPartitionOrderExec;
-use crate::site::worker::LogSink;
 
 use super::codec::SiteCodec;
 
@@ -48,13 +47,18 @@ use super::codec::SiteCodec;
 /// poll every 50 ms), so this adds at most a few per cent.
 const POLL: Duration = Duration::from_millis(10);
 
+/// Where the client logs what it does to a job besides running it (the
+/// worker's log; the same type as `site::cluster::JobLog`, which this
+/// module may not import: the cluster module imports this one).
+type JobLog = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// A worker's connection settings for its cluster (each job connects anew).
 pub(crate) struct BallistaClient {
     scheduler_url: String,
     config: SessionConfig,
     codec: SiteCodec,
     session_id: String,
-    log: LogSink,
+    log: JobLog,
 }
 
 impl std::fmt::Debug for BallistaClient {
@@ -70,7 +74,7 @@ fn failed(what: &str, e: impl std::fmt::Display) -> DataFusionError {
 impl BallistaClient {
     /// The client of the scheduler at `host_port` (HOST:PORT); what it
     /// does to a job besides running it (a cancellation) goes to `log`.
-    pub(crate) fn new(host_port: &str, log: LogSink) -> Self {
+    pub(crate) fn new(host_port: &str, log: JobLog) -> Self {
         Self {
             scheduler_url: format!("http://{host_port}"),
             config: SessionConfig::new_with_ballista(),
@@ -87,7 +91,14 @@ impl BallistaClient {
     /// id back: a request that ends before its job (the coordinator gave
     /// up, the worker's `request_timeout`) drops this future, and the
     /// job is cancelled at the scheduler.
-    pub(crate) async fn collect(&self, plan: Arc<dyn ExecutionPlan>) -> DFResult<Vec<RecordBatch>> {
+    ///
+    /// The states fetched count against `memory_limit` (the worker's):
+    /// past it, the fetch stops with a resources-exhausted error.
+    pub(crate) async fn collect(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        memory_limit: Option<usize>,
+    ) -> DFResult<Vec<RecordBatch>> {
         let plan = for_the_cluster(plan)?;
         let node = PhysicalPlanNode::try_from_physical_plan(plan, &self.codec)?;
         let ballista = self.config.ballista_config();
@@ -147,6 +158,7 @@ impl BallistaClient {
         };
         let done = job.wait().await?;
         let mut batches = Vec::new();
+        let mut held = 0usize;
         for location in done.partition_location {
             let layout = location.layout();
             let (Some(executor), Some(partition)) = (location.executor_meta, location.partition_id)
@@ -179,7 +191,18 @@ impl BallistaClient {
                 )
                 .await
                 .map_err(|e| failed(&format!("executor {}", executor.id), e))?;
-            batches.extend(stream.try_collect::<Vec<_>>().await?);
+            let mut stream = stream;
+            while let Some(batch) = stream.try_next().await? {
+                held += batch.get_array_memory_size();
+                if let Some(limit) = memory_limit
+                    && held > limit
+                {
+                    return Err(DataFusionError::ResourcesExhausted(format!(
+                        "the states of job {job_id} need more than {limit} bytes at the worker"
+                    )));
+                }
+                batches.push(batch);
+            }
         }
         Ok(batches)
     }
@@ -190,7 +213,7 @@ impl BallistaClient {
 struct RunningJob {
     scheduler: SchedulerGrpcClient<Channel>,
     job_id: String,
-    log: LogSink,
+    log: JobLog,
     done: bool,
 }
 

@@ -244,9 +244,14 @@ impl LocalClient {
             // The row-reading part runs on the cluster; everything below
             // (checks, counts, noise, masks) runs here, as for local rows.
             Some(cluster) => cluster
-                .collect(Arc::clone(&plan.plan))
+                .collect(Arc::clone(&plan.plan), self.memory_limit)
                 .await
-                .map_err(|e| self.error(e))?,
+                .map_err(|e| match &e {
+                    FedError::DataFusion(d) => {
+                        self.memory_refusal(d).unwrap_or_else(|| self.error(e))
+                    }
+                    _ => self.error(e),
+                })?,
             None => {
                 let physical = yield_after_each_batch(Arc::clone(&plan.plan))?;
                 // A panic while reading (an assertion of a library over a

@@ -1,0 +1,520 @@
+//! Issue 54, attacked a sixth time from outside: secure aggregation after
+//! the fixes of the fifth review, by a hostile coordinator that drives
+//! honest in-process sites through the `Site` trait with hand-made
+//! messages (the harness of `attack54e.rs`).
+//!
+//! A test named `holds_…` asserts what stops an attack; `breaks_…`
+//! asserts that the secret the coordinator recovers equals the true value.
+
+#![allow(dead_code, unused_imports)]
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::common::NullEquality;
+use datafusion::common::tree_node::TreeNode;
+use datafusion::logical_expr::LogicalPlan;
+use fedsql::FedContext;
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::codec::InlineTable;
+use fedsql::protocol::encoder::Encoder;
+use fedsql::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
+use fedsql::protocol::secure::masks::SharePair;
+use fedsql::protocol::secure::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
+    ShareRequest, UnmaskRequest, graph, masks, shamir,
+};
+use fedsql::protocol::site::{Analyst, Site, SiteRequest};
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::policy::DisclosurePolicy;
+use fedsql::site::release::secure::encoder_digest;
+use x25519_dalek::{PublicKey, StaticSecret};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, false),
+        Field::new("x", DataType::Int64, false),
+    ]))
+}
+
+/// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
+/// disclosure policy, k = 5), values in 1..=999 that differ per site.
+fn site_rows(c: usize) -> RecordBatch {
+    let n = c % 4 + 5;
+    let g: Vec<i64> = vec![0; n];
+    let x: Vec<i64> = (0..n)
+        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
+    )
+    .unwrap()
+}
+
+/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
+fn site_sum(c: usize) -> u64 {
+    site_rows(c)
+        .column(1)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .values()
+        .iter()
+        .map(|&v| v as u64)
+        .sum()
+}
+
+const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
+
+/// A hostile coordinator: `n` honest in-process sites, each with an
+/// Ed25519 identity and every site's identity listed as a peer, under a
+/// worker's default disclosure policy (k = 5, min_secure_clients = 3),
+/// served as a worker serves them; the round's encoder as the real
+/// coordinator plans it; and hand-made messages.
+struct Hostile {
+    ctx: FedContext,
+    sites: Vec<Arc<LocalClient>>,
+    /// The encoder each site is sent.
+    encoders: Vec<Encoder>,
+    analyst: Analyst,
+    /// Each site's long-term identity (a colluding site hands its own to
+    /// the coordinator).
+    identities: Vec<Arc<SiteIdentity>>,
+}
+
+impl Hostile {
+    async fn new(n: usize, sql: &str) -> Self {
+        Self::build(n, sql, None, Some(DisclosurePolicy::default())).await
+    }
+
+    /// The same, each site under `dp` (its own in-memory ledger) and
+    /// under `policy` if any.
+    async fn build(
+        n: usize,
+        sql: &str,
+        dp: Option<&DpPolicy>,
+        policy: Option<DisclosurePolicy>,
+    ) -> Self {
+        let ctx = FedContext::new();
+        // A shared lookup table of one row whose key `k` is NULL and whose
+        // `v` is 0 (see 2.).
+        let lookup_schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let lookup = RecordBatch::try_new(
+            Arc::clone(&lookup_schema),
+            vec![
+                Arc::new(Int64Array::from(vec![None::<i64>])),
+                Arc::new(Int64Array::from(vec![0i64])),
+            ],
+        )
+        .unwrap();
+        ctx.session()
+            .register_table(
+                "lookup",
+                Arc::new(InlineTable::new(lookup_schema, vec![lookup])),
+            )
+            .unwrap();
+        let identities: Vec<Arc<SiteIdentity>> = (0..n)
+            .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+            .collect();
+        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+        let sites: Vec<Arc<LocalClient>> = (0..n)
+            .map(|c| {
+                let name = format!("site{c}");
+                let mut site = LocalClient::from_batches(
+                    &name,
+                    &format!("memory:{name}"),
+                    schema(),
+                    vec![site_rows(c)],
+                    ctx.site_engine(),
+                )
+                .unwrap()
+                .with_identity(Some(Arc::clone(&identities[c])), listed.clone());
+                if policy.is_some() {
+                    site = site.with_policy(policy.clone()).served_remotely(false);
+                }
+                if let Some(p) = dp {
+                    site = site.with_dp(Arc::new(DpSite::new(
+                        p.clone(),
+                        Arc::new(Ledger::in_memory()),
+                    )));
+                }
+                Arc::new(site)
+            })
+            .collect();
+        ctx.register_federated(FederatedTable::new(
+            "t",
+            schema(),
+            sites
+                .iter()
+                .map(|s| Arc::clone(s) as Arc<dyn Site>)
+                .collect(),
+        ))
+        .unwrap();
+        let mut h = Self {
+            ctx,
+            encoders: Vec::new(),
+            sites,
+            analyst: Analyst::session(),
+            identities,
+        };
+        let encoder = h.plan_encoder(sql).await;
+        h.encoders = vec![encoder; n];
+        h
+    }
+
+    /// The encoder the coordinator would plan for `sql` over the same table.
+    async fn plan_encoder(&self, sql: &str) -> Encoder {
+        let state = self.ctx.session().state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let plan = state.optimize(&plan).unwrap();
+        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        fedsql::coordinator::split::plan_round(&state, &cut)
+            .await
+            .unwrap()
+            .encoder
+    }
+
+    fn req(&self, c: usize) -> SiteRequest<'_> {
+        SiteRequest::new(&self.encoders[c], &self.analyst)
+    }
+
+    async fn setup(
+        &self,
+        c: usize,
+        session: &SecureSession,
+    ) -> Result<(ParticipantKeys, RecordBatch), String> {
+        let s = self.sites[c]
+            .secure_setup(&self.req(c), session)
+            .await
+            .map_err(|e| format!("site {c} refused the setup: {e}"))?;
+        Ok((s.keys, s.group_keys))
+    }
+
+    async fn share(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        keys: Vec<Option<ParticipantKeys>>,
+    ) -> Result<Vec<ShareEnvelope>, String> {
+        let request = ShareRequest {
+            session: session.clone(),
+            keys,
+        };
+        self.sites[c]
+            .secure_share(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to share: {e}"))
+    }
+
+    async fn mask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        envelopes: Vec<ShareEnvelope>,
+        groups: &RecordBatch,
+    ) -> Result<u64, String> {
+        Ok(first_word(
+            &self.mask_state(c, session, envelopes, groups).await?,
+        ))
+    }
+
+    /// Step 3 at site `c`: its whole masked state.
+    async fn mask_state(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        envelopes: Vec<ShareEnvelope>,
+        groups: &RecordBatch,
+    ) -> Result<RecordBatch, String> {
+        let request = MaskRequest {
+            session: session.clone(),
+            envelopes,
+            groups: groups.clone(),
+        };
+        let state = self.sites[c]
+            .encode_masked(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to mask: {e}"))?;
+        Ok(state.batch().clone())
+    }
+
+    async fn confirm(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+    ) -> Result<ListSignature, String> {
+        let request = ConfirmRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+        };
+        self.sites[c]
+            .secure_confirm(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to sign: {e}"))
+    }
+
+    async fn unmask(
+        &self,
+        c: usize,
+        session: &SecureSession,
+        list: &[u32],
+        signatures: Vec<ListSignature>,
+    ) -> Result<Vec<Revealed>, String> {
+        let request = UnmaskRequest {
+            session: session.clone(),
+            survivors: list.to_vec(),
+            signatures,
+        };
+        self.sites[c]
+            .secure_unmask(&self.req(c), &request)
+            .await
+            .map_err(|e| format!("site {c} refused to unmask: {e}"))
+    }
+}
+
+/// The first `k` rows of the first UInt64 (secure) column: the first `k`
+/// words of the state's mask.
+fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
+    let column = (0..batch.num_columns())
+        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+        .expect("a secure state column");
+    let values = batch.column(column).as_primitive::<UInt64Type>();
+    (0..k).map(|r| values.value(r)).collect()
+}
+
+fn first_word(batch: &RecordBatch) -> u64 {
+    let column = (0..batch.num_columns())
+        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
+        .expect("a secure state column");
+    batch.column(column).as_primitive::<UInt64Type>().value(0)
+}
+
+fn session_of(n: usize) -> SecureSession {
+    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+}
+
+/// Rebuilds a secret from at least `t` shares.
+fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
+    assert!(
+        shares.len() >= t,
+        "{what}: only {} shares, {t} needed",
+        shares.len()
+    );
+    shamir::combine(&shares[..t]).unwrap_or_else(|| panic!("{what}: shares do not combine"))
+}
+
+/// A round run honestly over the sites `taking_part` of a session of all
+/// of `h`'s sites (the others are never set up: "dropped out at setup"),
+/// each sent its own encoder (`h.encoders`): every envelope delivered,
+/// the one list of those sites signed by all and every signature shown to
+/// all; the coordinator then removes every survivor's self mask. Returns
+/// the unmasked first word (a `secure_sum`'s sum) over `taking_part`.
+async fn round_over(h: &Hostile, taking_part: &[usize]) -> Result<u64, String> {
+    round_showing(h, taking_part, &|_| taking_part.to_vec()).await
+}
+
+/// As [`round_over`], with site `c` shown at the unmasking only the
+/// signatures of the sites `shown(c)`.
+async fn round_showing(
+    h: &Hostile,
+    taking_part: &[usize],
+    shown: &dyn Fn(usize) -> Vec<usize>,
+) -> Result<u64, String> {
+    let n = h.sites.len();
+    let session = session_of(n);
+    let t = session.threshold;
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut group_keys = Vec::new();
+    for &c in taking_part {
+        let (k, g) = h.setup(c, &session).await?;
+        keys[c] = Some(k);
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for &c in taking_part {
+        envelopes.extend(h.share(c, &session, keys.clone()).await?);
+    }
+    let mut total = 0u64;
+    for &c in taking_part {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        total = total.wrapping_add(h.mask(c, &session, mine, &groups).await?);
+    }
+    let list: Vec<u32> = taking_part.iter().map(|&c| c as u32).collect();
+    let mut signatures = Vec::new();
+    for &c in taking_part {
+        signatures.push(h.confirm(c, &session, &list).await?);
+    }
+    let mut revealed = Vec::new();
+    for &c in taking_part {
+        if shown(c).is_empty() {
+            continue;
+        }
+        let mine = taking_part
+            .iter()
+            .zip(&signatures)
+            .filter(|(s, _)| shown(c).contains(s))
+            .map(|(_, signature)| signature.clone())
+            .collect();
+        revealed.extend(h.unmask(c, &session, &list, mine).await?);
+    }
+    for &c in taking_part {
+        let shares: Vec<shamir::Share> = revealed
+            .iter()
+            .filter(|r| r.of as usize == c && r.kind == RevealedKind::SelfSeed)
+            .map(|r| r.share)
+            .collect();
+        let seed = rebuild(&shares, t, "a self seed");
+        assert_eq!(
+            masks::self_commitment(&session.id, &seed),
+            keys[c].unwrap().self_commitment
+        );
+        let mut word = [total];
+        masks::apply_self(&mut word, &seed, &session.id, false);
+        total = word[0];
+    }
+    Ok(total)
+}
+
+/// The same over every site.
+async fn honest_total(h: &Hostile) -> Result<u64, String> {
+    let all: Vec<usize> = (0..h.sites.len()).collect();
+    round_over(h, &all).await
+}
+
+#[tokio::test]
+async fn holds_control_the_harness_unmasks_the_total_of_all_sites() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+// ---------------------------------------------------------------------
+// 1. A column's qualifier is not in the digest: `t.x` (column `x` of `t`)
+//    and `"t.x"` (an unqualified column whose name has a dot) print alike.
+// ---------------------------------------------------------------------
+
+use datafusion::common::Column;
+use datafusion::logical_expr::{Aggregate, Expr, Projection, lit};
+
+/// The victim's and the others' encoders: the same projection of `t`
+/// (`t.x` and a constant `0 AS "t.x"`) under the same aggregate, which sums
+/// the real column `t.x` (qualified) in the victim's and the constant
+/// `"t.x"` (unqualified) in the others'. Both print
+/// `secure_sum(t.x, Int64(0), Int64(1000))` over `Projection: t.x, Int64(0) AS t.x`.
+async fn qualifier_twins(h: &Hostile) -> (Encoder, Encoder) {
+    let honest = h.plan_encoder(SUM_SQL).await;
+    let LogicalPlan::Aggregate(agg) = honest.plan() else {
+        panic!("an aggregate: {}", honest.plan().display_indent())
+    };
+    let real = Expr::Column(Column::new(Some("t"), "x"));
+    let projection = LogicalPlan::Projection(
+        Projection::try_new(vec![real, lit(0i64).alias("t.x")], Arc::clone(&agg.input)).unwrap(),
+    );
+    let twin = |qualified: bool| {
+        let aggr: Vec<Expr> = agg
+            .aggr_expr
+            .iter()
+            .map(|e| {
+                e.clone()
+                    .transform(|e| {
+                        Ok(match e {
+                            Expr::Column(c) if !qualified => {
+                                datafusion::common::tree_node::Transformed::yes(Expr::Column(
+                                    Column::new_unqualified(c.flat_name()),
+                                ))
+                            }
+                            other => datafusion::common::tree_node::Transformed::no(other),
+                        })
+                    })
+                    .unwrap()
+                    .data
+            })
+            .collect();
+        LogicalPlan::Aggregate(
+            Aggregate::try_new(
+                Arc::new(projection.clone()),
+                agg.group_expr.clone(),
+                aggr,
+            )
+            .unwrap(),
+        )
+    };
+    let state = h.ctx.session().state();
+    let (victim, _) = Encoder::split(&state, &twin(true)).await.unwrap();
+    let (quiet, _) = Encoder::split(&state, &twin(false)).await.unwrap();
+    (victim, quiet)
+}
+
+/// BREAK (severity: critical). Five honest peered sites under a worker's
+/// default disclosure policy (k = 5, min_secure_clients = 3, t = 3); in
+/// one full session whose one survivor list every site signs over one
+/// view, the coordinator learns site 0's exact `secure_sum`.
+///
+/// Mechanism: `encoder_digest` hashes each node's printed line and its
+/// fields' *unqualified* names, and of expressions only the literals. A
+/// column reference prints as its `flat_name()`: `Column { relation:
+/// Some(t), name: "x" }` and `Column { relation: None, name: "t.x" }` both
+/// print `t.x`, and both may live in one schema (DataFusion refuses a
+/// qualified and an unqualified field only when their *names* are equal,
+/// `x` ≠ `t.x`). The coordinator sends every site
+/// `Aggregate: secure_sum(t.x, 0, 1000)` over `Projection: t.x, Int64(0)
+/// AS t.x` over the scan: at the victim the aggregate's argument is the
+/// qualified column (its rows' `x`), at the others the unqualified one
+/// (the constant 0). Same text, same schemas, same literals in the same
+/// order, same scan: one digest, one view. Every site signs, every site
+/// reveals its self-seed shares, and the total is the victim's sum (the
+/// others add zeros). The column's relation and name travel separately
+/// over the wire (datafusion-proto's `Column`), so a worker runs each as
+/// sent.
+///
+/// Where to fix: the digest must not rely on printed text for what an
+/// expression refers to: hash every column reference's relation and name
+/// separately (length-prefixed), or better hash the encoder's canonical
+/// serialization (its datafusion-proto bytes with the inline rows), which
+/// is injective by construction. Refusing field names with a `.` would
+/// also close this one spelling, not the class.
+#[tokio::test]
+async fn breaks_a_columns_qualifier_is_not_in_the_digest_one_sites_exact_secure_sum() {
+    let mut h = Hostile::new(5, SUM_SQL).await;
+    let (victim, quiet) = qualifier_twins(&h).await;
+    assert_ne!(victim.plan(), quiet.plan(), "two different plans");
+    assert_eq!(
+        victim.plan().display_indent_schema().to_string(),
+        quiet.plan().display_indent_schema().to_string(),
+        "one text"
+    );
+    assert_eq!(
+        encoder_digest(victim.plan()).unwrap(),
+        encoder_digest(quiet.plan()).unwrap(),
+        "one digest"
+    );
+    h.encoders = vec![victim.clone(), quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    let learned = honest_total(&h)
+        .await
+        .expect("every site signs over one view and reveals");
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+    assert_ne!(learned, (0..5).map(site_sum).sum::<u64>());
+}
+
+/// Control: the victim's encoder at every site gives the total of all
+/// five (the projection's constant is not summed).
+#[tokio::test]
+async fn holds_control_the_qualified_twin_at_every_site_gives_the_total() {
+    let mut h = Hostile::new(5, SUM_SQL).await;
+    let (victim, _) = qualifier_twins(&h).await;
+    h.encoders = vec![victim; 5];
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}

@@ -76,7 +76,7 @@ const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 /// coordinator plans it; and hand-made messages.
 struct Hostile {
     ctx: FedContext,
-    sites: Vec<Arc<LocalClient>>,
+    sites: Vec<Arc<dyn Site>>,
     /// The encoder each site is sent.
     encoders: Vec<Encoder>,
     analyst: Analyst,
@@ -123,7 +123,7 @@ impl Hostile {
             .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
             .collect();
         let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
-        let sites: Vec<Arc<LocalClient>> = (0..n)
+        let sites: Vec<Arc<dyn Site>> = (0..n)
             .map(|c| {
                 let name = format!("site{c}");
                 let mut site = LocalClient::from_batches(
@@ -144,18 +144,11 @@ impl Hostile {
                         Arc::new(Ledger::in_memory()),
                     )));
                 }
-                Arc::new(site)
+                Arc::new(site) as Arc<dyn Site>
             })
             .collect();
-        ctx.register_federated(FederatedTable::new(
-            "t",
-            schema(),
-            sites
-                .iter()
-                .map(|s| Arc::clone(s) as Arc<dyn Site>)
-                .collect(),
-        ))
-        .unwrap();
+        ctx.register_federated(FederatedTable::new("t", schema(), sites.clone()))
+            .unwrap();
         let mut h = Self {
             ctx,
             encoders: Vec::new(),
@@ -174,10 +167,13 @@ impl Hostile {
         let plan = state.create_logical_plan(sql).await.unwrap();
         let plan = state.optimize(&plan).unwrap();
         let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+        // As the coordinator sends it: `_client` bound (taken out of the
+        // scan; the query does not read it, so one binding serves all).
         fedsql::coordinator::split::plan_round(&state, &cut)
             .await
             .unwrap()
-            .encoder
+            .encoder_for("")
+            .unwrap()
     }
 
     fn req(&self, c: usize) -> SiteRequest<'_> {
@@ -406,22 +402,65 @@ async fn holds_control_the_harness_unmasks_the_total_of_all_sites() {
 // ---------------------------------------------------------------------
 
 use datafusion::common::Column;
-use datafusion::logical_expr::{Aggregate, Expr, Projection, lit};
+use datafusion::logical_expr::{Aggregate, Expr, lit};
 
-/// The victim's and the others' encoders: the same projection of `t`
-/// (`t.x` and a constant `0 AS "t.x"`) under the same aggregate, which sums
-/// the real column `t.x` (qualified) in the victim's and the constant
-/// `"t.x"` (unqualified) in the others'. Both print
-/// `secure_sum(t.x, Int64(0), Int64(1000))` over `Projection: t.x, Int64(0) AS t.x`.
+/// The victim's and the others' encoders: the same join of `t` (every
+/// row has `g = 0`) with a one-row shared relation `(k, "t.x") = (0, 0)` on
+/// `t.g = k`, under the same aggregate, which sums the real column `t.x`
+/// (qualified: `x` of `t`) in the victim's and the shared constant `"t.x"`
+/// (unqualified, a name with a dot) in the others'. Both print
+/// `secure_sum(t.x, Int64(0), Int64(1000))`. (The two columns cannot
+/// meet in one projection: datafusion-proto's decoder refuses two
+/// expressions of one printed name there, but not a join's two sides.)
 async fn qualifier_twins(h: &Hostile) -> (Encoder, Encoder) {
+    use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
+    use datafusion::logical_expr::{JoinType, LogicalPlanBuilder};
     let honest = h.plan_encoder(SUM_SQL).await;
     let LogicalPlan::Aggregate(agg) = honest.plan() else {
         panic!("an aggregate: {}", honest.plan().display_indent())
     };
-    let real = Expr::Column(Column::new(Some("t"), "x"));
-    let projection = LogicalPlan::Projection(
-        Projection::try_new(vec![real, lit(0i64).alias("t.x")], Arc::clone(&agg.input)).unwrap(),
-    );
+    // The federated scan, as the coordinator bound it, reading g and x.
+    let mut scan = None;
+    honest
+        .plan()
+        .apply(|node| {
+            if let LogicalPlan::TableScan(s) = node {
+                scan = Some(s.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+    let scan = scan.expect("a scan");
+    let columns: Vec<usize> = ["g", "x"]
+        .iter()
+        .map(|c| scan.source.schema().index_of(c).unwrap())
+        .collect();
+    let rows = LogicalPlanBuilder::scan(
+        scan.table_name.clone(),
+        Arc::clone(&scan.source),
+        Some(columns),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let shared = LogicalPlanBuilder::empty(true)
+        .project(vec![lit(0i64).alias("k"), lit(0i64).alias("t.x")])
+        .unwrap()
+        .build()
+        .unwrap();
+    let joined = LogicalPlanBuilder::from(rows)
+        .join(
+            shared,
+            JoinType::Inner,
+            (
+                vec![Column::new(Some("t"), "g")],
+                vec![Column::new_unqualified("k")],
+            ),
+            None,
+        )
+        .unwrap()
+        .build()
+        .unwrap();
     let twin = |qualified: bool| {
         let aggr: Vec<Expr> = agg
             .aggr_expr
@@ -430,12 +469,10 @@ async fn qualifier_twins(h: &Hostile) -> (Encoder, Encoder) {
                 e.clone()
                     .transform(|e| {
                         Ok(match e {
-                            Expr::Column(c) if !qualified => {
-                                datafusion::common::tree_node::Transformed::yes(Expr::Column(
-                                    Column::new_unqualified(c.flat_name()),
-                                ))
-                            }
-                            other => datafusion::common::tree_node::Transformed::no(other),
+                            Expr::Column(c) if !qualified => Transformed::yes(Expr::Column(
+                                Column::new_unqualified(c.flat_name()),
+                            )),
+                            other => Transformed::no(other),
                         })
                     })
                     .unwrap()
@@ -443,12 +480,7 @@ async fn qualifier_twins(h: &Hostile) -> (Encoder, Encoder) {
             })
             .collect();
         LogicalPlan::Aggregate(
-            Aggregate::try_new(
-                Arc::new(projection.clone()),
-                agg.group_expr.clone(),
-                aggr,
-            )
-            .unwrap(),
+            Aggregate::try_new(Arc::new(joined.clone()), agg.group_expr.clone(), aggr).unwrap(),
         )
     };
     let state = h.ctx.session().state();
@@ -469,11 +501,12 @@ async fn qualifier_twins(h: &Hostile) -> (Encoder, Encoder) {
 /// print `t.x`, and both may live in one schema (DataFusion refuses a
 /// qualified and an unqualified field only when their *names* are equal,
 /// `x` ≠ `t.x`). The coordinator sends every site
-/// `Aggregate: secure_sum(t.x, 0, 1000)` over `Projection: t.x, Int64(0)
-/// AS t.x` over the scan: at the victim the aggregate's argument is the
+/// `Aggregate: secure_sum(t.x, 0, 1000)` over `Inner Join: t.g = k` of the
+/// scan of `t` (g, x) with a one-row shared side `Projection: Int64(0) AS
+/// k, Int64(0) AS t.x`: at the victim the aggregate's argument is the
 /// qualified column (its rows' `x`), at the others the unqualified one
-/// (the constant 0). Same text, same schemas, same literals in the same
-/// order, same scan: one digest, one view. Every site signs, every site
+/// (the shared constant 0). Same text, same schemas, same literals in the
+/// same order, same scan: one digest, one view. Every site signs, every site
 /// reveals its self-seed shares, and the total is the victim's sum (the
 /// others add zeros). The column's relation and name travel separately
 /// over the wire (datafusion-proto's `Column`), so a worker runs each as
@@ -500,7 +533,13 @@ async fn breaks_a_columns_qualifier_is_not_in_the_digest_one_sites_exact_secure_
         encoder_digest(quiet.plan()).unwrap(),
         "one digest"
     );
-    h.encoders = vec![victim.clone(), quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    h.encoders = vec![
+        victim.clone(),
+        quiet.clone(),
+        quiet.clone(),
+        quiet.clone(),
+        quiet,
+    ];
     let learned = honest_total(&h)
         .await
         .expect("every site signs over one view and reveals");
@@ -509,7 +548,8 @@ async fn breaks_a_columns_qualifier_is_not_in_the_digest_one_sites_exact_secure_
 }
 
 /// Control: the victim's encoder at every site gives the total of all
-/// five (the projection's constant is not summed).
+/// five (the join keeps every row once; the shared constant is not
+/// summed).
 #[tokio::test]
 async fn holds_control_the_qualified_twin_at_every_site_gives_the_total() {
     let mut h = Hostile::new(5, SUM_SQL).await;
@@ -517,4 +557,86 @@ async fn holds_control_the_qualified_twin_at_every_site_gives_the_total() {
     h.encoders = vec![victim; 5];
     let total = honest_total(&h).await.unwrap();
     assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+}
+
+// ---------------------------------------------------------------------
+// 1b. The same against `fedsql worker`s, over Flight and datafusion-proto.
+// ---------------------------------------------------------------------
+
+/// Five `fedsql worker`s (in this process, on ephemeral ports), worker `c`
+/// serving site `c`'s rows as `t` under the default disclosure policy,
+/// each with an identity key and every identity listed as a peer; and a
+/// hostile coordinator driving their `Site` clients (the ones a
+/// `CREATE FEDERATED TABLE` makes) with hand-made messages.
+async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
+    use datafusion::arrow::datatypes::Int64Type;
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let files: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| {
+            let path = dir.join(format!("site{c}.csv"));
+            let rows = site_rows(c);
+            let g = rows.column(0).as_primitive::<Int64Type>();
+            let x = rows.column(1).as_primitive::<Int64Type>();
+            let mut text = "g,x\n".to_string();
+            for i in 0..rows.num_rows() {
+                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let mut h = Hostile {
+        ctx,
+        sites,
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities,
+    };
+    let encoder = h.plan_encoder(SUM_SQL).await;
+    h.encoders = vec![encoder; 5];
+    (workers, h)
+}
+
+/// BREAK (severity: critical), the same attack against real workers: the
+/// two encoders are sent as datafusion-proto bytes (the coordinator's
+/// `plan_to_bytes`), decoded and checked by each worker, and keep their
+/// difference (a proto `Column` carries its relation and its name apart):
+/// the workers' own digests agree, every worker signs and reveals, and
+/// the total is worker 0's exact sum.
+#[tokio::test]
+async fn breaks_a_columns_qualifier_over_the_wire_workers_give_one_sites_exact_secure_sum() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, mut h) = hostile_over_workers(dir.path()).await;
+    // Control: the honest encoder everywhere gives the total.
+    let total = honest_total(&h).await.unwrap();
+    assert_eq!(total, (0..5).map(site_sum).sum::<u64>());
+    let (victim, quiet) = qualifier_twins(&h).await;
+    h.encoders = vec![victim, quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    let learned = honest_total(&h)
+        .await
+        .expect("every worker signs over one view and reveals");
+    assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum");
 }

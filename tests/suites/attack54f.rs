@@ -640,3 +640,123 @@ async fn breaks_a_columns_qualifier_over_the_wire_workers_give_one_sites_exact_s
         .expect("every worker signs over one view and reveals");
     assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum");
 }
+
+// ---------------------------------------------------------------------
+// 2. An expression's printed text drops the parentheses of a right child
+//    of equal precedence: `x - (x - x)` and `(x - x) - x` print alike.
+// ---------------------------------------------------------------------
+
+/// `a - b`.
+fn minus(a: Expr, b: Expr) -> Expr {
+    Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+        Box::new(a),
+        datafusion::logical_expr::Operator::Minus,
+        Box::new(b),
+    ))
+}
+
+/// The honest encoder with the aggregate's column `t.x` replaced by
+/// `arg(t.x)`.
+async fn with_argument(h: &Hostile, arg: impl Fn(Expr) -> Expr) -> Encoder {
+    use datafusion::common::tree_node::Transformed;
+    let honest = h.plan_encoder(SUM_SQL).await;
+    let LogicalPlan::Aggregate(agg) = honest.plan() else {
+        panic!("an aggregate: {}", honest.plan().display_indent())
+    };
+    let aggr: Vec<Expr> = agg
+        .aggr_expr
+        .iter()
+        .map(|e| {
+            e.clone()
+                .transform(|e| {
+                    Ok(match e {
+                        Expr::Column(c) => Transformed::yes(arg(Expr::Column(c))),
+                        other => Transformed::no(other),
+                    })
+                })
+                .unwrap()
+                .data
+        })
+        .collect();
+    let plan = LogicalPlan::Aggregate(
+        Aggregate::try_new(Arc::clone(&agg.input), agg.group_expr.clone(), aggr).unwrap(),
+    );
+    Encoder::split(&h.ctx.session().state(), &plan)
+        .await
+        .unwrap()
+        .0
+}
+
+/// The victim's `secure_sum(x - (x - x), 0, 1000)` (= x) and the others'
+/// `secure_sum((x - x) - x, 0, 1000)` (= −x, clipped to the lower bound
+/// 0: they add nothing). Both print `secure_sum(t.x - t.x - t.x,
+/// Int64(0), Int64(1000))`, have no literal of their own and one output
+/// name.
+async fn associativity_twins(h: &Hostile) -> (Encoder, Encoder) {
+    let victim = with_argument(h, |x| minus(x.clone(), minus(x.clone(), x))).await;
+    let quiet = with_argument(h, |x| minus(minus(x.clone(), x.clone()), x)).await;
+    (victim, quiet)
+}
+
+/// BREAK (severity: critical), another way to two plans with one digest,
+/// with no name trick at all: five honest peered sites under a worker's
+/// default disclosure policy; in one full session, one list signed by all
+/// over one view, the coordinator learns site 0's exact `secure_sum`.
+///
+/// Mechanism: DataFusion's `Display` of a `BinaryExpr` parenthesizes a
+/// child only when its precedence is *lower* than its parent's, so a
+/// right child of *equal* precedence loses its parentheses:
+/// `x - (x - x)` and `(x - x) - x` both print `t.x - t.x - t.x` (and
+/// `SchemaDisplay`, which names the aggregate's output field, never
+/// parenthesizes). `encoder_digest` hashes that text, the fields' names
+/// and types and the literals — none of which tell the two trees apart.
+/// The victim is sent `secure_sum(x - (x - x), 0, 1000)` (its `x`), the
+/// others `secure_sum((x - x) - x, 0, 1000)` (−x, clipped to 0). The same
+/// holds for `-`/`+`, `/`/`*`, `%`, and any right-nested operator of one
+/// precedence.
+///
+/// Where to fix: as for 1, hash the expression *tree*, not its text (the
+/// encoder's datafusion-proto bytes, or a canonical structural
+/// serialization of every node and expression with its variant, its
+/// children and every field).
+#[tokio::test]
+async fn breaks_an_expressions_parentheses_are_not_in_the_digest_one_sites_exact_secure_sum() {
+    let mut h = Hostile::new(5, SUM_SQL).await;
+    let (victim, quiet) = associativity_twins(&h).await;
+    assert_ne!(victim.plan(), quiet.plan(), "two different plans");
+    assert_eq!(
+        victim.plan().display_indent_schema().to_string(),
+        quiet.plan().display_indent_schema().to_string(),
+        "one text"
+    );
+    assert_eq!(
+        encoder_digest(victim.plan()).unwrap(),
+        encoder_digest(quiet.plan()).unwrap(),
+        "one digest"
+    );
+    // Control: the victim's encoder everywhere gives the total.
+    h.encoders = vec![victim.clone(); 5];
+    assert_eq!(
+        honest_total(&h).await.unwrap(),
+        (0..5).map(site_sum).sum::<u64>()
+    );
+    h.encoders = vec![victim, quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    let learned = honest_total(&h)
+        .await
+        .expect("every site signs over one view and reveals");
+    assert_eq!(learned, site_sum(0), "site 0's exact secure_sum");
+}
+
+/// BREAK (severity: critical): the same against `fedsql worker`s over the
+/// wire (datafusion-proto keeps the tree).
+#[tokio::test]
+async fn breaks_an_expressions_parentheses_over_the_wire_workers_give_one_sites_exact_secure_sum() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, mut h) = hostile_over_workers(dir.path()).await;
+    let (victim, quiet) = associativity_twins(&h).await;
+    h.encoders = vec![victim, quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    let learned = honest_total(&h)
+        .await
+        .expect("every worker signs over one view and reveals");
+    assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum");
+}

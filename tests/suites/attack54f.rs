@@ -760,3 +760,135 @@ async fn breaks_an_expressions_parentheses_over_the_wire_workers_give_one_sites_
         .expect("every worker signs over one view and reveals");
     assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum");
 }
+
+// ---------------------------------------------------------------------
+// 3. Which served table a worker reads is not in the view: a hostile
+//    analyst (only SQL, an honest coordinator) mixes tables.
+// ---------------------------------------------------------------------
+
+/// The only value of a one-row, one-column answer, as an i64.
+fn single_i64(batches: &[RecordBatch]) -> i64 {
+    let batch = batches.iter().find(|b| b.num_rows() > 0).expect("a row");
+    let column = datafusion::arrow::compute::cast(batch.column(0), &DataType::Int64).unwrap();
+    column
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0)
+}
+
+/// BREAK (severity: medium; needs a worker that serves a second table
+/// with the same columns whose sums the analyst can learn, e.g. a public
+/// or synthetic copy). Five workers serve their protected rows as `t`
+/// (default disclosure policy, identity keys, every identity a peer);
+/// workers 1–4 also serve `pub`, with the same columns, under no policy
+/// (a public table). The analyst, with SQL only and an honest
+/// coordinator, declares a federated table whose client `h0` is worker 0's
+/// `t` and whose clients `h1`–`h4` are workers 1–4's `pub` (a client's
+/// remote table is the path of its URL), asks for `secure_sum(x, 0,
+/// 1000)` over it — a full round of five sites, every check passes — and
+/// subtracts the plain `sum(x)` of `pub` at workers 1–4: worker 0's exact
+/// secure sum of its protected rows.
+///
+/// Mechanism: the encoder names the coordinator's table (`t`'s scan is
+/// called `mixed` at every site) while the wire names, per client, the
+/// served table the worker binds (`FEDERATED_TAG` + remote name, the
+/// codec's table-provider bytes); `encoder_digest` hashes the scan's
+/// `table_name` only, and nothing a site signs says which table each
+/// other site read. So "the sum over at least t sites" may be a sum over
+/// one site's protected rows and other sites' public rows. It is the
+/// documented "filter only one site's rows pass" limit reached another
+/// way (every other site adds a known amount), but with no filter and no
+/// hostile coordinator, and it is not visible in the query text.
+///
+/// Where to fix: bind a secure round to one logical table: each worker
+/// could sign (in its view) a data owner's stable identifier of the
+/// served table — a `federation`/dataset id in its `[policy]` that every
+/// site of one federated dataset shares — and refuse to unmask unless
+/// every signer names the same one; or refuse a secure round whose
+/// table's policy differs from the others' (not knowable today).
+#[tokio::test]
+async fn breaks_an_analyst_mixes_served_tables_one_sites_exact_secure_sum() {
+    use datafusion::arrow::datatypes::Int64Type;
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let write = |name: String, rows: RecordBatch| {
+        let path = dir.path().join(name);
+        let g = rows.column(0).as_primitive::<Int64Type>();
+        let x = rows.column(1).as_primitive::<Int64Type>();
+        let mut text = "g,x\n".to_string();
+        for i in 0..rows.num_rows() {
+            text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+        }
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let files: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| write(format!("site{c}.csv"), site_rows(c)))
+        .collect();
+    let public: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| write(format!("public{c}.csv"), site_rows(c + 7)))
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c.tables.push(("pub".into(), public[i].clone()));
+        c.table_policies.insert("pub".into(), None);
+        c
+    })
+    .await;
+    let addr = |i: usize| workers.workers[i].addr().to_string();
+    let ctx = FedContext::new();
+    // `mixed`: h0 = worker 0's `t`, h1..h4 = workers 1..4's `pub`.
+    let mut mixed = workers.create("mixed");
+    for i in 1..5 {
+        mixed = mixed.replace(
+            &format!("'grpc://{}'", addr(i)),
+            &format!("'grpc://{}/pub'", addr(i)),
+        );
+    }
+    let mixed = mixed.replace(
+        &format!("'grpc://{}'", addr(0)),
+        &format!("'grpc://{}/t'", addr(0)),
+    );
+    crate::remote::run(&ctx, &mixed).await.unwrap();
+    // `others`: workers 1..4's `pub` alone.
+    let others = workers
+        .create("others")
+        .replace(&format!("'h0' = 'grpc://{}', ", addr(0)), "");
+    let mut others_sql = others;
+    for i in 1..5 {
+        others_sql = others_sql.replace(
+            &format!("'grpc://{}'", addr(i)),
+            &format!("'grpc://{}/pub'", addr(i)),
+        );
+    }
+    crate::remote::run(&ctx, &others_sql).await.unwrap();
+
+    let total = single_i64(
+        &crate::remote::run(&ctx, "SELECT secure_sum(x, 0, 1000) FROM mixed")
+            .await
+            .expect("a full secure round over five sites"),
+    );
+    let public_part = single_i64(
+        &crate::remote::run(&ctx, "SELECT sum(x) FROM others")
+            .await
+            .expect("a plain sum of a public table"),
+    );
+    let notices = ctx.take_notices();
+    assert!(
+        !notices
+            .iter()
+            .any(|n| n.contains("dropped") || n.contains("not shown")),
+        "{notices:?}"
+    );
+    let learned = (total - public_part) as u64;
+    assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum of `t`");
+    assert_ne!(public_part, 0);
+}

@@ -139,9 +139,11 @@ impl Hostile {
                     site = site.with_policy(policy.clone()).served_remotely(false);
                 }
                 if let Some(p) = dp {
-                    site = site.with_dp(Arc::new(DpSite::new(
+                    // Seeded, so that the noise tests are deterministic.
+                    site = site.with_dp(Arc::new(DpSite::seeded_for_tests(
                         p.clone(),
                         Arc::new(Ledger::in_memory()),
+                        0x5eed + c as u64,
                     )));
                 }
                 Arc::new(site) as Arc<dyn Site>
@@ -655,11 +657,11 @@ fn minus(a: Expr, b: Expr) -> Expr {
     ))
 }
 
-/// The honest encoder with the aggregate's column `t.x` replaced by
-/// `arg(t.x)`.
+/// The honest encoder (site 0's, as planned) with the aggregate's column
+/// `t.x` replaced by `arg(t.x)`.
 async fn with_argument(h: &Hostile, arg: impl Fn(Expr) -> Expr) -> Encoder {
     use datafusion::common::tree_node::Transformed;
-    let honest = h.plan_encoder(SUM_SQL).await;
+    let honest = h.encoders[0].clone();
     let LogicalPlan::Aggregate(agg) = honest.plan() else {
         panic!("an aggregate: {}", honest.plan().display_indent())
     };
@@ -891,4 +893,76 @@ async fn breaks_an_analyst_mixes_served_tables_one_sites_exact_secure_sum() {
     let learned = (total - public_part) as u64;
     assert_eq!(learned, site_sum(0), "worker 0's exact secure_sum of `t`");
     assert_ne!(public_part, 0);
+}
+
+// ---------------------------------------------------------------------
+// 4. DP under the same collision: the noise shares are the others' too.
+// ---------------------------------------------------------------------
+
+const DP_SUM_SQL: &str = "SELECT secure_dp_sum(x, 0, 10, 1.0) AS s FROM t";
+
+/// HOLDS (the DP promise survives the break of 2). Five sites under
+/// `require_dp` (and the default disclosure policy); the coordinator runs
+/// the parentheses collision of 2 on `secure_dp_sum(x, 0, 10, 1.0)`: the
+/// victim sums its `x`, the others `(x - x) - x` (clamped to 0), all sign
+/// one view. What it learns is the victim's clamped sum plus the noise
+/// shares of *all five* sites: the others add theirs whatever their rows
+/// (a share is drawn per DP word at setup, from the site's own generator,
+/// not from the data), so the total carries 5/3 draws of the target
+/// noise, not the victim's 1/3 share. Over 60 sessions the variance of
+/// (learned − true) is that of 5/3 draws (≈ 333 for scale Δ/ε = 10),
+/// above one full draw (≈ 200), far above the victim's share alone (≈ 67).
+/// So a site under `require_dp` keeps its ε-DP guarantee against the
+/// digest collisions; a plain `secure_sum` does not (1, 2).
+#[tokio::test]
+async fn holds_the_parentheses_collision_on_a_secure_dp_sum_carries_every_sites_noise_share() {
+    let mut policy = DpPolicy::default();
+    policy.set("require_dp", "true").unwrap();
+    let mut h = Hostile::build(
+        5,
+        DP_SUM_SQL,
+        Some(&policy),
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    // A plain secure_sum is refused under require_dp.
+    let plain = h.plan_encoder(SUM_SQL).await;
+    h.encoders = vec![plain; 5];
+    let err = honest_total(&h).await.expect_err("require_dp");
+    assert!(err.contains("refused") || err.contains("DP"), "{err}");
+    let honest = h.plan_encoder(DP_SUM_SQL).await;
+    h.encoders = vec![honest; 5];
+    let (victim, quiet) = associativity_twins(&h).await;
+    assert_eq!(
+        encoder_digest(victim.plan()).unwrap(),
+        encoder_digest(quiet.plan()).unwrap(),
+        "one digest"
+    );
+    h.encoders = vec![victim, quiet.clone(), quiet.clone(), quiet.clone(), quiet];
+    let exact: i64 = site_rows(0)
+        .column(1)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .values()
+        .iter()
+        .map(|&v| v.min(10))
+        .sum();
+    let errors: Vec<f64> = {
+        let mut errors = Vec::new();
+        for _ in 0..60 {
+            let learned = honest_total(&h)
+                .await
+                .expect("every site signs and reveals");
+            errors.push((learned as i64 - exact) as f64);
+        }
+        errors
+    };
+    let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+    let var = errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (errors.len() - 1) as f64;
+    let q = (-0.1f64).exp();
+    let one_draw = 2.0 * q / (1.0 - q).powi(2);
+    eprintln!("variance {var:.1}, one draw {one_draw:.1}, mean error {mean:.1}");
+    assert!(
+        var > 0.75 * one_draw,
+        "variance {var:.1} of the learned sum: less than one draw ({one_draw:.1})"
+    );
 }

@@ -363,7 +363,7 @@ async fn round_showing(
             .iter()
             .zip(&signatures)
             .filter(|(s, _)| shown(c).contains(s))
-            .map(|(_, signature)| signature.clone())
+            .map(|(_, signature)| *signature)
             .collect();
         revealed.extend(h.unmask(c, &session, &list, mine).await?);
     }
@@ -965,4 +965,77 @@ async fn holds_the_parentheses_collision_on_a_secure_dp_sum_carries_every_sites_
         var > 0.75 * one_draw,
         "variance {var:.1} of the learned sum: less than one draw ({one_draw:.1})"
     );
+}
+
+// ---------------------------------------------------------------------
+// 5. No site setting keeps a column's per-site sum from leaving in plain.
+// ---------------------------------------------------------------------
+
+/// BREAK (severity: high; a design gap rather than a protocol bug). The
+/// sites of the harness (identity keys, every peer listed, the default
+/// disclosure policy of a worker: k = 5, min_secure_clients = 3) mask
+/// their `secure_sum(x, 0, 1000)` carefully — and answer the same
+/// coordinator's plain `sum(x)` of the same rows: one `encode` call, no
+/// session, and the state is the site's exact sum. An analyst needs not
+/// even a hostile coordinator: `SELECT _client, sum(x) FROM t GROUP BY
+/// _client` lists every site's exact sum (each group has ≥ k rows).
+///
+/// Mechanism: what a site releases is decided per aggregate by the
+/// disclosure policy (group sizes, cells), and a plain `sum` of a group of
+/// k rows passes it; no policy setting says "this table's values leave
+/// only masked" (only `require_dp` restricts the aggregates, and it
+/// forbids `secure_sum` too). So secure aggregation protects a site's
+/// value only from a coordinator that chooses not to ask for it in plain.
+///
+/// Where to fix: a policy setting (e.g. `require_secure = true`, or a list
+/// of columns) under which a site refuses every plain aggregate state of
+/// its rows (plain `encode`, and the plain columns of a mixed secure
+/// round), answering only masked (`secure_…`) or noised (`dp_…`) states;
+/// and the security page should say that without it `secure_sum` hides
+/// nothing from a hostile coordinator.
+#[tokio::test]
+async fn breaks_a_site_answers_the_plain_sum_its_secure_sum_hides() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    // The hostile coordinator: a plain encode of `sum(x)` at site 0.
+    let plain = h.plan_encoder("SELECT sum(x) AS s FROM t").await;
+    let state = h.sites[0]
+        .encode(&SiteRequest::new(&plain, &h.analyst))
+        .await
+        .expect("a plain sum of 5+ rows passes the disclosure policy");
+    let batch = state.batch();
+    let learned = datafusion::arrow::compute::cast(batch.column(0), &DataType::Int64).unwrap();
+    let learned = learned
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0) as u64;
+    assert_eq!(learned, site_sum(0), "site 0's exact sum, in plain");
+    // The analyst alone, through the honest coordinator.
+    let batches = h
+        .ctx
+        .sql("SELECT _client, sum(x) AS s FROM t GROUP BY _client ORDER BY _client")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .expect("per-site plain sums pass the policy");
+    let rows: Vec<(String, i64)> = batches
+        .iter()
+        .flat_map(|b| {
+            let names = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+            let sums = datafusion::arrow::compute::cast(b.column(1), &DataType::Int64).unwrap();
+            (0..b.num_rows())
+                .map(|i| {
+                    (
+                        names.as_string::<i32>().value(i).to_string(),
+                        sums.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                            .value(i),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    for (c, (name, sum)) in rows.iter().enumerate() {
+        assert_eq!(name, &format!("site{c}"));
+        assert_eq!(*sum as u64, site_sum(c), "{name}'s exact sum");
+    }
 }

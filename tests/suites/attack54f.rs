@@ -1,10 +1,34 @@
 //! Issue 54, attacked a sixth time from outside: secure aggregation after
 //! the fixes of the fifth review, by a hostile coordinator that drives
-//! honest in-process sites through the `Site` trait with hand-made
-//! messages (the harness of `attack54e.rs`).
+//! honest sites through the `Site` trait with hand-made messages (the
+//! harness of `attack54e.rs`; in process, and against `fedsql worker`s
+//! over Flight), and by a hostile analyst with SQL only.
 //!
 //! A test named `holds_…` asserts what stops an attack; `breaks_…`
-//! asserts that the secret the coordinator recovers equals the true value.
+//! asserts that the secret the coordinator (or analyst) recovers equals
+//! the true value.
+//! 1. A column's qualifier is not in the encoder digest: `t.x` (column `x`
+//!    of `t`) and `"t.x"` (an unqualified column named `t.x`) print alike,
+//!    so the victim sums its `x` and the others a shared constant under
+//!    one digest, one view, one signed list: the victim's exact
+//!    `secure_sum` in one full round (BREAK, critical; also over the wire).
+//! 2. An expression's parentheses are not in the digest: DataFusion
+//!    prints `x - (x - x)` and `(x - x) - x` alike (`t.x - t.x - t.x`);
+//!    the victim sums `x`, the others `−x` clipped to 0 (BREAK, critical;
+//!    also over the wire). Fix for 1 and 2: hash the encoder's structure
+//!    (its datafusion-proto bytes, or a canonical serialization of every
+//!    node and expression), never its printed text.
+//! 3. Which served table a worker reads is not in the view: an analyst
+//!    (honest coordinator) declares a federated table of worker 0's
+//!    protected `t` and workers 1–4's public `pub`, and subtracts the
+//!    public part: worker 0's exact sum (BREAK, medium: needs a second
+//!    served table of the same columns with known sums).
+//! 4. Under `require_dp`, the collision of 2 on `secure_dp_sum` still
+//!    carries every site's noise share (HOLDS).
+//! 5. No policy keeps a site's per-site sum from leaving in plain: the
+//!    same sites answer a plain `sum(x)` (a hostile coordinator's
+//!    `encode`, or an analyst's `GROUP BY _client`) (BREAK, high: a design
+//!    gap).
 
 #![allow(dead_code, unused_imports)]
 

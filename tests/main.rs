@@ -20,6 +20,8 @@ mod attack54c;
 mod attack54d;
 #[path = "suites/attack54e.rs"]
 mod attack54e;
+#[path = "suites/attack54f.rs"]
+mod attack54f;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -3,102 +3,108 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{Field, Schema};
-use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::datasource::{TableProvider, source_as_provider};
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::catalog::TableProvider;
+use datafusion::common::{DataFusionError, TableReference};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Extension, LogicalPlan};
+use datafusion_proto::bytes::logical_plan_to_bytes_with_extension_codec;
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use sha2::{Digest, Sha256};
 
-use crate::error::Result;
+use crate::error::{FedError, Result};
 use crate::protocol::codec::InlineTable;
+use crate::protocol::federated_scan::FederatedScan;
 use crate::protocol::flight::batches_to_ipc;
 
-/// The digest of the encoder a site runs in a secure round: its plan's
-/// text with every node's schema (the SQL operators, expressions and
-/// types), and — length-prefixed, so that no string can spell out another
-/// plan's text (the fourth outside attack made two plans print alike with
-/// a string literal) — every node's line, output field names and types,
-/// every literal's type and value (as Arrow IPC bytes), every scan's table
-/// name, the rows of every table inlined in the plan (shared tables a
-/// worker was sent), and what a join or unnest node does that its line
-/// does not print (a join's null equality and constraint, an unnest's
-/// options). Every site of an honest round runs the same encoder;
-/// a coordinator that sends one site the analyst's query and the others
-/// one that adds nothing to the total (`WHERE false`, a join with no rows)
-/// gives that site a view no other site signs.
+/// The digest of the encoder a site runs in a secure round: SHA-256 of
+/// the plan's datafusion-proto encoding — its structure, every node and
+/// expression with all its fields (a column's qualifier apart from its
+/// name, an expression's nesting, a join's null equality, every literal
+/// typed), not the text it prints — with the rows of every table inlined
+/// in it (shared tables a worker was sent) as Arrow IPC bytes, and the
+/// federated table as one mark (the table a site binds it to is its own:
+/// its name differs between honest sites). Every site of an honest round
+/// runs the same encoder; a coordinator that sends one site the analyst's
+/// query and the others one that adds nothing (`WHERE false`, a join with
+/// no rows) gives that site a view no other site signs. Earlier digests
+/// hashed the printed plan and a list of fields; the fourth, fifth and
+/// sixth outside attacks found plans that print alike (a string literal
+/// spelling out another plan, a join's null equality, a column named
+/// `"t.x"` beside the qualified `t.x`, `x - (x - x)` beside `(x - x) - x`).
 pub fn encoder_digest(plan: &LogicalPlan) -> Result<[u8; 32]> {
-    let mut parts: Vec<Vec<u8>> = vec![plan.display_indent_schema().to_string().into_bytes()];
-    plan.apply_with_subqueries(|node| {
-        parts.push(node.display().to_string().into_bytes());
-        for field in node.schema().fields() {
-            parts.push(field.name().as_bytes().to_vec());
-            parts.push(field.data_type().to_string().into_bytes());
-        }
-        node.apply_expressions(|expr| {
-            expr.apply(|e| {
-                if let Expr::Literal(value, _) = e {
-                    parts.push(value.data_type().to_string().into_bytes());
-                    parts.push(literal_bytes(value)?);
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-        })?;
-        // What a node does that its line does not show (the fifth outside
-        // attack: `IS NOT DISTINCT FROM` and `=` print alike in a join).
-        match node {
-            LogicalPlan::Join(join) => parts.push(
-                format!(
-                    "join {:?} {:?} null_aware={}",
-                    join.null_equality, join.join_constraint, join.null_aware
-                )
-                .into_bytes(),
-            ),
-            LogicalPlan::Unnest(unnest) => parts.push(
-                format!(
-                    "unnest {:?} {:?} {:?} {:?}",
-                    unnest.exec_columns,
-                    unnest.list_type_columns,
-                    unnest.struct_type_columns,
-                    unnest.options
-                )
-                .into_bytes(),
-            ),
-            _ => {}
-        }
-        if let LogicalPlan::TableScan(scan) = node {
-            parts.push(scan.table_name.to_string().into_bytes());
-            if let Ok(provider) = source_as_provider(&scan.source)
-                && let Some(table) = provider.downcast_ref::<InlineTable>()
-            {
-                parts.push(batches_to_ipc(&table.schema(), table.batches())?);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+    let bytes = logical_plan_to_bytes_with_extension_codec(plan, &DigestCodec).map_err(|e| {
+        FedError::InvalidArgument(format!(
+            "this encoder cannot be digested for a secure round: {e}"
+        ))
     })?;
     let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v3: encoder");
-    hash.update((parts.len() as u64).to_be_bytes());
-    for part in &parts {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
+    hash.update(b"fedsql secure aggregation v4: encoder");
+    hash.update((bytes.len() as u64).to_be_bytes());
+    hash.update(&bytes);
     Ok(hash.finalize().into())
 }
 
-/// A literal's value as Arrow IPC bytes (one row of its type).
-fn literal_bytes(value: &ScalarValue) -> datafusion::error::Result<Vec<u8>> {
-    let array = value.to_array()?;
-    let schema = Schema::new(vec![Field::new("v", array.data_type().clone(), true)]);
-    let batch = RecordBatch::try_new(Arc::new(schema.clone()), vec![array])?;
-    Ok(batches_to_ipc(&schema, &[batch])?)
+/// Encodes a plan's tables for the digest: the federated table as one
+/// mark, inline rows as their IPC bytes, another (shared) table of an
+/// in-process site by its name.
+#[derive(Debug)]
+struct DigestCodec;
+
+const FEDERATED: u8 = 0;
+const INLINE: u8 = 1;
+const SHARED: u8 = 2;
+
+impl LogicalExtensionCodec for DigestCodec {
+    fn try_decode(
+        &self,
+        _: &[u8],
+        _: &[LogicalPlan],
+        _: &TaskContext,
+    ) -> datafusion::common::Result<Extension> {
+        Err(DataFusionError::NotImplemented("digest only".into()))
+    }
+
+    fn try_encode(&self, node: &Extension, _: &mut Vec<u8>) -> datafusion::common::Result<()> {
+        Err(DataFusionError::NotImplemented(format!(
+            "plan node `{}` in a secure encoder",
+            node.node.name()
+        )))
+    }
+
+    fn try_decode_table_provider(
+        &self,
+        _: &[u8],
+        _: &TableReference,
+        _: datafusion::arrow::datatypes::SchemaRef,
+        _: &TaskContext,
+    ) -> datafusion::common::Result<Arc<dyn TableProvider>> {
+        Err(DataFusionError::NotImplemented("digest only".into()))
+    }
+
+    fn try_encode_table_provider(
+        &self,
+        table_ref: &TableReference,
+        node: Arc<dyn TableProvider>,
+        buf: &mut Vec<u8>,
+    ) -> datafusion::common::Result<()> {
+        if FederatedScan::of(node.as_ref()).is_some() {
+            buf.push(FEDERATED);
+        } else if let Some(inline) = node.downcast_ref::<InlineTable>() {
+            buf.push(INLINE);
+            buf.extend_from_slice(&batches_to_ipc(&inline.schema(), inline.batches())?);
+        } else {
+            buf.push(SHARED);
+            buf.extend_from_slice(table_ref.to_string().as_bytes());
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::DataType;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::datasource::provider_as_source;
     use datafusion::logical_expr::{LogicalPlanBuilder, col, lit};
 
@@ -151,6 +157,27 @@ mod tests {
             b.display_indent().to_string()
         );
         assert_ne!(encoder_digest(&a).unwrap(), encoder_digest(&b).unwrap());
+    }
+
+    #[test]
+    fn an_expressions_nesting_changes_the_digest_though_it_prints_alike() {
+        let project = |e| {
+            LogicalPlanBuilder::from(plan(&[1, 2], 0))
+                .project(vec![e])
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        let right = project(col("x") - (col("x") - col("x")));
+        let left = project((col("x") - col("x")) - col("x"));
+        assert_eq!(
+            right.display_indent().to_string(),
+            left.display_indent().to_string()
+        );
+        assert_ne!(
+            encoder_digest(&right).unwrap(),
+            encoder_digest(&left).unwrap()
+        );
     }
 
     #[test]

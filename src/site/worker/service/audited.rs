@@ -107,13 +107,27 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
     } else {
         request
     };
-    let canonical = format!(
-        "aggregates: {}\ngroup by: {}\ninput:\n{}\nshared rows:\n{}",
-        join(&aggregates),
-        join(&agg.group_expr),
-        agg.input.display_indent(),
-        shared_text
-    );
+    // The plan's structure, not its text (plans that print alike differ:
+    // a column named "t.x" beside the qualified t.x, `x - (x - x)` beside
+    // `(x - x) - x`): the digest of its datafusion-proto encoding, of the
+    // whole plan, or for a fit (whose coefficients change each round) of
+    // its input, beside its aggregates with their literals masked.
+    let structure = |plan: &LogicalPlan| {
+        crate::site::release::secure::encoder_digest(plan)
+            .map(|d| d.iter().map(|b| format!("{b:02x}")).collect::<String>())
+            .unwrap_or_else(|_| format!("text:\n{}", plan.display_indent()))
+    };
+    let canonical = if fit {
+        format!(
+            "aggregates: {}\ngroup by: {}\ninput: {}\nshared rows:\n{}",
+            join(&aggregates),
+            join(&agg.group_expr),
+            structure(&agg.input),
+            shared_text
+        )
+    } else {
+        format!("plan: {}\nshared rows:\n{}", structure(plan), shared_text)
+    };
     Described {
         request,
         fingerprint: fingerprint(&canonical),

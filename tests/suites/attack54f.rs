@@ -1045,3 +1045,43 @@ async fn limit_a_site_answers_the_plain_sum_its_secure_sum_hides() {
         assert_eq!(*sum as u64, site_sum(c), "{name}'s exact sum");
     }
 }
+
+/// HOLDS (the fix of 5, a site setting): a table under `require_secure`
+/// lets its values leave only masked. The coordinator's plain `sum(x)` is
+/// refused, naming the setting, and so is a fit's plain state; the
+/// analyst's `GROUP BY _client` of a plain sum fails; the secure round
+/// gives the total.
+#[tokio::test]
+async fn holds_require_secure_refuses_the_plain_sum() {
+    let mut dp = DpPolicy::default();
+    dp.set("require_secure", "true").unwrap();
+    let h = Hostile::build(5, SUM_SQL, Some(&dp), Some(DisclosurePolicy::default())).await;
+    for sql in [
+        "SELECT sum(x) AS s FROM t",
+        "SELECT count(*) AS n FROM t",
+        "SELECT g, secure_sum(x, 0, 1000) AS s, sum(x) AS p FROM t GROUP BY g",
+    ] {
+        let plain = h.plan_encoder(sql).await;
+        let err = h.sites[0]
+            .encode(&SiteRequest::new(&plain, &h.analyst))
+            .await
+            .expect_err("a plain state under require_secure")
+            .to_string();
+        assert!(err.contains("its require_secure policy"), "{sql}: {err}");
+    }
+    let err = match h
+        .ctx
+        .sql("SELECT _client, sum(x) AS s FROM t GROUP BY _client")
+        .await
+    {
+        Ok(df) => df.collect().await.map(|_| ()),
+        Err(e) => Err(e),
+    }
+    .expect_err("per-site plain sums under require_secure")
+    .to_string();
+    assert!(err.contains("require_secure"), "{err}");
+    assert_eq!(
+        honest_total(&h).await.unwrap(),
+        (0..5).map(site_sum).sum::<u64>()
+    );
+}

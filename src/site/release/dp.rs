@@ -97,8 +97,9 @@ impl DpSite {
     }
 
     /// Refuses, before anything runs, an encoder this site does not answer
-    /// under DP: exact aggregates under `require_dp`, and DP aggregates
-    /// grouped by anything but declared public columns.
+    /// under its DP settings: a plain (unmasked) aggregate under
+    /// `require_secure`, exact aggregates under `require_dp`, and DP
+    /// aggregates grouped by anything but declared public columns.
     pub fn check_encoder(&self, client: &str, plan: &LogicalPlan) -> Result<()> {
         let LogicalPlan::Aggregate(agg) = plan else {
             return Ok(());
@@ -106,6 +107,7 @@ impl DpSite {
         let mut dp = 0;
         let mut distinct = false;
         let mut exact: Vec<&str> = Vec::new();
+        let mut unmasked: Vec<&str> = Vec::new();
         for expr in &agg.aggr_expr {
             // An aggregate's arguments hold no aggregate, so the walk stops
             // at each one rather than visiting its argument expressions.
@@ -113,6 +115,9 @@ impl DpSite {
                 let Expr::AggregateFunction(f) = e else {
                     return Ok(TreeNodeRecursion::Continue);
                 };
+                if !fedsql_udfs::catalogue::is_secure(f.func.name()) {
+                    unmasked.push(f.func.name());
+                }
                 if fedsql_udfs::catalogue::is_dp(f.func.name()) {
                     dp += 1;
                     distinct |= f.params.distinct;
@@ -127,6 +132,17 @@ impl DpSite {
             rule,
             hint: Some(hint.to_string()),
         };
+        if self.policy.require_secure && (!unmasked.is_empty() || agg.aggr_expr.is_empty()) {
+            let what = if unmasked.is_empty() {
+                "rows grouped without an aggregate".to_string()
+            } else {
+                format!("`{}` in plain", unmasked.join("`, `"))
+            };
+            return Err(refuse(
+                format!("it lets values leave only masked (its require_secure policy), not {what}"),
+                "use secure_sum, secure_count or secure_avg (or secure_dp_sum, secure_dp_count, secure_dp_avg)",
+            ));
+        }
         if self.policy.require_dp && (!exact.is_empty() || dp == 0) {
             let what = if exact.is_empty() {
                 "rows grouped without an aggregate".to_string()

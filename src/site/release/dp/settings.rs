@@ -21,6 +21,9 @@ pub struct DpPolicy {
     pub max_epsilon: f64,
     /// Answer only DP aggregates.
     pub require_dp: bool,
+    /// Let values leave only masked: answer only secure aggregates
+    /// (`secure_*`, `secure_dp_*`), never a plain state of these rows.
+    pub require_secure: bool,
     /// Columns whose values are public, with their values: DP queries may
     /// group by them.
     pub domains: BTreeMap<String, Vec<String>>,
@@ -35,6 +38,7 @@ impl Default for DpPolicy {
             budget: None,
             max_epsilon: DEFAULT_MAX_EPSILON,
             require_dp: false,
+            require_secure: false,
             domains: BTreeMap::new(),
         }
     }
@@ -46,17 +50,25 @@ pub const DP_KEYS: &[&str] = &[
     "dp_budget",
     "dp_max_epsilon",
     "require_dp",
+    "require_secure",
     "dp_domain.<column>",
 ];
 
 /// The DP settings of table OPTIONS (besides `dp_domain.<column>`).
-pub const DP_OPTION_KEYS: &[&str] = &["dp_budget", "dp_max_epsilon", "require_dp"];
+pub const DP_OPTION_KEYS: &[&str] = &[
+    "dp_budget",
+    "dp_max_epsilon",
+    "require_dp",
+    "require_secure",
+];
 
 impl DpPolicy {
     /// Whether `key` is a DP setting.
     pub fn is_key(key: &str) -> bool {
-        matches!(key, "dp_budget" | "dp_max_epsilon" | "require_dp")
-            || key.starts_with("dp_domain.")
+        matches!(
+            key,
+            "dp_budget" | "dp_max_epsilon" | "require_dp" | "require_secure"
+        ) || key.starts_with("dp_domain.")
     }
 
     /// Changes one setting.
@@ -85,11 +97,16 @@ impl DpPolicy {
                         "expected the most ε one query may spend, above 0 and at most {MAX_EPSILON}"
                     ))
                 })?,
-            "require_dp" => {
-                self.require_dp = match value.trim().to_ascii_lowercase().as_str() {
+            "require_dp" | "require_secure" => {
+                let on = match value.trim().to_ascii_lowercase().as_str() {
                     "true" | "yes" | "on" => true,
                     "false" | "no" | "off" => false,
                     _ => return Err(bad("use true or false")),
+                };
+                if key == "require_dp" {
+                    self.require_dp = on;
+                } else {
+                    self.require_secure = on;
                 }
             }
             _ => match key.strip_prefix("dp_domain.") {

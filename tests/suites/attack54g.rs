@@ -635,3 +635,80 @@ async fn gap_a_scans_fetch_is_not_in_the_digest() {
         "the fetch is not in the digest"
     );
 }
+
+/// BREAK 1 against real workers (high): five `fedsql worker`s serve `t`
+/// with `policy = none` and `require_secure = true`, a configuration the
+/// worker's start-up check accepts (`check_dp_has_policy` looks at
+/// `require_dp` and `dp_budget` only). The plain sum is refused over the
+/// wire, naming the setting; the secure setup of `secure_count(1) …
+/// GROUP BY x` (datafusion-proto bytes, decoded and checked by the
+/// worker) answers with every value of `x` at worker 0.
+#[tokio::test]
+async fn breaks_require_secure_without_a_policy_over_the_wire() {
+    use datafusion::arrow::datatypes::Int64Type;
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let files: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| {
+            let path = dir.path().join(format!("site{c}.csv"));
+            let rows = site_rows(c);
+            let g = rows.column(0).as_primitive::<Int64Type>();
+            let x = rows.column(1).as_primitive::<Int64Type>();
+            let mut text = "g,x\n".to_string();
+            for i in 0..rows.num_rows() {
+                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = None;
+        c.dp = require_secure();
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c.check_dp_has_policy()
+            .expect("require_secure with policy = none is accepted");
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t")).await.unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let mut h = Hostile {
+        ctx,
+        sites,
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities,
+    };
+    let encoder = h
+        .plan_encoder("SELECT x, secure_count(1) AS n FROM t GROUP BY x")
+        .await;
+    h.encoders = vec![encoder; 5];
+    let plain = h.plan_encoder("SELECT sum(x) AS s FROM t").await;
+    let err = h.sites[0]
+        .encode(&SiteRequest::new(&plain, &h.analyst))
+        .await
+        .expect_err("a plain sum under require_secure")
+        .to_string();
+    assert!(err.contains("require_secure"), "{err}");
+    let (_, group_keys) = h.setup(0, &session_of(5)).await.unwrap();
+    let mut values = int64s(&group_keys, 0);
+    values.sort_unstable();
+    let mut truth = int64s(&site_rows(0), 1);
+    truth.sort_unstable();
+    assert_eq!(values, truth, "every value of x at worker 0, in plain");
+    assert_eq!(values.iter().sum::<i64>() as u64, site_sum(0));
+}

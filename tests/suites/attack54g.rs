@@ -24,9 +24,10 @@
 //! 4. A scan's `fetch` (a limit on the rows it reads) is not in the
 //!    digest: datafusion-proto's custom table scan has no field for it,
 //!    so two encoders that read all of a site's rows or none of them
-//!    have one digest (GAP, low: a worker decodes no `fetch`, so only an
-//!    in-process plan can carry it, and in-process sites protect nothing
-//!    from the analyst).
+//!    have one digest, and a hostile driver of in-process file sites gets
+//!    one site's exact `secure_sum` (BREAK, low: a worker decodes no
+//!    `fetch`, so only an in-process plan can carry it, and in-process
+//!    sites protect nothing from the analyst).
 
 #![allow(dead_code, unused_imports)]
 
@@ -410,7 +411,6 @@ async fn honest_total(h: &Hostile) -> Result<u64, String> {
     round_over(h, &all).await
 }
 
-
 /// `require_secure` as a data owner sets it.
 fn require_secure() -> DpPolicy {
     let mut dp = DpPolicy::default();
@@ -482,9 +482,8 @@ async fn breaks_require_secure_without_a_policy_group_keys_give_every_value() {
 /// more rows pass) or not (none).
 async fn rows_in(h: &Hostile, lo: i64, hi: i64, asked: &mut usize) -> Option<bool> {
     *asked += 1;
-    let sql = format!(
-        "SELECT g, secure_count(1) AS n FROM t WHERE x >= {lo} AND x < {hi} GROUP BY g"
-    );
+    let sql =
+        format!("SELECT g, secure_count(1) AS n FROM t WHERE x >= {lo} AND x < {hi} GROUP BY g");
     let encoder = h.plan_encoder(&sql).await;
     let request = SiteRequest::new(&encoder, &h.analyst);
     match h.sites[0].secure_setup(&request, &session_of(5)).await {
@@ -680,7 +679,9 @@ async fn breaks_require_secure_without_a_policy_over_the_wire() {
     })
     .await;
     let ctx = FedContext::new();
-    crate::remote::run(&ctx, &workers.create("t")).await.unwrap();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
     let provider = ctx.session().table_provider("t").await.unwrap();
     let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
         .unwrap()
@@ -711,4 +712,67 @@ async fn breaks_require_secure_without_a_policy_over_the_wire() {
     truth.sort_unstable();
     assert_eq!(values, truth, "every value of x at worker 0, in plain");
     assert_eq!(values.iter().sum::<i64>() as u64, site_sum(0));
+}
+
+/// BREAK 4, the round (low, in process only): five in-process sites of
+/// CSV files (`CREATE FEDERATED TABLE t LOCATION 'dir/'`, no policy).
+/// The hostile driver
+/// sends site 0 the analyst's encoder and the others the same with their
+/// scan's `fetch` set to 0: each file scan honours its limit (no row),
+/// every site's digest, view and signed list agree, and the unmasked
+/// total is site 0's exact sum. Not reachable at a worker (the bytes
+/// carry no `fetch`).
+#[tokio::test]
+async fn breaks_in_process_a_scans_fetch_is_not_in_the_digest_one_sites_sum() {
+    use datafusion::arrow::datatypes::Int64Type;
+    let dir = tempfile::TempDir::new().unwrap();
+    let folder = dir.path().join("t");
+    std::fs::create_dir(&folder).unwrap();
+    for c in 0..5 {
+        let rows = site_rows(c);
+        let g = rows.column(0).as_primitive::<Int64Type>();
+        let x = rows.column(1).as_primitive::<Int64Type>();
+        let mut text = "g,x\n".to_string();
+        for i in 0..rows.num_rows() {
+            text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+        }
+        std::fs::write(folder.join(format!("site{c}.csv")), text).unwrap();
+    }
+    let ctx = FedContext::new();
+    ctx.sql(&format!(
+        "CREATE FEDERATED TABLE t LOCATION '{}/'",
+        folder.display()
+    ))
+    .await
+    .unwrap()
+    .collect()
+    .await
+    .unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let names: Vec<&str> = sites.iter().map(|s| s.name()).collect();
+    assert_eq!(names, ["site0", "site1", "site2", "site3", "site4"]);
+    let mut h = Hostile {
+        ctx,
+        sites,
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities: Vec::new(),
+    };
+    let honest = h.plan_encoder(SUM_SQL).await;
+    h.encoders = vec![honest.clone(); 5];
+    assert_eq!(
+        honest_total(&h).await.unwrap(),
+        (0..5).map(site_sum).sum::<u64>()
+    );
+    let none = with_fetch(&honest, 0);
+    h.encoders = vec![honest, none.clone(), none.clone(), none.clone(), none];
+    assert_eq!(
+        honest_total(&h).await.unwrap(),
+        site_sum(0),
+        "site 0's exact sum"
+    );
 }

@@ -22,6 +22,8 @@ mod attack54d;
 mod attack54e;
 #[path = "suites/attack54f.rs"]
 mod attack54f;
+#[path = "suites/attack54g.rs"]
+mod attack54g;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -53,7 +53,7 @@ impl SiteSettings {
     pub(crate) fn from_options(options: &[(String, String)]) -> Result<Self> {
         let mut policy = DisclosurePolicy::from_options(options)?;
         let dp = DpPolicy::from_options(options)?.unwrap_or_default();
-        if policy.is_none() && (dp.budget.is_some() || dp.require_dp) {
+        if policy.is_none() && (dp.budget.is_some() || dp.require_dp || dp.require_secure) {
             policy = Some(DisclosurePolicy::default());
         }
         let fast_path = fast_path_option(options)?;

@@ -510,8 +510,11 @@ async fn a_dp_debit_survives_sigkill_at_any_point() {
     let mut answered = 0u64;
     let mut failed = 0u64;
     for round in 0..20u64 {
-        // A kill at a moment drawn per round (0 to 60 ms into the stream).
-        let delay = Duration::from_micros(rand::random_range(0..60_000));
+        // A kill at a moment drawn per round (0 to 60 ms into the stream;
+        // in every other round 200 ms later, so that some queries are
+        // answered before a kill even on a loaded machine).
+        let later = if round % 2 == 1 { 200_000 } else { 0 };
+        let delay = Duration::from_micros(later + rand::random_range(0..60_000));
         let pid = worker.child.id();
         let killer = tokio::spawn(async move {
             tokio::time::sleep(delay).await;

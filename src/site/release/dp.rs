@@ -143,6 +143,22 @@ impl DpSite {
                 "use secure_sum, secure_count or secure_avg (or secure_dp_sum, secure_dp_count, secure_dp_avg)",
             ));
         }
+        if self.policy.require_secure {
+            // Group keys leave in plain at a secure setup (to align the
+            // states): under require_secure, only declared public columns
+            // may be grouped by (the seventh outside attack read a
+            // column's every value from `GROUP BY x`).
+            let declared = |c: &Option<String>| {
+                c.as_ref()
+                    .is_some_and(|c| self.policy.domains.contains_key(c))
+            };
+            if !group_columns(&agg.group_expr).iter().all(declared) {
+                return Err(refuse(
+                    "under its require_secure policy a secure aggregate may group only by columns whose values the data owner declares public (their keys leave in plain)".into(),
+                    "group by a declared column (dp_domain.<column> in the worker's [policy] or the table's OPTIONS), or drop GROUP BY",
+                ));
+            }
+        }
         if self.policy.require_dp && (!exact.is_empty() || dp == 0) {
             let what = if exact.is_empty() {
                 "rows grouped without an aggregate".to_string()

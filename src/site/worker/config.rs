@@ -214,7 +214,7 @@ impl WorkerConfig {
     /// fail on data), which `policy = none` turns off. Checked when the
     /// worker starts.
     pub fn check_dp_has_policy(&self) -> Result<()> {
-        if self.dp.budget.is_none() && !self.dp.require_dp {
+        if self.dp.budget.is_none() && !self.dp.require_dp && !self.dp.require_secure {
             return Ok(());
         }
         let bare: Vec<&str> = self
@@ -227,7 +227,7 @@ impl WorkerConfig {
             return Ok(());
         }
         Err(FedError::Syntax(format!(
-            "dp_budget and require_dp need a disclosure policy, but {} served with policy = none: differential privacy relies on the policy's join and error checks; drop `none` (for {}), or drop the DP settings",
+            "dp_budget, require_dp and require_secure need a disclosure policy, but {} served with policy = none: they rely on the policy's thresholds, join and error checks; drop `none` (for {}), or drop those settings",
             if bare.len() == 1 {
                 "table `".to_string() + bare[0] + "` is"
             } else {

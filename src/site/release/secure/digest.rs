@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, TableReference};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Extension, LogicalPlan};
@@ -41,6 +42,18 @@ pub fn encoder_digest(plan: &LogicalPlan) -> Result<[u8; 32]> {
     hash.update(b"fedsql secure aggregation v4: encoder");
     hash.update((bytes.len() as u64).to_be_bytes());
     hash.update(&bytes);
+    // What datafusion-proto leaves out of a custom scan: its row limit (an
+    // in-process site's file scan honours it; the seventh outside attack
+    // sent the others `fetch = 0` under one digest).
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            hash.update(match scan.fetch {
+                Some(n) => [&[1u8][..], &(n as u64).to_be_bytes()].concat(),
+                None => vec![0u8],
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
     Ok(hash.finalize().into())
 }
 

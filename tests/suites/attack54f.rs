@@ -59,7 +59,7 @@ use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::release::secure::encoder_digest;
 use x25519_dalek::{PublicKey, StaticSecret};
 
-fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("g", DataType::Int64, false),
         Field::new("x", DataType::Int64, false),
@@ -68,7 +68,7 @@ fn schema() -> SchemaRef {
 
 /// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
 /// disclosure policy, k = 5), values in 1..=999 that differ per site.
-fn site_rows(c: usize) -> RecordBatch {
+pub(crate) fn site_rows(c: usize) -> RecordBatch {
     let n = c % 4 + 5;
     let g: Vec<i64> = vec![0; n];
     let x: Vec<i64> = (0..n)
@@ -82,7 +82,7 @@ fn site_rows(c: usize) -> RecordBatch {
 }
 
 /// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
-fn site_sum(c: usize) -> u64 {
+pub(crate) fn site_sum(c: usize) -> u64 {
     site_rows(c)
         .column(1)
         .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
@@ -92,32 +92,32 @@ fn site_sum(c: usize) -> u64 {
         .sum()
 }
 
-const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
+pub(crate) const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 
 /// A hostile coordinator: `n` honest in-process sites, each with an
 /// Ed25519 identity and every site's identity listed as a peer, under a
 /// worker's default disclosure policy (k = 5, min_secure_clients = 3),
 /// served as a worker serves them; the round's encoder as the real
 /// coordinator plans it; and hand-made messages.
-struct Hostile {
-    ctx: FedContext,
-    sites: Vec<Arc<dyn Site>>,
+pub(crate) struct Hostile {
+    pub(crate) ctx: FedContext,
+    pub(crate) sites: Vec<Arc<dyn Site>>,
     /// The encoder each site is sent.
-    encoders: Vec<Encoder>,
-    analyst: Analyst,
+    pub(crate) encoders: Vec<Encoder>,
+    pub(crate) analyst: Analyst,
     /// Each site's long-term identity (a colluding site hands its own to
     /// the coordinator).
-    identities: Vec<Arc<SiteIdentity>>,
+    pub(crate) identities: Vec<Arc<SiteIdentity>>,
 }
 
 impl Hostile {
-    async fn new(n: usize, sql: &str) -> Self {
+    pub(crate) async fn new(n: usize, sql: &str) -> Self {
         Self::build(n, sql, None, Some(DisclosurePolicy::default())).await
     }
 
     /// The same, each site under `dp` (its own in-memory ledger) and
     /// under `policy` if any.
-    async fn build(
+    pub(crate) async fn build(
         n: usize,
         sql: &str,
         dp: Option<&DpPolicy>,
@@ -189,7 +189,7 @@ impl Hostile {
     }
 
     /// The encoder the coordinator would plan for `sql` over the same table.
-    async fn plan_encoder(&self, sql: &str) -> Encoder {
+    pub(crate) async fn plan_encoder(&self, sql: &str) -> Encoder {
         let state = self.ctx.session().state();
         let plan = state.create_logical_plan(sql).await.unwrap();
         let plan = state.optimize(&plan).unwrap();
@@ -203,11 +203,11 @@ impl Hostile {
             .unwrap()
     }
 
-    fn req(&self, c: usize) -> SiteRequest<'_> {
+    pub(crate) fn req(&self, c: usize) -> SiteRequest<'_> {
         SiteRequest::new(&self.encoders[c], &self.analyst)
     }
 
-    async fn setup(
+    pub(crate) async fn setup(
         &self,
         c: usize,
         session: &SecureSession,
@@ -219,7 +219,7 @@ impl Hostile {
         Ok((s.keys, s.group_keys))
     }
 
-    async fn share(
+    pub(crate) async fn share(
         &self,
         c: usize,
         session: &SecureSession,
@@ -235,7 +235,7 @@ impl Hostile {
             .map_err(|e| format!("site {c} refused to share: {e}"))
     }
 
-    async fn mask(
+    pub(crate) async fn mask(
         &self,
         c: usize,
         session: &SecureSession,
@@ -248,7 +248,7 @@ impl Hostile {
     }
 
     /// Step 3 at site `c`: its whole masked state.
-    async fn mask_state(
+    pub(crate) async fn mask_state(
         &self,
         c: usize,
         session: &SecureSession,
@@ -267,7 +267,7 @@ impl Hostile {
         Ok(state.batch().clone())
     }
 
-    async fn confirm(
+    pub(crate) async fn confirm(
         &self,
         c: usize,
         session: &SecureSession,
@@ -283,7 +283,7 @@ impl Hostile {
             .map_err(|e| format!("site {c} refused to sign: {e}"))
     }
 
-    async fn unmask(
+    pub(crate) async fn unmask(
         &self,
         c: usize,
         session: &SecureSession,
@@ -304,7 +304,7 @@ impl Hostile {
 
 /// The first `k` rows of the first UInt64 (secure) column: the first `k`
 /// words of the state's mask.
-fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
+pub(crate) fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
     let column = (0..batch.num_columns())
         .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
         .expect("a secure state column");
@@ -312,19 +312,19 @@ fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
     (0..k).map(|r| values.value(r)).collect()
 }
 
-fn first_word(batch: &RecordBatch) -> u64 {
+pub(crate) fn first_word(batch: &RecordBatch) -> u64 {
     let column = (0..batch.num_columns())
         .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
         .expect("a secure state column");
     batch.column(column).as_primitive::<UInt64Type>().value(0)
 }
 
-fn session_of(n: usize) -> SecureSession {
+pub(crate) fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
 }
 
 /// Rebuilds a secret from at least `t` shares.
-fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
+pub(crate) fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
     assert!(
         shares.len() >= t,
         "{what}: only {} shares, {t} needed",
@@ -339,13 +339,13 @@ fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
 /// the one list of those sites signed by all and every signature shown to
 /// all; the coordinator then removes every survivor's self mask. Returns
 /// the unmasked first word (a `secure_sum`'s sum) over `taking_part`.
-async fn round_over(h: &Hostile, taking_part: &[usize]) -> Result<u64, String> {
+pub(crate) async fn round_over(h: &Hostile, taking_part: &[usize]) -> Result<u64, String> {
     round_showing(h, taking_part, &|_| taking_part.to_vec()).await
 }
 
 /// As [`round_over`], with site `c` shown at the unmasking only the
 /// signatures of the sites `shown(c)`.
-async fn round_showing(
+pub(crate) async fn round_showing(
     h: &Hostile,
     taking_part: &[usize],
     shown: &dyn Fn(usize) -> Vec<usize>,
@@ -411,7 +411,7 @@ async fn round_showing(
 }
 
 /// The same over every site.
-async fn honest_total(h: &Hostile) -> Result<u64, String> {
+pub(crate) async fn honest_total(h: &Hostile) -> Result<u64, String> {
     let all: Vec<usize> = (0..h.sites.len()).collect();
     round_over(h, &all).await
 }

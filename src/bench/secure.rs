@@ -63,6 +63,13 @@ impl Site for Client {
     ) -> fedsql::Result<SecureSetup> {
         self.inner.secure_setup(request, session).await
     }
+    async fn secure_reveal(
+        &self,
+        request: &SiteRequest<'_>,
+        reveal: &ShareRequest,
+    ) -> fedsql::Result<[u8; 32]> {
+        self.inner.secure_reveal(request, reveal).await
+    }
     async fn secure_share(
         &self,
         request: &SiteRequest<'_>,

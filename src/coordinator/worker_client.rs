@@ -31,12 +31,13 @@ use crate::protocol::codec;
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
-    AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, HAS_ROWS_KEY,
-    KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY,
-    ReleaseFit, SecureConfirmReply, SecureConfirmRequest, SecureSetupReply, SecureSetupRequest,
-    SecureShareReply, SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage,
-    TicketCommand, batch_from_ipc, batch_to_ipc, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
+    ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest,
+    EnvelopeMessage, HAS_ROWS_KEY, KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY,
+    POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureConfirmReply, SecureConfirmRequest,
+    SecureRevealReply, SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest,
+    SecureUnmaskReply, SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc,
+    batch_to_ipc, ticket_command,
 };
 use crate::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use crate::protocol::secure::{
@@ -322,6 +323,25 @@ impl RemoteClient {
     }
 }
 
+impl RemoteClient {
+    /// The body of a sparse round's reveal and of step 2.
+    async fn share_body(&self, request: &SiteRequest<'_>, share: &ShareRequest) -> Result<Vec<u8>> {
+        Ok(SecureShareRequest {
+            encode: Some(self.encode_request(request.encoder).await?),
+            session: Some(SessionMessage::of(&share.session)),
+            keys: share
+                .keys
+                .iter()
+                .map(|k| MaybeKeys {
+                    keys: k.as_ref().map(KeysMessage::of),
+                })
+                .collect(),
+            nonces: SecureShareRequest::nonces_of(&share.nonces),
+        }
+        .encode_to_vec())
+    }
+}
+
 #[async_trait]
 impl Site for RemoteClient {
     fn name(&self) -> &str {
@@ -476,24 +496,30 @@ impl Site for RemoteClient {
         .await
     }
 
+    async fn secure_reveal(
+        &self,
+        request: &SiteRequest<'_>,
+        reveal: &ShareRequest,
+    ) -> Result<[u8; 32]> {
+        self.timed(async {
+            let body = self.share_body(request, reveal).await?;
+            let answer = self
+                .action(ACTION_SECURE_REVEAL, body, request.analyst)
+                .await?;
+            let reply = SecureRevealReply::decode(answer.as_slice())
+                .map_err(|e| self.error(format!("bad secure reveal answer: {e}")))?;
+            reply.nonce().map_err(|e| self.error(e))
+        })
+        .await
+    }
+
     async fn secure_share(
         &self,
         request: &SiteRequest<'_>,
         share: &ShareRequest,
     ) -> Result<Vec<ShareEnvelope>> {
         self.timed(async {
-            let body = SecureShareRequest {
-                encode: Some(self.encode_request(request.encoder).await?),
-                session: Some(SessionMessage::of(&share.session)),
-                keys: share
-                    .keys
-                    .iter()
-                    .map(|k| MaybeKeys {
-                        keys: k.as_ref().map(KeysMessage::of),
-                    })
-                    .collect(),
-            }
-            .encode_to_vec();
+            let body = self.share_body(request, share).await?;
             let answer = self
                 .action(ACTION_SECURE_SHARE, body, request.analyst)
                 .await?;

@@ -27,10 +27,10 @@ use crate::frontend::pgwire::auth::Verifier;
 use crate::protocol::codec::plan_to_bytes;
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
-    EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, KeysMessage, MaybeKeys, ReleaseFit,
-    SecureConfirmReply, SecureConfirmRequest, SecureSetupRequest, SecureShareRequest,
-    SecureUnmaskRequest, SessionMessage, TicketCommand, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
+    ACTION_SECURE_UNMASK, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage, KeysMessage,
+    MaybeKeys, ReleaseFit, SecureConfirmReply, SecureConfirmRequest, SecureSetupRequest,
+    SecureShareRequest, SecureUnmaskRequest, SessionMessage, TicketCommand, ticket_command,
 };
 use crate::protocol::secure::{ParticipantKeys, SecureSession};
 
@@ -196,6 +196,7 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         cipher_key: [i.wrapping_add(1); 32],
         self_commitment: [i.wrapping_add(2); 32],
         list_key: [i.wrapping_add(3); 32],
+        graph_commitment: [i.wrapping_add(4); 32],
         signed: None,
     };
     let envelope = |from: u32, to: u32| EnvelopeMessage {
@@ -215,7 +216,10 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
                 keys: Some(KeysMessage::of(&keys(i))),
             })
             .collect(),
+        nonces: Vec::new(),
     };
+    let mut with_nonces = share.clone();
+    with_nonces.nonces = vec![vec![9; 32], Vec::new(), vec![8; 32]];
     let masked = EncodeMaskedRequest {
         encode: encode.clone(),
         session: session.clone(),
@@ -250,6 +254,14 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         (
             "secure_share".into(),
             action(ACTION_SECURE_SHARE, share.encode_to_vec()),
+        ),
+        (
+            "secure_reveal".into(),
+            action(ACTION_SECURE_REVEAL, share.encode_to_vec()),
+        ),
+        (
+            "secure_share_nonces".into(),
+            action(ACTION_SECURE_SHARE, with_nonces.encode_to_vec()),
         ),
         (
             "encode_masked".into(),

@@ -17,8 +17,8 @@ use super::common::{runtime, testdata};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
-    AUTHORIZATION, BEARER, EncodeRequest, TicketCommand, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
+    ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER, EncodeRequest, TicketCommand, ticket_command,
 };
 use crate::site::engine::SiteEngine;
 use crate::site::release::policy::DisclosurePolicy;
@@ -28,8 +28,9 @@ use crate::site::worker::{RequestLimits, WorkerService};
 /// The token the fuzzed requests carry (unless the input is the token).
 pub(super) const TOKEN: &str = "fuzz-token";
 
-/// The actions [`worker_action`]'s first byte picks from (the last ones
-/// are not actions: a table path, and a token before a ticket).
+/// The actions [`worker_action`]'s first byte picks from (`get_schema`
+/// and `token` are not actions: a table path, and a token before a
+/// ticket; the reveal came last, so the older seeds kept their bytes).
 pub(super) const CALLS: &[&str] = &[
     ACTION_EXPLAIN,
     ACTION_RELEASE_FIT,
@@ -41,6 +42,7 @@ pub(super) const CALLS: &[&str] = &[
     ACTION_PRIVACY_BUDGET,
     "get_schema",
     "token",
+    ACTION_SECURE_REVEAL,
 ];
 
 /// The served tables' names (the seeds' plans scan them).

@@ -8,6 +8,7 @@
 //! | `DoAction` [`ACTION_EXPLAIN`] | body: an [`EncodeRequest`] | the worker's physical plan, as text |
 //! | `DoAction` [`ACTION_RELEASE_FIT`] | body: a [`ReleaseFit`] | nothing |
 //! | `DoAction` [`ACTION_SECURE_SETUP`] | body: a [`SecureSetupRequest`] | a [`SecureSetupReply`]: the worker's public keys for the session and its group keys |
+//! | `DoAction` [`ACTION_SECURE_REVEAL`] | body: a [`SecureShareRequest`] without nonces | a [`SecureRevealReply`]: its graph nonce (sparse rounds) |
 //! | `DoAction` [`ACTION_SECURE_SHARE`] | body: a [`SecureShareRequest`] | a [`SecureShareReply`]: its sealed share envelopes |
 //! | `DoAction` [`ACTION_ENCODE_MASKED`] | body: an [`EncodeMaskedRequest`] | the masked state batch (Arrow IPC stream) |
 //! | `DoAction` [`ACTION_SECURE_CONFIRM`] | body: a [`SecureConfirmRequest`] | a [`SecureConfirmReply`]: its signature of the survivor list |
@@ -38,6 +39,10 @@ pub const POLICY_REFUSAL: &str = "policy: ";
 
 /// DoAction: secure aggregation, step 1 (see [`crate::protocol::secure`]).
 pub const ACTION_SECURE_SETUP: &str = "fedsql.secure_setup";
+
+/// DoAction: secure aggregation, between steps 1 and 2 of a sparse round:
+/// the graph nonce.
+pub const ACTION_SECURE_REVEAL: &str = "fedsql.secure_reveal";
 
 /// DoAction: secure aggregation, step 2: the sealed shares.
 pub const ACTION_SECURE_SHARE: &str = "fedsql.secure_share";
@@ -164,6 +169,9 @@ pub struct KeysMessage {
     /// The Ed25519 key of its survivor-list signature.
     #[prost(bytes = "vec", tag = "6")]
     pub list_key: Vec<u8>,
+    /// Its commitment to its graph nonce.
+    #[prost(bytes = "vec", tag = "7")]
+    pub graph_commitment: Vec<u8>,
 }
 
 impl KeysMessage {
@@ -173,6 +181,7 @@ impl KeysMessage {
             cipher_key: keys.cipher_key.to_vec(),
             self_commitment: keys.self_commitment.to_vec(),
             list_key: keys.list_key.to_vec(),
+            graph_commitment: keys.graph_commitment.to_vec(),
             identity: keys.signed.map(|s| s.identity.to_vec()).unwrap_or_default(),
             signature: keys
                 .signed
@@ -187,6 +196,7 @@ impl KeysMessage {
             cipher_key: public_key(&self.cipher_key)?,
             self_commitment: public_key(&self.self_commitment)?,
             list_key: public_key(&self.list_key)?,
+            graph_commitment: public_key(&self.graph_commitment)?,
             signed: SignedKey::from_wire(&self.identity, &self.signature)?,
         })
     }
@@ -220,6 +230,10 @@ pub struct SecureShareRequest {
     pub session: Option<SessionMessage>,
     #[prost(message, repeated, tag = "3")]
     pub keys: Vec<MaybeKeys>,
+    /// In a sparse round's step 2, every site's graph nonce in session
+    /// order (empty bytes for a site without keys); none otherwise.
+    #[prost(bytes = "vec", repeated, tag = "4")]
+    pub nonces: Vec<Vec<u8>>,
 }
 
 impl SecureShareRequest {
@@ -229,6 +243,43 @@ impl SecureShareRequest {
             .iter()
             .map(|k| k.keys.as_ref().map(KeysMessage::keys).transpose())
             .collect()
+    }
+
+    /// The request's graph nonces.
+    pub fn nonces(&self) -> Result<Vec<Option<[u8; 32]>>> {
+        self.nonces
+            .iter()
+            .map(|n| (!n.is_empty()).then(|| nonce(n)).transpose())
+            .collect()
+    }
+
+    /// The nonces' wire form.
+    pub fn nonces_of(nonces: &[Option<[u8; 32]>]) -> Vec<Vec<u8>> {
+        nonces
+            .iter()
+            .map(|n| n.map(|n| n.to_vec()).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// A 32-byte graph nonce from the wire.
+fn nonce(bytes: &[u8]) -> Result<[u8; 32]> {
+    bytes.try_into().map_err(|_| {
+        FedError::InvalidArgument(format!("a graph nonce is 32 bytes, not {}", bytes.len()))
+    })
+}
+
+/// The answer to [`ACTION_SECURE_REVEAL`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecureRevealReply {
+    #[prost(bytes = "vec", tag = "1")]
+    pub nonce: Vec<u8>,
+}
+
+impl SecureRevealReply {
+    /// The revealed nonce.
+    pub fn nonce(&self) -> Result<[u8; 32]> {
+        nonce(&self.nonce)
     }
 }
 
@@ -560,5 +611,42 @@ mod tests {
                 .num_rows(),
             keys.num_rows()
         );
+        // Keys with their graph commitment, and a sparse round's nonces
+        // (none for a site without keys).
+        let participant = ParticipantKeys {
+            mask_key: [1; 32],
+            cipher_key: [2; 32],
+            self_commitment: [3; 32],
+            list_key: [4; 32],
+            graph_commitment: [5; 32],
+            signed: None,
+        };
+        assert_eq!(KeysMessage::of(&participant).keys().unwrap(), participant);
+        let nonces = vec![Some([9; 32]), None, Some([8; 32])];
+        let request = SecureShareRequest {
+            encode: None,
+            session: Some(message),
+            keys: Vec::new(),
+            nonces: SecureShareRequest::nonces_of(&nonces),
+        };
+        assert_eq!(request.nonces().unwrap(), nonces);
+        let short = SecureShareRequest {
+            nonces: vec![vec![1; 31]],
+            ..request
+        };
+        assert!(
+            short
+                .nonces()
+                .unwrap_err()
+                .to_string()
+                .contains("32 bytes, not 31")
+        );
+        let reply = SecureRevealReply { nonce: vec![6; 32] };
+        assert_eq!(reply.nonce().unwrap(), [6; 32]);
+        let no_commitment = KeysMessage {
+            graph_commitment: Vec::new(),
+            ..KeysMessage::of(&participant)
+        };
+        assert!(no_commitment.keys().is_err());
     }
 }

@@ -190,6 +190,17 @@ pub trait Site: Send + Sync + fmt::Debug {
     ) -> Result<SecureSetup> {
         Err(unsupported(self.name()))
     }
+    /// Secure aggregation, between steps 1 and 2 of a sparse round: the
+    /// site's graph nonce, revealed once every site's keys (`reveal`, a
+    /// request without nonces) are fixed (see
+    /// [`crate::protocol::secure::graph`]).
+    async fn secure_reveal(
+        &self,
+        _request: &SiteRequest<'_>,
+        _reveal: &ShareRequest,
+    ) -> Result<[u8; 32]> {
+        Err(unsupported(self.name()))
+    }
     /// Secure aggregation, step 2: the site's shares of its secrets, each
     /// sealed to the site it is for.
     async fn secure_share(

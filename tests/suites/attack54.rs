@@ -140,9 +140,12 @@ impl Hostile {
             group_keys.push(setup.group_keys);
         }
         let groups = fedsql::protocol::secure::union_groups(&group_keys)?;
+        let nonces =
+            crate::support::graph_nonces(&self.sites, |_| self.req(), session, &keys).await;
         let share = ShareRequest {
             session: session.clone(),
             keys,
+            nonces,
         };
         let mut envelopes = Vec::new();
         for site in &self.sites {
@@ -253,7 +256,7 @@ async fn unmask_subset(
     hand: Hand,
 ) -> Result<u64, String> {
     let lists = split_lists(h.sites.len(), session.threshold, target);
-    unmask_with_lists(h, session, target, &lists, hand).await
+    unmask_with_lists(h, session, target, &|_| lists.clone(), hand).await
 }
 
 /// Steps 1–3 honestly, then steps 4 and 5 with `lists[c]` sent to site
@@ -263,13 +266,14 @@ async fn unmask_with_lists(
     h: &Hostile,
     session: &SecureSession,
     target: &[usize],
-    lists: &[Vec<u32>],
+    lists: &dyn Fn(&SecureSession) -> Vec<Vec<u32>>,
     hand: Hand,
 ) -> Result<u64, String> {
     use fedsql::protocol::secure::graph;
     let n = h.sites.len();
     let (share, words) = h.masked_words(session).await;
-    let nb = graph::neighbours(session);
+    let lists = &lists(session);
+    let nb = graph::neighbours(session, &crate::support::graph_seed(session));
     let mut signed = Vec::new();
     for (c, site) in h.sites.iter().enumerate() {
         let confirm = ConfirmRequest {
@@ -362,7 +366,7 @@ fn sparse_lists(session: &SecureSession, a: usize) -> Vec<Vec<u32>> {
     use fedsql::protocol::secure::graph;
     let n = session.clients.len();
     let t = session.threshold;
-    let nb = graph::neighbours(session);
+    let nb = graph::neighbours(session, &crate::support::graph_seed(session));
     let st = |of: usize| graph::share_threshold(session, nb[of].len() + 1);
     // How many more holders must leave off each neighbour of a.
     let mut need: BTreeMap<usize, usize> = nb[a].iter().map(|&j| (j, st(j))).collect();
@@ -459,7 +463,7 @@ async fn one_list_for_every_site_unmasks_the_exact_sum() {
     let session = h.session(None);
     let all: Vec<usize> = (0..n).collect();
     let lists = vec![(0..n as u32).collect::<Vec<_>>(); n];
-    let got = unmask_with_lists(&h, &session, &all, &lists, Hand::SameList)
+    let got = unmask_with_lists(&h, &session, &all, &|_| lists.clone(), Hand::SameList)
         .await
         .unwrap();
     assert_eq!(got, (0..n).map(plain_sum).sum::<u64>());
@@ -487,7 +491,9 @@ async fn a_sparse_round_cannot_isolate_a_single_site() {
     for hand in [Hand::SameList, Hand::All] {
         let session = h.session(None);
         assert_eq!(session.threshold, 51);
-        let lists = sparse_lists(&session, 0);
+        // The lists need the graph, known once the sites revealed their
+        // nonces (in the step before the shares).
+        let lists = |s: &SecureSession| sparse_lists(s, 0);
         let err = unmask_with_lists(&h, &session, &[0], &lists, hand)
             .await
             .unwrap_err();
@@ -649,6 +655,7 @@ async fn a_threshold_changed_between_steps_is_refused() {
     let req = ShareRequest {
         session: lower,
         keys,
+        nonces: Vec::new(),
     };
     let err = h.sites[0]
         .secure_share(&h.req(), &req)
@@ -678,6 +685,7 @@ async fn phantom_clients_do_not_lower_the_share_threshold() {
     let share = ShareRequest {
         session: session.clone(),
         keys,
+        nonces: Vec::new(),
     };
     // Shares are cut for 5 of the 5 real sites: unmasking needs all five,
     // so fine; a coordinator cannot make t below a majority of the 5.
@@ -699,7 +707,11 @@ async fn phantom_clients_do_not_lower_the_share_threshold() {
         ));
     }
     keys.extend([None, None, None]);
-    let share = ShareRequest { session, keys };
+    let share = ShareRequest {
+        session,
+        keys,
+        nonces: Vec::new(),
+    };
     assert!(h.sites[0].secure_share(&h.req(), &share).await.is_err());
 }
 
@@ -721,6 +733,7 @@ async fn duplicate_keys_in_a_session_are_refused() {
     let share = ShareRequest {
         session: session.clone(),
         keys: dup,
+        nonces: Vec::new(),
     };
     assert!(h.sites[0].secure_share(&h.req(), &share).await.is_err());
     // Site 3's mask key copied onto site 4's entry (cipher key kept).
@@ -731,6 +744,7 @@ async fn duplicate_keys_in_a_session_are_refused() {
     let share = ShareRequest {
         session: session.clone(),
         keys: dup,
+        nonces: Vec::new(),
     };
     assert!(h.sites[2].secure_share(&h.req(), &share).await.is_err());
 }

@@ -169,9 +169,12 @@ impl Hostile {
         session: &SecureSession,
         keys: Vec<Option<ParticipantKeys>>,
     ) -> Result<Vec<ShareEnvelope>, String> {
+        let nonces =
+            crate::support::graph_nonces(&self.sites, |_| self.req(), session, &keys).await;
         let request = ShareRequest {
             session: session.clone(),
             keys,
+            nonces,
         };
         self.sites[c]
             .secure_share(&self.req(), &request)
@@ -257,18 +260,16 @@ fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
 }
 
 /// The ring order of a sparse round, recomputed as `graph::neighbours`
-/// draws it from the session id (checked against it below): who is next
-/// to whom is public to the coordinator, which picks the session id.
+/// draws it from the graph's seed (checked against it below): who is next
+/// to whom the coordinator learns once the sites revealed their nonces —
+/// after every site's keys are fixed, no longer from the session id it
+/// picks.
 fn ring_order(session: &SecureSession) -> Vec<usize> {
     use rand_chacha::ChaCha20Rng;
     use rand_chacha::rand_core::{RngCore, SeedableRng};
-    use sha2::{Digest, Sha256};
     let n = session.clients.len();
-    let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v2: neighbour graph");
-    hash.update(session.id);
-    hash.update((n as u64).to_le_bytes());
-    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
+    let seed = crate::support::graph_seed(session);
+    let mut prg = ChaCha20Rng::from_seed(seed);
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         let bound = (i + 1) as u64;
@@ -282,7 +283,7 @@ fn ring_order(session: &SecureSession) -> Vec<usize> {
         order.swap(i, j);
     }
     let half = graph::degree(n) / 2;
-    let nb = graph::neighbours(session);
+    let nb = graph::neighbours(session, &seed);
     for p in 0..n {
         let mut mine: Vec<usize> = (1..=half)
             .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
@@ -322,6 +323,16 @@ async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
     let n = h.sites.len();
     let session = session_of(n);
     let t = session.threshold;
+    // Step 1 with every site, and the coin toss: only then is the ring
+    // known.
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut all_group_keys = Vec::new();
+    for c in 0..n {
+        let (k, g) = h.setup(c, &session).await;
+        keys[c] = Some(k);
+        all_group_keys.push(g);
+    }
+    crate::support::graph_nonces(&h.sites, |_| h.req(), &session, &keys).await;
     let order = ring_order(&session);
     let half = graph::degree(n) / 2;
     let arc: Vec<usize> = order[..=half].to_vec();
@@ -329,14 +340,11 @@ async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
     let gap_two = &order[n - half..];
     let dropped: Vec<usize> = gap_one.iter().chain(gap_two).copied().collect();
     let taking_part: Vec<usize> = (0..n).filter(|c| !dropped.contains(c)).collect();
-    // Steps 1 and 2: the gap sites "did not answer the setup".
-    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
-    let mut group_keys = Vec::new();
-    for &c in &taking_part {
-        let (k, g) = h.setup(c, &session).await;
-        keys[c] = Some(k);
-        group_keys.push(g);
-    }
+    // Step 2: the gap sites "did not send their shares".
+    let group_keys: Vec<_> = taking_part
+        .iter()
+        .map(|&c| all_group_keys[c].clone())
+        .collect();
     let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
     let mut envelopes = Vec::new();
     for &c in &taking_part {
@@ -373,7 +381,7 @@ async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
         revealed.extend(h.unmask(c, &session, &list, signatures.clone()).await?);
     }
     // The short arc alone.
-    let nb = graph::neighbours(&session);
+    let nb = graph::neighbours(&session, &crate::support::graph_seed(&session));
     let mut word = vec![0u64; k];
     for &a in &arc {
         for (w, x) in word.iter_mut().zip(&words[a]) {

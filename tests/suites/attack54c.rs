@@ -264,9 +264,11 @@ async fn honest_until_signed(h: &Hostile, session: SecureSession, k: usize) -> S
         group_keys.push(s.group_keys);
     }
     let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let nonces = crate::support::graph_nonces(&h.sites, |c| h.req(c), &session, &keys).await;
     let share = ShareRequest {
         session: session.clone(),
         keys: keys.clone(),
+        nonces,
     };
     let mut envelopes: Vec<ShareEnvelope> = Vec::new();
     for c in 0..n {
@@ -345,7 +347,7 @@ async fn reveal_selectively(
 fn unmask_target(s: &Signed, revealed: &[Revealed], target: &[usize]) -> Result<Vec<u64>, String> {
     let session = &s.session;
     let n = session.clients.len();
-    let nb = graph::neighbours(session);
+    let nb = graph::neighbours(session, &crate::support::graph_seed(session));
     let st = |of: usize| graph::share_threshold(session, nb[of].len() + 1);
     let collect = |of: usize, kind: RevealedKind| -> Vec<shamir::Share> {
         let mut shares: Vec<shamir::Share> = revealed
@@ -552,7 +554,7 @@ async fn sparse_single_site_attack(h: &Hostile, v: usize, k: usize) -> Result<Ve
     let n = h.sites.len();
     assert!(graph::is_sparse(n));
     let s = honest_until_signed(h, session_of(n), k).await;
-    let nb = graph::neighbours(&s.session);
+    let nb = graph::neighbours(&s.session, &crate::support::graph_seed(&s.session));
     let around: BTreeSet<usize> = nb[v].iter().copied().collect();
     let r0 = nb[v][0];
     let shown = |r: usize| -> BTreeSet<usize> {
@@ -1023,9 +1025,11 @@ async fn honest_until_shared(
         group_keys.push(s.group_keys);
     }
     let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let nonces = crate::support::graph_nonces(&h.sites, |c| h.req(c), session, &keys).await;
     let share = ShareRequest {
         session: session.clone(),
         keys: keys.clone(),
+        nonces,
     };
     let mut to = vec![Vec::new(); n];
     for c in 0..n {
@@ -1137,6 +1141,7 @@ async fn holds_malformed_messages_are_refused_without_a_panic() {
             &ShareRequest {
                 session: session.clone(),
                 keys,
+                nonces: Vec::new(),
             },
         )
         .await

@@ -183,9 +183,12 @@ impl Hostile {
         session: &SecureSession,
         keys: Vec<Option<ParticipantKeys>>,
     ) -> Result<Vec<ShareEnvelope>, String> {
+        let nonces =
+            crate::support::graph_nonces(&self.sites, |i| self.req(i), session, &keys).await;
         let request = ShareRequest {
             session: session.clone(),
             keys,
+            nonces,
         };
         self.sites[c]
             .secure_share(&self.req(c), &request)
@@ -281,18 +284,16 @@ fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
 }
 
 /// The ring order of a sparse round, recomputed as `graph::neighbours`
-/// draws it from the session id (checked against it below): who is next
-/// to whom is public to the coordinator, which picks the session id.
+/// draws it from the graph's seed (checked against it below): who is next
+/// to whom the coordinator learns once the sites revealed their nonces —
+/// after every site's keys are fixed, no longer from the session id it
+/// picks.
 fn ring_order(session: &SecureSession) -> Vec<usize> {
     use rand_chacha::ChaCha20Rng;
     use rand_chacha::rand_core::{RngCore, SeedableRng};
-    use sha2::{Digest, Sha256};
     let n = session.clients.len();
-    let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v2: neighbour graph");
-    hash.update(session.id);
-    hash.update((n as u64).to_le_bytes());
-    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
+    let seed = crate::support::graph_seed(session);
+    let mut prg = ChaCha20Rng::from_seed(seed);
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         let bound = (i + 1) as u64;
@@ -306,7 +307,7 @@ fn ring_order(session: &SecureSession) -> Vec<usize> {
         order.swap(i, j);
     }
     let half = graph::degree(n) / 2;
-    let nb = graph::neighbours(session);
+    let nb = graph::neighbours(session, &seed);
     for p in 0..n {
         let mut mine: Vec<usize> = (1..=half)
             .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
@@ -356,6 +357,16 @@ struct OneSided {
 async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
     let n = h.sites.len();
     let session = session_of(n);
+    // Step 1 with every site, and the coin toss: only then is the ring
+    // known; the "dropped" sites then send no shares.
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut all_group_keys = Vec::new();
+    for c in 0..n {
+        let (key, g) = h.setup(c, &session).await;
+        keys[c] = Some(key);
+        all_group_keys.push(g);
+    }
+    crate::support::graph_nonces(&h.sites, |c| h.req(c), &session, &keys).await;
     let order = ring_order(&session);
     let core: Vec<usize> = order[..=10].to_vec();
     let bridge = order[11];
@@ -365,13 +376,10 @@ async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
         .copied()
         .collect();
     let taking_part: Vec<usize> = (0..n).filter(|c| !dropped.contains(c)).collect();
-    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
-    let mut group_keys = Vec::new();
-    for &c in &taking_part {
-        let (key, g) = h.setup(c, &session).await;
-        keys[c] = Some(key);
-        group_keys.push(g);
-    }
+    let group_keys: Vec<_> = taking_part
+        .iter()
+        .map(|&c| all_group_keys[c].clone())
+        .collect();
     let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
     let mut envelopes = Vec::new();
     for &c in &taking_part {
@@ -410,7 +418,7 @@ async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
     for &c in &signers {
         revealed.extend(h.unmask(c, &session, &list, signatures.clone()).await?);
     }
-    let nb = graph::neighbours(&session);
+    let nb = graph::neighbours(&session, &crate::support::graph_seed(&session));
     let set: Vec<usize> = core.iter().copied().chain([bridge]).collect();
     // No site of the set masked with a listed site outside it: the core's
     // neighbours are the core, the bridge and dropped sites; the bridge

@@ -22,14 +22,15 @@
 //! 3. Two sessions over different sets of participants: their difference
 //!    is one site's exact state (LIMIT, high: documented; only DP noise,
 //!    `secure_dp_…`, protects against it).
-//! 4. A sparse round's ring is drawn from the session id the coordinator
+//! 4. A sparse round's ring was drawn from the session id the coordinator
 //!    picks, over places the coordinator assigns: 11 colluders of 101
-//!    seated next to the victim hold the threshold of its shares (mask
+//!    seated next to the victim held the threshold of its shares (mask
 //!    key and self seed alike): its exact state, or a `secure_dp_count`
-//!    with 1/51 of the noise (GAP, high: open).
-//! 5. A sparse round padded with participants no peer signed passes steps
-//!    2–4; only step 5's peers check stops the sum of an arc of 21 sites
-//!    (HOLDS, one check deep).
+//!    with 1/51 of the noise (was GAP, high; FIXED: the graph is the
+//!    sites' commit-then-reveal coin toss).
+//! 5. A sparse round padded with participants no peer signed passed steps
+//!    2–4; only step 5's peers check stopped the sum of an arc of 21
+//!    sites (HOLDS; since the coin toss, at step 2).
 //! 6. Two clients of one worker (one identity) in one session (HOLDS).
 
 use std::sync::Arc;
@@ -44,7 +45,6 @@ use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::codec::InlineTable;
 use fedsql::protocol::encoder::Encoder;
 use fedsql::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
-use fedsql::protocol::secure::masks::SharePair;
 use fedsql::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
     ShareRequest, UnmaskRequest, graph, masks, shamir,
@@ -226,9 +226,12 @@ impl Hostile {
         session: &SecureSession,
         keys: Vec<Option<ParticipantKeys>>,
     ) -> Result<Vec<ShareEnvelope>, String> {
+        let nonces =
+            crate::support::graph_nonces(&self.sites, |i| self.req(i), session, &keys).await;
         let request = ShareRequest {
             session: session.clone(),
             keys,
+            nonces,
         };
         self.sites[c]
             .secure_share(&self.req(c), &request)
@@ -301,16 +304,6 @@ impl Hostile {
             .await
             .map_err(|e| format!("site {c} refused to unmask: {e}"))
     }
-}
-
-/// The first `k` rows of the first UInt64 (secure) column: the first `k`
-/// words of the state's mask.
-fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
-    let column = (0..batch.num_columns())
-        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
-        .expect("a secure state column");
-    let values = batch.column(column).as_primitive::<UInt64Type>();
-    (0..k).map(|r| values.value(r)).collect()
 }
 
 fn first_word(batch: &RecordBatch) -> u64 {
@@ -729,426 +722,292 @@ async fn limit_two_sessions_with_one_site_left_out_give_its_exact_secure_sum() {
 }
 
 // ---------------------------------------------------------------------
-// 4. A sparse round's graph is drawn from a session id the coordinator
-//    picks.
+// 4. A sparse round's graph was drawn from a session id the coordinator
+//    picks; now by the sites' coin toss.
 // ---------------------------------------------------------------------
 
 /// A participant run by the coordinator for a colluding site (whose
 /// data owner handed over its identity key): its secrets and its keys,
-/// signed by that identity for the session.
+/// signed by that identity for the session, and its graph nonce (the
+/// coordinator's choice).
 struct Colluder {
-    cipher: StaticSecret,
     keys: ParticipantKeys,
+    nonce: [u8; 32],
 }
 
 fn colluder(session: &SecureSession, identity: &SiteIdentity) -> Colluder {
     let mask = StaticSecret::from(rand::random::<[u8; 32]>());
     let cipher = StaticSecret::from(rand::random::<[u8; 32]>());
     let seed: [u8; 32] = rand::random();
+    let nonce: [u8; 32] = rand::random();
     let mut keys = ParticipantKeys {
         mask_key: PublicKey::from(&mask).to_bytes(),
         cipher_key: PublicKey::from(&cipher).to_bytes(),
         self_commitment: masks::self_commitment(&session.id, &seed),
         list_key: consistency::list_public_key(&rand::random()),
+        graph_commitment: graph::nonce_commitment(&session.id, &nonce),
         signed: None,
     };
     keys.signed = Some(identity.sign(&session.id, &keys.digest()));
-    Colluder { cipher, keys }
+    Colluder { keys, nonce }
 }
 
-/// The colluding sites' places: 20 of 101 (t = 51).
-const COLLUDERS: std::ops::RangeInclusive<usize> = 1..=20;
-
-/// BREAK (severity: high). A sparse round of 101 peered sites (t = 51)
-/// with 20 colluding sites (a fifth of them, far below t): the
-/// coordinator learns the victim's exact secure_sum in one session,
-/// without touching the survivor list, the signatures or step 5.
-///
-/// Mechanism: in a sparse round a site shares its mask key and self seed
-/// among its 20 ring neighbours with threshold 11 (`graph::
-/// share_threshold`), and every envelope to a neighbour carries *both*
-/// shares. SecAgg+'s guarantee needs the neighbours to be random with
-/// respect to the colluders; here the graph is a function of the session
-/// id alone (`graph::neighbours`), and the coordinator draws the id. It
-/// tries ids offline (about 1 / 8e-5 ≈ 12,500 for 20 colluders; 800 for
-/// 25) until at least 11 of the victim's 20 neighbours are colluders.
-/// Then it runs setup and step 2 as usual (every relayed key of a
-/// neighbour is peer-signed, as the colluders' are), opens the victim's
-/// envelopes to its colluding neighbours with their cipher keys, rebuilds
-/// the victim's mask key and self seed, and strips every mask from the
-/// victim's masked state (step 3; the colluders send the victim valid
-/// envelopes so that it masks). The victim sees nothing wrong.
-///
-/// The security page's promise for peers, "a site's own state is exposed
-/// only if all its other participants collude", becomes "if 11 of its 20
-/// neighbours do, and the coordinator picks the neighbours".
-///
-/// Where to fix: the graph's randomness must not be the coordinator's
-/// choice: derive it from the sites' own contributions after they are
-/// fixed (e.g. a hash of every participant's setup keys, which the
-/// coordinator relays in step 2 and each site can recompute, with a
-/// commit-then-reveal of a per-site nonce so that colluders' keys cannot
-/// be ground either), or draw it by a joint coin toss of the sites.
-#[tokio::test]
-async fn gap_a_sparse_session_id_ground_for_colluding_neighbours_gives_one_sites_exact_secure_sum()
-{
-    let n = 101;
-    let h = Hostile::new(n, SUM_SQL).await;
-    let clients: Vec<String> = (0..n).map(|c| format!("site{c}")).collect();
-    // Grinding the session id (offline: the graph is public).
-    let mut tries = 0u64;
-    let session = loop {
-        tries += 1;
-        assert!(tries < 5_000_000, "no session id found");
-        let candidate = SecureSession::fresh(clients.clone());
-        let near = graph::neighbours(&candidate).swap_remove(0);
-        if near.iter().filter(|j| COLLUDERS.contains(j)).count() >= 11 {
-            break candidate;
-        }
-    };
-    let near = graph::neighbours(&session).swap_remove(0);
-    let colluding: Vec<usize> = near
-        .iter()
-        .copied()
-        .filter(|j| COLLUDERS.contains(j))
-        .collect();
-    eprintln!(
-        "{tries} session ids tried; {} of the victim's 20 neighbours collude",
-        colluding.len()
-    );
-    let (learned, _) = colluding_neighbours_attack(&h, &session, &colluding, 1).await;
-    assert_eq!(learned[0], site_sum(0), "site 0's exact secure_sum");
-}
-
-/// The attack of the two tests below, once the session is drawn: the
-/// sites at the places `colluding` (at least 11 of site 0's 20 ring
-/// neighbours) collude; every other site is honest. Returns site 0's
-/// state's first `k` words (the first secure column of its first `k`
-/// groups), unmasked, with its masked state (for the group keys).
-async fn colluding_neighbours_attack(
-    h: &Hostile,
-    session: &SecureSession,
-    colluding: &[usize],
-    k: usize,
-) -> (Vec<u64>, RecordBatch) {
-    let session = session.clone();
-    let n = session.clients.len();
-    let near = graph::neighbours(&session).swap_remove(0);
-    let share_t = graph::share_threshold(&session, near.len() + 1);
-    assert_eq!((near.len(), share_t, session.threshold), (20, 11, 51));
-    assert!(colluding.iter().all(|j| near.contains(j)));
-    assert!(colluding.len() >= share_t);
-    // Setup: every honest site runs it; the colluders' keys are made by
-    // the coordinator and signed with their identities.
+/// The attack the fifth review found, as far as it gets now: the
+/// coordinator seats `colluding` sites where the graph it can compute
+/// before the toss (from the session id alone) puts the victim's (site
+/// 0's) neighbours, makes their keys, runs every honest site's setup and
+/// the coin toss (each honest site reveals its nonce once every
+/// commitment is fixed; the colluders' nonces are the coordinator's),
+/// then step 2 at the victim. Returns how many of the victim's sealed
+/// envelopes went to colluders, and its neighbourhood's threshold.
+async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize, usize) {
+    let n = h.sites.len();
+    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    // What the session id alone would have drawn (the old graph).
+    let guessed = graph::neighbours(&session, &[0; 32]).swap_remove(0);
+    let colluding: Vec<usize> = guessed[..colluding_count].to_vec();
     let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
-    let mut colluders: Vec<Option<Colluder>> = (0..n).map(|_| None).collect();
-    let mut victim_groups = None;
+    let mut nonces: Vec<Option<[u8; 32]>> = vec![None; n];
     for c in 0..n {
         if colluding.contains(&c) {
             let made = colluder(&session, &h.identities[c]);
             keys[c] = Some(made.keys);
-            colluders[c] = Some(made);
+            nonces[c] = Some(made.nonce);
         } else {
-            let (k, g) = h.setup(c, &session).await.unwrap();
-            keys[c] = Some(k);
-            if c == 0 {
-                victim_groups = Some(g);
-            }
+            keys[c] = Some(h.setup(c, &session).await.unwrap().0);
         }
     }
-    // Step 2 at the victim: every check passes (101 participants, each
-    // neighbour's keys signed by a distinct listed peer).
-    let envelopes = h.share(0, &session, keys.clone()).await.unwrap();
-    let victim = keys[0].unwrap();
-    let pairs: Vec<SharePair> = envelopes
-        .iter()
-        .filter_map(|e| {
-            let c = colluders[e.to as usize].as_ref()?;
-            Some(
-                masks::open(
-                    &c.cipher,
-                    &victim.cipher_key,
-                    &session,
-                    (0, e.to),
-                    &e.ciphertext,
-                )
-                .unwrap(),
-            )
-        })
-        .collect();
-    assert!(pairs.len() >= share_t);
-    let mask_secret = rebuild(
-        &pairs.iter().map(|p| p.mask_key).collect::<Vec<_>>(),
-        share_t,
-        "the victim's mask key",
-    );
-    let self_seed = rebuild(
-        &pairs.iter().map(|p| p.self_seed).collect::<Vec<_>>(),
-        share_t,
-        "the victim's self seed",
-    );
-    let mask_secret = StaticSecret::from(mask_secret);
-    assert_eq!(PublicKey::from(&mask_secret).to_bytes(), victim.mask_key);
-    assert_eq!(
-        masks::self_commitment(&session.id, &self_seed),
-        victim.self_commitment
-    );
-    // Step 3 at the victim: the colluding neighbours' envelopes (valid
-    // shares of secrets of theirs), enough for its neighbourhood.
-    let to_victim: Vec<ShareEnvelope> = colluding
-        .iter()
-        .map(|&j| {
-            let c = colluders[j].as_ref().unwrap();
-            let secret: [u8; 32] = rand::random();
-            let fill = |b: &mut [u8]| {
-                use rand::RngCore;
-                rand::rng().fill_bytes(b)
-            };
-            let pair = SharePair {
-                mask_key: shamir::split(&secret, n, share_t, fill)[0],
-                self_seed: shamir::split(&secret, n, share_t, fill)[0],
-            };
-            ShareEnvelope {
-                from: j as u32,
-                to: 0,
-                ciphertext: masks::seal(
-                    &c.cipher,
-                    &victim.cipher_key,
-                    &session,
-                    (j as u32, 0),
-                    &pair,
-                )
-                .unwrap(),
-            }
-        })
-        .collect();
-    let groups = fedsql::protocol::secure::union_groups(&[victim_groups.unwrap()]).unwrap();
-    let masked = h.mask_state(0, &session, to_victim, &groups).await.unwrap();
-    // Every mask off: the self mask, and the pairwise mask with each site
-    // it masked with (from its own mask key).
-    let mut word = first_words(&masked, k);
-    masks::apply_self(&mut word, &self_seed, &session.id, false);
-    for &j in colluding {
-        let seed =
-            masks::pairwise_seed(&mask_secret, &keys[j].unwrap().mask_key, &session.id).unwrap();
-        masks::apply_pairwise(&mut word, &seed, !masks::adds(0, j));
+    let reveal = ShareRequest {
+        session: session.clone(),
+        keys: keys.clone(),
+        nonces: Vec::new(),
+    };
+    for c in (0..n).filter(|c| !colluding.contains(c)) {
+        nonces[c] = Some(h.sites[c].secure_reveal(&h.req(c), &reveal).await.unwrap());
     }
-    (word, masked)
+    // A colluder "revealing" a nonce it did not commit to ends the
+    // session at every honest site (tested below); these are committed.
+    crate::support::remember_nonces(&session, nonces);
+    let near = graph::neighbours(&session, &crate::support::graph_seed(&session)).swap_remove(0);
+    let share_t = graph::share_threshold(&session, near.len() + 1);
+    let envelopes = h.share(0, &session, keys).await.unwrap();
+    let mut to: Vec<usize> = envelopes.iter().map(|e| e.to as usize).collect();
+    to.sort_unstable();
+    assert_eq!(to, near, "the victim shares with the toss's neighbours");
+    let to_colluders = to.iter().filter(|j| colluding.contains(j)).count();
+    eprintln!(
+        "{to_colluders} of the victim's {} envelopes to colluders (threshold {share_t})",
+        to.len()
+    );
+    (to_colluders, share_t)
 }
 
-/// BREAK (severity: high). The same with only 11 colluding sites of 101
-/// (t = 51), in one session and with no grinding: the coordinator also
-/// decides *which site sits at which place* of the session's client list.
-/// The ring order is drawn from the session id, but a site finds its
-/// place by its own keys (`ClientSecrets::share`), and nothing checks its
-/// name against its place (the client list's names are only counted, by
-/// `check_secure_session`). So the coordinator draws any id, computes
-/// the ring, and seats the 11 colluders next to the victim: 11 of its 20
-/// neighbours, the threshold of its shares. (Here the places are fixed
-/// and the colluders are picked among the victim's neighbours, which is
-/// the same relabelling.)
-///
-/// Where to fix: as above, and bind a site's place to it: the graph must
-/// not depend on an order the coordinator picks (e.g. order the ring by a
-/// hash of each site's committed keys, or by the sites' identity keys
-/// sorted, with randomness no party controls alone).
+/// Was GAP (high; the fifth review): a sparse round's ring was drawn from
+/// the session id the coordinator picks, over places it assigns, so 11
+/// colluders of 101 seated next to the victim held the threshold of its
+/// shares (mask key and self seed alike) — its exact secure_sum; and a
+/// coordinator could grind session ids offline for any 20 colluders.
+/// HOLDS now: the graph is the sites' coin toss (each commits to a nonce
+/// in its signed keys, reveals it once every commitment is fixed, and
+/// the seed hashes them all), so the colluders land where the toss puts
+/// them: about 2 of the victim's 20 neighbours, far below its threshold
+/// of 11, and no session id can be ground for it.
 #[tokio::test]
-async fn gap_a_sparse_round_seats_eleven_colluders_next_to_the_victim_its_exact_secure_sum() {
-    let n = 101;
-    let h = Hostile::new(n, SUM_SQL).await;
-    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
-    let near = graph::neighbours(&session).swap_remove(0);
-    let colluding: Vec<usize> = near[..11].to_vec();
-    let (learned, _) = colluding_neighbours_attack(&h, &session, &colluding, 1).await;
-    assert_eq!(learned[0], site_sum(0), "site 0's exact secure_sum");
-}
-
-/// BREAK (severity: high, the DP promise). The same seating against
-/// `secure_dp_count` grouped by a declared public `g` (50 values; ε = 1),
-/// 101 peered sites, 11 colluders: site 0's counts come out with its own
-/// noise share only, 1/51 of one draw of the target discrete Laplace
-/// noise. A full draw is 0 with probability (1 − q)/(1 + q) = 0.46
-/// (q = e^−1); a 1/51 share with probability above 0.98: at least 40 of
-/// the 50 leaked counts are exact (about 49 in practice; a full draw
-/// would give about 23).
-#[tokio::test]
-async fn gap_a_sparse_round_seats_colluders_next_to_the_victim_its_dp_count_with_a_fiftieth_of_the_noise()
+async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_hold_too_few_of_the_victims_shares()
  {
+    let h = Hostile::new(101, SUM_SQL).await;
+    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 11).await;
+    assert_eq!(share_t, 11);
+    assert!(to_colluders < share_t, "{to_colluders} of {share_t}");
+}
+
+/// Was GAP (high, the DP promise): the same seating against
+/// `secure_dp_count` gave the victim's counts with 1/51 of the noise.
+/// HOLDS now, as above: the colluders seated before the toss hold too
+/// few of the victim's shares to take its masks off.
+#[tokio::test]
+async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_get_no_dp_count() {
     let mut policy = DpPolicy::default();
     let domain: Vec<String> = (0..50).map(|g| g.to_string()).collect();
     policy.set("dp_domain.g", &domain.join(",")).unwrap();
-    let n = 101;
     let h = Hostile::build(
-        n,
+        101,
         "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
         Some(&policy),
         None,
     )
     .await;
+    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 11).await;
+    assert!(to_colluders < share_t, "{to_colluders} of {share_t}");
+}
+
+/// HOLDS. The coin toss itself: a participant whose revealed nonce is not
+/// the one it committed to, a nonce missing, keys changed between the
+/// reveal and step 2, a second reveal: every honest site refuses, and the
+/// session is over there.
+#[tokio::test]
+async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a_second_reveal() {
+    let n = 101;
+    // No disclosure policy, so that the refusals' reasons are shown.
+    let h = Hostile::build(n, SUM_SQL, None, None).await;
     let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
-    let near = graph::neighbours(&session).swap_remove(0);
-    let colluding: Vec<usize> = near[..11].to_vec();
-    let (learned, masked) = colluding_neighbours_attack(&h, &session, &colluding, 50).await;
-    let groups = masked
-        .column(0)
-        .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
-    let rows = site_rows(0).num_rows() as i64;
-    let exact = learned
-        .iter()
-        .enumerate()
-        .filter(|&(r, &w)| {
-            let want = if groups.value(r) == 0 { rows } else { 0 };
-            w as i64 == want
-        })
-        .count();
-    eprintln!("{exact} of 50 of site 0's DP counts exact");
-    assert!(exact >= 40, "only {exact} of 50 exact");
+    let mut keys = Vec::new();
+    for c in 0..n {
+        keys.push(Some(h.setup(c, &session).await.unwrap().0));
+    }
+    let reveal = ShareRequest {
+        session: session.clone(),
+        keys: keys.clone(),
+        nonces: Vec::new(),
+    };
+    let mut nonces = Vec::new();
+    for c in 0..n {
+        nonces.push(Some(
+            h.sites[c].secure_reveal(&h.req(c), &reveal).await.unwrap(),
+        ));
+    }
+    // A second reveal: a step out of order ends the session at site 0.
+    let err = h.sites[0]
+        .secure_reveal(&h.req(0), &reveal)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a step out of order"), "{err}");
+    let share = |c: usize, keys: Vec<Option<ParticipantKeys>>, nonces: Vec<Option<[u8; 32]>>| {
+        let request = ShareRequest {
+            session: session.clone(),
+            keys,
+            nonces,
+        };
+        let site = Arc::clone(&h.sites[c]);
+        let req = h.req(c);
+        async move {
+            site.secure_share(&req, &request)
+                .await
+                .unwrap_err()
+                .to_string()
+        }
+    };
+    let mut wrong = nonces.clone();
+    wrong[5] = Some(rand::random());
+    let err = share(1, keys.clone(), wrong).await;
+    assert!(
+        err.contains("participant 5's graph nonce does not match its commitment"),
+        "{err}"
+    );
+    let mut missing = nonces.clone();
+    missing[6] = None;
+    let err = share(2, keys.clone(), missing).await;
+    assert!(
+        err.contains("participant 6 sent keys but its graph nonce was not relayed"),
+        "{err}"
+    );
+    let mut fewer = keys.clone();
+    fewer[7] = None;
+    let mut fewer_nonces = nonces.clone();
+    fewer_nonces[7] = None;
+    let err = share(3, fewer, fewer_nonces).await;
+    assert!(
+        err.contains("differ from those relayed when this site revealed"),
+        "{err}"
+    );
+    // No nonces at all in a sparse round.
+    let err = share(4, keys.clone(), Vec::new()).await;
+    assert!(
+        err.contains("graph nonces relayed for 101 clients"),
+        "{err}"
+    );
+    // Each refusal ended that site's session.
+    let err = share(1, keys.clone(), nonces.clone()).await;
+    assert!(err.contains("no secure session"), "{err}");
+    // A full round has no toss.
+    let small = session_of(5);
+    let mut small_keys = Vec::new();
+    for c in 0..5 {
+        small_keys.push(Some(h.setup(c, &small).await.unwrap().0));
+    }
+    let err = h.sites[0]
+        .secure_reveal(
+            &h.req(0),
+            &ShareRequest {
+                session: small.clone(),
+                keys: small_keys,
+                nonces: Vec::new(),
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("only in a round of more than 100 sites"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------
 // 5. A sparse round padded with participants no peer signed.
 // ---------------------------------------------------------------------
 
-/// The ring order of a sparse round, recomputed as `graph::neighbours`
-/// draws it from the session id (checked against it).
-fn ring_order(session: &SecureSession) -> Vec<usize> {
-    use rand_chacha::ChaCha20Rng;
-    use rand_chacha::rand_core::{RngCore, SeedableRng};
-    use sha2::{Digest, Sha256};
-    let n = session.clients.len();
-    let mut hash = Sha256::new();
-    hash.update(b"fedsql secure aggregation v2: neighbour graph");
-    hash.update(session.id);
-    hash.update((n as u64).to_le_bytes());
-    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let bound = (i + 1) as u64;
-        let zone = u64::MAX - (u64::MAX % bound);
-        let j = loop {
-            let r = prg.next_u64();
-            if r < zone {
-                break (r % bound) as usize;
-            }
-        };
-        order.swap(i, j);
-    }
-    let half = graph::degree(n) / 2;
-    let nb = graph::neighbours(session);
-    for p in 0..n {
-        let mut mine: Vec<usize> = (1..=half)
-            .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
-            .collect();
-        mine.sort_unstable();
-        assert_eq!(nb[order[p]], mine, "the ring order was not reproduced");
-    }
-    order
-}
-
-/// HOLDS, at one check only (defence in depth). 101 places (t = 51),
-/// peers on every real site (no disclosure policy, so that the refusal
-/// reads in full). The coordinator seats 21 honest sites on one
-/// arc of the ring, leaves the 10 places on either side of it without
-/// keys ("dropped at setup"), and fills the 60 places beyond with keys
-/// of its own making that no peer signed. Steps 2–4 all pass at every
-/// honest site: the peers check of step 2 (`check_participants`) looks
-/// at a site's *neighbours* only, while the count against t (81
-/// participants ≥ 51, t a majority of them) takes every place with keys;
-/// each site's neighbourhood threshold (11) is met inside the arc; and
-/// every honest site signs the list of the arc and the 60 inventions.
-/// Only step 5's check that every signer's keys are peer-signed refuses —
-/// without it, the survivors would reveal the arc's self seeds and the
-/// coordinator would hold the sum of 21 sites, fewer than t.
-///
-/// Suggested hardening: in step 2, with peers listed, count toward t only
-/// participants whose keys a distinct listed peer signed (and refuse
-/// unsigned keys anywhere in the session), so that the count of step 2
-/// and the list of step 4 are not made of inventions.
+/// HOLDS, now at step 2. 101 places (t = 51), peers on every real site.
+/// The fifth review seated 21 honest sites on one arc of the ring (drawn
+/// from the session id then), left the 10 places either side without
+/// keys and filled the 60 beyond with keys of the coordinator's making
+/// that no peer signed: steps 2–4 passed (the peers check of step 2
+/// looks at a site's neighbours only), and only step 5's check that every
+/// signer's keys are peer-signed refused. Now the places are fixed
+/// before the coin toss draws the ring: the 60 inventions land among the
+/// honest sites' neighbours, and step 2's peers check refuses there.
 #[tokio::test]
-async fn holds_a_sparse_arc_padded_with_unsigned_participants_is_refused_only_at_the_unmasking() {
-    use sha2::{Digest, Sha256};
+async fn holds_a_sparse_round_padded_with_unsigned_participants_is_refused_at_step_2() {
     let n = 101;
-    // No disclosure policy, so that the refusal's reason is shown (under
-    // one it is withheld: "a site could not evaluate the query").
+    // No disclosure policy, so that the refusal's reason is shown.
     let h = Hostile::build(n, SUM_SQL, None, None).await;
     let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
-    let order = ring_order(&session);
-    let arc: Vec<usize> = order[..21].to_vec();
-    let invented: Vec<usize> = order[31..91].to_vec();
+    let honest: Vec<usize> = (0..41).collect();
     let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
-    let mut group_keys = Vec::new();
-    for &c in &arc {
-        let (k, g) = h.setup(c, &session).await.unwrap();
-        keys[c] = Some(k);
-        group_keys.push(g);
+    let mut nonces: Vec<Option<[u8; 32]>> = vec![None; n];
+    for &c in &honest {
+        keys[c] = Some(h.setup(c, &session).await.unwrap().0);
     }
-    let mut list_seeds = Vec::new();
-    for &c in &invented {
-        let seed: [u8; 32] = rand::random();
+    for c in 41..n {
+        let nonce: [u8; 32] = rand::random();
         keys[c] = Some(ParticipantKeys {
             mask_key: PublicKey::from(&StaticSecret::from(rand::random::<[u8; 32]>())).to_bytes(),
             cipher_key: PublicKey::from(&StaticSecret::from(rand::random::<[u8; 32]>())).to_bytes(),
             self_commitment: rand::random(),
-            list_key: consistency::list_public_key(&seed),
+            list_key: consistency::list_public_key(&rand::random()),
+            graph_commitment: graph::nonce_commitment(&session.id, &nonce),
             signed: None,
         });
-        list_seeds.push((c, seed));
+        nonces[c] = Some(nonce);
     }
-    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
-    let mut envelopes = Vec::new();
-    for &c in &arc {
-        envelopes.extend(
-            h.share(c, &session, keys.clone())
-                .await
-                .expect("step 2 passes with 60 unsigned participants"),
-        );
+    let reveal = ShareRequest {
+        session: session.clone(),
+        keys: keys.clone(),
+        nonces: Vec::new(),
+    };
+    for &c in &honest {
+        nonces[c] = Some(h.sites[c].secure_reveal(&h.req(c), &reveal).await.unwrap());
     }
-    for &c in &arc {
-        let mine: Vec<ShareEnvelope> = envelopes
-            .iter()
-            .filter(|e| e.to as usize == c)
-            .cloned()
-            .collect();
-        h.mask(c, &session, mine, &groups).await.unwrap();
+    crate::support::remember_nonces(&session, nonces);
+    let nb = graph::neighbours(&session, &crate::support::graph_seed(&session));
+    let mut refused = 0;
+    for &c in &honest {
+        let invented_near = nb[c].iter().any(|&j| j >= 41);
+        match h.share(c, &session, keys.clone()).await {
+            Err(err) => {
+                assert!(invented_near, "site {c}: {err}");
+                assert!(
+                    err.contains("not signed by one of its listed peers"),
+                    "{err}"
+                );
+                refused += 1;
+            }
+            Ok(_) => assert!(!invented_near, "site {c} shared beside an invention"),
+        }
     }
-    let mut list: Vec<u32> = arc.iter().chain(&invented).map(|&c| c as u32).collect();
-    list.sort_unstable();
-    let mut signatures = Vec::new();
-    for &c in &arc {
-        signatures.push(
-            h.confirm(c, &session, &list)
-                .await
-                .expect("every honest site signs the arc and the inventions"),
-        );
-    }
-    // The inventions sign the same view (no GROUP BY: the group list's
-    // digest is that of its row count).
-    let groups_digest: [u8; 32] = Sha256::digest((groups.num_rows() as u64).to_be_bytes()).into();
-    let view = consistency::view_digest(
-        &encoder_digest(h.encoders[0].plan()).unwrap(),
-        &keys,
-        &groups_digest,
-    );
-    assert!(
-        signatures[0].verifies(&session, &view, &list, &keys[arc[0]].unwrap().list_key),
-        "the view is the honest sites' own"
-    );
-    for (c, seed) in &list_seeds {
-        signatures.push(ListSignature {
-            from: *c as u32,
-            signature: consistency::sign_list(seed, &session, &view, &list),
-        });
-    }
-    for &c in &arc {
-        let err = h
-            .unmask(c, &session, &list, signatures.clone())
-            .await
-            .expect_err("an invented signer");
-        assert!(
-            err.contains("not signed by one of this site's listed peers"),
-            "{err}"
-        );
-    }
+    eprintln!("{refused} of 41 honest sites refused at step 2");
+    assert!(refused >= 35, "{refused}");
 }
 
 // ---------------------------------------------------------------------

@@ -225,9 +225,12 @@ impl Hostile {
         session: &SecureSession,
         keys: Vec<Option<ParticipantKeys>>,
     ) -> Result<Vec<ShareEnvelope>, String> {
+        let nonces =
+            crate::support::graph_nonces(&self.sites, |i| self.req(i), session, &keys).await;
         let request = ShareRequest {
             session: session.clone(),
             keys,
+            nonces,
         };
         self.sites[c]
             .secure_share(&self.req(c), &request)

@@ -76,6 +76,13 @@ impl Site for Recording {
         log.public_keys.push(setup.keys.mask_key);
         Ok(setup)
     }
+    async fn secure_reveal(
+        &self,
+        request: &SiteRequest<'_>,
+        reveal: &ShareRequest,
+    ) -> Result<[u8; 32]> {
+        self.inner.secure_reveal(request, reveal).await
+    }
     async fn secure_share(
         &self,
         request: &SiteRequest<'_>,

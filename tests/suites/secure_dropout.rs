@@ -27,6 +27,8 @@ use fedsql::{FedError, Result};
 enum Fail {
     Never,
     Setup,
+    /// In a sparse round: at the graph nonce's reveal.
+    Reveal,
     Share,
     Mask,
     Confirm,
@@ -86,6 +88,14 @@ impl Site for Flaky {
     ) -> Result<SecureSetup> {
         self.lost(Fail::Setup)?;
         self.inner.secure_setup(request, session).await
+    }
+    async fn secure_reveal(
+        &self,
+        request: &SiteRequest<'_>,
+        reveal: &ShareRequest,
+    ) -> Result<[u8; 32]> {
+        self.lost(Fail::Reveal)?;
+        self.inner.secure_reveal(request, reveal).await
     }
     async fn secure_share(
         &self,
@@ -497,6 +507,7 @@ impl Driven {
         let share = ShareRequest {
             session: self.session.clone(),
             keys,
+            nonces: Vec::new(),
         };
         let mut envelopes = Vec::new();
         for c in 0..self.sites.len() {
@@ -643,6 +654,7 @@ async fn replayed_reordered_and_misaddressed_messages_are_refused() {
     let early = ShareRequest {
         session: d.session.clone(),
         keys: vec![None, None, None],
+        nonces: Vec::new(),
     };
     assert!(
         d.sites[0]
@@ -937,4 +949,33 @@ async fn a_sparse_round_gives_the_exact_sum_over_the_sites_that_took_part() {
     let got = secure_sums(&fed).await.unwrap();
     let (want, _) = plain_sums((0..n).filter(|c| c % 10 != 9));
     assert_eq!(got, want);
+}
+
+/// A sparse round in which two sites fail to reveal their graph nonces
+/// (and one in ten is lost after masking): the session ends at the
+/// reveal (the graph needs every participant's nonce), the round runs
+/// again without the two, and the sum is exact over the sites that took
+/// part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_round_runs_again_without_the_sites_that_did_not_reveal_their_nonce() {
+    let n = 101;
+    let fed = federation(n, |c| match c {
+        3 | 50 => Fail::Reveal,
+        c if c % 10 == 9 => Fail::Mask,
+        _ => Fail::Never,
+    });
+    let got = secure_sums(&fed).await.unwrap();
+    let (want, _) = plain_sums((0..n).filter(|&c| c % 10 != 9 && c != 3 && c != 50));
+    assert_eq!(got, want);
+    let notices = fed.take_notices();
+    let line = notices
+        .iter()
+        .find(|l| l.starts_with("secure aggregation:"))
+        .unwrap_or_else(|| panic!("no notice: {notices:?}"));
+    assert!(line.contains("89 of 101 clients took part"), "{line}");
+    assert!(
+        line.contains("'site3' did not reveal its graph nonce; the round was run again without it"),
+        "{line}"
+    );
+    assert!(line.contains("'site50'"), "{line}");
 }

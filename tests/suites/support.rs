@@ -354,3 +354,81 @@ pub(crate) async fn assert_consistent_to(f: &Federation, sql: &str, rel: f64) {
     let ordered = sql.to_ascii_uppercase().contains("ORDER BY");
     assert_same_result(&what, &fed, &central, ordered, rel);
 }
+
+/// A sparse secure round's graph nonces as a hostile test coordinator
+/// collects them: the first call for a session asks every site with keys
+/// to reveal its nonce for `keys` (each site reveals once per session);
+/// later calls for the session give the same nonces. A site that refuses
+/// (its keys were not relayed as it sent them) has none. In a round of at
+/// most 100 sites there are none.
+pub(crate) async fn graph_nonces<'a, S: fedsql::protocol::site::Site + ?Sized>(
+    sites: &[Arc<S>],
+    request: impl Fn(usize) -> fedsql::protocol::site::SiteRequest<'a>,
+    session: &fedsql::protocol::secure::SecureSession,
+    keys: &[Option<fedsql::protocol::secure::ParticipantKeys>],
+) -> Vec<Option<[u8; 32]>> {
+    use fedsql::protocol::secure::{ShareRequest, graph};
+    if !graph::is_sparse(session.clients.len()) {
+        return Vec::new();
+    }
+    if let Some(known) = REVEALED.lock().unwrap().get(&session.id) {
+        return known.clone();
+    }
+    let reveal = ShareRequest {
+        session: session.clone(),
+        keys: keys.to_vec(),
+        nonces: Vec::new(),
+    };
+    let mut nonces = vec![None; keys.len()];
+    for (c, k) in keys.iter().enumerate() {
+        if k.is_some() && c < sites.len() {
+            nonces[c] = sites[c].secure_reveal(&request(c), &reveal).await.ok();
+        }
+    }
+    REVEALED.lock().unwrap().insert(session.id, nonces.clone());
+    nonces
+}
+
+/// Records the nonces a test coordinator collected itself for a session
+/// (for [`graph_seed`] and later calls of [`graph_nonces`]).
+pub(crate) fn remember_nonces(
+    session: &fedsql::protocol::secure::SecureSession,
+    nonces: Vec<Option<[u8; 32]>>,
+) {
+    REVEALED.lock().unwrap().insert(session.id, nonces);
+}
+
+/// The graph seed of a session whose nonces [`graph_nonces`] collected
+/// (all zeros before, and in a full round).
+pub(crate) fn graph_seed(
+    session: &fedsql::protocol::secure::SecureSession,
+) -> fedsql::protocol::secure::graph::GraphSeed {
+    use fedsql::protocol::secure::graph;
+    let known = REVEALED.lock().unwrap().get(&session.id).cloned();
+    match known {
+        Some(nonces) if graph::is_sparse(session.clients.len()) => {
+            // Hashed as the sites do, without the commitment check (the
+            // nonces were revealed by the sites themselves).
+            let keys: Vec<_> = nonces
+                .iter()
+                .map(|n| {
+                    n.map(|n| fedsql::protocol::secure::ParticipantKeys {
+                        mask_key: [0; 32],
+                        cipher_key: [0; 32],
+                        self_commitment: [0; 32],
+                        list_key: [0; 32],
+                        graph_commitment: graph::nonce_commitment(&session.id, &n),
+                        signed: None,
+                    })
+                })
+                .collect();
+            graph::seed(session, &keys, &nonces).unwrap_or([0; 32])
+        }
+        _ => [0; 32],
+    }
+}
+
+/// The nonces [`graph_nonces`] collected, by session id.
+static REVEALED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<[u8; 16], Vec<Option<[u8; 32]>>>>,
+> = std::sync::LazyLock::new(Default::default);

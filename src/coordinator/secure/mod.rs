@@ -1,5 +1,5 @@
-//! The coordinator's half of secure aggregation: it runs the five steps
-//! with every site, relays keys and sealed share envelopes, leaves out the
+//! The coordinator's half of secure aggregation: it runs the steps with
+//! every site, relays keys and sealed share envelopes, leaves out the
 //! sites that drop out before masking, recovers those that drop out after,
 //! and removes the masks from the sum (see [`crate::protocol::secure`] for
 //! the protocol). A site's refusal (its policy, the plan) fails the round;
@@ -19,7 +19,7 @@ use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::ConfirmRequest;
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, SecureLayout, SecureSession, ShareEnvelope, ShareRequest,
-    UnmaskRequest, default_threshold, union_groups,
+    UnmaskRequest, default_threshold, graph, union_groups,
 };
 use crate::protocol::site::{Analyst, Site, SiteRequest};
 
@@ -51,7 +51,7 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
     })
 }
 
-/// Runs a secure round's five steps with every client; `encoders` holds
+/// Runs a secure round's steps with every client; `encoders` holds
 /// each client's encoder, in the order of `clients`, and every request runs
 /// for `analyst`. `partial` is the round's partial aggregate (the layout of
 /// its secure columns), `threshold` the round's t.
@@ -61,7 +61,9 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
 /// signing — fails the session, and the round runs once more in a fresh
 /// session without it (and without any other site lost so far), so the
 /// answer covers the sites that took part, as for any dropout. The first
-/// session's total is never unmasked.
+/// session's total is never unmasked. So too in a sparse round for a site
+/// that does not reveal its graph nonce: the graph needs every
+/// participant's.
 pub(crate) async fn collect_masked_states(
     clients: &[Arc<dyn Site>],
     encoders: &[Encoder],
@@ -74,20 +76,20 @@ pub(crate) async fn collect_masked_states(
     loop {
         match one_session(clients, encoders, analyst, &layout, threshold, &left_out).await? {
             Session::Done(round) => return Ok(round),
-            Session::Unsigned(lost) => left_out.extend(lost),
+            Session::Rerun(lost) => left_out = lost,
         }
     }
 }
 
-/// How one session ended: its round, or the survivors that did not sign
-/// the survivor list (with the sites lost before them), to leave out of
-/// the next session.
+/// How one session ended: its round, or the sites to leave out of the next
+/// session (those lost so far, and the participants that did not reveal
+/// their graph nonce or the survivors that did not sign the survivor list).
 enum Session {
     Done(SecureRound),
-    Unsigned(Vec<(usize, Stage, String)>),
+    Rerun(Vec<(usize, Stage, String)>),
 }
 
-/// One session of a secure round's five steps; the sites of `left_out`
+/// One session of a secure round's steps; the sites of `left_out`
 /// are not asked (they count as dropped out at the step they were lost).
 async fn one_session(
     clients: &[Arc<dyn Site>],
@@ -138,11 +140,48 @@ async fn one_session(
     }
     part.check(Stage::Setup)?;
 
-    // Step 2: shares, sealed site to site.
-    let share_request = ShareRequest {
+    // A sparse round's coin toss: every participant reveals its graph
+    // nonce, now that every commitment is fixed.
+    let mut share_request = ShareRequest {
         session: session.clone(),
         keys: keys.clone(),
+        nonces: Vec::new(),
     };
+    if graph::is_sparse(n) {
+        let alive = part.alive();
+        let answers = join_all(alive.iter().map(|&i| {
+            let share_request = &share_request;
+            async move { clients[i].secure_reveal(&request(i), share_request).await }
+        }))
+        .await;
+        let mut nonces = vec![None; n];
+        let mut unrevealed = Vec::new();
+        for (&i, answer) in alive.iter().zip(answers) {
+            let committed = keys[i].expect("answered the setup").graph_commitment;
+            match answer {
+                Ok(nonce) if graph::nonce_commitment(&session.id, &nonce) == committed => {
+                    nonces[i] = Some(nonce);
+                }
+                Err(e) if is_refusal(&e) => return Err(e),
+                Ok(_) => unrevealed.push((
+                    i,
+                    Stage::Reveal,
+                    "it revealed a graph nonce it had not committed to".to_string(),
+                )),
+                Err(e) => unrevealed.push((i, Stage::Reveal, e.to_string())),
+            }
+        }
+        if !unrevealed.is_empty() {
+            let mut lost: Vec<(usize, Stage, String)> = left_out.to_vec();
+            lost.extend(unrevealed);
+            return Ok(Session::Rerun(lost));
+        }
+        share_request.nonces = nonces;
+    }
+    let graph_seed = graph::seed(&session, &keys, &share_request.nonces)
+        .map_err(|why| FedError::Internal(format!("the secure round's graph: {why}")))?;
+
+    // Step 2: shares, sealed site to site.
     let alive = part.alive();
     let answers = join_all(alive.iter().map(|&i| {
         let share_request = &share_request;
@@ -256,7 +295,7 @@ async fn one_session(
     if !unsigned.is_empty() {
         let mut lost: Vec<(usize, Stage, String)> = left_out.to_vec();
         lost.extend(unsigned);
-        return Ok(Session::Unsigned(lost));
+        return Ok(Session::Rerun(lost));
     }
 
     // Step 5: unmasking, by the survivors that signed.
@@ -278,7 +317,7 @@ async fn one_session(
         }
     }
     let correction = unmask::correction(
-        &session,
+        (&session, &graph_seed),
         &keys,
         &sharing,
         &survivors,

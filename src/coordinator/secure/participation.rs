@@ -10,6 +10,10 @@ use crate::protocol::secure::SecureSession;
 pub(crate) enum Stage {
     /// It did not answer the setup (keys and group keys).
     Setup,
+    /// In a sparse round, it did not reveal its graph nonce (or revealed
+    /// one it had not committed to): that session ended there, and the
+    /// round ran again without it.
+    Reveal,
     /// It did not send its shares.
     Shares,
     /// It shared its secrets but sent no masked state.
@@ -23,6 +27,7 @@ impl Stage {
     fn words(self) -> &'static str {
         match self {
             Stage::Setup => "dropped out before the key exchange; it was left out",
+            Stage::Reveal => "did not reveal its graph nonce; the round was run again without it",
             Stage::Shares => "dropped out before sharing its keys; it was left out",
             Stage::Masking => "dropped out after masking; its masks were removed",
             Stage::Signing => "did not sign the survivor list; the round was run again without it",

@@ -11,6 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::error::{FedError, Result};
+use crate::protocol::secure::graph::GraphSeed;
 use crate::protocol::secure::masks::{self, apply_pairwise, apply_self};
 use crate::protocol::secure::shamir::{self, Share};
 use crate::protocol::secure::{
@@ -22,9 +23,10 @@ use crate::protocol::secure::{
 /// survivor's self mask, and minus every survivor's pairwise mask with a
 /// site of `sharing` (the sites that sent shares) that is not a survivor.
 /// `revealed` holds each answering survivor's shares; `state` is a masked
-/// state (for the number of words).
+/// state (for the number of words); `graph_seed` draws a sparse round's
+/// graph.
 pub(super) fn correction(
-    session: &SecureSession,
+    (session, graph_seed): (&SecureSession, &GraphSeed),
     keys: &[Option<ParticipantKeys>],
     sharing: &[usize],
     survivors: &[usize],
@@ -39,7 +41,7 @@ pub(super) fn correction(
             layout.schema.fields().len()
         )));
     }
-    let graph = crate::protocol::secure::graph::neighbours(session);
+    let graph = crate::protocol::secure::graph::neighbours(session, graph_seed);
     // Shares by (site, kind), each from a survivor at its own point; a
     // share of the wrong kind for its site is not used.
     let mut shares: BTreeMap<(usize, bool), Vec<Share>> = BTreeMap::new();

@@ -1,10 +1,23 @@
 //! Whom each site masks with and shares its secrets with: every other site
 //! in a small round, and above [`FULL_GRAPH_MAX`] sites a sparse graph in
 //! the manner of SecAgg+ (Bell et al., CCS 2020): a ring of the sites in
-//! an order drawn from the session id, each linked to its
-//! [`degree`] / 2 nearest sites on either side. Every site computes the
-//! same graph from the session alone. The cost per site then grows with
-//! log n instead of n.
+//! an order drawn from the graph's seed, each linked to its
+//! [`degree`] / 2 nearest sites on either side. The cost per site then
+//! grows with log n instead of n.
+//!
+//! The seed is a coin toss among the sites, not the coordinator's choice
+//! (a coordinator that chose the order could seat its colluders around a
+//! victim, who would then hold the victim's neighbourhood threshold): at
+//! the setup each site commits to a fresh 32-byte nonce
+//! ([`nonce_commitment`], in its signed keys); once every site's keys
+//! (and so every commitment) are fixed, each reveals its nonce; the seed
+//! hashes the session id and every participant's nonce ([`seed`]). One
+//! honest site's nonce makes the order uniform, whatever the others chose
+//! after seeing the commitments. A participant that does not reveal ends
+//! the session (the coordinator runs the round again without it), so that
+//! withholding a reveal cannot pick between two graphs; what a coordinator
+//! can still do is abandon sessions until it likes a graph, one fresh
+//! graph per session.
 //!
 //! In a sparse round, a site's secrets are shared among its neighbours
 //! with a threshold of a strict majority of its neighbourhood (itself and
@@ -21,7 +34,82 @@ use super::SecureSession;
 pub const FULL_GRAPH_MAX: usize = 100;
 
 /// Domain separation of the graph's permutation.
-const GRAPH_CONTEXT: &[u8] = b"fedsql secure aggregation v2: neighbour graph";
+const GRAPH_CONTEXT: &[u8] = b"fedsql secure aggregation v3: neighbour graph";
+
+/// Domain separation of a site's commitment to its graph nonce.
+const NONCE_CONTEXT: &[u8] = b"fedsql secure aggregation v3: graph nonce";
+
+/// The seed of a session's graph (see [`seed`]); all zeros in a full
+/// round, where the graph does not depend on it.
+pub type GraphSeed = [u8; 32];
+
+/// A site's commitment to its graph nonce for a session.
+pub fn nonce_commitment(session: &[u8; 16], nonce: &[u8; 32]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(NONCE_CONTEXT);
+    hash.update(session);
+    hash.update(nonce);
+    hash.finalize().into()
+}
+
+/// The graph's seed from every participant's revealed nonce (in session
+/// order; `None` for a site without keys), each checked against the
+/// commitment in its keys. In a full round, no nonces are relayed and the
+/// seed is all zeros. Returns the broken rule otherwise.
+pub fn seed(
+    session: &SecureSession,
+    keys: &[Option<super::ParticipantKeys>],
+    nonces: &[Option<[u8; 32]>],
+) -> std::result::Result<GraphSeed, String> {
+    let n = session.clients.len();
+    if !is_sparse(n) {
+        return if nonces.is_empty() {
+            Ok([0; 32])
+        } else {
+            Err(
+                "graph nonces relayed in a round of at most 100 sites, which has no sparse graph"
+                    .into(),
+            )
+        };
+    }
+    if nonces.len() != n || keys.len() != n {
+        return Err(format!(
+            "{} graph nonces relayed for {n} clients (every participant's nonce must be)",
+            nonces.len()
+        ));
+    }
+    let mut hash = Sha256::new();
+    hash.update(GRAPH_CONTEXT);
+    hash.update(session.id);
+    hash.update((n as u64).to_le_bytes());
+    for (i, (k, nonce)) in keys.iter().zip(nonces).enumerate() {
+        match (k, nonce) {
+            (None, None) => hash.update([0]),
+            (Some(k), Some(nonce))
+                if nonce_commitment(&session.id, nonce) == k.graph_commitment =>
+            {
+                hash.update([1]);
+                hash.update(nonce);
+            }
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "participant {i}'s graph nonce does not match its commitment"
+                ));
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "participant {i} sent keys but its graph nonce was not relayed (every participant must reveal)"
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(format!(
+                    "a graph nonce relayed for participant {i}, which sent no keys"
+                ));
+            }
+        }
+    }
+    Ok(hash.finalize().into())
+}
 
 /// The number of neighbours of each site in a sparse round over `n` sites:
 /// 2⌈3·log2 n / 2⌉, at most n − 1.
@@ -37,19 +125,16 @@ pub fn is_sparse(n: usize) -> bool {
 }
 
 /// The neighbours of every site of the session (each list sorted; the
-/// relation is symmetric).
-pub fn neighbours(session: &SecureSession) -> Vec<Vec<usize>> {
+/// relation is symmetric), in a sparse round those of the graph drawn from
+/// `seed`.
+pub fn neighbours(session: &SecureSession, seed: &GraphSeed) -> Vec<Vec<usize>> {
     let n = session.clients.len();
     if !is_sparse(n) {
         return (0..n)
             .map(|i| (0..n).filter(|&j| j != i).collect())
             .collect();
     }
-    let mut hash = Sha256::new();
-    hash.update(GRAPH_CONTEXT);
-    hash.update(session.id);
-    hash.update((n as u64).to_le_bytes());
-    let mut prg = ChaCha20Rng::from_seed(hash.finalize().into());
+    let mut prg = ChaCha20Rng::from_seed(*seed);
     // Fisher-Yates with rejection sampling: an unbiased order.
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
@@ -99,12 +184,13 @@ mod tests {
     #[test]
     fn small_rounds_are_full_and_large_ones_sparse_symmetric_and_fresh() {
         let session = SecureSession::fresh((0..5).map(|i| i.to_string()).collect());
-        let full = neighbours(&session);
+        let full = neighbours(&session, &[0; 32]);
         assert_eq!(full[2], vec![0, 1, 3, 4]);
         assert_eq!(share_threshold(&session, 5), session.threshold);
         for n in [101, 1000] {
             let session = SecureSession::fresh((0..n).map(|i| i.to_string()).collect());
-            let graph = neighbours(&session);
+            let seed: GraphSeed = rand::random();
+            let graph = neighbours(&session, &seed);
             let k = degree(n);
             assert!((20..40).contains(&k), "{n}: {k}");
             for (i, list) in graph.iter().enumerate() {
@@ -114,12 +200,64 @@ mod tests {
                     assert!(graph[j].contains(&i), "{i} -> {j} not symmetric");
                 }
             }
-            // The same for everyone with the session, another for another.
-            assert_eq!(neighbours(&session), graph);
-            let other = SecureSession::fresh(session.clients.clone());
-            assert_ne!(neighbours(&other), graph);
+            // The same for everyone with the seed, another for another.
+            assert_eq!(neighbours(&session, &seed), graph);
+            assert_ne!(neighbours(&session, &rand::random()), graph);
             // k is even: a strict majority of k + 1 is k / 2 + 1.
             assert_eq!(share_threshold(&session, k + 1), k / 2 + 1);
         }
+    }
+
+    fn keys_with(commitment: [u8; 32]) -> super::super::ParticipantKeys {
+        super::super::ParticipantKeys {
+            mask_key: rand::random(),
+            cipher_key: rand::random(),
+            self_commitment: rand::random(),
+            list_key: rand::random(),
+            graph_commitment: commitment,
+            signed: None,
+        }
+    }
+
+    #[test]
+    fn the_seed_takes_every_participants_revealed_nonce_and_nothing_else() {
+        let session = SecureSession::fresh((0..101).map(|i| i.to_string()).collect());
+        let nonces: Vec<Option<[u8; 32]>> = (0..101)
+            .map(|i| (i != 7).then(rand::random::<[u8; 32]>))
+            .collect();
+        let keys: Vec<_> = nonces
+            .iter()
+            .map(|n| n.map(|n| keys_with(nonce_commitment(&session.id, &n))))
+            .collect();
+        let good = seed(&session, &keys, &nonces).unwrap();
+        // Any one nonce changes it.
+        let mut other = nonces.clone();
+        other[3] = Some(rand::random());
+        let mut other_keys = keys.clone();
+        other_keys[3] = other[3].map(|n| keys_with(nonce_commitment(&session.id, &n)));
+        assert_ne!(seed(&session, &other_keys, &other).unwrap(), good);
+        // A nonce that is not the committed one, a missing one, one for a
+        // site without keys, too few: refused.
+        let e = seed(&session, &keys, &other).unwrap_err();
+        assert!(
+            e.contains("participant 3's graph nonce does not match"),
+            "{e}"
+        );
+        let mut missing = nonces.clone();
+        missing[5] = None;
+        let e = seed(&session, &keys, &missing).unwrap_err();
+        assert!(
+            e.contains("participant 5 sent keys but its graph nonce"),
+            "{e}"
+        );
+        let mut extra = nonces.clone();
+        extra[7] = Some(rand::random());
+        let e = seed(&session, &keys, &extra).unwrap_err();
+        assert!(e.contains("participant 7, which sent no keys"), "{e}");
+        assert!(seed(&session, &keys, &nonces[..100]).is_err());
+        // A full round takes none.
+        let small = SecureSession::fresh((0..5).map(|i| i.to_string()).collect());
+        assert_eq!(seed(&small, &keys[..5], &[]).unwrap(), [0; 32]);
+        assert!(seed(&small, &keys[..5], &nonces[..5]).is_err());
     }
 }

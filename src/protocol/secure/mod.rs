@@ -5,7 +5,7 @@
 //! Those aggregates keep their state as `UInt64` words summed mod 2^64 (see
 //! [`fedsql_udfs::secure_quantized`]). A round with one of them runs the
 //! double-masking protocol of Bonawitz et al. (CCS 2017), with the
-//! consistency round of its actively secure variant, as five
+//! consistency round of its actively secure variant, as five (six in a sparse round)
 //! request/response exchanges, each site answering the coordinator, so a
 //! network worker serves it as a local site does:
 //!
@@ -13,12 +13,20 @@
 //!    [`SecureSession`] (a random id, the round's clients in order, and the
 //!    threshold t). Each site runs the encoder, keeps its state, draws two
 //!    X25519 key pairs (a *mask key* for pairwise masks, a *cipher key* for
-//!    the envelopes of its shares), an Ed25519 *list key* for step 4 and a
-//!    32-byte self-mask seed, and answers with the public keys, the seed's
-//!    commitment and its group keys ([`SecureSetup`]), signed by its
-//!    identity if it has one.
+//!    the envelopes of its shares), an Ed25519 *list key* for step 4, a
+//!    32-byte self-mask seed and a 32-byte graph nonce, and answers with
+//!    the public keys, the seed's and the nonce's commitments and its
+//!    group keys ([`SecureSetup`]), signed by its identity if it has one.
+//!
+//!    In a sparse round only (over more than [`graph::FULL_GRAPH_MAX`]
+//!    sites), the coordinator then relays every answering site's keys
+//!    (`Site::secure_reveal`, a [`ShareRequest`] without nonces), and each
+//!    site, its own keys among them unchanged, reveals its graph nonce:
+//!    the coin toss that draws the graph ([`graph`]).
 //! 2. **Shares** (`Site::secure_share`): the coordinator relays every
-//!    answering site's keys ([`ShareRequest`]). Each site checks them (its
+//!    answering site's keys ([`ShareRequest`]; in a sparse round the same
+//!    keys as for the reveal, with every participant's nonce, each checked
+//!    against its commitment). Each site checks them (its
 //!    peers, its floor, t > n/2), splits its mask secret key and its self
 //!    seed t-of-n with Shamir ([`shamir`]) and seals the pair of shares of
 //!    every other site for it alone ([`masks::seal`]); the coordinator only
@@ -46,8 +54,8 @@
 //!    those masks from the sum.
 //!
 //! Above [`graph::FULL_GRAPH_MAX`] sites, each site masks with and shares
-//! with only its O(log n) neighbours in a graph drawn from the session id
-//! (SecAgg+, Bell et al. 2020; see [`graph`]).
+//! with only its O(log n) neighbours in a graph drawn from the sites' coin
+//! toss (SecAgg+, Bell et al. 2020; see [`graph`]).
 //!
 //! A site that fails before its masked state is left out; one that fails
 //! after it is recovered. Fewer than t sites at any step fail the round.
@@ -124,12 +132,12 @@ impl SecureSession {
     }
 }
 
-// The messages of the five steps. Sites are named by their place in the
+// The messages of the steps. Sites are named by their place in the
 // session's client list (0-based); a Shamir share's point is that place
 // plus one.
 
 /// Domain separation of the digest a site's identity signs.
-const KEYS_DIGEST_CONTEXT: &[u8] = b"fedsql secure aggregation v3: participant keys";
+const KEYS_DIGEST_CONTEXT: &[u8] = b"fedsql secure aggregation v4: participant keys";
 
 /// A site's public keys for one session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +151,9 @@ pub struct ParticipantKeys {
     /// The Ed25519 key that signs the survivor list it confirms (see
     /// [`consistency`]).
     pub list_key: [u8; 32],
+    /// Its commitment to its nonce of the sparse graph's coin toss (see
+    /// [`graph::nonce_commitment`]).
+    pub graph_commitment: [u8; 32],
     /// Its identity's signature of the session id and [`Self::digest`], at
     /// a site with a long-term identity.
     pub signed: Option<SignedKey>,
@@ -157,6 +168,7 @@ impl ParticipantKeys {
         hash.update(self.cipher_key);
         hash.update(self.self_commitment);
         hash.update(self.list_key);
+        hash.update(self.graph_commitment);
         hash.finalize().into()
     }
 
@@ -177,11 +189,14 @@ pub struct SecureSetup {
 }
 
 /// Step 2: the keys of every site of the session, in session order; `None`
-/// for a site that did not answer the setup.
+/// for a site that did not answer the setup. In a sparse round, also every
+/// participant's graph nonce (revealed in the step before, to a request
+/// with the same keys and no nonces); none in a full round.
 #[derive(Debug, Clone)]
 pub struct ShareRequest {
     pub session: SecureSession,
     pub keys: Vec<Option<ParticipantKeys>>,
+    pub nonces: Vec<Option<[u8; 32]>>,
 }
 
 impl ShareRequest {

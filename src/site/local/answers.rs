@@ -108,6 +108,15 @@ impl Site for LocalClient {
             .map_err(|e| self.site_error(e))
     }
 
+    async fn secure_reveal(
+        &self,
+        _request: &SiteRequest<'_>,
+        reveal: &ShareRequest,
+    ) -> Result<[u8; 32]> {
+        self.check_secure_peers()?;
+        self.secrets.reveal(reveal).map_err(|e| self.site_error(e))
+    }
+
     async fn secure_share(
         &self,
         _request: &SiteRequest<'_>,

@@ -1,6 +1,6 @@
-//! The five steps of secure aggregation at a site, as a state machine per
-//! session: keys sent → shares sent → masked → list signed → unmasked
-//! (forgotten). Each
+//! The steps of secure aggregation at a site, as a state machine per
+//! session: keys sent → (in a sparse round) graph nonce revealed → shares
+//! sent → masked → list signed → unmasked (forgotten). Each
 //! step is answered once, in order; anything else (a replay, a step out of
 //! order, a session it does not know) is refused, so a coordinator cannot
 //! ask twice and collect both kinds of shares of one site.
@@ -79,6 +79,10 @@ struct Pending {
     self_seed: [u8; 32],
     /// The seed of its Ed25519 list key (step 4).
     list_seed: [u8; 32],
+    /// Its nonce of the sparse graph's coin toss.
+    graph_nonce: [u8; 32],
+    /// The graph's seed, once the nonces are in (step 2).
+    graph_seed: graph::GraphSeed,
     keys: ParticipantKeys,
     state: RecordBatch,
     layout: SecureLayout,
@@ -90,6 +94,8 @@ struct Pending {
 enum Step {
     /// Step 1 answered.
     KeysSent,
+    /// In a sparse round: its graph nonce revealed, for these keys.
+    Revealed { keys: Vec<Option<ParticipantKeys>> },
     /// Step 2 answered: this site's place, the keys it checked, and its own
     /// shares of its secrets.
     SharesSent {
@@ -128,6 +134,7 @@ impl Step {
     fn name(&self) -> &'static str {
         match self {
             Step::KeysSent => "its keys were sent",
+            Step::Revealed { .. } => "its graph nonce was revealed",
             Step::SharesSent { .. } => "its shares were sent",
             Step::Masked { .. } => "its masked state was sent",
             Step::Confirmed { .. } => "it signed the survivor list",
@@ -161,6 +168,65 @@ fn check_threshold(session: &SecureSession, n: usize, floor: usize) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// This site's place among the relayed keys of `request`, whose own keys
+/// are `own`: refused unless they are relayed once and unchanged, no
+/// public key is relayed twice, and at least the threshold sent keys.
+fn relayed_place(request: &ShareRequest, own: &ParticipantKeys) -> Result<usize> {
+    let session = &request.session;
+    let n = session.clients.len();
+    if request.keys.len() != n {
+        return Err(FedError::InvalidArgument(format!(
+            "{} sites' keys relayed for {n} clients",
+            request.keys.len()
+        )));
+    }
+    let participants = request.participants();
+    let places: Vec<usize> = participants
+        .iter()
+        .copied()
+        .filter(|&j| request.keys[j].is_some_and(|k| k.mask_key == own.mask_key))
+        .collect();
+    let me = match places[..] {
+        [at] if request.keys[at] == Some(*own) => at,
+        [] => {
+            return Err(FedError::InvalidArgument(format!(
+                "the coordinator did not relay this client's keys for secure session {}",
+                session.id_hex()
+            )));
+        }
+        _ => {
+            return Err(FedError::InvalidArgument(
+                "the coordinator relayed this client's keys more than once, or changed them".into(),
+            ));
+        }
+    };
+    // A key relayed twice would make a pair of masks cancel, or let
+    // one site read another's envelope.
+    let mut seen: Vec<[u8; 32]> = participants
+        .iter()
+        .flat_map(|&j| {
+            let k = request.keys[j].expect("a participant");
+            [k.mask_key, k.cipher_key]
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    if seen.len() != 2 * participants.len() {
+        return Err(FedError::InvalidArgument(
+            "the coordinator relayed a public key more than once".into(),
+        ));
+    }
+    if participants.len() < session.threshold {
+        return Err(FedError::InvalidArgument(format!(
+            "secure session {}: {} sites sent keys, fewer than the threshold {}",
+            session.id_hex(),
+            participants.len(),
+            session.threshold
+        )));
+    }
+    Ok(me)
 }
 
 impl ClientSecrets {
@@ -242,11 +308,13 @@ impl ClientSecrets {
         let cipher_secret = StaticSecret::from(rand::random::<[u8; 32]>());
         let self_seed: [u8; 32] = rand::random();
         let list_seed: [u8; 32] = rand::random();
+        let graph_nonce: [u8; 32] = rand::random();
         let mut keys = ParticipantKeys {
             mask_key: PublicKey::from(&mask_secret).to_bytes(),
             cipher_key: PublicKey::from(&cipher_secret).to_bytes(),
             self_commitment: masks::self_commitment(&session.id, &self_seed),
             list_key: consistency::list_public_key(&list_seed),
+            graph_commitment: graph::nonce_commitment(&session.id, &graph_nonce),
             signed: None,
         };
         keys.signed = self
@@ -261,6 +329,8 @@ impl ClientSecrets {
             cipher_secret,
             self_seed,
             list_seed,
+            graph_nonce,
+            graph_seed: [0; 32],
             keys,
             state: batch,
             layout,
@@ -268,6 +338,29 @@ impl ClientSecrets {
             step: Step::KeysSent,
         });
         Ok(SecureSetup { keys, group_keys })
+    }
+
+    /// Between steps 1 and 2, in a sparse round only: checks the relayed
+    /// keys (its own among them, unchanged; no key twice; at least t
+    /// sites) and reveals this site's graph nonce, once. The keys of step
+    /// 2 must then be these.
+    pub(crate) fn reveal(&self, request: &ShareRequest) -> Result<[u8; 32]> {
+        let session = &request.session;
+        let mut pending = self.take(session, |s| matches!(s, Step::KeysSent))?;
+        if !graph::is_sparse(session.clients.len()) || !request.nonces.is_empty() {
+            return Err(FedError::InvalidArgument(format!(
+                "secure session {}: a graph nonce is revealed only in a round of more than {} sites, to a request without nonces; the session is over here",
+                session.id_hex(),
+                graph::FULL_GRAPH_MAX
+            )));
+        }
+        relayed_place(request, &pending.keys)?;
+        let nonce = pending.graph_nonce;
+        pending.step = Step::Revealed {
+            keys: request.keys.clone(),
+        };
+        self.keep(pending);
+        Ok(nonce)
     }
 
     /// Step 2: checks the relayed keys (`admit` checks its neighbours'
@@ -281,62 +374,36 @@ impl ClientSecrets {
         admit: impl FnOnce(usize, &[usize]) -> Result<()>,
     ) -> Result<Vec<ShareEnvelope>> {
         let session = &request.session;
-        let mut pending = self.take(session, |s| matches!(s, Step::KeysSent))?;
-        let n = session.clients.len();
-        if request.keys.len() != n {
+        let sparse = graph::is_sparse(session.clients.len());
+        let mut pending = self.take(session, |s| {
+            if sparse {
+                matches!(s, Step::Revealed { .. })
+            } else {
+                matches!(s, Step::KeysSent)
+            }
+        })?;
+        if let Step::Revealed { keys } = &pending.step
+            && *keys != request.keys
+        {
             return Err(FedError::InvalidArgument(format!(
-                "{} sites' keys relayed for {n} clients",
-                request.keys.len()
+                "secure session {}: the keys relayed for the shares differ from those relayed when this site revealed its graph nonce; the session is over here",
+                session.id_hex()
             )));
         }
+        let me = relayed_place(request, &pending.keys)?;
         let participants = request.participants();
-        let places: Vec<usize> = participants
-            .iter()
-            .copied()
-            .filter(|&j| request.keys[j].is_some_and(|k| k.mask_key == pending.keys.mask_key))
-            .collect();
-        let me = match places[..] {
-            [at] if request.keys[at] == Some(pending.keys) => at,
-            [] => {
-                return Err(FedError::InvalidArgument(format!(
-                    "the coordinator did not relay this client's keys for secure session {}",
+        // The graph's coin toss: every participant's nonce, as committed.
+        pending.graph_seed =
+            graph::seed(session, &request.keys, &request.nonces).map_err(|why| {
+                FedError::InvalidArgument(format!(
+                    "secure session {}: {why}; the session is over here",
                     session.id_hex()
-                )));
-            }
-            _ => {
-                return Err(FedError::InvalidArgument(
-                    "the coordinator relayed this client's keys more than once, or changed them"
-                        .into(),
-                ));
-            }
-        };
-        // A key relayed twice would make a pair of masks cancel, or let
-        // one site read another's envelope.
-        let mut seen: Vec<[u8; 32]> = participants
-            .iter()
-            .flat_map(|&j| {
-                let k = request.keys[j].expect("a participant");
-                [k.mask_key, k.cipher_key]
-            })
-            .collect();
-        seen.sort();
-        seen.dedup();
-        if seen.len() != 2 * participants.len() {
-            return Err(FedError::InvalidArgument(
-                "the coordinator relayed a public key more than once".into(),
-            ));
-        }
-        if participants.len() < session.threshold {
-            return Err(FedError::InvalidArgument(format!(
-                "secure session {}: {} sites sent keys, fewer than the threshold {}",
-                session.id_hex(),
-                participants.len(),
-                session.threshold
-            )));
-        }
+                ))
+            })?;
+        let n = session.clients.len();
         // A strict majority of the sites that can hold shares.
         check_threshold(session, participants.len(), floor)?;
-        let graph_neighbours = graph::neighbours(session).swap_remove(me);
+        let graph_neighbours = graph::neighbours(session, &pending.graph_seed).swap_remove(me);
         let share_t = graph::share_threshold(session, graph_neighbours.len() + 1);
         let neighbours: Vec<usize> = graph_neighbours
             .into_iter()
@@ -679,7 +746,7 @@ impl ClientSecrets {
             // The coordinator can unmask the sum of any part of the
             // survivors that no pairwise mask links to the rest: the
             // sites this one is linked to through survivors must make t.
-            let links = graph::neighbours(session);
+            let links = graph::neighbours(session, &pending.graph_seed);
             let mut listed = vec![false; links.len()];
             for &s in survivors {
                 listed[s as usize] = true;

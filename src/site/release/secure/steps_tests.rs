@@ -10,6 +10,7 @@ fn keys(i: u8) -> ParticipantKeys {
         cipher_key: [i + 100; 32],
         self_commitment: [i + 200; 32],
         list_key: [i + 50; 32],
+        graph_commitment: [i + 60; 32],
         signed: None,
     }
 }
@@ -22,6 +23,7 @@ fn only_keys_signed_by_distinct_listed_peers_are_shared_with() {
         .collect();
     let peers = [ids[1].public_key(), ids[2].public_key()];
     let request = |signed: Vec<Option<SignedKey>>| ShareRequest {
+        nonces: Vec::new(),
         session: session.clone(),
         keys: (0..3)
             .map(|k| {

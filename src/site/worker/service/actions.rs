@@ -9,10 +9,11 @@ use super::audited::{Outcome, describe};
 use super::calls::{Checked, WorkerService, aggregate_names};
 use crate::error::{FedError, Result};
 use crate::protocol::flight::{
-    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP,
-    ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, EncodeMaskedRequest, EncodeRequest, EnvelopeMessage,
-    KeysMessage, POLICY_REFUSAL, RevealedMessage, SecureConfirmReply, SecureConfirmRequest,
-    SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
+    ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL,
+    ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK, EncodeMaskedRequest,
+    EncodeRequest, EnvelopeMessage, KeysMessage, POLICY_REFUSAL, RevealedMessage,
+    SecureConfirmReply, SecureConfirmRequest, SecureRevealReply, SecureSetupReply,
+    SecureSetupRequest, SecureShareReply, SecureShareRequest, SecureUnmaskReply,
     SecureUnmaskRequest, SessionMessage, batch_from_ipc, batch_to_ipc,
 };
 use crate::protocol::secure::consistency::ConfirmRequest;
@@ -187,6 +188,61 @@ hint: ask the data owner to check the worker's --dp-ledger file and its disk",
         .encode_to_vec())
     }
 
+    /// The relayed keys (and nonces) of a sparse round's reveal or of step
+    /// 2, checked as every secure step's request is.
+    async fn share_request(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        call: &str,
+        body: &[u8],
+    ) -> Result<(Checked, ShareRequest), Status> {
+        let request =
+            SecureShareRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
+        let keys = request.keys().map_err(|e| self.malformed(peer, call, e))?;
+        let nonces = request
+            .nonces()
+            .map_err(|e| self.malformed(peer, call, e))?;
+        let (checked, session) = self
+            .check_secure((peer, analyst), call, request.encode, request.session)
+            .await?;
+        Ok((
+            checked,
+            ShareRequest {
+                session,
+                keys,
+                nonces,
+            },
+        ))
+    }
+
+    /// Secure aggregation, between steps 1 and 2 of a sparse round: this
+    /// site's graph nonce.
+    pub(super) async fn secure_reveal(
+        &self,
+        (peer, analyst): (&str, &Analyst),
+        body: &[u8],
+    ) -> Result<Vec<u8>, Status> {
+        let call = ACTION_SECURE_REVEAL;
+        let (checked, reveal) = self.share_request((peer, analyst), call, body).await?;
+        let nonce = checked
+            .client
+            .secure_reveal(&SiteRequest::new(&checked.encoder, analyst), &reveal)
+            .await
+            .map_err(|e| self.site_status(peer, call, &checked.table.name, e))?;
+        self.log(
+            peer,
+            &format!(
+                "table={}: secure session {}: graph nonce revealed",
+                checked.table.name,
+                reveal.session.id_hex()
+            ),
+        );
+        Ok(SecureRevealReply {
+            nonce: nonce.to_vec(),
+        }
+        .encode_to_vec())
+    }
+
     /// Secure aggregation, step 2: this site's shares, sealed to the others.
     pub(super) async fn secure_share(
         &self,
@@ -194,13 +250,7 @@ hint: ask the data owner to check the worker's --dp-ledger file and its disk",
         body: &[u8],
     ) -> Result<Vec<u8>, Status> {
         let call = ACTION_SECURE_SHARE;
-        let request =
-            SecureShareRequest::decode(body).map_err(|e| self.malformed(peer, call, e))?;
-        let keys = request.keys().map_err(|e| self.malformed(peer, call, e))?;
-        let (checked, session) = self
-            .check_secure((peer, analyst), call, request.encode, request.session)
-            .await?;
-        let share = ShareRequest { session, keys };
+        let (checked, share) = self.share_request((peer, analyst), call, body).await?;
         let envelopes = checked
             .client
             .secure_share(&SiteRequest::new(&checked.encoder, analyst), &share)

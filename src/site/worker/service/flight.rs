@@ -17,8 +17,8 @@ use super::calls::WorkerService;
 use crate::error::Result;
 use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
-    ACTION_SECURE_CONFIRM, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE, ACTION_SECURE_UNMASK,
-    ReleaseFit, TicketCommand, ticket_command,
+    ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
+    ACTION_SECURE_UNMASK, ReleaseFit, TicketCommand, ticket_command,
 };
 use crate::protocol::site::BudgetLine;
 
@@ -208,6 +208,14 @@ impl FlightService for WorkerService {
                 )
                 .await?
             }
+            ACTION_SECURE_REVEAL => {
+                self.limited(
+                    &peer,
+                    ACTION_SECURE_REVEAL,
+                    self.secure_reveal((&peer, &analyst), &action.body),
+                )
+                .await?
+            }
             ACTION_SECURE_SHARE => {
                 self.limited(
                     &peer,
@@ -237,7 +245,7 @@ impl FlightService for WorkerService {
                     &peer,
                     "DoAction",
                     Status::invalid_argument(format!(
-                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_SECURE_SHARE}, {ACTION_ENCODE_MASKED}, {ACTION_SECURE_CONFIRM}, {ACTION_SECURE_UNMASK}, {ACTION_PRIVACY_BUDGET})"
+                        "unknown action `{other}` (known: {ACTION_EXPLAIN}, {ACTION_RELEASE_FIT}, {ACTION_SECURE_SETUP}, {ACTION_SECURE_REVEAL}, {ACTION_SECURE_SHARE}, {ACTION_ENCODE_MASKED}, {ACTION_SECURE_CONFIRM}, {ACTION_SECURE_UNMASK}, {ACTION_PRIVACY_BUDGET})"
                     )),
                 ));
             }

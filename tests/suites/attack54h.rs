@@ -1,0 +1,421 @@
+//! Issue 54, attacked an eighth time from outside: secure aggregation and
+//! the site rules around it after the fixes of the seventh review, by a
+//! hostile coordinator that drives honest sites through the `Site` trait
+//! with hand-made messages (the harness of `attack54f.rs`, in process and
+//! against `fedsql worker`s over Flight), and by a hostile analyst with
+//! SQL only.
+//!
+//! A test named `break_…` asserts that the secret recovered equals the
+//! victim's true value; `holds_…` asserts what stops an attack.
+
+#![allow(dead_code, unused_imports)]
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use datafusion::logical_expr::LogicalPlan;
+use fedsql::FedContext;
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::codec::InlineTable;
+use fedsql::protocol::encoder::Encoder;
+use fedsql::protocol::secure::{
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
+    ShareRequest, UnmaskRequest, masks, shamir,
+};
+use fedsql::protocol::site::{Analyst, Site, SiteRequest};
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::policy::DisclosurePolicy;
+
+use crate::attack54f::{
+    Hostile, SUM_SQL, first_word, first_words, honest_total, rebuild, round_over, round_showing,
+    schema, session_of, site_rows, site_sum,
+};
+
+/// `require_secure`, with `g` declared public (`dp_domain.g = '0'`: in the
+/// harness every row has `g = 0`, so the declaration is true).
+fn require_secure_declared() -> DpPolicy {
+    let mut dp = DpPolicy::default();
+    dp.set("require_secure", "true").unwrap();
+    dp.set("dp_domain.g", "0").unwrap();
+    dp
+}
+
+/// The `Int64` values of a batch's column `i`.
+fn int64s(batch: &RecordBatch, i: usize) -> Vec<i64> {
+    let column = datafusion::arrow::compute::cast(batch.column(i), &DataType::Int64).unwrap();
+    column
+        .as_primitive::<Int64Type>()
+        .iter()
+        .map(|v| v.expect("a value"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// 1. require_secure with a declared group column: the group keys of a
+//    filtered secure setup still tell whether 0, 1..k-1 or k+ rows pass.
+// ---------------------------------------------------------------------
+
+/// What site 0's secure setup of `secure_count(1)` over the rows with
+/// `lo <= x < hi`, grouped by the declared `g`, tells: `None` if refused
+/// (1 to k − 1 rows pass), else whether its group key came back (k or
+/// more rows pass) or not (none pass).
+async fn rows_in(h: &Hostile, lo: i64, hi: i64, asked: &mut usize) -> Option<bool> {
+    *asked += 1;
+    let sql =
+        format!("SELECT g, secure_count(1) AS n FROM t WHERE x >= {lo} AND x < {hi} GROUP BY g");
+    let encoder = h.plan_encoder(&sql).await;
+    let request = SiteRequest::new(&encoder, &h.analyst);
+    match h.sites[0].secure_setup(&request, &session_of(5)).await {
+        Ok(setup) => Some(setup.group_keys.num_rows() > 0),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("min_group_rows"), "another refusal: {e}");
+            None
+        }
+    }
+}
+
+/// The values of x at site 0 within `[lo, hi)`, found by halving: a range
+/// is searched further unless its setup came back without a group key (no
+/// row in it).
+fn values_in<'a>(
+    h: &'a Hostile,
+    (lo, hi): (i64, i64),
+    asked: &'a mut usize,
+    found: &'a mut Vec<i64>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+    Box::pin(async move {
+        if rows_in(h, lo, hi, asked).await == Some(false) {
+            return;
+        }
+        if hi - lo == 1 {
+            found.push(lo);
+            return;
+        }
+        let mid = lo + (hi - lo) / 2;
+        values_in(h, (lo, mid), asked, found).await;
+        values_in(h, (mid, hi), asked, found).await;
+    })
+}
+
+/// BREAK 1 (medium). The seventh review's range search, with the group
+/// column declared: under `require_secure` and the default disclosure
+/// policy (k = 5), with `g` declared public (`dp_domain.g`), a secure
+/// setup of `secure_count(1) … WHERE lo <= x AND x < hi GROUP BY g` is
+/// accepted (g is declared), and it is refused (1 to 4 rows pass),
+/// answered with the group key `0` (5 or more) or with *no* group key
+/// (none): for a secure (non-DP) aggregate the site does not complete the
+/// declared keys as it does for DP (`DpSite::release` completes only when
+/// the query has DP calls), so which declared keys come back still tells
+/// whether rows pass the filter. Halving `[lo, hi)` gives every value of
+/// `x` at site 0, and so its exact `secure_sum(x, 0, 1000)`, from setups
+/// alone, never a plain state.
+///
+/// The security page says the declared-columns rule answers exactly this
+/// attack ("found values by a range search on which group keys came back
+/// … What is left is the refusal of the thresholds").
+///
+/// Where to fix: under `require_secure`, release exactly the declared
+/// groups, as DP does (an empty state for every declared key the site does
+/// not hold, rows of undeclared keys dropped), for secure aggregates too.
+#[tokio::test]
+async fn break_require_secure_a_declared_group_column_answers_the_range_search() {
+    let dp = require_secure_declared();
+    let h = Hostile::build(5, SUM_SQL, Some(&dp), Some(DisclosurePolicy::default())).await;
+    // The setting is on: the plain sum is refused.
+    let plain = h.plan_encoder("SELECT sum(x) AS s FROM t").await;
+    let err = h.sites[0]
+        .encode(&SiteRequest::new(&plain, &h.analyst))
+        .await
+        .expect_err("a plain sum under require_secure")
+        .to_string();
+    assert!(err.contains("require_secure"), "{err}");
+    let mut asked = 0;
+    let mut found = Vec::new();
+    values_in(&h, (0, 1024), &mut asked, &mut found).await;
+    let mut truth = int64s(&site_rows(0), 1);
+    truth.sort_unstable();
+    assert_eq!(found, truth, "every value of x at site 0 ({asked} setups)");
+    assert_eq!(
+        found.iter().sum::<i64>() as u64,
+        site_sum(0),
+        "site 0's exact secure_sum"
+    );
+    assert!(asked < 120, "{asked} setups");
+}
+
+// ---------------------------------------------------------------------
+// 2. require_secure checks a group column by its name alone: a declared
+//    name given to any expression of the rows (`x AS g`) passes.
+// ---------------------------------------------------------------------
+
+/// Site `c`'s rows for 2.: `g = 0` everywhere; `x` holds two values, five
+/// rows each (a category-like column the data owner did not declare).
+fn repeated_rows(c: usize) -> RecordBatch {
+    let g: Vec<i64> = vec![0; 10];
+    let x: Vec<i64> = (0..10)
+        .map(|i| {
+            if i < 5 {
+                100 + c as i64
+            } else {
+                500 + 7 * c as i64
+            }
+        })
+        .collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
+    )
+    .unwrap()
+}
+
+/// As [`Hostile::build`], with each site's rows from `rows`.
+async fn hostile_with_rows(
+    n: usize,
+    sql: &str,
+    rows: impl Fn(usize) -> RecordBatch,
+    dp: Option<&DpPolicy>,
+    policy: Option<DisclosurePolicy>,
+) -> Hostile {
+    let ctx = FedContext::new();
+    let identities: Vec<Arc<SiteIdentity>> = (0..n)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+    let sites: Vec<Arc<dyn Site>> = (0..n)
+        .map(|c| {
+            let name = format!("site{c}");
+            let mut site = LocalClient::from_batches(
+                &name,
+                &format!("memory:{name}"),
+                schema(),
+                vec![rows(c)],
+                ctx.site_engine(),
+            )
+            .unwrap()
+            .with_identity(Some(Arc::clone(&identities[c])), listed.clone());
+            if policy.is_some() {
+                site = site.with_policy(policy.clone()).served_remotely(false);
+            }
+            if let Some(p) = dp {
+                site = site.with_dp(Arc::new(DpSite::seeded_for_tests(
+                    p.clone(),
+                    Arc::new(Ledger::in_memory()),
+                    0x5eed + c as u64,
+                )));
+            }
+            Arc::new(site) as Arc<dyn Site>
+        })
+        .collect();
+    ctx.register_federated(FederatedTable::new("t", schema(), sites.clone()))
+        .unwrap();
+    let mut h = Hostile {
+        ctx,
+        encoders: Vec::new(),
+        sites,
+        analyst: Analyst::session(),
+        identities,
+    };
+    let encoder = h.plan_encoder(sql).await;
+    h.encoders = vec![encoder; n];
+    h
+}
+
+/// The analyst's query of 2.: the undeclared `x`, named `g`.
+const ALIAS_SQL: &str =
+    "SELECT g, secure_count(1) AS n FROM (SELECT x AS g FROM t) AS s GROUP BY g";
+
+/// BREAK 2 (high). Under `require_secure` a secure aggregate may group
+/// only by declared public columns, but `DpSite::check_encoder` checks a
+/// group column by its *name* (`group_columns`: `Expr::Column(c) ⇒
+/// c.name`), not by what it is: `SELECT g, secure_count(1) FROM (SELECT
+/// x AS g FROM t) GROUP BY g` groups by the undeclared `x` under the
+/// declared name `g`. It is accepted, and site 0's setup sends the hostile
+/// coordinator every value of `x` held by k or more rows, in plain, before
+/// any mask — what the seventh review's `GROUP BY x` did, which the rule
+/// was added to stop. (For DP aggregates the same alias is harmless:
+/// `release` keeps only the declared values.)
+///
+/// Where to fix: resolve a group column to the table's own column (the
+/// scan's field, through projections that only rename) before matching it
+/// against `dp_domain`, or refuse a group column made by a projection;
+/// and complete the declared keys for secure aggregates as for DP (which
+/// would also drop the undeclared values here).
+#[tokio::test]
+async fn break_require_secure_an_alias_groups_by_an_undeclared_column() {
+    let dp = require_secure_declared();
+    let h = hostile_with_rows(
+        5,
+        ALIAS_SQL,
+        repeated_rows,
+        Some(&dp),
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    // Grouping by the undeclared column under its own name is refused.
+    let direct = h
+        .plan_encoder("SELECT x, secure_count(1) AS n FROM t GROUP BY x")
+        .await;
+    let err = h.sites[0]
+        .secure_setup(&SiteRequest::new(&direct, &h.analyst), &session_of(5))
+        .await
+        .expect_err("GROUP BY x under require_secure")
+        .to_string();
+    assert!(err.contains("declares public"), "{err}");
+    // The same column named `g`: accepted, its values in plain.
+    let (_, group_keys) = h.setup(0, &session_of(5)).await.unwrap();
+    let mut values = int64s(&group_keys, 0);
+    values.sort_unstable();
+    let mut truth = int64s(&repeated_rows(0), 1);
+    truth.sort_unstable();
+    truth.dedup();
+    assert_eq!(values, truth, "every value of the undeclared x at site 0");
+}
+
+/// Worker `c`'s rows for 2b.: as [`repeated_rows`], and five more rows of
+/// `x = 42` at every worker (a value every site holds).
+fn worker_rows(c: usize) -> RecordBatch {
+    let base = repeated_rows(c);
+    let mut x = int64s(&base, 1);
+    x.extend([42; 5]);
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(vec![0i64; x.len()])),
+            Arc::new(Int64Array::from(x)),
+        ],
+    )
+    .unwrap()
+}
+
+/// Five `fedsql worker`s (in this process), worker `c` serving
+/// [`worker_rows`]`(c)` as `t` under the default disclosure policy with
+/// `require_secure` and `dp_domain.g = '0'`, each with an identity key
+/// and every identity listed as a peer; an honest coordinator's context
+/// over them (`ctx`), and a hostile coordinator driving their clients.
+async fn declared_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let files: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| {
+            let path = dir.join(format!("site{c}.csv"));
+            let rows = worker_rows(c);
+            let g = int64s(&rows, 0);
+            let x = int64s(&rows, 1);
+            let mut text = "g,x\n".to_string();
+            for (g, x) in g.iter().zip(&x) {
+                text.push_str(&format!("{g},{x}\n"));
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = require_secure_declared();
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let mut h = Hostile {
+        ctx,
+        sites,
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities,
+    };
+    let encoder = h.plan_encoder(ALIAS_SQL).await;
+    h.encoders = vec![encoder; 5];
+    (workers, h)
+}
+
+/// BREAK 2b (high), against real workers: the aliased encoder travels as
+/// datafusion-proto bytes, each worker decodes and checks it, and accepts
+/// it: worker 0's setup gives the hostile coordinator every value of its
+/// undeclared `x` (held by 5 or more rows). And a hostile analyst through
+/// an honest coordinator, with SQL alone, reads the values of `x` that at
+/// least t workers hold (here 42) with their secure counts — the rule
+/// "group only by declared public columns" holds for neither.
+#[tokio::test]
+async fn break_require_secure_an_alias_over_the_wire_and_through_sql() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = declared_workers(dir.path()).await;
+    // The worker refuses the plain sum and the undeclared column by name.
+    for (sql, want) in [
+        ("SELECT sum(x) AS s FROM t", "require_secure"),
+        (
+            "SELECT x, secure_count(1) AS n FROM t GROUP BY x",
+            "declares public",
+        ),
+    ] {
+        let err = match h.ctx.sql(sql).await {
+            Ok(df) => df.collect().await.map(|_| ()),
+            Err(e) => Err(e),
+        }
+        .expect_err(sql)
+        .to_string();
+        assert!(err.contains(want), "{sql}: {err}");
+    }
+    // The hostile coordinator: worker 0's values of x, in plain, at setup.
+    let (_, group_keys) = h.setup(0, &session_of(5)).await.unwrap();
+    let mut values = int64s(&group_keys, 0);
+    values.sort_unstable();
+    let mut truth = int64s(&worker_rows(0), 1);
+    truth.sort_unstable();
+    truth.dedup();
+    assert_eq!(values, truth, "every value of the undeclared x at worker 0");
+    // The analyst, through the honest coordinator.
+    let batches = crate::remote::run(&h.ctx, ALIAS_SQL).await.unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        for (g, n) in int64s(b, 0).into_iter().zip(int64s(b, 1)) {
+            rows.push((g, n));
+        }
+    }
+    assert_eq!(
+        rows,
+        vec![(42, 25)],
+        "x = 42 held by every worker, 5 rows each"
+    );
+}
+
+/// HOLDS 2c. The same alias under the masks with DP (`secure_dp_count`,
+/// `require_secure` and `dp_domain.g`): the site releases exactly the
+/// declared keys (`DpSite::release` completes them and drops the others),
+/// so the setup's group keys are the declared `0` alone, whatever `x`
+/// holds.
+#[tokio::test]
+async fn holds_require_secure_an_alias_under_secure_dp_gives_only_declared_keys() {
+    let dp = require_secure_declared();
+    let sql = "SELECT g, secure_dp_count(1, 1.0) AS n FROM (SELECT x AS g FROM t) AS s GROUP BY g";
+    let h = hostile_with_rows(
+        5,
+        sql,
+        repeated_rows,
+        Some(&dp),
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    let (_, group_keys) = h.setup(0, &session_of(5)).await.unwrap();
+    assert_eq!(int64s(&group_keys, 0), vec![0], "only the declared key");
+}

@@ -529,3 +529,41 @@ async fn break_approval_a_request_flagged_as_a_fit_changes_its_constants_freely(
     assert_eq!(at_37, truth(37.0), "an unapproved constant's answer");
     assert_ne!(at_37, at_50);
 }
+
+/// BREAK 2d (high; the same root as 2). A declared name on a *shared*
+/// table's column: the analyst's inline `VALUES` of candidate values
+/// `(k, g)`, joined on `t.x = s.k` and grouped by `s.g` (named `g`,
+/// declared). The join passes the amplification check (the shared keys
+/// are distinct), the group check sees the name `g` only, and the setup's
+/// group keys are the candidates that 5 or more of site 0's rows hold: a
+/// membership test of many values of the undeclared `x` in one setup.
+/// (A fix that only follows projections to a scan would still accept
+/// this: the group column must be the *federated* table's own column.)
+#[tokio::test]
+async fn break_require_secure_a_shared_tables_column_named_as_declared_tests_membership() {
+    let dp = require_secure_declared();
+    let candidates: Vec<i64> = (95..110).chain(495..510).collect();
+    let values = candidates
+        .iter()
+        .map(|v| format!("({v}, {v})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT s.g, secure_count(1) AS n FROM t JOIN (VALUES {values}) AS s(k, g) ON t.x = s.k GROUP BY s.g"
+    );
+    let h = hostile_with_rows(
+        5,
+        &sql,
+        repeated_rows,
+        Some(&dp),
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    let (_, group_keys) = h.setup(0, &session_of(5)).await.unwrap();
+    let mut found = int64s(&group_keys, 0);
+    found.sort_unstable();
+    let mut truth = int64s(&repeated_rows(0), 1);
+    truth.sort_unstable();
+    truth.dedup();
+    assert_eq!(found, truth, "the candidates site 0 holds, in plain");
+}

@@ -567,3 +567,125 @@ async fn break_require_secure_a_shared_tables_column_named_as_declared_tests_mem
     truth.dedup();
     assert_eq!(found, truth, "the candidates site 0 holds, in plain");
 }
+
+// ---------------------------------------------------------------------
+// 4. "A session id is used once" holds per (table, schema) at a worker,
+//    not per site: a worker makes a new local client, with fresh secure
+//    secrets, for every schema a plan reads its table with.
+// ---------------------------------------------------------------------
+
+/// BREAK 4 (low). The security page: a site "remembers the ids of the
+/// last 65,536 sessions it set up: a setup under an id it has seen is
+/// refused (`a session id is used once`), so a finished round's signed
+/// keys cannot be replayed into a new setup of its id" (the fix of the
+/// fourth review, `attack54d.rs`). At a worker the ids are remembered by
+/// the `ClientSecrets` of a `LocalClient`, and `ServedTable::client_for`
+/// makes a new client (new secrets, nothing seen) for every schema a plan
+/// reads the table with — the same column names with another nullability
+/// will do. After an honest round of session S, the hostile coordinator
+/// reads worker 0's table with the nullability flipped: the setup of S is
+/// accepted again, and the four other workers' keys of the finished round
+/// (each signed by a listed peer *for S*) pass worker 0's peers check at
+/// step 2 — the replay the fix was to stop. What stops it going further
+/// is step 3: no stale envelope opens to worker 0's new keys, so it has
+/// too few senders (nothing is revealed here).
+///
+/// Where to fix: keep the seen ids (and the pending sessions) per worker
+/// (per identity), not per local client; or key a table's clients by its
+/// column names only.
+#[tokio::test]
+async fn break_a_worker_sets_up_a_used_session_id_again_under_another_schema() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (workers, mut h) = declared_workers(dir.path()).await;
+    let honest = h.plan_encoder(SUM_SQL).await;
+    h.encoders = vec![honest; 5];
+    // An honest round of session S, to the end.
+    let session = session_of(5);
+    let mut keys = Vec::new();
+    let mut group_keys = Vec::new();
+    for c in 0..5 {
+        let (k, g) = h.setup(c, &session).await.unwrap();
+        keys.push(Some(k));
+        group_keys.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    let mut envelopes = Vec::new();
+    for c in 0..5 {
+        envelopes.extend(h.share(c, &session, keys.clone()).await.unwrap());
+    }
+    for c in 0..5 {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        h.mask(c, &session, mine.clone(), &groups).await.unwrap();
+    }
+    let list: Vec<u32> = (0..5).collect();
+    let mut signatures = Vec::new();
+    for c in 0..5 {
+        signatures.push(h.confirm(c, &session, &list).await.unwrap());
+    }
+    for c in 0..5 {
+        h.unmask(c, &session, &list, signatures.clone())
+            .await
+            .unwrap();
+    }
+    // The id again at worker 0, same schema: refused, as the page says
+    // (under a policy the reason is withheld; the worker logs it).
+    h.setup(0, &session).await.expect_err("a used session id");
+    assert!(
+        workers
+            .logs()
+            .iter()
+            .any(|l| l.contains("a session id is used once")),
+        "{:?}",
+        workers.logs()
+    );
+    // The same table read with the columns' nullability flipped.
+    let provider = h.ctx.session().table_provider("t").await.unwrap();
+    let table = FederatedTable::from_provider(provider.as_ref()).unwrap();
+    let flipped: Vec<Field> = table
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(!f.is_nullable()))
+        .collect();
+    let ctx = FedContext::new();
+    ctx.register_federated(FederatedTable::new(
+        "t",
+        Arc::new(Schema::new(flipped)),
+        h.sites.clone(),
+    ))
+    .unwrap();
+    let mut other = Hostile {
+        ctx,
+        sites: h.sites.clone(),
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities: h.identities.clone(),
+    };
+    other.encoders = vec![other.plan_encoder(SUM_SQL).await; 5];
+    // Accepted: a second setup of S at worker 0.
+    let (fresh, _) = other
+        .setup(0, &session)
+        .await
+        .expect("the used id, set up again under another schema");
+    assert_ne!(Some(fresh), keys[0]);
+    // The finished round's peer-signed keys of workers 1-4 pass its peers
+    // check at step 2 (the replay the seen ids were to refuse).
+    let mut replayed = keys.clone();
+    replayed[0] = Some(fresh);
+    let sealed = other
+        .share(0, &session, replayed)
+        .await
+        .expect("stale signed keys accepted at step 2");
+    assert_eq!(sealed.len(), 4);
+    // Step 3: the stale envelopes do not open to its new keys.
+    let stale: Vec<ShareEnvelope> = envelopes.iter().filter(|e| e.to == 0).cloned().collect();
+    let err = other
+        .mask(0, &session, stale, &groups)
+        .await
+        .expect_err("no stale envelope opens");
+    assert!(err.contains("refused to mask"), "{err}");
+}

@@ -7,6 +7,25 @@
 //!
 //! A test named `break_…` asserts that the secret recovered equals the
 //! victim's true value; `holds_…` asserts what stops an attack.
+//! 1. `require_secure` with a declared group column: for a secure (non-DP)
+//!    aggregate the site does not complete the declared keys, so a range
+//!    filter's group key (absent / refused / present) still finds every
+//!    value of `x`, the seventh review's range search (BREAK, medium).
+//! 2. `require_secure` checks a group column by its name only: `x AS g`
+//!    (g declared) sends every value of the undeclared `x` in plain at
+//!    setup; over the wire too, and through an honest coordinator the
+//!    analyst reads the values t sites hold (BREAK, high). 2d: a shared
+//!    `VALUES` column named `g` tests membership of many candidates in one
+//!    setup (BREAK, high, same root). 2c: under `secure_dp_*` the alias is
+//!    harmless, the keys are completed to the declared ones (HOLDS).
+//! 3. Manual approval: a request flagged as a fit's round (`fit_scope`,
+//!    the coordinator's to set) has its aggregates' literals masked in
+//!    the fingerprint, so an approved aggregate runs with any constants
+//!    (BREAK, medium).
+//! 4. "A session id is used once" holds per local client, and a worker
+//!    makes one per schema a plan reads its table with: a used id is set
+//!    up again, and the finished round's signed keys pass step 2 (BREAK,
+//!    low: step 3 stops it, nothing is revealed).
 
 #![allow(dead_code, unused_imports)]
 

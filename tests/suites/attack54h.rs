@@ -708,3 +708,23 @@ async fn break_a_worker_sets_up_a_used_session_id_again_under_another_schema() {
         .expect_err("no stale envelope opens");
     assert!(err.contains("refused to mask"), "{err}");
 }
+
+/// BREAK 1b (medium), against real workers: the range search of 1 over
+/// the wire, worker 0 under `require_secure` with `dp_domain.g = '0'`.
+/// Worker 0's rows hold three values of `x`, five rows each: halving on
+/// which setups come back with the declared key `0` finds them all.
+#[tokio::test]
+async fn break_require_secure_the_range_search_over_the_wire() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = declared_workers(dir.path()).await;
+    let mut asked = 0;
+    let mut found = Vec::new();
+    values_in(&h, (0, 1024), &mut asked, &mut found).await;
+    let mut truth = int64s(&worker_rows(0), 1);
+    truth.sort_unstable();
+    truth.dedup();
+    assert_eq!(
+        found, truth,
+        "every value of x at worker 0 ({asked} setups)"
+    );
+}

@@ -24,6 +24,8 @@ mod attack54e;
 mod attack54f;
 #[path = "suites/attack54g.rs"]
 mod attack54g;
+#[path = "suites/attack54h.rs"]
+mod attack54h;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

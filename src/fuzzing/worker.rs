@@ -53,6 +53,7 @@ fn service() -> &'static WorkerService {
     static SERVICE: OnceLock<WorkerService> = OnceLock::new();
     SERVICE.get_or_init(|| {
         let engine = Arc::new(SiteEngine::new());
+        let session_ids = Arc::default();
         let options = |policy| SiteOptions {
             policy,
             identity: None,
@@ -62,6 +63,7 @@ fn service() -> &'static WorkerService {
             engine: Arc::clone(&engine),
             fast_path: false,
             cluster: None,
+            session_ids: Arc::clone(&session_ids),
         };
         let data = testdata();
         let tables = vec![

@@ -103,9 +103,26 @@ impl Site for LocalClient {
         let digest = crate::site::release::secure::encoder_digest(encoder.plan())
             .map_err(|e| self.site_error(e))?;
         let state = self.run(request, plan, Some(session.threshold)).await?;
-        self.secrets
+        // Under require_secure: only declared keys kept, all announced.
+        let declared = self
+            .dp
+            .declared_secure_groups(encoder.plan(), state.batch(), layout.key_columns)
+            .map_err(|e| self.site_error(e))?;
+        let (state, announced) = match declared {
+            Some((rows, keys)) => (
+                encoder.accept(&[rows]).map_err(|e| self.error(e))?,
+                Some(keys),
+            ),
+            None => (state, None),
+        };
+        let mut setup = self
+            .secrets
             .setup(session, (&state, digest), layout, floor)
-            .map_err(|e| self.site_error(e))
+            .map_err(|e| self.site_error(e))?;
+        if let Some(keys) = announced {
+            setup.group_keys = keys;
+        }
+        Ok(setup)
     }
 
     async fn secure_reveal(

@@ -250,6 +250,17 @@ impl LocalClient {
         self
     }
 
+    /// The same site remembering the secure session ids it set up in
+    /// `ids`, shared with the other clients of its site (a worker's tables
+    /// and schemas): a used id is refused by all of them.
+    pub fn with_session_ids(
+        mut self,
+        ids: Arc<crate::site::release::secure::SecureSessionIds>,
+    ) -> Self {
+        self.secrets = std::mem::take(&mut self.secrets).with_session_ids(ids);
+        self
+    }
+
     /// The same site served by a worker to coordinators in other
     /// processes: what it explains names none of its files, and under a
     /// policy it takes part in secure sums only with listed peers, unless

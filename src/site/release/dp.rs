@@ -148,11 +148,16 @@ impl DpSite {
             // states): under require_secure, only declared public columns
             // may be grouped by (the seventh outside attack read a
             // column's every value from `GROUP BY x`).
+            // And by the federated table's own column under its own name
+            // (the eighth attack grouped by `x AS g` and by a shared
+            // table's column named `g`).
             let declared = |c: &Option<String>| {
                 c.as_ref()
                     .is_some_and(|c| self.policy.domains.contains_key(c))
             };
-            if !group_columns(&agg.group_expr).iter().all(declared) {
+            if !group_columns(&agg.group_expr).iter().all(declared)
+                || !agg.group_expr.iter().all(|e| scanned_column(&agg.input, e))
+            {
                 return Err(refuse(
                     "under its require_secure policy a secure aggregate may group only by columns whose values the data owner declares public (their keys leave in plain)".into(),
                     "group by a declared column (dp_domain.<column> in the worker's [policy] or the table's OPTIONS), or drop GROUP BY",
@@ -204,12 +209,25 @@ impl DpSite {
             }
         );
         let own_name = bound_client_name(plan);
-        for expr in group_columns(&agg.group_expr) {
+        for (expr, group) in group_columns(&agg.group_expr)
+            .into_iter()
+            .zip(&agg.group_expr)
+        {
             match expr {
-                Some(name) if self.policy.domains.contains_key(&name) => {}
+                Some(name)
+                    if self.policy.domains.contains_key(&name)
+                        && scanned_column(&agg.input, group) => {}
                 // `_client` is public: the analyst named the clients, and
                 // here it is the constant the coordinator bound.
                 Some(name) if name == CLIENT_COLUMN && own_name.is_some() => {}
+                Some(name) if self.policy.domains.contains_key(&name) => {
+                    return Err(refuse(
+                        format!(
+                            "DP groups by `{name}`, which is not the table's own column of that name (an alias or a shared table's column): its values are not the declared ones"
+                        ),
+                        &domain_hint,
+                    ));
+                }
                 Some(name) => {
                     return Err(refuse(
                         format!(
@@ -374,6 +392,59 @@ impl DpSite {
         Ok(vec![RecordBatch::try_new(schema, columns)?])
     }
 
+    /// Under `require_secure`, a grouped secure state as it may be kept
+    /// for a secure session, and the group keys its setup announces: the
+    /// state's rows of declared keys only (NULL and undeclared keys
+    /// dropped), and every declared key (tuple) whatever the site holds,
+    /// as a DP release completes them — so which keys a setup sends back
+    /// tells nothing (the eighth outside attack ran the seventh's range
+    /// search on them). `None` where the rule does not apply (no
+    /// `require_secure`, or no GROUP BY).
+    pub fn declared_secure_groups(
+        &self,
+        encoder: &LogicalPlan,
+        state: &RecordBatch,
+        key_columns: usize,
+    ) -> Result<Option<(RecordBatch, RecordBatch)>> {
+        if !self.policy.require_secure || key_columns == 0 {
+            return Ok(None);
+        }
+        let LogicalPlan::Aggregate(logical) = encoder else {
+            return Ok(None);
+        };
+        let columns: Vec<String> = group_columns(&logical.group_expr)
+            .into_iter()
+            .collect::<Option<_>>()
+            .filter(|c: &Vec<String>| c.len() == key_columns)
+            .ok_or_else(|| {
+                FedError::Internal("secure groups checked to be declared columns".into())
+            })?;
+        let keys = declared_keys(&columns, &self.policy.domains)?;
+        let wanted: std::collections::HashSet<&Vec<String>> = keys.iter().collect();
+        let mut kept = Vec::new();
+        for row in 0..state.num_rows() {
+            if row_key(state, row, key_columns)?.is_some_and(|k| wanted.contains(&k)) {
+                kept.push(row as u32);
+            }
+        }
+        let kept = UInt32Array::from(kept);
+        let restricted = RecordBatch::try_new(
+            state.schema(),
+            state
+                .columns()
+                .iter()
+                .map(|c| take(c.as_ref(), &kept, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        )?;
+        let schema = Arc::new(
+            state
+                .schema()
+                .project(&(0..key_columns).collect::<Vec<_>>())?,
+        );
+        let announced = key_arrays(&keys.iter().collect::<Vec<_>>(), &columns, &schema)?;
+        Ok(Some((restricted, RecordBatch::try_new(schema, announced)?)))
+    }
+
     /// One state row per declared key (tuple), in the domain's order: the
     /// site's own row where it has one, an empty state where it does not;
     /// rows of undeclared keys (and NULL keys) are dropped.
@@ -387,34 +458,11 @@ impl DpSite {
         let groups = columns.len();
         let mut present: HashMap<Vec<String>, u32> = HashMap::new();
         for row in 0..batch.num_rows() {
-            let mut key = Vec::with_capacity(groups);
-            for c in 0..groups {
-                let v = ScalarValue::try_from_array(batch.column(c), row)?;
-                if v.is_null() {
-                    break;
-                }
-                key.push(v.to_string());
-            }
-            if key.len() == groups {
+            if let Some(key) = row_key(batch, row, groups)? {
                 present.insert(key, row as u32);
             }
         }
-        let mut keys: Vec<Vec<String>> = vec![Vec::new()];
-        for column in columns {
-            let values = domains.get(column).ok_or_else(|| {
-                FedError::Internal(format!("DP groups by `{column}`, checked to be declared"))
-            })?;
-            keys = keys
-                .into_iter()
-                .flat_map(|k| {
-                    values.iter().map(move |v| {
-                        let mut k = k.clone();
-                        k.push(v.clone());
-                        k
-                    })
-                })
-                .collect();
-        }
+        let keys = declared_keys(columns, domains)?;
         let held: Vec<u32> = keys
             .iter()
             .filter_map(|k| present.get(k).copied())
@@ -428,17 +476,7 @@ impl DpSite {
                 .map(|c| take(c.as_ref(), &UInt32Array::from(held.clone()), None))
                 .collect::<std::result::Result<Vec<_>, _>>()?,
         )?;
-        let mut empty: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
-        for (c, field) in batch.schema().fields().iter().enumerate().take(groups) {
-            let text = StringArray::from_iter_values(absent.iter().map(|k| k[c].as_str()));
-            empty.push(cast(&text, field.data_type()).map_err(|e| {
-                FedError::InvalidArgument(format!(
-                    "a declared value of `{}` is not a {}: {e}",
-                    columns[c],
-                    field.data_type()
-                ))
-            })?);
-        }
+        let mut empty: Vec<ArrayRef> = key_arrays(&absent, columns, &batch.schema())?;
         for at in groups..batch.num_columns() {
             let noise = calls.iter().find_map(|call| {
                 at.checked_sub(call.first_column)
@@ -575,6 +613,65 @@ fn bound_client_name(plan: &LogicalPlan) -> Option<String> {
     }
 }
 
+/// Whether the group expression `group` of an aggregate over `input` is a
+/// column of the federated table's own scan, passed up unchanged under its
+/// own name (through filters, aliases of the relation, sorts, limits,
+/// projections that keep it as it is, and the table's side of a join) —
+/// not an alias of another column, an expression, or a shared table's
+/// column that happens to have the declared name.
+fn scanned_column(input: &LogicalPlan, group: &Expr) -> bool {
+    let Expr::Column(column) = group else {
+        return false;
+    };
+    input
+        .schema()
+        .index_of_column(column)
+        .is_ok_and(|i| scanned_at(input, i, &column.name))
+}
+
+/// Whether field `index` of `plan`, named `name`, is the federated
+/// table's own column `name` (see [`scanned_column`]).
+fn scanned_at(plan: &LogicalPlan, index: usize, name: &str) -> bool {
+    use datafusion::logical_expr::JoinType;
+    if plan.schema().fields().get(index).map(|f| f.name().as_str()) != Some(name) {
+        return false;
+    }
+    match plan {
+        LogicalPlan::TableScan(scan) => crate::protocol::exposure::federated_scan(scan).is_some(),
+        LogicalPlan::Filter(f) => scanned_at(&f.input, index, name),
+        LogicalPlan::SubqueryAlias(a) => scanned_at(&a.input, index, name),
+        LogicalPlan::Sort(s) => scanned_at(&s.input, index, name),
+        LogicalPlan::Limit(l) => scanned_at(&l.input, index, name),
+        LogicalPlan::Projection(p) => match p.expr.get(index).map(|e| e.clone().unalias()) {
+            Some(Expr::Column(c)) if c.name == name => p
+                .input
+                .schema()
+                .index_of_column(&c)
+                .is_ok_and(|i| scanned_at(&p.input, i, name)),
+            _ => false,
+        },
+        LogicalPlan::Join(j) => {
+            let left = j.left.schema().fields().len();
+            match j.join_type {
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                    if index < left {
+                        scanned_at(&j.left, index, name)
+                    } else {
+                        scanned_at(&j.right, index - left, name)
+                    }
+                }
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => {
+                    scanned_at(&j.left, index, name)
+                }
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => {
+                    scanned_at(&j.right, index, name)
+                }
+            }
+        }
+        _ => false,
+    }
+}
+
 /// The grouping columns by name; `None` for an expression or grouping sets.
 fn group_columns(group_expr: &[Expr]) -> Vec<Option<String>> {
     group_expr
@@ -584,6 +681,65 @@ fn group_columns(group_expr: &[Expr]) -> Vec<Option<String>> {
             _ => None,
         })
         .collect()
+}
+
+/// A state row's group key as text (how declared values are written);
+/// `None` when a key column is NULL.
+fn row_key(batch: &RecordBatch, row: usize, groups: usize) -> Result<Option<Vec<String>>> {
+    let mut key = Vec::with_capacity(groups);
+    for c in 0..groups {
+        let v = ScalarValue::try_from_array(batch.column(c), row)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        key.push(v.to_string());
+    }
+    Ok(Some(key))
+}
+
+/// Every declared key (tuple) of `columns`, in the domains' order.
+fn declared_keys(
+    columns: &[String],
+    domains: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<Vec<String>>> {
+    let mut keys: Vec<Vec<String>> = vec![Vec::new()];
+    for column in columns {
+        let values = domains.get(column).ok_or_else(|| {
+            FedError::Internal(format!("groups by `{column}`, checked to be declared"))
+        })?;
+        keys = keys
+            .into_iter()
+            .flat_map(|k| {
+                values.iter().map(move |v| {
+                    let mut k = k.clone();
+                    k.push(v.clone());
+                    k
+                })
+            })
+            .collect();
+    }
+    Ok(keys)
+}
+
+/// The key columns of `keys` (text), cast to the types of the first
+/// fields of `schema`.
+fn key_arrays(
+    keys: &[&Vec<String>],
+    columns: &[String],
+    schema: &SchemaRef,
+) -> Result<Vec<ArrayRef>> {
+    let mut arrays = Vec::with_capacity(columns.len());
+    for (c, field) in schema.fields().iter().enumerate().take(columns.len()) {
+        let text = StringArray::from_iter_values(keys.iter().map(|k| k[c].as_str()));
+        arrays.push(cast(&text, field.data_type()).map_err(|e| {
+            FedError::InvalidArgument(format!(
+                "a declared value of `{}` is not a {}: {e}",
+                columns[c],
+                field.data_type()
+            ))
+        })?);
+    }
+    Ok(arrays)
 }
 
 /// ε without float noise in its last digits.

@@ -122,6 +122,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
         )?),
         None => None,
     };
+    let session_ids = Arc::new(crate::site::release::secure::SecureSessionIds::default());
     let open = |name: &str, path: &std::path::Path, policy, dp| {
         let site = SiteOptions {
             policy,
@@ -132,6 +133,7 @@ pub async fn start(config: WorkerConfig) -> Result<RunningWorker> {
             engine: Arc::clone(&engine),
             fast_path: config.fast_path,
             cluster: cluster.clone(),
+            session_ids: Arc::clone(&session_ids),
         };
         ServedTable::open(name, path, site).map(|t| {
             t.with_dp(Arc::new(crate::site::release::dp::DpSite::new(

@@ -61,6 +61,8 @@ pub struct SiteOptions {
     pub fast_path: bool,
     /// The cluster that reads the table's rows (`--engine`), if any.
     pub cluster: Option<Arc<crate::site::cluster::ClusterEngine>>,
+    /// The secure session ids the worker has set up, for all its tables.
+    pub session_ids: Arc<crate::site::release::secure::SecureSessionIds>,
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -163,6 +165,7 @@ impl ServedTable {
             .map_err(unopened)?
             .with_policy(self.site.policy.clone())
             .with_identity(self.site.identity.clone(), Arc::clone(&self.site.peers))
+            .with_session_ids(Arc::clone(&self.site.session_ids))
             .served_remotely(self.site.secure_without_peers)
             .with_memory_limit(self.site.memory_limit)
             .with_dp(Arc::clone(&self.dp))

@@ -9,4 +9,5 @@ mod digest;
 mod steps;
 
 pub use digest::encoder_digest;
+pub use steps::SecureSessionIds;
 pub(crate) use steps::{ClientSecrets, check_participants};

@@ -33,13 +33,28 @@ const MAX_PENDING_SESSIONS: usize = 16;
 /// starts afresh (its old sessions' secrets are gone with it).
 const REMEMBERED_SESSIONS: usize = 65_536;
 
-/// What a client keeps between the steps: one entry per session; and the
-/// site's long-term identity, if it has one, to sign its session keys.
+/// What a client keeps between the steps: one entry per session; the
+/// session ids its site has set up; and the site's long-term identity, if
+/// it has one, to sign its session keys.
 #[derive(Default)]
 pub(crate) struct ClientSecrets {
     pending: Mutex<VecDeque<Pending>>,
-    seen: Mutex<SeenSessions>,
+    seen: Arc<SecureSessionIds>,
     identity: Option<Arc<SiteIdentity>>,
+}
+
+/// The secure session ids one site has set up, shared by all its clients:
+/// a worker makes a client per table and per schema a plan reads the
+/// table with, and an id must be refused by every one of them (the eighth
+/// outside attack set a used id up again under another schema).
+#[derive(Default)]
+pub struct SecureSessionIds(Mutex<SeenSessions>);
+
+impl std::fmt::Debug for SecureSessionIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map(|s| s.order.len()).unwrap_or(0);
+        write!(f, "SecureSessionIds({n} remembered)")
+    }
 }
 
 /// The ids of the last [`REMEMBERED_SESSIONS`] sessions set up here.
@@ -234,9 +249,16 @@ impl ClientSecrets {
     pub(crate) fn with_identity(identity: Option<Arc<SiteIdentity>>) -> Self {
         Self {
             pending: Mutex::default(),
-            seen: Mutex::default(),
+            seen: Arc::default(),
             identity,
         }
+    }
+
+    /// The same secrets, remembering set-up session ids in `ids` (the
+    /// site's, shared by all its clients).
+    pub(crate) fn with_session_ids(mut self, ids: Arc<SecureSessionIds>) -> Self {
+        self.seen = ids;
+        self
     }
 
     /// The site's identity key, if it has one.
@@ -295,6 +317,7 @@ impl ClientSecrets {
         check_threshold(session, session.clients.len(), floor)?;
         if !self
             .seen
+            .0
             .lock()
             .expect("not poisoned")
             .first_time(session.id)

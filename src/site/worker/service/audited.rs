@@ -22,21 +22,44 @@ pub(super) struct Described {
     pub(super) fingerprint: String,
 }
 
-/// Replaces every literal by `?` (a fit's coefficients change each round).
+/// A fit step's coefficients masked as `?` (they change each round): the
+/// literal arguments of an aggregate the catalogue marks as a fit's step
+/// (`shares_constants`; its coefficients ride in its config string or a
+/// list literal), not the literals inside its data arguments' expressions.
+/// Every other literal stays: a request merely flagged as a fit's round (the flag is
+/// the coordinator's to set) could otherwise change an approved
+/// aggregate's constants (`CASE WHEN age < 50` to `< 37`) under the same
+/// fingerprint — the eighth outside attack did so.
 fn masked(expr: &Expr) -> Expr {
     expr.clone()
         .transform(|e| {
-            Ok(match e {
-                Expr::Literal(..) => Transformed::yes(Expr::Column(Column::from_name("?"))),
-                other => Transformed::no(other),
-            })
+            let Expr::AggregateFunction(mut f) = e else {
+                return Ok(Transformed::no(e));
+            };
+            let fit_step = fedsql_udfs::catalogue::aggregate(f.func.name())
+                .is_some_and(|a| a.shares_constants);
+            if !fit_step {
+                return Ok(Transformed::no(Expr::AggregateFunction(f)));
+            }
+            for arg in f.params.args.iter_mut() {
+                let literal = match arg {
+                    Expr::Literal(..) => true,
+                    Expr::Cast(c) => matches!(*c.expr, Expr::Literal(..)),
+                    Expr::TryCast(c) => matches!(*c.expr, Expr::Literal(..)),
+                    _ => false,
+                };
+                if literal {
+                    *arg = Expr::Column(Column::from_name("?"));
+                }
+            }
+            Ok(Transformed::yes(Expr::AggregateFunction(f)))
         })
         .map(|t| t.data)
         .unwrap_or_else(|_| expr.clone())
 }
 
-/// The summary and fingerprint of an encoder's plan; `fit`: its
-/// aggregates' literals (the coefficients) are masked.
+/// The summary and fingerprint of an encoder's plan; `fit`: its fit
+/// steps' coefficients are masked (see [`masked`]).
 pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
     let LogicalPlan::Aggregate(agg) = plan else {
         let text = plan.display_indent().to_string();

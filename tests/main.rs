@@ -26,6 +26,8 @@ mod attack54f;
 mod attack54g;
 #[path = "suites/attack54h.rs"]
 mod attack54h;
+#[path = "suites/attack54i.rs"]
+mod attack54i;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -1,0 +1,535 @@
+//! The ninth outside attack set (hostile coordinator, colluding sites).
+//!
+//! 1. **Two survivor lists that share only colluders.** The consistency
+//!    round makes every honest survivor sign one list, and a site reveals
+//!    only for a list that every listed site signed over its view. The
+//!    security page argues that "no two disjoint sets of t sites exist",
+//!    so no site's shares come out of both kinds. But a colluding site
+//!    (whose identity key the coordinator holds) signs as many lists as
+//!    the coordinator likes: two lists L1 = {victim} ∪ P1 ∪ C and
+//!    L2 = P2 ∪ C, over the same view, each of at least t sites, need only
+//!    n + |C| ≥ 2t — one colluder when n is odd (two when even). The
+//!    honest sites of L1 reveal the victim's self-seed shares (it is on
+//!    their list), those of L2 its mask-key shares (it is not on theirs),
+//!    and the colluders hand over both kinds of the shares the victim
+//!    sealed to them: the victim's exact state.
+
+use datafusion::arrow::record_batch::RecordBatch;
+use fedsql::protocol::secure::consistency;
+use fedsql::protocol::secure::masks::SharePair;
+use fedsql::protocol::secure::{
+    ListSignature, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
+    ShareRequest, graph, masks, shamir,
+};
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::secure::encoder_digest;
+use sha2::{Digest, Sha256};
+use x25519_dalek::{PublicKey, StaticSecret};
+
+use crate::attack54f::{Hostile, SUM_SQL, first_word, rebuild, site_sum};
+
+/// A participant the coordinator runs for a colluding site (its data
+/// owner handed over its identity key): every secret of its session keys.
+pub(crate) struct MadeColluder {
+    pub(crate) place: usize,
+    pub(crate) mask: StaticSecret,
+    pub(crate) cipher: StaticSecret,
+    pub(crate) self_seed: [u8; 32],
+    pub(crate) list_seed: [u8; 32],
+    pub(crate) nonce: [u8; 32],
+    pub(crate) keys: ParticipantKeys,
+}
+
+pub(crate) fn made_colluder(
+    place: usize,
+    session: &SecureSession,
+    identity: &SiteIdentity,
+) -> MadeColluder {
+    let mask = StaticSecret::from(rand::random::<[u8; 32]>());
+    let cipher = StaticSecret::from(rand::random::<[u8; 32]>());
+    let self_seed: [u8; 32] = rand::random();
+    let list_seed: [u8; 32] = rand::random();
+    let nonce: [u8; 32] = rand::random();
+    let mut keys = ParticipantKeys {
+        mask_key: PublicKey::from(&mask).to_bytes(),
+        cipher_key: PublicKey::from(&cipher).to_bytes(),
+        self_commitment: masks::self_commitment(&session.id, &self_seed),
+        list_key: consistency::list_public_key(&list_seed),
+        graph_commitment: graph::nonce_commitment(&session.id, &nonce),
+        signed: None,
+    };
+    keys.signed = Some(identity.sign(&session.id, &keys.digest()));
+    MadeColluder {
+        place,
+        mask,
+        cipher,
+        self_seed,
+        list_seed,
+        nonce,
+        keys,
+    }
+}
+
+/// A round after its setup (and, above 100 sites, its coin toss): every
+/// honest site set up, the colluders' keys made, the graph drawn.
+pub(crate) struct Opened {
+    pub(crate) session: SecureSession,
+    pub(crate) keys: Vec<Option<ParticipantKeys>>,
+    pub(crate) groups: RecordBatch,
+    pub(crate) colluders: Vec<MadeColluder>,
+    pub(crate) graph: Vec<Vec<usize>>,
+}
+
+impl Opened {
+    fn is_colluder(&self, c: usize) -> bool {
+        self.colluders.iter().any(|x| x.place == c)
+    }
+
+    /// The Shamir threshold of site `c`'s shares.
+    fn share_t(&self, c: usize) -> usize {
+        graph::share_threshold(&self.session, self.graph[c].len() + 1)
+    }
+}
+
+/// Steps 1 (and the coin toss) over all of `h`'s sites, `colluding`
+/// ones run by the coordinator: every honest site reveals its nonce for
+/// the one key vector, so every honest site draws the same graph.
+pub(crate) async fn open_round(h: &Hostile, colluding: &[usize]) -> Opened {
+    let n = h.sites.len();
+    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    let mut keys = vec![None; n];
+    let mut nonces = vec![None; n];
+    let mut colluders = Vec::new();
+    let mut group_keys = Vec::new();
+    for c in 0..n {
+        if colluding.contains(&c) {
+            let made = made_colluder(c, &session, &h.identities[c]);
+            keys[c] = Some(made.keys);
+            nonces[c] = Some(made.nonce);
+            colluders.push(made);
+        } else {
+            let (k, g) = h.setup(c, &session).await.unwrap();
+            keys[c] = Some(k);
+            group_keys.push(g);
+        }
+    }
+    let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
+    if graph::is_sparse(n) {
+        let reveal = ShareRequest {
+            session: session.clone(),
+            keys: keys.clone(),
+            nonces: Vec::new(),
+        };
+        for c in (0..n).filter(|c| !colluding.contains(c)) {
+            nonces[c] = Some(h.sites[c].secure_reveal(&h.req(c), &reveal).await.unwrap());
+        }
+        crate::support::remember_nonces(&session, nonces);
+    }
+    let seed = crate::support::graph_seed(&session);
+    let graph = graph::neighbours(&session, &seed);
+    Opened {
+        session,
+        keys,
+        groups,
+        colluders,
+        graph,
+    }
+}
+
+/// The view every honest site of this round signs (one encoder, one key
+/// vector, one group list of an ungrouped aggregate).
+fn view_of(h: &Hostile, round: &Opened) -> [u8; 32] {
+    let encoder = encoder_digest(h.encoders[0].plan()).unwrap();
+    // `groups_digest` of an ungrouped layout: the number of rows only.
+    let mut hash = Sha256::new();
+    hash.update((round.groups.num_rows() as u64).to_be_bytes());
+    let groups: [u8; 32] = hash.finalize().into();
+    consistency::view_digest(&encoder, &round.keys, &groups)
+}
+
+/// What the attack got out of the sites.
+#[derive(Debug)]
+pub(crate) struct TwoLists {
+    /// The victim's masked state, with its self mask and every pairwise
+    /// mask removed.
+    pub(crate) leaked: u64,
+    pub(crate) l1: Vec<u32>,
+    pub(crate) l2: Vec<u32>,
+}
+
+/// Steps 2 to 5 of [`open_round`]'s round with two survivor lists: the
+/// honest sites `side1` (the victim among them) are shown
+/// `side1 ∪ colluders`, the honest sites `side2` are shown
+/// `side2 ∪ colluders`; every envelope is delivered; each colluder signs
+/// both lists; then the victim's self seed comes from side 1 and the
+/// colluders, its mask key from side 2 and the colluders.
+pub(crate) async fn two_lists(
+    h: &Hostile,
+    round: &Opened,
+    victim: usize,
+    side1: &[usize],
+    side2: &[usize],
+) -> Result<TwoLists, String> {
+    let session = &round.session;
+    let n = h.sites.len();
+    let honest: Vec<usize> = side1.iter().chain(side2).copied().collect();
+    // Step 2.
+    let mut envelopes: Vec<ShareEnvelope> = Vec::new();
+    for &c in &honest {
+        envelopes.extend(h.share(c, session, round.keys.clone()).await?);
+    }
+    for x in &round.colluders {
+        let near: Vec<usize> = round.graph[x.place]
+            .iter()
+            .copied()
+            .filter(|&j| round.keys[j].is_some())
+            .collect();
+        let t = round.share_t(x.place);
+        let fill = |b: &mut [u8]| {
+            for v in b.iter_mut() {
+                *v = rand::random();
+            }
+        };
+        let mask_key = shamir::split(&x.mask.to_bytes(), n, t, fill);
+        let self_seed = shamir::split(&x.self_seed, n, t, fill);
+        for &j in &near {
+            let pair = SharePair {
+                mask_key: mask_key[j],
+                self_seed: self_seed[j],
+            };
+            envelopes.push(ShareEnvelope {
+                from: x.place as u32,
+                to: j as u32,
+                ciphertext: masks::seal(
+                    &x.cipher,
+                    &round.keys[j].unwrap().cipher_key,
+                    session,
+                    (x.place as u32, j as u32),
+                    &pair,
+                )
+                .unwrap(),
+            });
+        }
+    }
+    // The colluders open what the victim sealed to them: both kinds.
+    let mut from_colluders: Vec<SharePair> = Vec::new();
+    for x in &round.colluders {
+        if let Some(e) = envelopes
+            .iter()
+            .find(|e| e.from as usize == victim && e.to as usize == x.place)
+        {
+            from_colluders.push(
+                masks::open(
+                    &x.cipher,
+                    &round.keys[victim].unwrap().cipher_key,
+                    session,
+                    (victim as u32, x.place as u32),
+                    &e.ciphertext,
+                )
+                .unwrap(),
+            );
+        }
+    }
+    // Step 3: every honest site masks.
+    let mut victim_word = 0u64;
+    for &c in &honest {
+        let mine: Vec<ShareEnvelope> = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        let state = h
+            .mask_state(c, session, mine, &round.groups)
+            .await
+            .map_err(|e| format!("{e}"))?;
+        if c == victim {
+            victim_word = first_word(&state);
+        }
+    }
+    // Step 4: two lists; each honest site signs its own, each colluder
+    // both.
+    let list = |side: &[usize]| {
+        let mut l: Vec<u32> = side
+            .iter()
+            .copied()
+            .chain(round.colluders.iter().map(|x| x.place))
+            .map(|c| c as u32)
+            .collect();
+        l.sort_unstable();
+        l
+    };
+    let (l1, l2) = (list(side1), list(side2));
+    let view = view_of(h, round);
+    let mut revealed: Vec<Revealed> = Vec::new();
+    for (side, l) in [(side1, &l1), (side2, &l2)] {
+        let mut signatures = Vec::new();
+        for &c in side {
+            signatures.push(h.confirm(c, session, l).await?);
+        }
+        for x in &round.colluders {
+            signatures.push(ListSignature {
+                from: x.place as u32,
+                signature: consistency::sign_list(&x.list_seed, session, &view, l),
+            });
+        }
+        signatures.sort_by_key(|s| s.from);
+        // Step 5.
+        for &c in side {
+            revealed.extend(h.unmask(c, session, l, signatures.clone()).await?);
+        }
+    }
+    let shares = |kind: RevealedKind| -> Vec<shamir::Share> {
+        revealed
+            .iter()
+            .filter(|r| r.of as usize == victim && r.kind == kind)
+            .map(|r| r.share)
+            .chain(from_colluders.iter().map(|p| match kind {
+                RevealedKind::SelfSeed => p.self_seed,
+                RevealedKind::MaskKey => p.mask_key,
+            }))
+            .collect()
+    };
+    let t = round.share_t(victim);
+    let keys = round.keys[victim].unwrap();
+    let self_seed = rebuild(&shares(RevealedKind::SelfSeed), t, "the victim's self seed");
+    assert_eq!(
+        masks::self_commitment(&session.id, &self_seed),
+        keys.self_commitment,
+        "the victim's self seed, rebuilt"
+    );
+    let mask_secret = StaticSecret::from(rebuild(
+        &shares(RevealedKind::MaskKey),
+        t,
+        "the victim's mask key",
+    ));
+    assert_eq!(
+        PublicKey::from(&mask_secret).to_bytes(),
+        keys.mask_key,
+        "the victim's mask secret, rebuilt"
+    );
+    // The victim's masked state, unmasked: its self mask, and its pairwise
+    // mask with every neighbour that sent it an envelope (all of them).
+    let mut word = [victim_word];
+    masks::apply_self(&mut word, &self_seed, &session.id, false);
+    for &j in &round.graph[victim] {
+        let Some(peer) = round.keys[j] else { continue };
+        let seed = masks::pairwise_seed(&mask_secret, &peer.mask_key, &session.id).unwrap();
+        masks::apply_pairwise(&mut word, &seed, !masks::adds(victim, j));
+    }
+    Ok(TwoLists {
+        leaked: word[0],
+        l1,
+        l2,
+    })
+}
+
+/// BREAK (critical). Five peered sites (every site's identity key listed
+/// by every other, a worker's default disclosure policy, t = 3), ONE of
+/// them colluding with the coordinator: the victim's exact `secure_sum`
+/// state in one session. The victim (0) and site 1 are shown the list
+/// [0, 1, 4]; sites 2 and 3 the list [2, 3, 4]; colluder 4 signs both
+/// over the one view all honest sites share. Each list has t = 3 signers,
+/// every check of every site passes, each honest site signs and reveals
+/// once: sites 0 and 1 reveal the victim's self-seed shares, sites 2 and
+/// 3 its mask-key shares, and the colluder holds one of each.
+///
+/// The security page promises a site's state is safe unless "all its
+/// other participants collude with the coordinator", and that "fewer than
+/// t sites collude" is enough. Root cause: the strict-majority argument
+/// ("no two disjoint sets of t sites") counts honest signers only; a
+/// colluder is in both sets. Two lists of t need n + c ≥ 2t, so with
+/// t = ⌊n/2⌋ + 1 one colluder suffices (n odd).
+#[tokio::test]
+async fn break_one_colluder_signs_two_survivor_lists_victims_exact_state() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    let round = open_round(&h, &[4]).await;
+    assert_eq!(round.session.threshold, 3);
+    let got = two_lists(&h, &round, 0, &[0, 1], &[2, 3]).await.unwrap();
+    assert_eq!(got.l1, vec![0, 1, 4]);
+    assert_eq!(got.l2, vec![2, 3, 4]);
+    assert_eq!(got.leaked, site_sum(0), "the victim's exact secure_sum");
+}
+
+/// The ring order of a sparse round's graph drawn from `seed`, as
+/// `graph::neighbours` draws it (Fisher-Yates over ChaCha20, with
+/// rejection sampling).
+fn ring_order(n: usize, seed: &graph::GraphSeed) -> Vec<usize> {
+    use rand_chacha::ChaCha20Rng;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let mut prg = ChaCha20Rng::from_seed(*seed);
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let bound = (i + 1) as u64;
+        let zone = u64::MAX - (u64::MAX % bound);
+        let j = loop {
+            let r = prg.next_u64();
+            if r < zone {
+                break (r % bound) as usize;
+            }
+        };
+        order.swap(i, j);
+    }
+    order
+}
+
+/// BREAK (critical). The same in a sparse round of 101 peered sites with
+/// ONE colluder, whatever the coin toss: once the graph is drawn, the
+/// coordinator picks as its victim the colluder's ring neighbour (any of
+/// its 20 neighbours works alike) and splits the ring into two arcs that
+/// share only the colluder: L1 = the victim, the colluder and the next 49
+/// sites (51 = t), L2 = the colluder and the other 50 (51 = t). Each arc
+/// is connected through the graph (so the graph walk of step 5 reaches
+/// t), every listed neighbour of every signer masked with it, and each
+/// signer has its neighbourhood's threshold of 11 on its list. The
+/// victim's self seed: its own share, 9 of its neighbours on L1 and the
+/// colluder's (11); its mask key: its 10 neighbours on L2 and the
+/// colluder's (11). The coin toss does not matter: the attack needs the
+/// colluder in the victim's neighbourhood, and it picks the victim after
+/// the toss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_one_colluder_in_a_sparse_round_of_101_signs_two_lists_neighbours_exact_state() {
+    let n = 101;
+    let h = Hostile::new(n, SUM_SQL).await;
+    let x = 7;
+    let round = open_round(&h, &[x]).await;
+    let order = ring_order(n, &crate::support::graph_seed(&round.session));
+    let px = order.iter().position(|&s| s == x).unwrap();
+    // The site `d` places after the victim on the ring (the colluder at 1).
+    let at = |d: usize| order[(px + n - 1 + d) % n];
+    let victim = at(0);
+    assert_eq!(at(1), x);
+    let mut near: Vec<usize> = (1..=10).map(at).chain((91..=100).map(at)).collect();
+    near.sort_unstable();
+    assert_eq!(round.graph[victim], near, "the ring as the sites draw it");
+    assert_eq!(round.share_t(victim), 11);
+    assert!(round.is_colluder(x));
+    let side1: Vec<usize> = std::iter::once(victim).chain((2..=50).map(at)).collect();
+    let side2: Vec<usize> = (51..=100).map(at).collect();
+    let got = two_lists(&h, &round, victim, &side1, &side2).await.unwrap();
+    assert_eq!(got.l1.len(), 51);
+    assert_eq!(got.l2.len(), 51);
+    assert_eq!(
+        got.leaked,
+        site_sum(victim),
+        "the victim's exact secure_sum"
+    );
+}
+
+// ---------------------------------------------------------------------
+// 3. Manual approval: a request flagged as a fit's round is fingerprinted
+//    by its aggregates' printed text.
+// ---------------------------------------------------------------------
+
+/// The encoder the analyst's coordinator plans for `sql` over `ctx`'s
+/// federated table (as `Hostile::plan_encoder`).
+async fn encoder_of(ctx: &fedsql::FedContext, sql: &str) -> fedsql::protocol::encoder::Encoder {
+    let state = ctx.session().state();
+    let plan = state.create_logical_plan(sql).await.unwrap();
+    let plan = state.optimize(&plan).unwrap();
+    let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+    fedsql::coordinator::split::plan_round(&state, &cut)
+        .await
+        .unwrap()
+        .encoder_for("")
+        .unwrap()
+}
+
+/// The plain sum in a state batch's first column.
+fn first_sum(state: &fedsql::protocol::encoder::StateBatch) -> f64 {
+    use datafusion::arrow::array::AsArray;
+    let c = datafusion::arrow::compute::cast(
+        state.batch().column(0),
+        &datafusion::arrow::datatypes::DataType::Float64,
+    )
+    .unwrap();
+    c.as_primitive::<datafusion::arrow::datatypes::Float64Type>()
+        .value(0)
+}
+
+/// The demo rows' sum of `f(systolic, age, visits)`.
+fn demo_sum(f: impl Fn(f64, f64, f64) -> f64) -> f64 {
+    let (header, rows) = crate::support::demo_rows();
+    let at = |name: &str| header.split(',').position(|h| h == name).unwrap();
+    let (s, a, v) = (at("systolic"), at("age"), at("visits"));
+    rows.iter()
+        .filter_map(|r| {
+            let cells: Vec<&str> = r.split(',').collect();
+            let get = |i: usize| cells.get(i).and_then(|c| c.parse::<f64>().ok());
+            Some(f(get(s)?, get(a)?, get(v)?))
+        })
+        .sum()
+}
+
+/// BREAK (medium; the analyst's own coordinator). Under
+/// `approval = "manual"` a request flagged as a fit's round
+/// (`fit_scope`, the coordinator's flag) is fingerprinted by its
+/// aggregates' *printed text* beside its input's structure
+/// (`describe(plan, true)`: `join(&aggregates)`), not by the aggregates'
+/// structure — though the non-fit fingerprint switched to the plan's
+/// datafusion-proto digest precisely because "plans that print alike
+/// differ: `x - (x - x)` beside `(x - x) - x`". DataFusion prints a
+/// child of equal precedence without parentheses, so
+/// `sum(systolic - (age + visits))` prints as
+/// `sum(clinic.systolic - clinic.age + clinic.visits)`, the text of the
+/// approved `sum((systolic - age) + visits)`. Once the data owner
+/// approves the latter as a fit's round, the former — another quantity —
+/// runs under the same approval, never shown to the data owner.
+///
+/// Fix: fingerprint a flagged request's aggregates by structure too
+/// (e.g. the encoder digest of the aggregate node with only the fit
+/// step's literal arguments replaced by a placeholder), never by text.
+#[tokio::test]
+async fn break_approval_a_flagged_requests_aggregates_that_print_alike_share_the_approval() {
+    use fedsql::coordinator::federated_table::FederatedTable;
+    use fedsql::protocol::site::{Analyst, SiteRequest};
+    let site = crate::profiles::site("[analysts.bob]\napproval = \"manual\"\n").await;
+    let bob = site.session("bob").await;
+    let provider = bob.session().table_provider("clinic").await.unwrap();
+    let worker = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()[0]
+        .clone();
+    let analyst = Analyst::session();
+    // The data owner approves (systolic - age) + visits, as a fit's round.
+    let approved = encoder_of(&bob, "SELECT sum(systolic - age + visits) AS s FROM clinic")
+        .await
+        .in_fit(Some(1));
+    let err = worker
+        .encode(&SiteRequest::new(&approved, &analyst))
+        .await
+        .expect_err("held for approval")
+        .to_string();
+    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    fedsql::site::worker::approvals::set(
+        &site.approvals,
+        &crate::profiles::pending_id(&err),
+        "approved",
+    )
+    .unwrap();
+    let at_approved = first_sum(
+        &worker
+            .encode(&SiteRequest::new(&approved, &analyst))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(at_approved, demo_sum(|s, a, v| s - a + v));
+    // Another quantity, printed alike.
+    let other_sql = "SELECT sum(systolic - (age + visits)) AS s FROM clinic";
+    let other = encoder_of(&bob, other_sql).await;
+    // Control: unflagged, it is a new request (its structure differs).
+    let err = worker
+        .encode(&SiteRequest::new(&other, &analyst))
+        .await
+        .expect_err("a new request")
+        .to_string();
+    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    // Flagged as a fit's round: it runs under the old approval.
+    let got = first_sum(
+        &worker
+            .encode(&SiteRequest::new(&other.in_fit(Some(1)), &analyst))
+            .await
+            .expect("runs without a new approval"),
+    );
+    assert_eq!(got, demo_sum(|s, a, v| s - (a + v)));
+    assert_ne!(got, at_approved);
+}

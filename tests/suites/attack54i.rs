@@ -97,6 +97,16 @@ impl Opened {
 pub(crate) async fn open_round(h: &Hostile, colluding: &[usize]) -> Opened {
     let n = h.sites.len();
     let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    open_session(h, colluding, session).await
+}
+
+/// [`open_round`] of `session` (its threshold the coordinator's choice).
+pub(crate) async fn open_session(
+    h: &Hostile,
+    colluding: &[usize],
+    session: SecureSession,
+) -> Opened {
+    let n = h.sites.len();
     let mut keys = vec![None; n];
     let mut nonces = vec![None; n];
     let mut colluders = Vec::new();
@@ -348,6 +358,104 @@ async fn break_one_colluder_signs_two_survivor_lists_victims_exact_state() {
     assert_eq!(got.l1, vec![0, 1, 4]);
     assert_eq!(got.l2, vec![2, 3, 4]);
     assert_eq!(got.leaked, site_sum(0), "the victim's exact secure_sum");
+}
+
+/// Control (HOLDS): the same split with the session's threshold raised to
+/// 4 of 5 (n + c = 6 < 2t = 8): each list of three is below the
+/// threshold, and the first site asked to sign refuses (nothing is
+/// signed, so nothing is revealed). A threshold with
+/// 2t > n + c, for the number c of colluders a site tolerates, is what the
+/// strict-majority argument needs.
+#[tokio::test]
+async fn holds_control_a_threshold_above_n_plus_c_over_two_refuses_the_split() {
+    let h = Hostile::new(5, SUM_SQL).await;
+    let session = SecureSession::fresh((0..5).map(|c| format!("site{c}")).collect());
+    let round = open_session(&h, &[4], session.with_threshold(4)).await;
+    let err = two_lists(&h, &round, 0, &[0, 1], &[2, 3])
+        .await
+        .expect_err("lists below the threshold");
+    assert!(err.contains("site 0 refused to sign"), "{err}");
+    // Under its disclosure policy the site withholds why (the steps'
+    // check: "3 survivors …, fewer than the threshold 4").
+    assert!(
+        err.contains("a site could not evaluate the query; under a disclosure policy"),
+        "{err}"
+    );
+}
+
+/// Five `fedsql worker`s (in this process, on ephemeral ports), worker
+/// `c` serving site `c`'s rows as `t` under the default disclosure policy,
+/// each with an identity key and every identity listed as a peer (as
+/// `attack54f::hostile_over_workers`); the coordinator drives their
+/// `Site` clients with hand-made messages.
+async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+    use fedsql::coordinator::federated_table::FederatedTable;
+    use fedsql::protocol::site::{Analyst, Site};
+    use fedsql::site::release::policy::DisclosurePolicy;
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let files: Vec<std::path::PathBuf> = (0..5)
+        .map(|c| {
+            let path = dir.join(format!("site{c}.csv"));
+            let rows = crate::attack54f::site_rows(c);
+            let g = rows.column(0).as_primitive::<Int64Type>();
+            let x = rows.column(1).as_primitive::<Int64Type>();
+            let mut text = "g,x\n".to_string();
+            for i in 0..rows.num_rows() {
+                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c
+    })
+    .await;
+    let ctx = fedsql::FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let mut h = Hostile {
+        ctx,
+        sites,
+        encoders: Vec::new(),
+        analyst: Analyst::session(),
+        identities,
+    };
+    let encoder = h.plan_encoder(SUM_SQL).await;
+    h.encoders = vec![encoder; 5];
+    (workers, h)
+}
+
+/// BREAK (critical), the same against real workers over Flight: four
+/// honest `fedsql worker`s with identity keys listing each other as
+/// peers, the fifth's identity key in the coordinator's hands. Worker 0's
+/// exact sum comes out of one session.
+#[tokio::test]
+async fn break_one_colluder_signs_two_survivor_lists_over_the_wire() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = hostile_over_workers(dir.path()).await;
+    let round = open_round(&h, &[4]).await;
+    let got = two_lists(&h, &round, 0, &[0, 1], &[2, 3]).await.unwrap();
+    assert_eq!(got.leaked, site_sum(0), "worker 0's exact secure_sum");
 }
 
 /// The ring order of a sparse round's graph drawn from `seed`, as

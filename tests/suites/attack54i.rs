@@ -12,7 +12,14 @@
 //!    honest sites of L1 reveal the victim's self-seed shares (it is on
 //!    their list), those of L2 its mask-key shares (it is not on theirs),
 //!    and the colluders hand over both kinds of the shares the victim
-//!    sealed to them: the victim's exact state.
+//!    sealed to them: the victim's exact state. In a full round of 5
+//!    and a sparse round of 101 (where the coordinator picks, after the
+//!    coin toss, a ring neighbour of its colluder as the victim), in
+//!    process and over Flight workers.
+//! 3. **Manual approval of a flagged request.** A request flagged as a
+//!    fit's round is fingerprinted by its aggregates' printed text, and
+//!    `a - (b + c)` prints as `(a - b) + c`: another quantity runs under
+//!    the approval of the first.
 
 use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::protocol::secure::consistency;
@@ -482,8 +489,8 @@ fn ring_order(n: usize, seed: &graph::GraphSeed) -> Vec<usize> {
 
 /// BREAK (critical). The same in a sparse round of 101 peered sites with
 /// ONE colluder, whatever the coin toss: once the graph is drawn, the
-/// coordinator picks as its victim the colluder's ring neighbour (any of
-/// its 20 neighbours works alike) and splits the ring into two arcs that
+/// coordinator picks as its victim the colluder's ring neighbour (here at
+/// distance 1; with this split any within 9 places works alike) and splits the ring into two arcs that
 /// share only the colluder: L1 = the victim, the colluder and the next 49
 /// sites (51 = t), L2 = the colluder and the other 50 (51 = t). Each arc
 /// is connected through the graph (so the graph walk of step 5 reaches

@@ -255,10 +255,7 @@ pub(crate) async fn two_lists(
             .filter(|e| e.to as usize == c)
             .cloned()
             .collect();
-        let state = h
-            .mask_state(c, session, mine, &round.groups)
-            .await
-            .map_err(|e| format!("{e}"))?;
+        let state = h.mask_state(c, session, mine, &round.groups).await?;
         if c == victim {
             victim_word = first_word(&state);
         }

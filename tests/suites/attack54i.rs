@@ -645,3 +645,64 @@ async fn break_approval_a_flagged_requests_aggregates_that_print_alike_share_the
     assert_eq!(got, demo_sum(|s, a, v| s - (a + v)));
     assert_ne!(got, at_approved);
 }
+
+// ---------------------------------------------------------------------
+// 2. require_secure: a DISTINCT secure aggregate.
+// ---------------------------------------------------------------------
+
+/// HOLDS. Under `require_secure`, `secure_count(DISTINCT x)` built by a
+/// hostile coordinator (the distinct flag set on the aggregate itself,
+/// whose state would be the set of x's distinct values, not a masked
+/// word): refused both by the coordinator's split and by the encoder's
+/// own constructor, which a worker runs on every decoded plan.
+#[tokio::test]
+async fn holds_require_secure_a_distinct_secure_count_is_refused() {
+    use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
+    use fedsql::site::release::dp::DpPolicy;
+    use fedsql::site::release::policy::DisclosurePolicy;
+    use std::sync::Arc;
+    let mut dp = DpPolicy::default();
+    dp.set("require_secure", "true").unwrap();
+    dp.set("dp_domain.g", "0").unwrap();
+    let sql = "SELECT secure_count(x) AS n FROM t";
+    let h = Hostile::build(5, sql, Some(&dp), Some(DisclosurePolicy::default())).await;
+    let LogicalPlan::Aggregate(agg) = h.encoders[0].plan().clone() else {
+        panic!()
+    };
+    let aggr: Vec<Expr> = agg
+        .aggr_expr
+        .iter()
+        .map(|e| match e.clone() {
+            Expr::AggregateFunction(mut f) => {
+                f.params.distinct = true;
+                Expr::AggregateFunction(f)
+            }
+            Expr::Alias(mut a) => {
+                if let Expr::AggregateFunction(f) = a.expr.as_mut() {
+                    f.params.distinct = true;
+                }
+                Expr::Alias(a)
+            }
+            other => other,
+        })
+        .collect();
+    let plan = LogicalPlan::Aggregate(
+        Aggregate::try_new(Arc::clone(&agg.input), agg.group_expr.clone(), aggr).unwrap(),
+    );
+    let err = fedsql::protocol::encoder::Encoder::split(&h.ctx.session().state(), &plan)
+        .await
+        .expect_err("a DISTINCT aggregate")
+        .to_string();
+    assert!(
+        err.contains("a DISTINCT aggregate keeps every distinct value in its state"),
+        "{err}"
+    );
+    let schema = h.encoders[0].state_schema().clone();
+    let err = fedsql::protocol::encoder::Encoder::try_new(plan, schema)
+        .expect_err("a DISTINCT aggregate")
+        .to_string();
+    assert!(
+        err.contains("a DISTINCT aggregate keeps every distinct value in its state"),
+        "{err}"
+    );
+}

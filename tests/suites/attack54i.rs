@@ -653,8 +653,8 @@ async fn break_approval_a_flagged_requests_aggregates_that_print_alike_share_the
 /// HOLDS. Under `require_secure`, `secure_count(DISTINCT x)` built by a
 /// hostile coordinator (the distinct flag set on the aggregate itself,
 /// whose state would be the set of x's distinct values, not a masked
-/// word): refused both by the coordinator's split and by the encoder's
-/// own constructor, which a worker runs on every decoded plan.
+/// word): refused by `Encoder::split`, which a worker runs on every plan
+/// it decodes (`calls.rs`), and by `Encoder::try_new` alike.
 #[tokio::test]
 async fn holds_require_secure_a_distinct_secure_count_is_refused() {
     use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};

@@ -325,11 +325,11 @@ async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
     let t = session.threshold;
     // Step 1 with every site, and the coin toss: only then is the ring
     // known.
-    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut keys: Vec<Option<ParticipantKeys>> = Vec::with_capacity(n);
     let mut all_group_keys = Vec::new();
     for c in 0..n {
         let (k, g) = h.setup(c, &session).await;
-        keys[c] = Some(k);
+        keys.push(Some(k));
         all_group_keys.push(g);
     }
     crate::support::graph_nonces(&h.sites, |_| h.req(), &session, &keys).await;

@@ -359,11 +359,11 @@ async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
     let session = session_of(n);
     // Step 1 with every site, and the coin toss: only then is the ring
     // known; the "dropped" sites then send no shares.
-    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut keys: Vec<Option<ParticipantKeys>> = Vec::with_capacity(n);
     let mut all_group_keys = Vec::new();
     for c in 0..n {
         let (key, g) = h.setup(c, &session).await;
-        keys[c] = Some(key);
+        keys.push(Some(key));
         all_group_keys.push(g);
     }
     crate::support::graph_nonces(&h.sites, |c| h.req(c), &session, &keys).await;

@@ -428,7 +428,9 @@ pub(crate) fn graph_seed(
     }
 }
 
+/// Graph nonces by session id.
+type NoncesBySession = std::collections::HashMap<[u8; 16], Vec<Option<[u8; 32]>>>;
+
 /// The nonces [`graph_nonces`] collected, by session id.
-static REVEALED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<[u8; 16], Vec<Option<[u8; 32]>>>>,
-> = std::sync::LazyLock::new(Default::default);
+static REVEALED: std::sync::LazyLock<std::sync::Mutex<NoncesBySession>> =
+    std::sync::LazyLock::new(Default::default);

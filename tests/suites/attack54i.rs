@@ -15,11 +15,13 @@
 //!    sealed to them: the victim's exact state. In a full round of 5
 //!    and a sparse round of 101 (where the coordinator picks, after the
 //!    coin toss, a ring neighbour of its colluder as the victim), in
-//!    process and over Flight workers.
+//!    process and over Flight workers. OPEN (critical): the tests are
+//!    `break_…`; a threshold above two thirds (the control test) stops it.
 //! 3. **Manual approval of a flagged request.** A request flagged as a
-//!    fit's round is fingerprinted by its aggregates' printed text, and
-//!    `a - (b + c)` prints as `(a - b) + c`: another quantity runs under
-//!    the approval of the first.
+//!    fit's round was fingerprinted by its aggregates' printed text, and
+//!    `a - (b + c)` prints as `(a - b) + c`: another quantity ran under
+//!    the approval of the first (FIXED: the structure of the plan with
+//!    the fit steps' literal arguments nulled).
 
 use datafusion::arrow::record_batch::RecordBatch;
 use fedsql::protocol::secure::consistency;
@@ -572,7 +574,7 @@ fn demo_sum(f: impl Fn(f64, f64, f64) -> f64) -> f64 {
         .sum()
 }
 
-/// BREAK (medium; the analyst's own coordinator). Under
+/// Was BREAK (medium; the analyst's own coordinator; FIXED). Under
 /// `approval = "manual"` a request flagged as a fit's round
 /// (`fit_scope`, the coordinator's flag) is fingerprinted by its
 /// aggregates' *printed text* beside its input's structure
@@ -591,7 +593,7 @@ fn demo_sum(f: impl Fn(f64, f64, f64) -> f64) -> f64 {
 /// (e.g. the encoder digest of the aggregate node with only the fit
 /// step's literal arguments replaced by a placeholder), never by text.
 #[tokio::test]
-async fn break_approval_a_flagged_requests_aggregates_that_print_alike_share_the_approval() {
+async fn holds_approval_a_flagged_requests_aggregates_that_print_alike_are_a_new_request() {
     use fedsql::coordinator::federated_table::FederatedTable;
     use fedsql::protocol::site::{Analyst, SiteRequest};
     let site = crate::profiles::site("[analysts.bob]\napproval = \"manual\"\n").await;
@@ -635,15 +637,15 @@ async fn break_approval_a_flagged_requests_aggregates_that_print_alike_share_the
         .expect_err("a new request")
         .to_string();
     assert!(err.contains("awaits the data owner's approval"), "{err}");
-    // Flagged as a fit's round: it runs under the old approval.
-    let got = first_sum(
-        &worker
-            .encode(&SiteRequest::new(&other.in_fit(Some(1)), &analyst))
-            .await
-            .expect("runs without a new approval"),
-    );
-    assert_eq!(got, demo_sum(|s, a, v| s - (a + v)));
-    assert_ne!(got, at_approved);
+    // Flagged as a fit's round: a new request too (FIXED: a flagged
+    // request's fingerprint is the structure of its plan with only the fit
+    // steps' literal arguments nulled, never the aggregates' text).
+    let err = worker
+        .encode(&SiteRequest::new(&other.in_fit(Some(1)), &analyst))
+        .await
+        .expect_err("a new request, flagged or not")
+        .to_string();
+    assert!(err.contains("awaits the data owner's approval"), "{err}");
 }
 
 // ---------------------------------------------------------------------

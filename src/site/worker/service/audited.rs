@@ -58,6 +58,41 @@ fn masked(expr: &Expr) -> Expr {
         .unwrap_or_else(|_| expr.clone())
 }
 
+/// `expr` with its fit steps' literal arguments (those [`masked`] shows as
+/// `?`) made NULLs of their types: the aggregates a fit's rounds share,
+/// whatever their coefficients.
+fn nulled(expr: &Expr) -> Expr {
+    use datafusion::common::ScalarValue;
+    let null_of =
+        |value: &ScalarValue| ScalarValue::try_from(value.data_type()).unwrap_or(ScalarValue::Null);
+    expr.clone()
+        .transform(|e| {
+            let Expr::AggregateFunction(mut f) = e else {
+                return Ok(Transformed::no(e));
+            };
+            let fit_step = fedsql_udfs::catalogue::aggregate(f.func.name())
+                .is_some_and(|a| a.shares_constants);
+            if !fit_step {
+                return Ok(Transformed::no(Expr::AggregateFunction(f)));
+            }
+            for arg in f.params.args.iter_mut() {
+                match arg {
+                    Expr::Literal(value, _) => *value = null_of(value),
+                    Expr::Cast(datafusion::logical_expr::Cast { expr, .. })
+                    | Expr::TryCast(datafusion::logical_expr::TryCast { expr, .. }) => {
+                        if let Expr::Literal(value, _) = expr.as_mut() {
+                            *value = null_of(value);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(Transformed::yes(Expr::AggregateFunction(f)))
+        })
+        .map(|t| t.data)
+        .unwrap_or_else(|_| expr.clone())
+}
+
 /// The summary and fingerprint of an encoder's plan; `fit`: its fit
 /// steps' coefficients are masked (see [`masked`]).
 pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
@@ -132,25 +167,30 @@ pub(super) fn describe(plan: &LogicalPlan, fit: bool) -> Described {
     };
     // The plan's structure, not its text (plans that print alike differ:
     // a column named "t.x" beside the qualified t.x, `x - (x - x)` beside
-    // `(x - x) - x`): the digest of its datafusion-proto encoding, of the
-    // whole plan, or for a fit (whose coefficients change each round) of
-    // its input, beside its aggregates with their literals masked.
+    // `(x - x) - x`): the digest of its datafusion-proto encoding.
     let structure = |plan: &LogicalPlan| {
         crate::site::release::secure::encoder_digest(plan)
             .map(|d| d.iter().map(|b| format!("{b:02x}")).collect::<String>())
             .unwrap_or_else(|_| format!("text:\n{}", plan.display_indent()))
     };
-    let canonical = if fit {
-        format!(
-            "aggregates: {}\ngroup by: {}\ninput: {}\nshared rows:\n{}",
-            join(&aggregates),
-            join(&agg.group_expr),
-            structure(&agg.input),
-            shared_text
+    // A fit's round: the structure of the same plan with its fit steps'
+    // literal arguments made typed NULLs (the ninth outside attack had
+    // `sum(a - (b + c))` share the approval of `sum(a - b + c)` when the
+    // aggregates were compared by their text). Should that plan not
+    // build, nothing is masked.
+    let shown = if fit {
+        let nulled: Vec<Expr> = agg.aggr_expr.iter().map(nulled).collect();
+        datafusion::logical_expr::Aggregate::try_new(
+            std::sync::Arc::clone(&agg.input),
+            agg.group_expr.clone(),
+            nulled,
         )
+        .map(LogicalPlan::Aggregate)
+        .unwrap_or_else(|_| plan.clone())
     } else {
-        format!("plan: {}\nshared rows:\n{}", structure(plan), shared_text)
+        plan.clone()
     };
+    let canonical = format!("plan: {}\nshared rows:\n{}", structure(&shown), shared_text);
     Described {
         request,
         fingerprint: fingerprint(&canonical),

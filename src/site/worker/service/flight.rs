@@ -272,6 +272,10 @@ impl FlightService for WorkerService {
                 "secure aggregation step 1: a session key pair and the group keys",
             ),
             (
+                ACTION_SECURE_REVEAL,
+                "secure aggregation, a sparse round's coin toss: this site's graph nonce, once every commitment is fixed",
+            ),
+            (
                 ACTION_SECURE_SHARE,
                 "secure aggregation step 2: shares of the session secrets, sealed to each site",
             ),

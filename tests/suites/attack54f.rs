@@ -123,6 +123,17 @@ impl Hostile {
         dp: Option<&DpPolicy>,
         policy: Option<DisclosurePolicy>,
     ) -> Self {
+        Self::build_with_rows(n, sql, site_rows, dp, policy).await
+    }
+
+    /// As [`Hostile::build`], with each site's rows from `rows`.
+    pub(crate) async fn build_with_rows(
+        n: usize,
+        sql: &str,
+        rows: impl Fn(usize) -> RecordBatch,
+        dp: Option<&DpPolicy>,
+        policy: Option<DisclosurePolicy>,
+    ) -> Self {
         let ctx = FedContext::new();
         // A shared lookup table of one row whose key `k` is NULL and whose
         // `v` is 0 (see 2.).
@@ -155,7 +166,7 @@ impl Hostile {
                     &name,
                     &format!("memory:{name}"),
                     schema(),
-                    vec![site_rows(c)],
+                    vec![rows(c)],
                     ctx.site_engine(),
                 )
                 .unwrap()

@@ -218,48 +218,7 @@ async fn hostile_with_rows(
     dp: Option<&DpPolicy>,
     policy: Option<DisclosurePolicy>,
 ) -> Hostile {
-    let ctx = FedContext::new();
-    let identities: Vec<Arc<SiteIdentity>> = (0..n)
-        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-        .collect();
-    let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
-    let sites: Vec<Arc<dyn Site>> = (0..n)
-        .map(|c| {
-            let name = format!("site{c}");
-            let mut site = LocalClient::from_batches(
-                &name,
-                &format!("memory:{name}"),
-                schema(),
-                vec![rows(c)],
-                ctx.site_engine(),
-            )
-            .unwrap()
-            .with_identity(Some(Arc::clone(&identities[c])), listed.clone());
-            if policy.is_some() {
-                site = site.with_policy(policy.clone()).served_remotely(false);
-            }
-            if let Some(p) = dp {
-                site = site.with_dp(Arc::new(DpSite::seeded_for_tests(
-                    p.clone(),
-                    Arc::new(Ledger::in_memory()),
-                    0x5eed + c as u64,
-                )));
-            }
-            Arc::new(site) as Arc<dyn Site>
-        })
-        .collect();
-    ctx.register_federated(FederatedTable::new("t", schema(), sites.clone()))
-        .unwrap();
-    let mut h = Hostile {
-        ctx,
-        encoders: Vec::new(),
-        sites,
-        analyst: Analyst::session(),
-        identities,
-    };
-    let encoder = h.plan_encoder(sql).await;
-    h.encoders = vec![encoder; n];
-    h
+    Hostile::build_with_rows(n, sql, rows, dp, policy).await
 }
 
 /// The analyst's query of 2.: the undeclared `x`, named `g`.

@@ -12,13 +12,14 @@ use datafusion::arrow::record_batch::RecordBatch;
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use super::align::{align, groups_digest};
+use super::checks::{check_threshold, relayed_place};
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
 use crate::protocol::secure::masks::{self, SharePair};
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
-    ShareEnvelope, ShareRequest, UnmaskRequest, default_threshold, graph, shamir,
+    ShareEnvelope, ShareRequest, UnmaskRequest, graph, shamir,
 };
 use crate::site::release::identity::SiteIdentity;
 
@@ -160,88 +161,6 @@ impl Step {
 fn fill_random(buf: &mut [u8]) {
     use rand::RngCore;
     rand::rng().fill_bytes(buf);
-}
-
-/// The threshold rules every site checks of a session over `n` sites: at
-/// least its own floor and a strict majority of the sites, at most `n`.
-fn check_threshold(session: &SecureSession, n: usize, floor: usize) -> Result<()> {
-    let t = session.threshold;
-    let least = default_threshold(n).max(floor).max(1);
-    if t < least || t > n {
-        return Err(FedError::refused(
-            format!(
-                "a secure sum's threshold {t} over {n} sites: it must be at least {least} (a strict majority{}) and at most {n}",
-                if floor > default_threshold(n) {
-                    format!(", and this site's min_secure_clients {floor}")
-                } else {
-                    String::new()
-                }
-            ),
-            Some(
-                "leave the threshold unset (a strict majority), or SET fedsql.secure_threshold within those bounds",
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// This site's place among the relayed keys of `request`, whose own keys
-/// are `own`: refused unless they are relayed once and unchanged, no
-/// public key is relayed twice, and at least the threshold sent keys.
-fn relayed_place(request: &ShareRequest, own: &ParticipantKeys) -> Result<usize> {
-    let session = &request.session;
-    let n = session.clients.len();
-    if request.keys.len() != n {
-        return Err(FedError::InvalidArgument(format!(
-            "{} sites' keys relayed for {n} clients",
-            request.keys.len()
-        )));
-    }
-    let participants = request.participants();
-    let places: Vec<usize> = participants
-        .iter()
-        .copied()
-        .filter(|&j| request.keys[j].is_some_and(|k| k.mask_key == own.mask_key))
-        .collect();
-    let me = match places[..] {
-        [at] if request.keys[at] == Some(*own) => at,
-        [] => {
-            return Err(FedError::InvalidArgument(format!(
-                "the coordinator did not relay this client's keys for secure session {}",
-                session.id_hex()
-            )));
-        }
-        _ => {
-            return Err(FedError::InvalidArgument(
-                "the coordinator relayed this client's keys more than once, or changed them".into(),
-            ));
-        }
-    };
-    // A key relayed twice would make a pair of masks cancel, or let
-    // one site read another's envelope.
-    let mut seen: Vec<[u8; 32]> = participants
-        .iter()
-        .flat_map(|&j| {
-            let k = request.keys[j].expect("a participant");
-            [k.mask_key, k.cipher_key]
-        })
-        .collect();
-    seen.sort();
-    seen.dedup();
-    if seen.len() != 2 * participants.len() {
-        return Err(FedError::InvalidArgument(
-            "the coordinator relayed a public key more than once".into(),
-        ));
-    }
-    if participants.len() < session.threshold {
-        return Err(FedError::InvalidArgument(format!(
-            "secure session {}: {} sites sent keys, fewer than the threshold {}",
-            session.id_hex(),
-            participants.len(),
-            session.threshold
-        )));
-    }
-    Ok(me)
 }
 
 impl ClientSecrets {
@@ -818,70 +737,3 @@ impl ClientSecrets {
             .collect())
     }
 }
-
-/// Whom a site shares its secrets with and masks with: the relayed
-/// participants of a secure session, checked against the site's listed
-/// peers.
-///
-/// The keys of every neighbour (every other site in a full round) must be
-/// signed, for this session, by a listed peer; no peer may count twice, nor may the
-/// site itself; and the site with its peers must make `min_participants`.
-/// With no peers listed, only the number of sites with keys is checked — a
-/// coordinator that invents participants passes that (the security page's
-/// threat model says so). Returns the rule broken, for the refusal.
-pub(crate) fn check_participants(
-    request: &ShareRequest,
-    (me, neighbours): (usize, &[usize]),
-    own_identity: Option<[u8; 32]>,
-    peers: &[[u8; 32]],
-    min_participants: usize,
-) -> std::result::Result<(), String> {
-    let too_few = || {
-        format!(
-            "a secure sum needs at least {min_participants} participants (its min_secure_clients policy)"
-        )
-    };
-    let mut participants: Vec<usize> = neighbours
-        .iter()
-        .copied()
-        .filter(|&j| request.keys.get(j).is_some_and(Option::is_some))
-        .collect();
-    participants.push(me);
-    if peers.is_empty() {
-        return if participants.len() < min_participants {
-            Err(too_few())
-        } else {
-            Ok(())
-        };
-    }
-    let unsigned = || {
-        "a participant's session key is not signed by one of its listed peers (its peers policy)"
-            .to_string()
-    };
-    let mut signers = Vec::new();
-    for &j in &participants {
-        if j == me {
-            continue;
-        }
-        let keys = request.keys[j].expect("a participant");
-        let signed = keys.signed.ok_or_else(unsigned)?;
-        let listed = peers.contains(&signed.identity) && Some(signed.identity) != own_identity;
-        if !listed || !keys.signature_verifies(&request.session.id) {
-            return Err(unsigned());
-        }
-        if signers.contains(&signed.identity) {
-            return Err(
-                "one peer's identity signs two of the session's keys (its peers policy)".into(),
-            );
-        }
-        signers.push(signed.identity);
-    }
-    if 1 + signers.len() < min_participants {
-        return Err(too_few());
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-#[path = "steps_tests.rs"]
-mod tests;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::protocol::secure::SignedKey;
+use crate::site::release::identity::SiteIdentity;
 
 fn keys(i: u8) -> ParticipantKeys {
     ParticipantKeys {

@@ -609,14 +609,27 @@ async fn holds_control_the_qualified_twin_at_every_site_gives_the_total() {
 /// each with an identity key and every identity listed as a peer; and a
 /// hostile coordinator driving their `Site` clients (the ones a
 /// `CREATE FEDERATED TABLE` makes) with hand-made messages.
-async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
+pub(crate) async fn hostile_over_workers(
+    dir: &std::path::Path,
+) -> (crate::remote::Workers, Hostile) {
+    hostile_over_workers_with(dir, site_rows, None, SUM_SQL).await
+}
+
+/// As [`hostile_over_workers`], with worker `c` serving `rows(c)`, every
+/// worker's DP settings `dp` (if any), and the encoders of `sql`.
+pub(crate) async fn hostile_over_workers_with(
+    dir: &std::path::Path,
+    rows: impl Fn(usize) -> RecordBatch,
+    dp: Option<DpPolicy>,
+    sql: &str,
+) -> (crate::remote::Workers, Hostile) {
     use datafusion::arrow::datatypes::Int64Type;
     use fedsql::site::worker::WorkerConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let files: Vec<std::path::PathBuf> = (0..5)
         .map(|c| {
             let path = dir.join(format!("site{c}.csv"));
-            let rows = site_rows(c);
+            let rows = rows(c);
             let g = rows.column(0).as_primitive::<Int64Type>();
             let x = rows.column(1).as_primitive::<Int64Type>();
             let mut text = "g,x\n".to_string();
@@ -635,6 +648,9 @@ async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers,
     let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
         let i = next.fetch_add(1, Ordering::SeqCst);
         c.policy = Some(DisclosurePolicy::default());
+        if let Some(dp) = &dp {
+            c.dp = dp.clone();
+        }
         c.identity = Some(Arc::clone(&identities[i]));
         c.peers = listed.clone();
         c
@@ -656,7 +672,7 @@ async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers,
         analyst: Analyst::session(),
         identities,
     };
-    let encoder = h.plan_encoder(SUM_SQL).await;
+    let encoder = h.plan_encoder(sql).await;
     h.encoders = vec![encoder; 5];
     (workers, h)
 }

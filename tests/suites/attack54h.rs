@@ -294,55 +294,13 @@ fn worker_rows(c: usize) -> RecordBatch {
 /// and every identity listed as a peer; an honest coordinator's context
 /// over them (`ctx`), and a hostile coordinator driving their clients.
 async fn declared_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
-    use fedsql::site::worker::WorkerConfig;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let files: Vec<std::path::PathBuf> = (0..5)
-        .map(|c| {
-            let path = dir.join(format!("site{c}.csv"));
-            let rows = worker_rows(c);
-            let g = int64s(&rows, 0);
-            let x = int64s(&rows, 1);
-            let mut text = "g,x\n".to_string();
-            for (g, x) in g.iter().zip(&x) {
-                text.push_str(&format!("{g},{x}\n"));
-            }
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect();
-    let identities: Vec<Arc<SiteIdentity>> = (0..5)
-        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-        .collect();
-    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
-    let next = AtomicUsize::new(0);
-    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        c.policy = Some(DisclosurePolicy::default());
-        c.dp = require_secure_declared();
-        c.identity = Some(Arc::clone(&identities[i]));
-        c.peers = listed.clone();
-        c
-    })
-    .await;
-    let ctx = FedContext::new();
-    crate::remote::run(&ctx, &workers.create("t"))
-        .await
-        .unwrap();
-    let provider = ctx.session().table_provider("t").await.unwrap();
-    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
-        .unwrap()
-        .clients()
-        .to_vec();
-    let mut h = Hostile {
-        ctx,
-        sites,
-        encoders: Vec::new(),
-        analyst: Analyst::session(),
-        identities,
-    };
-    let encoder = h.plan_encoder(ALIAS_SQL).await;
-    h.encoders = vec![encoder; 5];
-    (workers, h)
+    crate::attack54f::hostile_over_workers_with(
+        dir,
+        worker_rows,
+        Some(require_secure_declared()),
+        ALIAS_SQL,
+    )
+    .await
 }
 
 /// Was BREAK 2b (high), against real workers: the aliased encoder travels as

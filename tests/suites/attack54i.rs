@@ -389,68 +389,6 @@ async fn holds_control_a_threshold_above_n_plus_c_over_two_refuses_the_split() {
     );
 }
 
-/// Five `fedsql worker`s (in this process, on ephemeral ports), worker
-/// `c` serving site `c`'s rows as `t` under the default disclosure policy,
-/// each with an identity key and every identity listed as a peer (as
-/// `attack54f::hostile_over_workers`); the coordinator drives their
-/// `Site` clients with hand-made messages.
-async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers, Hostile) {
-    use datafusion::arrow::array::AsArray;
-    use datafusion::arrow::datatypes::Int64Type;
-    use fedsql::coordinator::federated_table::FederatedTable;
-    use fedsql::protocol::site::{Analyst, Site};
-    use fedsql::site::release::policy::DisclosurePolicy;
-    use fedsql::site::worker::WorkerConfig;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let files: Vec<std::path::PathBuf> = (0..5)
-        .map(|c| {
-            let path = dir.join(format!("site{c}.csv"));
-            let rows = crate::attack54f::site_rows(c);
-            let g = rows.column(0).as_primitive::<Int64Type>();
-            let x = rows.column(1).as_primitive::<Int64Type>();
-            let mut text = "g,x\n".to_string();
-            for i in 0..rows.num_rows() {
-                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
-            }
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect();
-    let identities: Vec<Arc<SiteIdentity>> = (0..5)
-        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-        .collect();
-    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
-    let next = AtomicUsize::new(0);
-    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        c.policy = Some(DisclosurePolicy::default());
-        c.identity = Some(Arc::clone(&identities[i]));
-        c.peers = listed.clone();
-        c
-    })
-    .await;
-    let ctx = fedsql::FedContext::new();
-    crate::remote::run(&ctx, &workers.create("t"))
-        .await
-        .unwrap();
-    let provider = ctx.session().table_provider("t").await.unwrap();
-    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
-        .unwrap()
-        .clients()
-        .to_vec();
-    let mut h = Hostile {
-        ctx,
-        sites,
-        encoders: Vec::new(),
-        analyst: Analyst::session(),
-        identities,
-    };
-    let encoder = h.plan_encoder(SUM_SQL).await;
-    h.encoders = vec![encoder; 5];
-    (workers, h)
-}
-
 /// BREAK (critical), the same against real workers over Flight: four
 /// honest `fedsql worker`s with identity keys listing each other as
 /// peers, the fifth's identity key in the coordinator's hands. Worker 0's
@@ -458,7 +396,7 @@ async fn hostile_over_workers(dir: &std::path::Path) -> (crate::remote::Workers,
 #[tokio::test]
 async fn break_one_colluder_signs_two_survivor_lists_over_the_wire() {
     let dir = tempfile::TempDir::new().unwrap();
-    let (_workers, h) = hostile_over_workers(dir.path()).await;
+    let (_workers, h) = crate::attack54f::hostile_over_workers(dir.path()).await;
     let round = open_round(&h, &[4]).await;
     let got = two_lists(&h, &round, 0, &[0, 1], &[2, 3]).await.unwrap();
     assert_eq!(got.leaked, site_sum(0), "worker 0's exact secure_sum");

@@ -289,23 +289,9 @@ fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
 /// after every site's keys are fixed, no longer from the session id it
 /// picks.
 fn ring_order(session: &SecureSession) -> Vec<usize> {
-    use rand_chacha::ChaCha20Rng;
-    use rand_chacha::rand_core::{RngCore, SeedableRng};
     let n = session.clients.len();
     let seed = crate::support::graph_seed(session);
-    let mut prg = ChaCha20Rng::from_seed(seed);
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let bound = (i + 1) as u64;
-        let zone = u64::MAX - (u64::MAX % bound);
-        let j = loop {
-            let r = prg.next_u64();
-            if r < zone {
-                break (r % bound) as usize;
-            }
-        };
-        order.swap(i, j);
-    }
+    let order = graph::ring_order(n, &seed);
     let half = graph::degree(n) / 2;
     let nb = graph::neighbours(session, &seed);
     for p in 0..n {

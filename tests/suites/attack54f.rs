@@ -201,17 +201,7 @@ impl Hostile {
 
     /// The encoder the coordinator would plan for `sql` over the same table.
     pub(crate) async fn plan_encoder(&self, sql: &str) -> Encoder {
-        let state = self.ctx.session().state();
-        let plan = state.create_logical_plan(sql).await.unwrap();
-        let plan = state.optimize(&plan).unwrap();
-        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-        // As the coordinator sends it: `_client` bound (taken out of the
-        // scan; the query does not read it, so one binding serves all).
-        fedsql::coordinator::split::plan_round(&state, &cut)
-            .await
-            .unwrap()
-            .encoder_for("")
-            .unwrap()
+        encoder_of(&self.ctx, sql).await
     }
 
     pub(crate) fn req(&self, c: usize) -> SiteRequest<'_> {
@@ -1114,4 +1104,19 @@ async fn holds_require_secure_refuses_the_plain_sum() {
         honest_total(&h).await.unwrap(),
         (0..5).map(site_sum).sum::<u64>()
     );
+}
+
+/// The encoder a coordinator plans for `sql` over `ctx`'s federated table,
+/// as it sends it: `_client` bound (taken out of the scan; a query that
+/// does not read it needs one binding for all).
+pub(crate) async fn encoder_of(ctx: &FedContext, sql: &str) -> Encoder {
+    let state = ctx.session().state();
+    let plan = state.create_logical_plan(sql).await.unwrap();
+    let plan = state.optimize(&plan).unwrap();
+    let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
+    fedsql::coordinator::split::plan_round(&state, &cut)
+        .await
+        .unwrap()
+        .encoder_for("")
+        .unwrap()
 }

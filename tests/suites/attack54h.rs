@@ -53,8 +53,8 @@ use fedsql::site::release::identity::SiteIdentity;
 use fedsql::site::release::policy::DisclosurePolicy;
 
 use crate::attack54f::{
-    Hostile, SUM_SQL, first_word, first_words, honest_total, rebuild, round_over, round_showing,
-    schema, session_of, site_rows, site_sum,
+    Hostile, SUM_SQL, encoder_of, first_word, first_words, honest_total, rebuild, round_over,
+    round_showing, schema, session_of, site_rows, site_sum,
 };
 
 /// `require_secure`, with `g` declared public (`dp_domain.g = '0'`: in the
@@ -377,22 +377,8 @@ async fn holds_require_secure_an_alias_under_secure_dp_gives_only_declared_keys(
 //    has its aggregates' literals masked in the approval fingerprint.
 // ---------------------------------------------------------------------
 
-/// The encoder the analyst's coordinator plans for `sql` over `ctx`'s
-/// federated table (as [`Hostile::plan_encoder`]).
-async fn encoder_of(ctx: &FedContext, sql: &str) -> Encoder {
-    let state = ctx.session().state();
-    let plan = state.create_logical_plan(sql).await.unwrap();
-    let plan = state.optimize(&plan).unwrap();
-    let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-    fedsql::coordinator::split::plan_round(&state, &cut)
-        .await
-        .unwrap()
-        .encoder_for("")
-        .unwrap()
-}
-
 /// The plain sum in a state batch's first column.
-fn first_sum(state: &fedsql::protocol::encoder::StateBatch) -> f64 {
+pub(crate) fn first_sum(state: &fedsql::protocol::encoder::StateBatch) -> f64 {
     let c = datafusion::arrow::compute::cast(state.batch().column(0), &DataType::Float64).unwrap();
     c.as_primitive::<datafusion::arrow::datatypes::Float64Type>()
         .value(0)

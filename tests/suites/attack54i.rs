@@ -35,7 +35,8 @@ use fedsql::site::release::secure::encoder_digest;
 use sha2::{Digest, Sha256};
 use x25519_dalek::{PublicKey, StaticSecret};
 
-use crate::attack54f::{Hostile, SUM_SQL, first_word, rebuild, site_sum};
+use crate::attack54f::{Hostile, SUM_SQL, encoder_of, first_word, rebuild, site_sum};
+use crate::attack54h::first_sum;
 
 /// A participant the coordinator runs for a colluding site (its data
 /// owner handed over its identity key): every secret of its session keys.
@@ -402,28 +403,6 @@ async fn break_one_colluder_signs_two_survivor_lists_over_the_wire() {
     assert_eq!(got.leaked, site_sum(0), "worker 0's exact secure_sum");
 }
 
-/// The ring order of a sparse round's graph drawn from `seed`, as
-/// `graph::neighbours` draws it (Fisher-Yates over ChaCha20, with
-/// rejection sampling).
-fn ring_order(n: usize, seed: &graph::GraphSeed) -> Vec<usize> {
-    use rand_chacha::ChaCha20Rng;
-    use rand_chacha::rand_core::{RngCore, SeedableRng};
-    let mut prg = ChaCha20Rng::from_seed(*seed);
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let bound = (i + 1) as u64;
-        let zone = u64::MAX - (u64::MAX % bound);
-        let j = loop {
-            let r = prg.next_u64();
-            if r < zone {
-                break (r % bound) as usize;
-            }
-        };
-        order.swap(i, j);
-    }
-    order
-}
-
 /// BREAK (critical). The same in a sparse round of 101 peered sites with
 /// ONE colluder, whatever the coin toss: once the graph is drawn, the
 /// coordinator picks as its victim the colluder's ring neighbour (here at
@@ -444,7 +423,7 @@ async fn break_one_colluder_in_a_sparse_round_of_101_signs_two_lists_neighbours_
     let h = Hostile::new(n, SUM_SQL).await;
     let x = 7;
     let round = open_round(&h, &[x]).await;
-    let order = ring_order(n, &crate::support::graph_seed(&round.session));
+    let order = graph::ring_order(n, &crate::support::graph_seed(&round.session));
     let px = order.iter().position(|&s| s == x).unwrap();
     // The site `d` places after the victim on the ring (the colluder at 1).
     let at = |d: usize| order[(px + n - 1 + d) % n];
@@ -471,32 +450,6 @@ async fn break_one_colluder_in_a_sparse_round_of_101_signs_two_lists_neighbours_
 // 3. Manual approval: a request flagged as a fit's round is fingerprinted
 //    by its aggregates' printed text.
 // ---------------------------------------------------------------------
-
-/// The encoder the analyst's coordinator plans for `sql` over `ctx`'s
-/// federated table (as `Hostile::plan_encoder`).
-async fn encoder_of(ctx: &fedsql::FedContext, sql: &str) -> fedsql::protocol::encoder::Encoder {
-    let state = ctx.session().state();
-    let plan = state.create_logical_plan(sql).await.unwrap();
-    let plan = state.optimize(&plan).unwrap();
-    let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-    fedsql::coordinator::split::plan_round(&state, &cut)
-        .await
-        .unwrap()
-        .encoder_for("")
-        .unwrap()
-}
-
-/// The plain sum in a state batch's first column.
-fn first_sum(state: &fedsql::protocol::encoder::StateBatch) -> f64 {
-    use datafusion::arrow::array::AsArray;
-    let c = datafusion::arrow::compute::cast(
-        state.batch().column(0),
-        &datafusion::arrow::datatypes::DataType::Float64,
-    )
-    .unwrap();
-    c.as_primitive::<datafusion::arrow::datatypes::Float64Type>()
-        .value(0)
-}
 
 /// The demo rows' sum of `f(systolic, age, visits)`.
 fn demo_sum(f: impl Fn(f64, f64, f64) -> f64) -> f64 {

@@ -134,20 +134,7 @@ pub fn neighbours(session: &SecureSession, seed: &GraphSeed) -> Vec<Vec<usize>> 
             .map(|i| (0..n).filter(|&j| j != i).collect())
             .collect();
     }
-    let mut prg = ChaCha20Rng::from_seed(*seed);
-    // Fisher-Yates with rejection sampling: an unbiased order.
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let bound = (i + 1) as u64;
-        let zone = u64::MAX - (u64::MAX % bound);
-        let j = loop {
-            let r = prg.next_u64();
-            if r < zone {
-                break (r % bound) as usize;
-            }
-        };
-        order.swap(i, j);
-    }
+    let order = ring_order(n, seed);
     let mut position = vec![0; n];
     for (p, &site) in order.iter().enumerate() {
         position[site] = p;
@@ -164,6 +151,25 @@ pub fn neighbours(session: &SecureSession, seed: &GraphSeed) -> Vec<Vec<usize>> 
             list
         })
         .collect()
+}
+
+/// The order of `n` sites around a sparse round's ring, drawn from `seed`:
+/// Fisher-Yates over ChaCha20 with rejection sampling (an unbiased order).
+pub fn ring_order(n: usize, seed: &GraphSeed) -> Vec<usize> {
+    let mut prg = ChaCha20Rng::from_seed(*seed);
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let bound = (i + 1) as u64;
+        let zone = u64::MAX - (u64::MAX % bound);
+        let j = loop {
+            let r = prg.next_u64();
+            if r < zone {
+                break (r % bound) as usize;
+            }
+        };
+        order.swap(i, j);
+    }
+    order
 }
 
 /// The Shamir threshold of a site's secrets with `neighbourhood` sites

@@ -5,7 +5,8 @@
 //! `fedsql.dp_epsilon` (the ε of a differentially private aggregate that
 //! names none) and `fedsql.display_digits` (significant digits of floats in
 //! the table format; 0 shows all) and `fedsql.secure_threshold` (how many
-//! sites a secure round needs; 0: the table's option or a strict majority).
+//! sites a secure round needs; 0: the table's option or the least the sites
+//! accept — a strict majority, more than two thirds where they check peers).
 
 use datafusion::common::config::ConfigExtension;
 use datafusion::common::extensions_options;
@@ -19,7 +20,8 @@ extensions_options! {
         /// Significant digits of floats in the table format (0: all digits).
         pub display_digits: usize, default = 7
         /// How many sites a secure round needs to unmask its sum (0: the
-        /// table's `secure_threshold` option, else a strict majority).
+        /// table's `secure_threshold` option, else the least the sites
+        /// accept: a strict majority, more than two thirds with peers).
         pub secure_threshold: usize, default = 0
     }
 }

@@ -33,11 +33,11 @@ use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
     ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
     ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest,
-    EnvelopeMessage, HAS_ROWS_KEY, KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, POLICY_KEY,
-    POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureConfirmReply, SecureConfirmRequest,
-    SecureRevealReply, SecureSetupReply, SecureSetupRequest, SecureShareReply, SecureShareRequest,
-    SecureUnmaskReply, SecureUnmaskRequest, SessionMessage, TicketCommand, batch_from_ipc,
-    batch_to_ipc, ticket_command,
+    EnvelopeMessage, HAS_ROWS_KEY, KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, PEERED_KEY,
+    POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureConfirmReply,
+    SecureConfirmRequest, SecureRevealReply, SecureSetupReply, SecureSetupRequest,
+    SecureShareReply, SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage,
+    TicketCommand, batch_from_ipc, batch_to_ipc, ticket_command,
 };
 use crate::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use crate::protocol::secure::{
@@ -103,6 +103,8 @@ pub(crate) struct RemoteClient {
     channel: Channel,
     /// The policy the worker announced with its schema.
     policy: std::sync::Mutex<String>,
+    /// Whether its schema announced that it checks its peers.
+    peered: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for RemoteClient {
@@ -145,6 +147,7 @@ impl RemoteClient {
             url,
             options,
             policy: std::sync::Mutex::new("unknown (not yet asked)".into()),
+            peered: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -279,6 +282,8 @@ impl RemoteClient {
             if let Some(policy) = schema.metadata().get(POLICY_KEY) {
                 *self.policy.lock().expect("not poisoned") = policy.clone();
             }
+            self.peered
+                .store(flag(PEERED_KEY), std::sync::atomic::Ordering::Relaxed);
             Ok(ObservedSchema {
                 client: self.name.clone(),
                 file: self.url.to_string(),
@@ -467,6 +472,11 @@ impl Site for RemoteClient {
             .filter_map(|part| part.trim().strip_prefix("min_secure_clients="))
             .find_map(|v| v.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Whether the worker's schema announced that it checks its peers.
+    fn secure_peered(&self) -> bool {
+        self.peered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn secure_setup(

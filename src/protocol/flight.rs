@@ -80,6 +80,11 @@ pub const HAS_ROWS_KEY: &str = "fedsql.has_rows";
 /// shows it (`none` when it has none).
 pub const POLICY_KEY: &str = "fedsql.policy";
 
+/// Schema metadata: `"true"` when the worker checks a secure round's
+/// participants against listed peers (it then accepts only a threshold
+/// above two thirds of the sites, and the coordinator's default follows).
+pub const PEERED_KEY: &str = "fedsql.secure_peered";
+
 /// Schema metadata: `"true"` when the served table is CSV (columns are read
 /// by position, so their order must agree with the other clients).
 pub const POSITIONAL_KEY: &str = "fedsql.positional";

@@ -180,6 +180,12 @@ pub trait Site: Send + Sync + fmt::Debug {
     fn secure_floor(&self) -> usize {
         0
     }
+    /// Whether this site checks a secure round's participants against
+    /// listed peers, when the coordinator can know it (it then accepts
+    /// only a threshold above two thirds of the sites).
+    fn secure_peered(&self) -> bool {
+        false
+    }
     /// Secure aggregation, step 1 (see [`crate::protocol::secure`]): runs the
     /// encoder, keeps its state and fresh keys for the session, and returns
     /// the public keys and the group keys.

@@ -247,6 +247,7 @@ fn first_word(batch: &RecordBatch) -> u64 {
 
 fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
 }
 
 /// Rebuilds a secret from at least `t` shares.
@@ -305,9 +306,12 @@ struct ArcLeak {
 /// coordinator, which also holds every site's masked state on its own,
 /// adds up the short arc alone and removes its self masks: the pairwise
 /// masks inside the arc cancel, and there are no others.
-async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
+async fn sparse_arc_attack(
+    h: &Hostile,
+    k: usize,
+    session: SecureSession,
+) -> Result<ArcLeak, String> {
     let n = h.sites.len();
-    let session = session_of(n);
     let t = session.threshold;
     // Step 1 with every site, and the coin toss: only then is the ring
     // known.
@@ -413,11 +417,26 @@ async fn sparse_arc_attack(h: &Hostile, k: usize) -> Result<ArcLeak, String> {
 ///
 /// FIXED since: in a sparse round a site reveals only if the signers it
 /// is linked to through the graph make t; the arc's sites (11 linked
-/// signers) refuse to unmask.
+/// signers) refuse to unmask. And since the ninth review peered sites
+/// take t = 68 of 101, so a neighbourhood's threshold is 15 of 21: an arc
+/// cut off by two runs of 10 dropped sites leaves its end sites 11, and
+/// they refuse already at masking. The graph walk of step 5 is checked
+/// with sites without peers (t = 51, neighbourhoods 11 of 21).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sparse_round_unmasks_the_sum_of_one_ring_arc_below_the_threshold() {
-    let h = Hostile::new(101, None, SUM_SQL, true).await;
-    let err = match sparse_arc_attack(&h, 1).await {
+    let peered = Hostile::new(101, None, SUM_SQL, true).await;
+    let err = match sparse_arc_attack(&peered, 1, session_of(101)).await {
+        Err(e) => e,
+        Ok(leak) => panic!("the arc's sites revealed: its sum {}", leak.leaked[0]),
+    };
+    assert!(
+        err.contains("of this one's neighbourhood would take part, fewer than its threshold 15"),
+        "{err}"
+    );
+    drop(peered);
+    let h = Hostile::new(101, None, SUM_SQL, false).await;
+    let majority = crate::attack54f::majority_session_of(101);
+    let err = match sparse_arc_attack(&h, 1, majority).await {
         Err(e) => e,
         Ok(leak) => panic!(
             "the arc's sites revealed: its sum {} (truth {})",
@@ -449,15 +468,17 @@ async fn sparse_round_releases_a_dp_count_with_a_fraction_of_the_noise() {
     let mut policy = DpPolicy::default();
     let domain: Vec<String> = (0..50).map(|g| g.to_string()).collect();
     policy.set("dp_domain.g", &domain.join(",")).unwrap();
+    // Sites without peers (t = 51): peered ones refuse at masking (above).
     let h = Hostile::new(
         101,
         Some(&policy),
         "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
-        true,
+        false,
     )
     .await;
     for _ in 0..3 {
-        let err = match sparse_arc_attack(&h, 50).await {
+        let majority = crate::attack54f::majority_session_of(101);
+        let err = match sparse_arc_attack(&h, 50, majority).await {
             Err(e) => e,
             Ok(_) => panic!("the arc's sites revealed their noisy counts"),
         };
@@ -562,7 +583,7 @@ fn own_place(site: usize, views: &[[Option<usize>; 5]]) -> usize {
 async fn collision_attack(h: &Hostile) -> Result<(u64, u64), String> {
     let views = collision_views();
     let deliveries = collision_deliveries();
-    let session = session_of(5);
+    let session = crate::attack54f::majority_session_of(5);
     assert_eq!(session.threshold, 3);
     let real = views.len();
     let mut keys = Vec::new();
@@ -669,10 +690,26 @@ async fn collision_attack(h: &Hostile) -> Result<(u64, u64), String> {
 /// the list, and reveals self seeds only of sites that signed the same
 /// view: the attack no longer yields V's state (a site refuses, or the
 /// value is still masked): V's teammates' signatures are over their own
-/// views, not V's, and V refuses to unmask.
+/// views, not V's, and V refuses to unmask. And since the ninth review a
+/// peered site refuses the construction's t = 3 of 5 at setup (it takes
+/// more than two thirds); the view binding is checked with the same
+/// sites without peers, which accept a strict majority.
 #[tokio::test]
 async fn one_place_held_by_different_sites_reveals_a_peered_sites_state() {
-    let h = Hostile::new(13, None, SUM_SQL, true).await;
+    let peered = Hostile::new(13, None, SUM_SQL, true).await;
+    let session = crate::attack54f::majority_session_of(5);
+    for c in 0..13 {
+        let why = peered.sites[c]
+            .secure_setup(&peered.req(), &session)
+            .await
+            .expect_err("a peered site refuses t = 3 of 5")
+            .to_string();
+        assert!(
+            why.contains("it must be at least 4 (more than two thirds of the sites"),
+            "{why}"
+        );
+    }
+    let h = Hostile::new(13, None, SUM_SQL, false).await;
     let err = match collision_attack(&h).await {
         Err(e) => e,
         Ok((leaked, _)) => panic!("V revealed: {leaked} (truth {})", plain_sum(V)),

@@ -236,6 +236,7 @@ fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
 
 fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
 }
 
 /// A round run exactly as an honest coordinator runs it up to step 4:
@@ -438,7 +439,10 @@ fn unmask_target(s: &Signed, revealed: &[Revealed], target: &[usize]) -> Result<
 async fn pair_attack(h: &Hostile, a: usize, b: usize) -> Result<u64, String> {
     assert_eq!(h.sites.len(), 5);
     let s = honest_until_signed(h, session_of(5), 1).await;
-    assert_eq!(s.session.threshold, 3);
+    // Peered sites take t = 4 of 5 (more than two thirds) since the ninth
+    // review; the construction shows each revealer t signatures.
+    let t = s.session.threshold;
+    assert_eq!(t, 4);
     let others: Vec<usize> = (0..5).filter(|c| *c != a && *c != b).collect();
     let shown = |r: usize| -> BTreeSet<usize> {
         let third = if r == a {
@@ -448,14 +452,20 @@ async fn pair_attack(h: &Hostile, a: usize, b: usize) -> Result<u64, String> {
         } else {
             r
         };
-        [a, b, third].into_iter().collect()
+        let mut set: BTreeSet<usize> = [a, b, third].into_iter().collect();
+        for &o in &others {
+            if set.len() < t {
+                set.insert(o);
+            }
+        }
+        set
     };
     let revealed = reveal_selectively(h, &s, shown).await?;
     Ok(unmask_target(&s, &revealed, &[a, b])?[0])
 }
 
 /// BREAK (severity: critical). In a full round of five honest sites with
-/// identity keys and `peers` (t = 3), with no dropout and one survivor
+/// identity keys and `peers` (t = 3 then; 4 now), with no dropout and one survivor
 /// list signed by all, the coordinator learns the exact secure_sum of two
 /// sites — fewer than the threshold. See [`pair_attack`].
 ///
@@ -832,8 +842,13 @@ async fn holds_one_full_round_session_never_unmasks_a_single_site() {
     let shown = |r: usize| -> BTreeSet<usize> {
         let mut set: BTreeSet<usize> = [0, r].into_iter().collect();
         for extra in [[1, 2], [3, 4], [3, 4], [1, 2], [1, 2]][r] {
-            if set.len() < 3 {
+            if set.len() < s.session.threshold {
                 set.insert(extra);
+            }
+        }
+        for other in 0..5 {
+            if set.len() < s.session.threshold {
+                set.insert(other);
             }
         }
         set
@@ -854,9 +869,9 @@ async fn holds_a_revealer_shown_fewer_than_t_signatures_refuses() {
         .unmask(0, &s.session, &s.list, pick(&[0, 1]))
         .await
         .unwrap_err();
-    assert!(err.contains("fewer than the threshold 3"), "{err}");
+    assert!(err.contains("fewer than the threshold 4"), "{err}");
     let err = h
-        .unmask(1, &s.session, &s.list, pick(&[0, 2, 3]))
+        .unmask(1, &s.session, &s.list, pick(&[0, 2, 3, 4]))
         .await
         .unwrap_err();
     assert!(err.contains("own signature missing"), "{err}");
@@ -936,7 +951,7 @@ async fn holds_dp_completion_cannot_pad_the_groups_of_a_secure_sum() {
     assert!(
         notices
             .iter()
-            .any(|n| n.contains("5 group(s) held by fewer than the threshold of 3 sites")),
+            .any(|n| n.contains("5 group(s) held by fewer than the threshold of 4 sites")),
         "{notices:?}"
     );
     for dp in ["secure_dp_count(*, 1.0)", "dp_count(*, 1.0)"] {

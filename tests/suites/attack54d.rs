@@ -271,6 +271,7 @@ fn first_word(batch: &RecordBatch) -> u64 {
 
 fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
 }
 
 /// Rebuilds a secret from at least `t` shares.
@@ -340,9 +341,12 @@ struct OneSided {
 /// its own share too), the bridge's by the 10 core sites next to it and
 /// site 21 — and the sum of 12 masked states, less 12 self masks, is the
 /// sum of 12 of 101 sites.
-async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
+async fn one_sided_attack(
+    h: &Hostile,
+    k: usize,
+    session: SecureSession,
+) -> Result<OneSided, String> {
     let n = h.sites.len();
-    let session = session_of(n);
     // Step 1 with every site, and the coin toss: only then is the ring
     // known; the "dropped" sites then send no shares.
     let mut keys: Vec<Option<ParticipantKeys>> = Vec::with_capacity(n);
@@ -464,8 +468,22 @@ async fn one_sided_attack(h: &Hostile, k: usize) -> Result<OneSided, String> {
 /// reveals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn break_one_sided_masking_in_a_sparse_round_gives_the_sum_of_12_of_101_sites() {
-    let h = Hostile::new(101, None, SUM_SQL, true).await;
-    let err = match one_sided_attack(&h, 1).await {
+    // Peered sites (t = 68, neighbourhoods 15 of 21) refuse at masking:
+    // the core's sites keep too few of their neighbourhood.
+    let peered = Hostile::new(101, None, SUM_SQL, true).await;
+    let err = one_sided_attack(&peered, 1, session_of(101))
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        err.contains("of this one's neighbourhood would take part, fewer than its threshold 15"),
+        "{err}"
+    );
+    drop(peered);
+    // Sites without peers (t = 51): the all-sign rule of step 5.
+    let h = Hostile::new(101, None, SUM_SQL, false).await;
+    let majority = crate::attack54f::majority_session_of(101);
+    let err = match one_sided_attack(&h, 1, majority).await {
         Err(e) => e,
         Ok(got) => panic!(
             "the {} sites' sum came out: {} (listed {}, signed {})",
@@ -496,10 +514,11 @@ async fn break_one_sided_masking_releases_a_dp_count_with_a_fraction_of_the_nois
         101,
         Some(&policy),
         "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
-        true,
+        false,
     )
     .await;
-    let err = one_sided_attack(&h, 50)
+    let majority = crate::attack54f::majority_session_of(101);
+    let err = one_sided_attack(&h, 50, majority)
         .await
         .err()
         .expect("the 12 sites' counts stay masked");

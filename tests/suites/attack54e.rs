@@ -315,6 +315,7 @@ fn first_word(batch: &RecordBatch) -> u64 {
 
 fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
 }
 
 /// Rebuilds a secret from at least `t` shares.
@@ -762,7 +763,7 @@ fn colluder(session: &SecureSession, identity: &SiteIdentity) -> Colluder {
 /// envelopes went to colluders, and its neighbourhood's threshold.
 async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize, usize) {
     let n = h.sites.len();
-    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    let session = session_of(n);
     // What the session id alone would have drawn (the old graph).
     let guessed = graph::neighbours(&session, &[0; 32]).swap_remove(0);
     let colluding: Vec<usize> = guessed[..colluding_count].to_vec();
@@ -811,13 +812,14 @@ async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize
 /// in its signed keys, reveals it once every commitment is fixed, and
 /// the seed hashes them all), so the colluders land where the toss puts
 /// them: about 2 of the victim's 20 neighbours, far below its threshold
-/// of 11, and no session id can be ground for it.
+/// (11 then; 15 of its 21 since peered sites take t > 2n/3), and no
+/// session id can be ground for it.
 #[tokio::test]
 async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_hold_too_few_of_the_victims_shares()
  {
     let h = Hostile::new(101, SUM_SQL).await;
     let (to_colluders, share_t) = seat_colluders_then_toss(&h, 11).await;
-    assert_eq!(share_t, 11);
+    assert_eq!(share_t, 15);
     assert!(to_colluders < share_t, "{to_colluders} of {share_t}");
 }
 
@@ -850,7 +852,7 @@ async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a
     let n = 101;
     // No disclosure policy, so that the refusals' reasons are shown.
     let h = Hostile::build(n, SUM_SQL, None, None).await;
-    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    let session = session_of(n);
     let mut keys = Vec::new();
     for c in 0..n {
         keys.push(Some(h.setup(c, &session).await.unwrap().0));
@@ -962,7 +964,7 @@ async fn holds_a_sparse_round_padded_with_unsigned_participants_is_refused_at_st
     let n = 101;
     // No disclosure policy, so that the refusal's reason is shown.
     let h = Hostile::build(n, SUM_SQL, None, None).await;
-    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
+    let session = session_of(n);
     let honest: Vec<usize> = (0..41).collect();
     let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
     let mut nonces: Vec<Option<[u8; 32]>> = vec![None; n];

@@ -325,6 +325,13 @@ pub(crate) fn first_word(batch: &RecordBatch) -> u64 {
 
 pub(crate) fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
+        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
+}
+
+/// A session over `n` places at a strict majority, the threshold sites
+/// without `peers` accept (peered sites refuse it).
+pub(crate) fn majority_session_of(n: usize) -> SecureSession {
+    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
 }
 
 /// Rebuilds a secret from at least `t` shares.

@@ -15,8 +15,12 @@
 //!    sealed to them: the victim's exact state. In a full round of 5
 //!    and a sparse round of 101 (where the coordinator picks, after the
 //!    coin toss, a ring neighbour of its colluder as the victim), in
-//!    process and over Flight workers. OPEN (critical): the tests are
-//!    `break_…`; a threshold above two thirds (the control test) stops it.
+//!    process and over Flight workers. FIXED: a site with `peers` refuses
+//!    a threshold of two thirds of the sites or less (and a sparse
+//!    round's neighbourhood threshold follows t's share), the
+//!    coordinator's default follows; two lists of t > 2n/3 signers then
+//!    share more than n/3 sites, so one colluder cannot sign both: honest
+//!    sites would have to sign twice, and they sign once.
 //! 3. **Manual approval of a flagged request.** A request flagged as a
 //!    fit's round was fingerprinted by its aggregates' printed text, and
 //!    `a - (b + c)` prints as `(a - b) + c`: another quantity ran under
@@ -106,8 +110,7 @@ impl Opened {
 /// the one key vector, so every honest site draws the same graph.
 pub(crate) async fn open_round(h: &Hostile, colluding: &[usize]) -> Opened {
     let n = h.sites.len();
-    let session = SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect());
-    open_session(h, colluding, session).await
+    open_session(h, colluding, crate::attack54f::session_of(n)).await
 }
 
 /// [`open_round`] of `session` (its threshold the coordinator's choice).
@@ -167,32 +170,25 @@ fn view_of(h: &Hostile, round: &Opened) -> [u8; 32] {
     consistency::view_digest(&encoder, &round.keys, &groups)
 }
 
-/// What the attack got out of the sites.
-#[derive(Debug)]
-pub(crate) struct TwoLists {
-    /// The victim's masked state, with its self mask and every pairwise
-    /// mask removed.
-    pub(crate) leaked: u64,
-    pub(crate) l1: Vec<u32>,
-    pub(crate) l2: Vec<u32>,
-}
-
 /// Steps 2 to 5 of [`open_round`]'s round with two survivor lists: the
 /// honest sites `side1` (the victim among them) are shown
 /// `side1 ∪ colluders`, the honest sites `side2` are shown
 /// `side2 ∪ colluders`; every envelope is delivered; each colluder signs
 /// both lists; then the victim's self seed comes from side 1 and the
-/// colluders, its mask key from side 2 and the colluders.
+/// colluders, its mask key from side 2 and the colluders. Returns the
+/// victim's masked state with every mask removed.
 pub(crate) async fn two_lists(
     h: &Hostile,
     round: &Opened,
     victim: usize,
     side1: &[usize],
     side2: &[usize],
-) -> Result<TwoLists, String> {
+) -> Result<u64, String> {
     let session = &round.session;
     let n = h.sites.len();
-    let honest: Vec<usize> = side1.iter().chain(side2).copied().collect();
+    let mut honest: Vec<usize> = side1.iter().chain(side2).copied().collect();
+    honest.sort_unstable();
+    honest.dedup();
     // Step 2.
     let mut envelopes: Vec<ShareEnvelope> = Vec::new();
     for &c in &honest {
@@ -333,51 +329,70 @@ pub(crate) async fn two_lists(
         let seed = masks::pairwise_seed(&mask_secret, &peer.mask_key, &session.id).unwrap();
         masks::apply_pairwise(&mut word, &seed, !masks::adds(victim, j));
     }
-    Ok(TwoLists {
-        leaked: word[0],
-        l1,
-        l2,
-    })
+    Ok(word[0])
 }
 
-/// BREAK (critical). Five peered sites (every site's identity key listed
-/// by every other, a worker's default disclosure policy, t = 3), ONE of
-/// them colluding with the coordinator: the victim's exact `secure_sum`
-/// state in one session. The victim (0) and site 1 are shown the list
-/// [0, 1, 4]; sites 2 and 3 the list [2, 3, 4]; colluder 4 signs both
-/// over the one view all honest sites share. Each list has t = 3 signers,
-/// every check of every site passes, each honest site signs and reveals
-/// once: sites 0 and 1 reveal the victim's self-seed shares, sites 2 and
-/// 3 its mask-key shares, and the colluder holds one of each.
+/// Every honest site of `h` refuses a session over its `n` places at a
+/// strict majority; returns the first refusal.
+async fn every_site_refuses_a_majority(h: &Hostile) -> String {
+    let n = h.sites.len();
+    let session = crate::attack54f::majority_session_of(n);
+    let mut first = None;
+    for c in 0..n {
+        let why = h
+            .setup(c, &session)
+            .await
+            .expect_err("a peered site refuses a strict majority");
+        first.get_or_insert(why);
+    }
+    first.unwrap()
+}
+
+/// Was BREAK (critical). Five peered sites (every site's identity key
+/// listed by every other, a worker's default disclosure policy), ONE of
+/// them colluding with the coordinator, t = 3: the victim (0) and site 1
+/// were shown the list [0, 1, 4], sites 2 and 3 the list [2, 3, 4], and
+/// colluder 4 signed both over the one view all honest sites share. Each
+/// list had t = 3 signers, every check of every site passed, each honest
+/// site signed and revealed once: sites 0 and 1 revealed the victim's
+/// self-seed shares, sites 2 and 3 its mask-key shares, and the colluder
+/// held one of each — the victim's exact state in one session. Root
+/// cause: the strict-majority argument ("no two disjoint sets of t
+/// sites") counts honest signers only; a colluder is in both sets, and
+/// two lists of t need only n + c ≥ 2t.
 ///
-/// The security page promises a site's state is safe unless "all its
-/// other participants collude with the coordinator", and that "fewer than
-/// t sites collude" is enough. Root cause: the strict-majority argument
-/// ("no two disjoint sets of t sites") counts honest signers only; a
-/// colluder is in both sets. Two lists of t need n + c ≥ 2t, so with
-/// t = ⌊n/2⌋ + 1 one colluder suffices (n odd).
+/// HOLDS now: a peered site takes t > 2n/3 (4 of 5) and refuses t = 3 at
+/// setup, saying why; at t = 4 the two lists need 2t − n = 3 common
+/// signers, and with one colluder two of them are honest sites, which
+/// sign one list per session: the second list is refused.
 #[tokio::test]
-async fn break_one_colluder_signs_two_survivor_lists_victims_exact_state() {
+async fn holds_one_colluder_signing_two_survivor_lists_peered_sites_refuse_the_majority_and_the_split()
+ {
     let h = Hostile::new(5, SUM_SQL).await;
+    let why = every_site_refuses_a_majority(&h).await;
+    assert!(
+        why.contains("a secure sum's threshold 3 over 5 sites: it must be at least 4 (more than two thirds of the sites, as this site checks its peers"),
+        "{why}"
+    );
     let round = open_round(&h, &[4]).await;
-    assert_eq!(round.session.threshold, 3);
-    let got = two_lists(&h, &round, 0, &[0, 1], &[2, 3]).await.unwrap();
-    assert_eq!(got.l1, vec![0, 1, 4]);
-    assert_eq!(got.l2, vec![2, 3, 4]);
-    assert_eq!(got.leaked, site_sum(0), "the victim's exact secure_sum");
+    assert_eq!(round.session.threshold, 4);
+    // L1 = [0, 1, 2, 4] (the victim survived), L2 = [1, 2, 3, 4] (it
+    // dropped): sites 1 and 2 would have to sign both.
+    let err = two_lists(&h, &round, 0, &[0, 1, 2], &[1, 2, 3])
+        .await
+        .expect_err("one list per site");
+    assert!(err.contains("site 1 refused to sign"), "{err}");
 }
 
-/// Control (HOLDS): the same split with the session's threshold raised to
-/// 4 of 5 (n + c = 6 < 2t = 8): each list of three is below the
-/// threshold, and the first site asked to sign refuses (nothing is
-/// signed, so nothing is revealed). A threshold with
-/// 2t > n + c, for the number c of colluders a site tolerates, is what the
-/// strict-majority argument needs.
+/// Control (HOLDS): the same split as before the fix, at t = 4 of 5
+/// (n + c = 6 < 2t = 8): each list of three is below the threshold, and
+/// the first site asked to sign refuses (nothing is signed, so nothing
+/// is revealed).
 #[tokio::test]
 async fn holds_control_a_threshold_above_n_plus_c_over_two_refuses_the_split() {
     let h = Hostile::new(5, SUM_SQL).await;
-    let session = SecureSession::fresh((0..5).map(|c| format!("site{c}")).collect());
-    let round = open_session(&h, &[4], session.with_threshold(4)).await;
+    let round = open_round(&h, &[4]).await;
+    assert_eq!(round.session.threshold, 4);
     let err = two_lists(&h, &round, 0, &[0, 1], &[2, 3])
         .await
         .expect_err("lists below the threshold");
@@ -390,39 +405,76 @@ async fn holds_control_a_threshold_above_n_plus_c_over_two_refuses_the_split() {
     );
 }
 
-/// BREAK (critical), the same against real workers over Flight: four
-/// honest `fedsql worker`s with identity keys listing each other as
-/// peers, the fifth's identity key in the coordinator's hands. Worker 0's
-/// exact sum comes out of one session.
-#[tokio::test]
-async fn break_one_colluder_signs_two_survivor_lists_over_the_wire() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let (_workers, h) = crate::attack54f::hostile_over_workers(dir.path()).await;
-    let round = open_round(&h, &[4]).await;
-    let got = two_lists(&h, &round, 0, &[0, 1], &[2, 3]).await.unwrap();
-    assert_eq!(got.leaked, site_sum(0), "worker 0's exact secure_sum");
+/// The first value of `sql`'s answer as a float.
+async fn sql_value(ctx: &fedsql::FedContext, sql: &str) -> Result<f64, String> {
+    let batches = ctx
+        .sql(sql)
+        .await
+        .map_err(|e| e.to_string())?
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let column = datafusion::arrow::compute::cast(
+        batches[0].column(0),
+        &datafusion::arrow::datatypes::DataType::Float64,
+    )
+    .unwrap();
+    Ok(datafusion::arrow::array::AsArray::as_primitive::<
+        datafusion::arrow::datatypes::Float64Type,
+    >(&column)
+    .value(0))
 }
 
-/// BREAK (critical). The same in a sparse round of 101 peered sites with
-/// ONE colluder, whatever the coin toss: once the graph is drawn, the
-/// coordinator picks as its victim the colluder's ring neighbour (here at
-/// distance 1; with this split any within 9 places works alike) and splits the ring into two arcs that
-/// share only the colluder: L1 = the victim, the colluder and the next 49
-/// sites (51 = t), L2 = the colluder and the other 50 (51 = t). Each arc
-/// is connected through the graph (so the graph walk of step 5 reaches
-/// t), every listed neighbour of every signer masked with it, and each
-/// signer has its neighbourhood's threshold of 11 on its list. The
-/// victim's self seed: its own share, 9 of its neighbours on L1 and the
-/// colluder's (11); its mask key: its 10 neighbours on L2 and the
-/// colluder's (11). The coin toss does not matter: the attack needs the
-/// colluder in the victim's neighbourhood, and it picks the victim after
-/// the toss.
+/// Was BREAK (critical), the same against real workers over Flight: four
+/// honest `fedsql worker`s with identity keys listing each other as
+/// peers, the fifth's identity key in the coordinator's hands.
+///
+/// HOLDS now: every worker refuses t = 3 at setup; an honest coordinator
+/// learns from the workers' schemas that they check their peers and picks
+/// t = 4 itself (the sum over all five comes back), and an analyst's
+/// `SET fedsql.secure_threshold = 3` is refused with the bound; at t = 4
+/// the split needs honest sites to sign twice.
+#[tokio::test]
+async fn holds_one_colluder_signing_two_survivor_lists_over_the_wire() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = crate::attack54f::hostile_over_workers(dir.path()).await;
+    let why = every_site_refuses_a_majority(&h).await;
+    assert!(
+        why.contains("it must be at least 4 (more than two thirds"),
+        "{why}"
+    );
+    let total: u64 = (0..5).map(site_sum).sum();
+    assert_eq!(sql_value(&h.ctx, SUM_SQL).await.unwrap(), total as f64);
+    h.ctx.sql("SET fedsql.secure_threshold = 3").await.unwrap();
+    let err = sql_value(&h.ctx, SUM_SQL).await.unwrap_err();
+    assert!(err.contains("more than two thirds of the sites"), "{err}");
+    h.ctx.sql("SET fedsql.secure_threshold = 0").await.unwrap();
+    let round = open_round(&h, &[4]).await;
+    let err = two_lists(&h, &round, 0, &[0, 1, 2], &[1, 2, 3])
+        .await
+        .expect_err("one list per site");
+    assert!(err.contains("site 1 refused to sign"), "{err}");
+}
+
+/// Was BREAK (critical). The same in a sparse round of 101 peered sites
+/// with ONE colluder, whatever the coin toss: once the graph was drawn,
+/// the coordinator picked as its victim the colluder's ring neighbour and
+/// split the ring into two arcs of 51 = t that shared only the colluder;
+/// the victim's self seed came from one side (its neighbourhood's
+/// threshold was 11 of 21), its mask key from the other.
+///
+/// HOLDS now: t = 68 of 101 (lists of 51 are refused), the victim's
+/// neighbourhood threshold is 15 of 21, and two lists of at least 68
+/// must share 35 sites, 34 of them honest, each of which signs one list:
+/// the coordinator gets the first list signed (a legitimate round, the
+/// victim on it) and not the second (the victim "dropped").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn break_one_colluder_in_a_sparse_round_of_101_signs_two_lists_neighbours_exact_state() {
+async fn holds_one_colluder_in_a_sparse_round_of_101_cannot_sign_two_lists() {
     let n = 101;
     let h = Hostile::new(n, SUM_SQL).await;
     let x = 7;
     let round = open_round(&h, &[x]).await;
+    assert_eq!(round.session.threshold, 68);
     let order = graph::ring_order(n, &crate::support::graph_seed(&round.session));
     let px = order.iter().position(|&s| s == x).unwrap();
     // The site `d` places after the victim on the ring (the colluder at 1).
@@ -432,17 +484,35 @@ async fn break_one_colluder_in_a_sparse_round_of_101_signs_two_lists_neighbours_
     let mut near: Vec<usize> = (1..=10).map(at).chain((91..=100).map(at)).collect();
     near.sort_unstable();
     assert_eq!(round.graph[victim], near, "the ring as the sites draw it");
-    assert_eq!(round.share_t(victim), 11);
+    assert_eq!(round.share_t(victim), 15);
     assert!(round.is_colluder(x));
+    // The old split: two arcs of 51 sites, below t.
     let side1: Vec<usize> = std::iter::once(victim).chain((2..=50).map(at)).collect();
     let side2: Vec<usize> = (51..=100).map(at).collect();
-    let got = two_lists(&h, &round, victim, &side1, &side2).await.unwrap();
-    assert_eq!(got.l1.len(), 51);
-    assert_eq!(got.l2.len(), 51);
-    assert_eq!(
-        got.leaked,
-        site_sum(victim),
-        "the victim's exact secure_sum"
+    let err = two_lists(&h, &round, victim, &side1, &side2)
+        .await
+        .expect_err("lists below the threshold");
+    assert!(
+        err.contains(&format!("site {victim} refused to sign")),
+        "{err}"
+    );
+    let round = open_round(&h, &[x]).await;
+    let order = graph::ring_order(n, &crate::support::graph_seed(&round.session));
+    let px = order.iter().position(|&s| s == x).unwrap();
+    let at = |d: usize| order[(px + n - 1 + d) % n];
+    let victim = at(0);
+    // An arc of 68 is no list: its end sites keep 11 of their 21, below
+    // their neighbourhood's 15. The lists that pass every site's checks
+    // are spread over the ring; the simplest pair differs in the victim
+    // alone: L1 = every site, L2 = every site but the victim.
+    let side1: Vec<usize> = (0..n).filter(|&c| c != x).collect();
+    let side2: Vec<usize> = (2..=100).map(at).collect();
+    let err = two_lists(&h, &round, victim, &side1, &side2)
+        .await
+        .expect_err("one list per site");
+    assert!(
+        err.contains(&format!("site {} refused to sign", at(2))),
+        "{err}"
     );
 }
 

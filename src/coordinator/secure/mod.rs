@@ -19,7 +19,7 @@ use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::ConfirmRequest;
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, SecureLayout, SecureSession, ShareEnvelope, ShareRequest,
-    UnmaskRequest, default_threshold, graph, union_groups,
+    SiteFloor, UnmaskRequest, default_threshold, graph, union_groups,
 };
 use crate::protocol::site::{Analyst, Site, SiteRequest};
 
@@ -41,13 +41,23 @@ fn is_refusal(e: &FedError) -> bool {
 }
 
 /// The threshold of a round over `clients`: `requested` if set, else the
-/// default (a strict majority), raised to every site's known floor.
+/// least every site accepts, as far as the coordinator knows (a strict
+/// majority; more than two thirds when a site checks its peers; a site's
+/// min_secure_clients). Each site checks it again, and refuses below its
+/// own rule.
 pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize>) -> usize {
+    let n = clients.len();
     requested.unwrap_or_else(|| {
         clients
             .iter()
-            .map(|c| c.secure_floor())
-            .fold(default_threshold(clients.len()), usize::max)
+            .map(|c| {
+                SiteFloor {
+                    min_secure_clients: c.secure_floor(),
+                    peered: c.secure_peered(),
+                }
+                .least(n)
+            })
+            .fold(default_threshold(n), usize::max)
     })
 }
 

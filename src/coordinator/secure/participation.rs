@@ -132,7 +132,7 @@ impl Participation {
     fn below_threshold(&self, alive: usize, when: &str) -> FedError {
         FedError::InvalidArgument(format!(
             "secure aggregation failed: {alive} of {} clients were left {when}, fewer than the threshold {}; dropped out: {}\n\
-             hint: rerun the query when more sites are available, or lower the threshold (SET fedsql.secure_threshold = t, or the table's 'secure_threshold' option; never below a strict majority nor a site's min_secure_clients)",
+             hint: rerun the query when more sites are available, or lower the threshold (SET fedsql.secure_threshold = t, or the table's 'secure_threshold' option; never below a strict majority, more than two thirds where the sites check their peers, nor a site's min_secure_clients)",
             self.clients.len(),
             self.threshold,
             self.dropped_list(true)

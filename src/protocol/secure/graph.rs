@@ -20,9 +20,10 @@
 //! graph per session.
 //!
 //! In a sparse round, a site's secrets are shared among its neighbours
-//! with a threshold of a strict majority of its neighbourhood (itself and
-//! its neighbours), so that no two disjoint sets of that size exist
-//! within it; in a full round the threshold is the session's t.
+//! with a threshold of the same share of its neighbourhood (itself and
+//! its neighbours) as t is of the sites: a strict majority of it at the
+//! default t, more than two thirds of it when the sites check their peers
+//! ([`share_threshold`]); in a full round the threshold is the session's t.
 
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -173,11 +174,15 @@ pub fn ring_order(n: usize, seed: &GraphSeed) -> Vec<usize> {
 }
 
 /// The Shamir threshold of a site's secrets with `neighbourhood` sites
-/// (itself included): the session's t in a full round; a strict majority
-/// of the neighbourhood in a sparse one.
+/// (itself included): the session's t in a full round; in a sparse one
+/// the same share of the neighbourhood as t is of the sites, rounded up
+/// past it (⌊neighbourhood · t / n⌋ + 1, at most the neighbourhood): a
+/// strict majority of it at the default t, more than two thirds of it
+/// when t is more than two thirds of the sites (a site with `peers`).
 pub fn share_threshold(session: &SecureSession, neighbourhood: usize) -> usize {
-    if is_sparse(session.clients.len()) {
-        neighbourhood / 2 + 1
+    let n = session.clients.len();
+    if is_sparse(n) {
+        (neighbourhood * session.threshold / n + 1).min(neighbourhood)
     } else {
         session.threshold
     }
@@ -211,6 +216,16 @@ mod tests {
             assert_ne!(neighbours(&session, &rand::random()), graph);
             // k is even: a strict majority of k + 1 is k / 2 + 1.
             assert_eq!(share_threshold(&session, k + 1), k / 2 + 1);
+            // More than two thirds of the sites: of the neighbourhood too.
+            let peered = session
+                .clone()
+                .with_threshold(super::super::peered_threshold(n));
+            let share_t = share_threshold(&peered, k + 1);
+            assert_eq!(share_t, 2 * (k + 1) / 3 + 1, "{n}");
+            assert!(3 * share_t > 2 * (k + 1));
+            // All of the sites: all of the neighbourhood, no more.
+            let all = session.clone().with_threshold(n);
+            assert_eq!(share_threshold(&all, k + 1), k + 1);
         }
     }
 

@@ -27,7 +27,7 @@
 //!    answering site's keys ([`ShareRequest`]; in a sparse round the same
 //!    keys as for the reveal, with every participant's nonce, each checked
 //!    against its commitment). Each site checks them (its
-//!    peers, its floor, t > n/2), splits its mask secret key and its self
+//!    peers, its floor, t > n/2, or t > 2n/3 with peers listed), splits its mask secret key and its self
 //!    seed t-of-n with Shamir ([`shamir`]) and seals the pair of shares of
 //!    every other site for it alone ([`masks::seal`]); the coordinator only
 //!    relays these envelopes.
@@ -106,6 +106,49 @@ pub struct SecureSession {
 /// cannot collect both kinds of shares of one site).
 pub fn default_threshold(n: usize) -> usize {
     n / 2 + 1
+}
+
+/// The least threshold a site that checks its participants against listed
+/// `peers` accepts over `n` sites: ⌊2n/3⌋ + 1, more than two thirds.
+///
+/// A strict majority is not enough once the coordinator is not trusted
+/// (the ninth outside review): two survivor lists of t signers each share
+/// at least 2t − n sites, so one colluding site that signs both at
+/// t = ⌊n/2⌋ + 1 lets the coordinator show half the honest sites a list
+/// on which a victim survived (they reveal its self-seed shares) and the
+/// other half one on which it dropped (they reveal its mask-key shares).
+/// With t > 2n/3 that split needs more than n/3 colluders, and t shares of
+/// both kinds of one site's secrets need as many (Bonawitz et al. 2017,
+/// the actively secure variant's bound t > (n + c)/2 with c < n/3).
+pub fn peered_threshold(n: usize) -> usize {
+    2 * n / 3 + 1
+}
+
+/// What a site requires of a session's threshold: its `min_secure_clients`,
+/// and whether it checks its participants against listed `peers` (then
+/// it does not trust the coordinator, and a strict majority is not enough:
+/// see [`peered_threshold`]; the coordinator's default is the greatest of its sites' least).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SiteFloor {
+    pub min_secure_clients: usize,
+    pub peered: bool,
+}
+
+impl SiteFloor {
+    /// The least threshold over `n` sites the sites' rule allows: a strict
+    /// majority, or more than two thirds when peered.
+    pub fn majority(self, n: usize) -> usize {
+        if self.peered {
+            peered_threshold(n)
+        } else {
+            default_threshold(n)
+        }
+    }
+
+    /// The least threshold over `n` sites this site accepts.
+    pub fn least(self, n: usize) -> usize {
+        self.majority(n).max(self.min_secure_clients).max(1)
+    }
 }
 
 impl SecureSession {

@@ -68,6 +68,10 @@ impl Site for LocalClient {
         self.policy.as_ref().map_or(0, |p| p.min_secure_clients)
     }
 
+    fn secure_peered(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
     async fn secure_setup(
         &self,
         request: &SiteRequest<'_>,
@@ -117,7 +121,7 @@ impl Site for LocalClient {
         };
         let mut setup = self
             .secrets
-            .setup(session, (&state, digest), layout, floor)
+            .setup(session, (&state, digest), layout, self.threshold_floor())
             .map_err(|e| self.site_error(e))?;
         if let Some(keys) = announced {
             setup.group_keys = keys;
@@ -154,7 +158,7 @@ impl Site for LocalClient {
             })
         };
         self.secrets
-            .share(share, min, admit)
+            .share(share, self.threshold_floor(), admit)
             .map_err(|e| self.site_error(e))
     }
 

@@ -297,6 +297,16 @@ impl LocalClient {
         Ok(())
     }
 
+    /// What this site requires of a secure session's threshold: its
+    /// min_secure_clients, and more than two thirds of the sites when it
+    /// checks its peers (it does not trust the coordinator then).
+    pub(super) fn threshold_floor(&self) -> crate::protocol::secure::SiteFloor {
+        crate::protocol::secure::SiteFloor {
+            min_secure_clients: self.policy.as_ref().map_or(0, |p| p.min_secure_clients),
+            peered: !self.peers.is_empty(),
+        }
+    }
+
     /// The same site with each request's memory capped at `limit` bytes (a
     /// memory pool of its own per request; nothing is spilled to disk).
     pub fn with_memory_limit(mut self, limit: Option<usize>) -> Self {

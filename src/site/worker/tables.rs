@@ -20,7 +20,7 @@ use datafusion::logical_expr::LogicalPlan;
 use crate::error::{FedError, Result};
 use crate::protocol::codec::{InlineTable, TableBinder};
 use crate::protocol::federated_scan::FederatedScan;
-use crate::protocol::flight::{HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
+use crate::protocol::flight::{HAS_ROWS_KEY, PEERED_KEY, POLICY_KEY, POSITIONAL_KEY};
 use crate::site::engine::SiteEngine;
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::local::LocalClient;
@@ -109,6 +109,10 @@ impl ServedTable {
             (
                 POLICY_KEY.to_string(),
                 describe_policy(self.site.policy.as_ref()),
+            ),
+            (
+                PEERED_KEY.to_string(),
+                (!self.site.peers.is_empty()).to_string(),
             ),
         ];
         Schema::new(self.schema.fields().clone()).with_metadata(metadata.into_iter().collect())

@@ -3,25 +3,37 @@
 //! keys, and its peers (see [`super::steps`] for the steps themselves).
 
 use crate::error::{FedError, Result};
-use crate::protocol::secure::{ParticipantKeys, SecureSession, ShareRequest, default_threshold};
+use crate::protocol::secure::{ParticipantKeys, SecureSession, ShareRequest, SiteFloor};
 
 /// The threshold rules every site checks of a session over `n` sites: at
-/// least its own floor and a strict majority of the sites, at most `n`.
-pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: usize) -> Result<()> {
+/// least its own floor and a strict majority of the sites (more than two
+/// thirds with peers listed), at most `n`.
+pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloor) -> Result<()> {
     let t = session.threshold;
-    let least = default_threshold(n).max(floor).max(1);
+    let least = floor.least(n);
     if t < least || t > n {
+        let majority = if floor.peered {
+            format!(
+                "more than two thirds of the sites, as this site checks its peers: at t = {} or less, sites colluding with the coordinator could sign two survivor lists and unmask a site",
+                2 * n / 3
+            )
+        } else {
+            "a strict majority".to_string()
+        };
+        let own = if floor.min_secure_clients > floor.majority(n) {
+            format!(
+                ", and this site's min_secure_clients {}",
+                floor.min_secure_clients
+            )
+        } else {
+            String::new()
+        };
         return Err(FedError::refused(
             format!(
-                "a secure sum's threshold {t} over {n} sites: it must be at least {least} (a strict majority{}) and at most {n}",
-                if floor > default_threshold(n) {
-                    format!(", and this site's min_secure_clients {floor}")
-                } else {
-                    String::new()
-                }
+                "a secure sum's threshold {t} over {n} sites: it must be at least {least} ({majority}{own}) and at most {n}"
             ),
             Some(
-                "leave the threshold unset (a strict majority), or SET fedsql.secure_threshold within those bounds",
+                "leave the threshold unset (the coordinator picks the least the sites accept), or SET fedsql.secure_threshold within those bounds",
             ),
         ));
     }

@@ -77,16 +77,63 @@ fn a_threshold_below_a_majority_or_the_floor_is_refused() {
     let session = |n: usize, t: usize| {
         SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
     };
-    assert!(check_threshold(&session(5, 3), 5, 0).is_ok());
-    assert!(check_threshold(&session(5, 5), 5, 0).is_ok());
+    let none = SiteFloor::default();
+    assert!(check_threshold(&session(5, 3), 5, none).is_ok());
+    assert!(check_threshold(&session(5, 5), 5, none).is_ok());
     // Not a strict majority: two disjoint sets of t sites would exist.
-    assert!(check_threshold(&session(5, 2), 5, 0).is_err());
-    assert!(check_threshold(&session(4, 2), 4, 0).is_err());
+    assert!(check_threshold(&session(5, 2), 5, none).is_err());
+    assert!(check_threshold(&session(4, 2), 4, none).is_err());
     // Above n, or below the site's min_secure_clients.
-    assert!(check_threshold(&session(5, 6), 5, 0).is_err());
-    let err = check_threshold(&session(5, 3), 5, 4)
+    assert!(check_threshold(&session(5, 6), 5, none).is_err());
+    let four = SiteFloor {
+        min_secure_clients: 4,
+        peered: false,
+    };
+    let err = check_threshold(&session(5, 3), 5, four)
         .unwrap_err()
         .to_string();
     assert!(err.contains("min_secure_clients 4"), "{err}");
-    assert!(check_threshold(&session(1, 1), 1, 0).is_ok());
+    assert!(check_threshold(&session(1, 1), 1, none).is_ok());
+}
+
+#[test]
+fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
+    let session = |n: usize, t: usize| {
+        SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
+    };
+    let peered = SiteFloor {
+        min_secure_clients: 0,
+        peered: true,
+    };
+    // The least t > 2n/3, for each n: two lists of t signers share at
+    // least 2t - n > n/3 of them.
+    for (n, least) in [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 3),
+        (5, 4),
+        (6, 5),
+        (7, 5),
+        (101, 68),
+    ] {
+        assert_eq!(peered.least(n), least, "n = {n}");
+        assert!(3 * least > 2 * n);
+        assert!(check_threshold(&session(n, least), n, peered).is_ok());
+        if least > 1 {
+            let err = check_threshold(&session(n, least - 1), n, peered)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("more than two thirds"), "{err}");
+        }
+    }
+    // The site's own floor still counts, and says so.
+    let five = SiteFloor {
+        min_secure_clients: 5,
+        peered: true,
+    };
+    let err = check_threshold(&session(5, 4), 5, five)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("min_secure_clients 5"), "{err}");
 }

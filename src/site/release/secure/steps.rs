@@ -19,7 +19,7 @@ use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
 use crate::protocol::secure::masks::{self, SharePair};
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
-    ShareEnvelope, ShareRequest, UnmaskRequest, graph, shamir,
+    ShareEnvelope, ShareRequest, SiteFloor, UnmaskRequest, graph, shamir,
 };
 use crate::site::release::identity::SiteIdentity;
 
@@ -224,14 +224,14 @@ impl ClientSecrets {
 
     /// Step 1 at a client whose state for the session is `state`, computed
     /// by the encoder of digest `encoder` ([`super::encoder_digest`]):
-    /// fresh keys and self seed, kept with the state. `floor` is the
-    /// site's min_secure_clients.
+    /// fresh keys and self seed, kept with the state. `floor` is what the
+    /// site requires of the threshold (its min_secure_clients, its peers).
     pub(crate) fn setup(
         &self,
         session: &SecureSession,
         (state, encoder): (&StateBatch, [u8; 32]),
         layout: SecureLayout,
-        floor: usize,
+        floor: SiteFloor,
     ) -> Result<SecureSetup> {
         check_threshold(session, session.clients.len(), floor)?;
         if !self
@@ -312,7 +312,7 @@ impl ClientSecrets {
     pub(crate) fn share(
         &self,
         request: &ShareRequest,
-        floor: usize,
+        floor: SiteFloor,
         admit: impl FnOnce(usize, &[usize]) -> Result<()>,
     ) -> Result<Vec<ShareEnvelope>> {
         let session = &request.session;
@@ -343,7 +343,8 @@ impl ClientSecrets {
                 ))
             })?;
         let n = session.clients.len();
-        // A strict majority of the sites that can hold shares.
+        // A strict majority (more than two thirds with peers) of the sites
+        // that can hold shares.
         check_threshold(session, participants.len(), floor)?;
         let graph_neighbours = graph::neighbours(session, &pending.graph_seed).swap_remove(me);
         let share_t = graph::share_threshold(session, graph_neighbours.len() + 1);

@@ -210,6 +210,26 @@ async fn a_profile_answers_what_it_allows_and_refuses_the_rest_by_name() {
     }));
 }
 
+/// `require_secure` in one analyst's profile: her plain aggregates are
+/// refused at the worker (naming the rule), another analyst's answered.
+#[tokio::test]
+async fn a_profile_may_require_masked_aggregates_for_one_analyst() {
+    let site = site("[analysts.alice]\nrequire_secure = true\n").await;
+    let alice = site.session("alice").await;
+    let bob = site.session("bob").await;
+    let n = demo_rows().1.len() as f64;
+    for sql in [
+        "SELECT count(*) FROM clinic",
+        "SELECT sum(age) FROM clinic",
+        "SELECT region, avg(age) FROM clinic GROUP BY region",
+    ] {
+        let e = refusal(&alice, sql).await;
+        assert!(e.contains("require_secure"), "{sql}: {e}");
+    }
+    let got = run(&bob, "SELECT count(*) FROM clinic").await.unwrap();
+    assert_eq!(numbers(&got, 0), [n]);
+}
+
 #[tokio::test]
 async fn a_table_outside_the_profile_is_refused_even_its_schema() {
     let site = site(

@@ -6,7 +6,7 @@
 //! tables it may query, the aggregates its requests may run (an allow-list
 //! of groups, table functions or aggregates, from the udfs catalogue's
 //! [`fedsql_udfs::catalogue::groups`]), columns it may never read, a
-//! larger k, a smaller DP budget, DP only, and manual approval of new
+//! larger k, a smaller DP budget, DP only, masked only, and manual approval of new
 //! requests. A setting that would widen the policy is a start-up error.
 //! The checks run at the worker on the plan it received, whatever the
 //! coordinator checked; a refusal names the profile and the rule.
@@ -38,6 +38,8 @@ pub(crate) struct ProfileSection {
     dp_budget: Option<f64>,
     #[serde(default)]
     require_dp: bool,
+    #[serde(default)]
+    require_secure: bool,
     approval: Option<String>,
 }
 
@@ -60,6 +62,8 @@ pub struct Profile {
     pub dp_budget: Option<f64>,
     /// Only DP aggregates.
     pub require_dp: bool,
+    /// Only secure (masked) aggregates, grouped only by declared columns.
+    pub require_secure: bool,
     /// New requests wait for the data owner's approval.
     pub manual_approval: bool,
 }
@@ -175,11 +179,11 @@ impl Profile {
                 }
             }
         }
-        if (section.dp_budget.is_some() || section.require_dp)
+        if (section.dp_budget.is_some() || section.require_dp || section.require_secure)
             && let Some((table, _)) = reachable.iter().find(|(_, p)| p.is_none())
         {
             return Err(bad(format!(
-                "dp_budget and require_dp need a disclosure policy, but table `{table}` is served with policy = none"
+                "dp_budget, require_dp and require_secure need a disclosure policy, but table `{table}` is served with policy = none"
             )));
         }
         if let Some(budget) = section.dp_budget {
@@ -221,14 +225,18 @@ impl Profile {
             min_group_rows: section.min_group_rows,
             dp_budget: section.dp_budget,
             require_dp: section.require_dp,
+            require_secure: section.require_secure,
             manual_approval,
         })
     }
 
     /// Whether the profile needs its own policy or DP settings for a table
-    /// (a larger k, a smaller budget, DP only).
+    /// (a larger k, a smaller budget, DP only, masked only).
     pub(crate) fn tightens(&self) -> bool {
-        self.min_group_rows.is_some() || self.dp_budget.is_some() || self.require_dp
+        self.min_group_rows.is_some()
+            || self.dp_budget.is_some()
+            || self.require_dp
+            || self.require_secure
     }
 
     /// The table's policy under this profile.
@@ -253,6 +261,7 @@ impl Profile {
             dp.budget = Some(dp.budget.map_or(budget, |b| b.min(budget)));
         }
         dp.require_dp |= self.require_dp;
+        dp.require_secure |= self.require_secure;
         dp
     }
 
@@ -371,6 +380,7 @@ mod tests {
         assert!(error("tables = [\"x\"]", "alice").contains("no table `x`"));
         assert!(error("", "carol").contains("names no analyst"));
         assert!(error("require_dp = true", "alice").contains("policy = none"));
+        assert!(error("require_secure = true", "alice").contains("policy = none"));
         assert!(error("approval = \"maybe\"", "alice").contains("approval"));
         let ok = Profile::from_section(
             "default",
@@ -389,5 +399,15 @@ mod tests {
         );
         assert_eq!(ok.dp(&dp).budget, Some(1.0));
         assert!(ok.dp(&dp).require_dp);
+        assert!(!ok.dp(&dp).require_secure);
+        let masked = Profile::from_section(
+            "default",
+            &section("tables = [\"clinic\"]\nrequire_secure = true"),
+            &served,
+        )
+        .unwrap();
+        assert!(masked.tightens());
+        assert!(masked.dp(&dp).require_secure);
+        assert!(!masked.dp(&dp).require_dp);
     }
 }

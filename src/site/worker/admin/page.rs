@@ -72,7 +72,7 @@ fn profile_cells(profile: Option<&Profile>) -> Markup {
                 td { (list(p.functions.clone())) }
                 td { (if p.deny_columns.is_empty() { "none".to_string() } else { p.deny_columns.iter().cloned().collect::<Vec<_>>().join(", ") }) }
                 td { (p.min_group_rows.map_or_else(|| "policy's".to_string(), |k| k.to_string())) }
-                td { (p.dp_budget.map_or_else(|| "policy's".to_string(), |b| b.to_string())) (if p.require_dp { ", DP only" } else { "" }) }
+                td { (p.dp_budget.map_or_else(|| "policy's".to_string(), |b| b.to_string())) (if p.require_dp { ", DP only" } else { "" }) (if p.require_secure { ", masked only" } else { "" }) }
                 td { (if p.manual_approval { "manual" } else { "none" }) }
             }
         }

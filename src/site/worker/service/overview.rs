@@ -51,11 +51,16 @@ impl WorkerService {
                     name: t.name.clone(),
                     policy: t.policy_text(),
                     dp: format!(
-                        "budget {} per analyst, at most {} per query{}",
+                        "budget {} per analyst, at most {} per query{}{}",
                         dp.budget
                             .map_or_else(|| "unlimited".to_string(), |b| b.to_string()),
                         dp.max_epsilon,
-                        if dp.require_dp { ", DP only" } else { "" }
+                        if dp.require_dp { ", DP only" } else { "" },
+                        if dp.require_secure {
+                            ", masked only"
+                        } else {
+                            ""
+                        }
                     ),
                     manual_approval: self.approval_tables.contains(&t.name)
                         || self.approval_tables.contains(ALL_TABLES),

@@ -626,7 +626,7 @@ async fn break_sparse_selective_signatures_release_one_sites_dp_counts_nearly_ex
 // ---------------------------------------------------------------------
 
 /// The first column of a one-row answer as an integer, or the error.
-async fn one_value(ctx: &FedContext, sql: &str) -> Result<Option<i64>, String> {
+pub(crate) async fn one_value(ctx: &FedContext, sql: &str) -> Result<Option<i64>, String> {
     let batches = ctx
         .sql(sql)
         .await

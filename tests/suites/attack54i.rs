@@ -39,6 +39,7 @@ use fedsql::site::release::secure::encoder_digest;
 use sha2::{Digest, Sha256};
 use x25519_dalek::{PublicKey, StaticSecret};
 
+use crate::attack54c::one_value;
 use crate::attack54f::{Hostile, SUM_SQL, encoder_of, first_word, rebuild, site_sum};
 use crate::attack54h::first_sum;
 
@@ -405,26 +406,6 @@ async fn holds_control_a_threshold_above_n_plus_c_over_two_refuses_the_split() {
     );
 }
 
-/// The first value of `sql`'s answer as a float.
-async fn sql_value(ctx: &fedsql::FedContext, sql: &str) -> Result<f64, String> {
-    let batches = ctx
-        .sql(sql)
-        .await
-        .map_err(|e| e.to_string())?
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let column = datafusion::arrow::compute::cast(
-        batches[0].column(0),
-        &datafusion::arrow::datatypes::DataType::Float64,
-    )
-    .unwrap();
-    Ok(datafusion::arrow::array::AsArray::as_primitive::<
-        datafusion::arrow::datatypes::Float64Type,
-    >(&column)
-    .value(0))
-}
-
 /// Was BREAK (critical), the same against real workers over Flight: four
 /// honest `fedsql worker`s with identity keys listing each other as
 /// peers, the fifth's identity key in the coordinator's hands.
@@ -444,9 +425,12 @@ async fn holds_one_colluder_signing_two_survivor_lists_over_the_wire() {
         "{why}"
     );
     let total: u64 = (0..5).map(site_sum).sum();
-    assert_eq!(sql_value(&h.ctx, SUM_SQL).await.unwrap(), total as f64);
+    assert_eq!(
+        one_value(&h.ctx, SUM_SQL).await.unwrap(),
+        Some(total as i64)
+    );
     h.ctx.sql("SET fedsql.secure_threshold = 3").await.unwrap();
-    let err = sql_value(&h.ctx, SUM_SQL).await.unwrap_err();
+    let err = one_value(&h.ctx, SUM_SQL).await.unwrap_err();
     assert!(err.contains("more than two thirds of the sites"), "{err}");
     h.ctx.sql("SET fedsql.secure_threshold = 0").await.unwrap();
     let round = open_round(&h, &[4]).await;

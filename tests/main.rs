@@ -28,6 +28,8 @@ mod attack54g;
 mod attack54h;
 #[path = "suites/attack54i.rs"]
 mod attack54i;
+#[path = "suites/attack54j.rs"]
+mod attack54j;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -33,7 +33,7 @@ use crate::protocol::flight::{
     ACTION_ENCODE_MASKED, ACTION_EXPLAIN, ACTION_PRIVACY_BUDGET, ACTION_RELEASE_FIT,
     ACTION_SECURE_CONFIRM, ACTION_SECURE_REVEAL, ACTION_SECURE_SETUP, ACTION_SECURE_SHARE,
     ACTION_SECURE_UNMASK, AUTHORIZATION, BEARER, EncodeMaskedRequest, EncodeRequest,
-    EnvelopeMessage, HAS_ROWS_KEY, KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys, PEERED_KEY,
+    EnvelopeMessage, FEDERATION_KEY, HAS_ROWS_KEY, KeysMessage, MAX_MESSAGE_BYTES, MaybeKeys,
     POLICY_KEY, POLICY_REFUSAL, POSITIONAL_KEY, ReleaseFit, SecureConfirmReply,
     SecureConfirmRequest, SecureRevealReply, SecureSetupReply, SecureSetupRequest,
     SecureShareReply, SecureShareRequest, SecureUnmaskReply, SecureUnmaskRequest, SessionMessage,
@@ -103,8 +103,8 @@ pub(crate) struct RemoteClient {
     channel: Channel,
     /// The policy the worker announced with its schema.
     policy: std::sync::Mutex<String>,
-    /// Whether its schema announced that it checks its peers.
-    peered: std::sync::atomic::AtomicBool,
+    /// The federation its schema announced its peers make (0: none).
+    federation: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for RemoteClient {
@@ -147,7 +147,7 @@ impl RemoteClient {
             url,
             options,
             policy: std::sync::Mutex::new("unknown (not yet asked)".into()),
-            peered: std::sync::atomic::AtomicBool::new(false),
+            federation: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -282,8 +282,13 @@ impl RemoteClient {
             if let Some(policy) = schema.metadata().get(POLICY_KEY) {
                 *self.policy.lock().expect("not poisoned") = policy.clone();
             }
-            self.peered
-                .store(flag(PEERED_KEY), std::sync::atomic::Ordering::Relaxed);
+            let federation = schema
+                .metadata()
+                .get(FEDERATION_KEY)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            self.federation
+                .store(federation, std::sync::atomic::Ordering::Relaxed);
             Ok(ObservedSchema {
                 client: self.name.clone(),
                 file: self.url.to_string(),
@@ -474,9 +479,9 @@ impl Site for RemoteClient {
             .unwrap_or(0)
     }
 
-    /// Whether the worker's schema announced that it checks its peers.
-    fn secure_peered(&self) -> bool {
-        self.peered.load(std::sync::atomic::Ordering::Relaxed)
+    /// The federation the worker's schema announced its peers make.
+    fn secure_federation(&self) -> usize {
+        self.federation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn secure_setup(

@@ -80,10 +80,12 @@ pub const HAS_ROWS_KEY: &str = "fedsql.has_rows";
 /// shows it (`none` when it has none).
 pub const POLICY_KEY: &str = "fedsql.policy";
 
-/// Schema metadata: `"true"` when the worker checks a secure round's
-/// participants against listed peers (it then accepts only a threshold
-/// above two thirds of the sites, and the coordinator's default follows).
-pub const PEERED_KEY: &str = "fedsql.secure_peered";
+/// Schema metadata: the size of the federation the worker's listed peers
+/// make, its own identity included (`"0"`: no peers). A worker with peers
+/// accepts only a threshold above two thirds of a round's sites and above
+/// (n + c)/2 for the colluders such a federation may hold; the
+/// coordinator's default follows.
+pub const FEDERATION_KEY: &str = "fedsql.secure_federation";
 
 /// Schema metadata: `"true"` when the served table is CSV (columns are read
 /// by position, so their order must agree with the other clients).

@@ -180,11 +180,13 @@ pub trait Site: Send + Sync + fmt::Debug {
     fn secure_floor(&self) -> usize {
         0
     }
-    /// Whether this site checks a secure round's participants against
-    /// listed peers, when the coordinator can know it (it then accepts
-    /// only a threshold above two thirds of the sites).
-    fn secure_peered(&self) -> bool {
-        false
+    /// When this site checks a secure round's participants against listed
+    /// peers and the coordinator can know it: the size of the federation
+    /// they make, its own identity included (it then accepts only a
+    /// threshold above two thirds of a round's sites, and above (n + c)/2
+    /// for the colluders such a federation may hold); 0 otherwise.
+    fn secure_federation(&self) -> usize {
+        0
     }
     /// Secure aggregation, step 1 (see [`crate::protocol::secure`]): runs the
     /// encoder, keeps its state and fresh keys for the session, and returns

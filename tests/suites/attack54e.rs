@@ -922,7 +922,9 @@ async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a
     // Each refusal ended that site's session.
     let err = share(1, keys.clone(), nonces.clone()).await;
     assert!(err.contains("no secure session"), "{err}");
-    // A full round has no toss.
+    // A full round has no toss (five sites of a federation of their own:
+    // a round over 5 of these 101 would need t > (5 + 33)/2).
+    let h = Hostile::build(5, SUM_SQL, None, None).await;
     let small = session_of(5);
     let mut small_keys = Vec::new();
     for c in 0..5 {

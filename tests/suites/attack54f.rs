@@ -620,10 +620,22 @@ pub(crate) async fn hostile_over_workers_with(
     dp: Option<DpPolicy>,
     sql: &str,
 ) -> (crate::remote::Workers, Hostile) {
+    hostile_over_n_workers(dir, 5, rows, dp, sql).await
+}
+
+/// As [`hostile_over_workers_with`], over `n` workers (every identity
+/// listed as a peer by every worker).
+pub(crate) async fn hostile_over_n_workers(
+    dir: &std::path::Path,
+    n: usize,
+    rows: impl Fn(usize) -> RecordBatch,
+    dp: Option<DpPolicy>,
+    sql: &str,
+) -> (crate::remote::Workers, Hostile) {
     use datafusion::arrow::datatypes::Int64Type;
     use fedsql::site::worker::WorkerConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let files: Vec<std::path::PathBuf> = (0..5)
+    let files: Vec<std::path::PathBuf> = (0..n)
         .map(|c| {
             let path = dir.join(format!("site{c}.csv"));
             let rows = rows(c);
@@ -637,7 +649,7 @@ pub(crate) async fn hostile_over_workers_with(
             path
         })
         .collect();
-    let identities: Vec<Arc<SiteIdentity>> = (0..5)
+    let identities: Vec<Arc<SiteIdentity>> = (0..n)
         .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
         .collect();
     let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
@@ -670,7 +682,7 @@ pub(crate) async fn hostile_over_workers_with(
         identities,
     };
     let encoder = h.plan_encoder(sql).await;
-    h.encoders = vec![encoder; 5];
+    h.encoders = vec![encoder; n];
     (workers, h)
 }
 

@@ -42,7 +42,8 @@ fn is_refusal(e: &FedError) -> bool {
 
 /// The threshold of a round over `clients`: `requested` if set, else the
 /// least every site accepts, as far as the coordinator knows (a strict
-/// majority; more than two thirds when a site checks its peers; a site's
+/// majority; with a site's peers, more than two thirds and more than half
+/// of n plus the colluders its federation may hold; a site's
 /// min_secure_clients). Each site checks it again, and refuses below its
 /// own rule.
 pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize>) -> usize {
@@ -53,7 +54,7 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
             .map(|c| {
                 SiteFloor {
                     min_secure_clients: c.secure_floor(),
-                    peered: c.secure_peered(),
+                    federation: c.secure_federation(),
                 }
                 .least(n)
             })

@@ -68,8 +68,8 @@ impl Site for LocalClient {
         self.policy.as_ref().map_or(0, |p| p.min_secure_clients)
     }
 
-    fn secure_peered(&self) -> bool {
-        !self.peers.is_empty()
+    fn secure_federation(&self) -> usize {
+        self.federation()
     }
 
     async fn secure_setup(

@@ -298,13 +298,19 @@ impl LocalClient {
     }
 
     /// What this site requires of a secure session's threshold: its
-    /// min_secure_clients, and more than two thirds of the sites when it
-    /// checks its peers (it does not trust the coordinator then).
+    /// min_secure_clients, and with peers listed (it does not trust the
+    /// coordinator then) the size of the federation they make.
     pub(super) fn threshold_floor(&self) -> crate::protocol::secure::SiteFloor {
         crate::protocol::secure::SiteFloor {
             min_secure_clients: self.policy.as_ref().map_or(0, |p| p.min_secure_clients),
-            peered: !self.peers.is_empty(),
+            federation: self.federation(),
         }
+    }
+
+    /// The distinct identities this site accepts in a secure round, its
+    /// own included: the federation its peers make (0: no peers listed).
+    pub(crate) fn federation(&self) -> usize {
+        crate::protocol::secure::federation_size(&self.peers, self.secrets.identity())
     }
 
     /// The same site with each request's memory capped at `limit` bytes (a

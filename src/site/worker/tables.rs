@@ -20,7 +20,7 @@ use datafusion::logical_expr::LogicalPlan;
 use crate::error::{FedError, Result};
 use crate::protocol::codec::{InlineTable, TableBinder};
 use crate::protocol::federated_scan::FederatedScan;
-use crate::protocol::flight::{HAS_ROWS_KEY, PEERED_KEY, POLICY_KEY, POSITIONAL_KEY};
+use crate::protocol::flight::{FEDERATION_KEY, HAS_ROWS_KEY, POLICY_KEY, POSITIONAL_KEY};
 use crate::site::engine::SiteEngine;
 use crate::site::files::{ClientFiles, FileFormat, observe_schemas, unify_schemas};
 use crate::site::local::LocalClient;
@@ -63,6 +63,17 @@ pub struct SiteOptions {
     pub cluster: Option<Arc<crate::site::cluster::ClusterEngine>>,
     /// The secure session ids the worker has set up, for all its tables.
     pub session_ids: Arc<crate::site::release::secure::SecureSessionIds>,
+}
+
+impl SiteOptions {
+    /// The federation the worker's peers make with its own identity (0:
+    /// no peers), as its schema announces it.
+    pub fn federation(&self) -> usize {
+        crate::protocol::secure::federation_size(
+            &self.peers,
+            self.identity.as_ref().map(|i| i.public_key()),
+        )
+    }
 }
 
 /// How many column lists a served table keeps a client (and its fit cache) for.
@@ -111,8 +122,8 @@ impl ServedTable {
                 describe_policy(self.site.policy.as_ref()),
             ),
             (
-                PEERED_KEY.to_string(),
-                (!self.site.peers.is_empty()).to_string(),
+                FEDERATION_KEY.to_string(),
+                self.site.federation().to_string(),
             ),
         ];
         Schema::new(self.schema.fields().clone()).with_metadata(metadata.into_iter().collect())

@@ -3,22 +3,38 @@
 //! keys, and its peers (see [`super::steps`] for the steps themselves).
 
 use crate::error::{FedError, Result};
-use crate::protocol::secure::{ParticipantKeys, SecureSession, ShareRequest, SiteFloor};
+use crate::protocol::secure::{
+    ParticipantKeys, SecureSession, ShareRequest, SiteFloor, graph, peered_threshold,
+    tolerated_colluders,
+};
 
 /// The threshold rules every site checks of a session over `n` sites: at
-/// least its own floor and a strict majority of the sites (more than two
-/// thirds with peers listed), at most `n`.
+/// least its own floor and a strict majority of the sites (with peers
+/// listed, more than two thirds of them and more than (n + c)/2 for the
+/// colluders its federation may hold: [`SiteFloor::majority`]), at most `n`.
 pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloor) -> Result<()> {
     let t = session.threshold;
     let least = floor.least(n);
     if t < least || t > n {
-        let majority = if floor.peered {
+        let majority = if floor.federation == 0 {
+            "a strict majority".to_string()
+        } else if floor.majority(n) > peered_threshold(n) {
+            let federation = floor.federation.max(n);
+            let c = tolerated_colluders(federation);
+            let (name, over) = if graph::is_sparse(n) {
+                ("N", federation)
+            } else {
+                ("n", n)
+            };
+            format!(
+                "more than ({name} + c)/2 = {}, as this site's peers make a federation of N = {federation} sites of which up to c = {c} (fewer than a third) may collude with the coordinator, and a round over {n} of them could otherwise be split between two survivor lists",
+                (over + c) as f64 / 2.0
+            )
+        } else {
             format!(
                 "more than two thirds of the sites, as this site checks its peers: at t = {} or less, sites colluding with the coordinator could sign two survivor lists and unmask a site",
                 2 * n / 3
             )
-        } else {
-            "a strict majority".to_string()
         };
         let own = if floor.min_secure_clients > floor.majority(n) {
             format!(
@@ -28,13 +44,16 @@ pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloo
         } else {
             String::new()
         };
+        let hint = if least > n {
+            "run the round over more of the federation's sites: no threshold over these few protects a site"
+        } else {
+            "leave the threshold unset (the coordinator picks the least the sites accept), or SET fedsql.secure_threshold within those bounds"
+        };
         return Err(FedError::refused(
             format!(
                 "a secure sum's threshold {t} over {n} sites: it must be at least {least} ({majority}{own}) and at most {n}"
             ),
-            Some(
-                "leave the threshold unset (the coordinator picks the least the sites accept), or SET fedsql.secure_threshold within those bounds",
-            ),
+            Some(hint),
         ));
     }
     Ok(())

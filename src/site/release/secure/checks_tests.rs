@@ -87,7 +87,7 @@ fn a_threshold_below_a_majority_or_the_floor_is_refused() {
     assert!(check_threshold(&session(5, 6), 5, none).is_err());
     let four = SiteFloor {
         min_secure_clients: 4,
-        peered: false,
+        federation: 0,
     };
     let err = check_threshold(&session(5, 3), 5, four)
         .unwrap_err()
@@ -101,9 +101,10 @@ fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
     let session = |n: usize, t: usize| {
         SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
     };
+    // Peers listed, the round the whole federation.
     let peered = SiteFloor {
         min_secure_clients: 0,
-        peered: true,
+        federation: 1,
     };
     // The least t > 2n/3, for each n: two lists of t signers share at
     // least 2t - n > n/3 of them.
@@ -130,10 +131,70 @@ fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
     // The site's own floor still counts, and says so.
     let five = SiteFloor {
         min_secure_clients: 5,
-        peered: true,
+        federation: 5,
     };
     let err = check_threshold(&session(5, 4), 5, five)
         .unwrap_err()
         .to_string();
     assert!(err.contains("min_secure_clients 5"), "{err}");
+}
+
+#[test]
+fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_colluders() {
+    let session = |n: usize, t: usize| {
+        SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
+    };
+    // 13 listed sites tolerate 4 colluders: a round over 7 of them needs
+    // t > (7 + 4)/2, so two lists of t share more than 4 signers.
+    let thirteen = SiteFloor {
+        min_secure_clients: 0,
+        federation: 13,
+    };
+    assert_eq!(crate::protocol::secure::tolerated_colluders(13), 4);
+    for (n, least) in [(5, 5), (7, 6), (9, 7), (13, 9)] {
+        assert_eq!(thirteen.least(n), least, "n = {n}");
+        assert!(2 * least > n + 4);
+        assert!(check_threshold(&session(n, least), n, thirteen).is_ok());
+        let err = check_threshold(&session(n, least - 1), n, thirteen)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least"), "{err}");
+    }
+    let err = check_threshold(&session(7, 5), 7, thirteen)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("federation of N = 13 sites"), "{err}");
+    // Too few of the federation for any threshold: refused, saying so.
+    let err = check_threshold(&session(4, 4), 4, thirteen)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("more of the federation's sites"), "{err}");
+    // A sparse round over part of a federation: more than (N + c)/2 of
+    // the federation, as signers from outside a victim's view can sign a
+    // second list. 150 listed sites tolerate 49 colluders: t > 99.5.
+    let large = SiteFloor {
+        min_secure_clients: 0,
+        federation: 150,
+    };
+    assert_eq!(large.least(101), 100);
+    assert_eq!(large.least(120), 100);
+    let err = check_threshold(&session(120, 99), 120, large)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("more than (N + c)/2 = 99.5"), "{err}");
+    assert_eq!(large.least(150), 101);
+    // The federation's size counts each identity once, its own included.
+    let listed = [[1; 32], [2; 32], [3; 32]];
+    assert_eq!(
+        crate::protocol::secure::federation_size(&listed, Some([1; 32])),
+        3
+    );
+    assert_eq!(
+        crate::protocol::secure::federation_size(&listed, Some([9; 32])),
+        4
+    );
+    assert_eq!(
+        crate::protocol::secure::federation_size(&[], Some([9; 32])),
+        0
+    );
 }

@@ -17,9 +17,10 @@ use futures::future::join_all;
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::ConfirmRequest;
+use crate::protocol::secure::threshold::SiteFloor;
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, SecureLayout, SecureSession, ShareEnvelope, ShareRequest,
-    SiteFloor, UnmaskRequest, default_threshold, graph, union_groups,
+    UnmaskRequest, default_threshold, graph, union_groups,
 };
 use crate::protocol::site::{Analyst, Site, SiteRequest};
 

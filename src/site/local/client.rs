@@ -300,8 +300,8 @@ impl LocalClient {
     /// What this site requires of a secure session's threshold: its
     /// min_secure_clients, and with peers listed (it does not trust the
     /// coordinator then) the size of the federation they make.
-    pub(super) fn threshold_floor(&self) -> crate::protocol::secure::SiteFloor {
-        crate::protocol::secure::SiteFloor {
+    pub(super) fn threshold_floor(&self) -> crate::protocol::secure::threshold::SiteFloor {
+        crate::protocol::secure::threshold::SiteFloor {
             min_secure_clients: self.policy.as_ref().map_or(0, |p| p.min_secure_clients),
             federation: self.federation(),
         }
@@ -310,7 +310,7 @@ impl LocalClient {
     /// The distinct identities this site accepts in a secure round, its
     /// own included: the federation its peers make (0: no peers listed).
     pub(crate) fn federation(&self) -> usize {
-        crate::protocol::secure::federation_size(&self.peers, self.secrets.identity())
+        crate::protocol::secure::threshold::federation_size(&self.peers, self.secrets.identity())
     }
 
     /// The same site with each request's memory capped at `limit` bytes (a

@@ -69,7 +69,7 @@ impl SiteOptions {
     /// The federation the worker's peers make with its own identity (0:
     /// no peers), as its schema announces it.
     pub fn federation(&self) -> usize {
-        crate::protocol::secure::federation_size(
+        crate::protocol::secure::threshold::federation_size(
             &self.peers,
             self.identity.as_ref().map(|i| i.public_key()),
         )

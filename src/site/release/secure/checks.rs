@@ -3,9 +3,9 @@
 //! keys, and its peers (see [`super::steps`] for the steps themselves).
 
 use crate::error::{FedError, Result};
+use crate::protocol::secure::threshold::{SiteFloor, tolerated_colluders};
 use crate::protocol::secure::{
-    ParticipantKeys, SecureSession, ShareRequest, SiteFloor, graph, peered_threshold,
-    tolerated_colluders,
+    ParticipantKeys, SecureSession, ShareRequest, graph, peered_threshold,
 };
 
 /// The threshold rules every site checks of a session over `n` sites: at

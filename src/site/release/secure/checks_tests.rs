@@ -150,7 +150,10 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
         min_secure_clients: 0,
         federation: 13,
     };
-    assert_eq!(crate::protocol::secure::tolerated_colluders(13), 4);
+    assert_eq!(
+        crate::protocol::secure::threshold::tolerated_colluders(13),
+        4
+    );
     for (n, least) in [(5, 5), (7, 6), (9, 7), (13, 9)] {
         assert_eq!(thirteen.least(n), least, "n = {n}");
         assert!(2 * least > n + 4);
@@ -186,15 +189,15 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
     // The federation's size counts each identity once, its own included.
     let listed = [[1; 32], [2; 32], [3; 32]];
     assert_eq!(
-        crate::protocol::secure::federation_size(&listed, Some([1; 32])),
+        crate::protocol::secure::threshold::federation_size(&listed, Some([1; 32])),
         3
     );
     assert_eq!(
-        crate::protocol::secure::federation_size(&listed, Some([9; 32])),
+        crate::protocol::secure::threshold::federation_size(&listed, Some([9; 32])),
         4
     );
     assert_eq!(
-        crate::protocol::secure::federation_size(&[], Some([9; 32])),
+        crate::protocol::secure::threshold::federation_size(&[], Some([9; 32])),
         0
     );
 }

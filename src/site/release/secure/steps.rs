@@ -17,9 +17,10 @@ use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
 use crate::protocol::secure::masks::{self, SharePair};
+use crate::protocol::secure::threshold::SiteFloor;
 use crate::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureLayout, SecureSession, SecureSetup,
-    ShareEnvelope, ShareRequest, SiteFloor, UnmaskRequest, graph, shamir,
+    ShareEnvelope, ShareRequest, UnmaskRequest, graph, shamir,
 };
 use crate::site::release::identity::SiteIdentity;
 

@@ -727,32 +727,6 @@ async fn limit_two_sessions_with_one_site_left_out_give_its_exact_secure_sum() {
 //    picks; now by the sites' coin toss.
 // ---------------------------------------------------------------------
 
-/// A participant run by the coordinator for a colluding site (whose
-/// data owner handed over its identity key): its secrets and its keys,
-/// signed by that identity for the session, and its graph nonce (the
-/// coordinator's choice).
-struct Colluder {
-    keys: ParticipantKeys,
-    nonce: [u8; 32],
-}
-
-fn colluder(session: &SecureSession, identity: &SiteIdentity) -> Colluder {
-    let mask = StaticSecret::from(rand::random::<[u8; 32]>());
-    let cipher = StaticSecret::from(rand::random::<[u8; 32]>());
-    let seed: [u8; 32] = rand::random();
-    let nonce: [u8; 32] = rand::random();
-    let mut keys = ParticipantKeys {
-        mask_key: PublicKey::from(&mask).to_bytes(),
-        cipher_key: PublicKey::from(&cipher).to_bytes(),
-        self_commitment: masks::self_commitment(&session.id, &seed),
-        list_key: consistency::list_public_key(&rand::random()),
-        graph_commitment: graph::nonce_commitment(&session.id, &nonce),
-        signed: None,
-    };
-    keys.signed = Some(identity.sign(&session.id, &keys.digest()));
-    Colluder { keys, nonce }
-}
-
 /// The attack the fifth review found, as far as it gets now: the
 /// coordinator seats `colluding` sites where the graph it can compute
 /// before the toss (from the session id alone) puts the victim's (site
@@ -771,7 +745,7 @@ async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize
     let mut nonces: Vec<Option<[u8; 32]>> = vec![None; n];
     for c in 0..n {
         if colluding.contains(&c) {
-            let made = colluder(&session, &h.identities[c]);
+            let made = crate::attack54i::made_colluder(c, &session, &h.identities[c]);
             keys[c] = Some(made.keys);
             nonces[c] = Some(made.nonce);
         } else {

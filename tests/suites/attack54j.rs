@@ -105,12 +105,7 @@ fn asking_first(h: Hostile, k: usize) -> Hostile {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_four_colluders_of_thirteen_peered_sites_cannot_split_a_session_of_seven() {
     let h = asking_first(Hostile::new(FEDERATION, SUM_SQL).await, 7);
-    every_site_refuses_five_of_seven(&h).await;
-    let round = open_session(&h, &COLLUDERS, at_least(7, 6)).await;
-    let err = two_lists(&h, &round, 0, &[0, 1], &[2])
-        .await
-        .expect_err("a list of 5 below t = 6");
-    assert!(err.contains("site 2 refused to sign"), "{err}");
+    refused_at_five_and_split_at_six(&h).await;
     let round = open_session(&h, &COLLUDERS, at_least(7, 6)).await;
     let err = two_lists(&h, &round, 0, &[0, 1], &[1, 2])
         .await
@@ -124,8 +119,9 @@ fn at_least(n: usize, t: usize) -> fedsql::protocol::secure::SecureSession {
 }
 
 /// Every site of `h` (7 of a federation of 13) refuses t = 5 over 7,
-/// naming the federation.
-async fn every_site_refuses_five_of_seven(h: &Hostile) {
+/// naming the federation; at t = 6 the victim's list [0, 1, 3..=6] is
+/// signed, and the list without it, [2..=6], is below t.
+async fn refused_at_five_and_split_at_six(h: &Hostile) {
     let session = at_least(7, 5);
     for c in 0..7 {
         let why = h.setup(c, &session).await.expect_err("t = 5 over 7 of 13");
@@ -134,6 +130,11 @@ async fn every_site_refuses_five_of_seven(h: &Hostile) {
             "{why}"
         );
     }
+    let round = open_session(h, &COLLUDERS, at_least(7, 6)).await;
+    let err = two_lists(h, &round, 0, &[0, 1], &[2])
+        .await
+        .expect_err("a list of 5 below t = 6");
+    assert!(err.contains("site 2 refused to sign"), "{err}");
 }
 
 /// Control (HOLDS): the same four colluders in a session over the whole
@@ -171,12 +172,7 @@ async fn holds_four_colluders_of_thirteen_workers_cannot_split_a_session_of_seve
         crate::attack54f::hostile_over_n_workers(dir.path(), FEDERATION, site_rows, None, SUM_SQL)
             .await;
     let h = asking_first(h, 7);
-    every_site_refuses_five_of_seven(&h).await;
-    let round = open_session(&h, &COLLUDERS, at_least(7, 6)).await;
-    let err = two_lists(&h, &round, 0, &[0, 1], &[2])
-        .await
-        .expect_err("a list of 5 below t = 6");
-    assert!(err.contains("site 2 refused to sign"), "{err}");
+    refused_at_five_and_split_at_six(&h).await;
     // An honest coordinator given a table over the first 7 of the 13
     // picks t = 6 itself (the sum of the 7 comes back), and a lower
     // threshold asked for is refused.
@@ -242,12 +238,7 @@ async fn holds_four_colluders_of_thirteen_get_no_secure_dp_count_of_one_site() {
     )
     .await;
     let h = asking_first(h, 7);
-    every_site_refuses_five_of_seven(&h).await;
-    let round = open_session(&h, &COLLUDERS, at_least(7, 6)).await;
-    let err = two_lists(&h, &round, 0, &[0, 1], &[2])
-        .await
-        .expect_err("a list of 5 below t = 6");
-    assert!(err.contains("site 2 refused to sign"), "{err}");
+    refused_at_five_and_split_at_six(&h).await;
 }
 
 /// HOLDS. Mixing federations: the coordinator puts at place 4 of a

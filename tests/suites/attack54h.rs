@@ -377,6 +377,45 @@ async fn holds_require_secure_an_alias_under_secure_dp_gives_only_declared_keys(
 //    has its aggregates' literals masked in the approval fingerprint.
 // ---------------------------------------------------------------------
 
+/// Asserts that `worker` holds `encoder`'s request for the data owner's
+/// approval; returns the refusal (it names the pending request).
+pub(crate) async fn held_for_approval(
+    worker: &Arc<dyn Site>,
+    encoder: &Encoder,
+    analyst: &Analyst,
+) -> String {
+    let err = worker
+        .encode(&SiteRequest::new(encoder, analyst))
+        .await
+        .expect_err("held for approval")
+        .to_string();
+    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    err
+}
+
+/// `encoder`'s request held at `worker`, approved by the data owner of
+/// `site`, and run again: the plain sum it answers.
+pub(crate) async fn approved_sum(
+    site: &crate::profiles::Site,
+    worker: &Arc<dyn Site>,
+    encoder: &Encoder,
+    analyst: &Analyst,
+) -> f64 {
+    let err = held_for_approval(worker, encoder, analyst).await;
+    fedsql::site::worker::approvals::set(
+        &site.approvals,
+        &crate::profiles::pending_id(&err),
+        "approved",
+    )
+    .unwrap();
+    first_sum(
+        &worker
+            .encode(&SiteRequest::new(encoder, analyst))
+            .await
+            .unwrap(),
+    )
+}
+
 /// The plain sum in a state batch's first column.
 pub(crate) fn first_sum(state: &fedsql::protocol::encoder::StateBatch) -> f64 {
     let c = datafusion::arrow::compute::cast(state.batch().column(0), &DataType::Float64).unwrap();
@@ -419,40 +458,13 @@ async fn holds_approval_a_request_flagged_as_a_fit_keeps_its_constants_in_the_fi
         |age: i64| format!("SELECT sum(CASE WHEN age < {age} THEN 1 ELSE 0 END) AS s FROM clinic");
     // The data owner approves the request with the constant 50, as a fit's.
     let approved = encoder_of(&bob, &below(50)).await.in_fit(Some(1));
-    let err = worker
-        .encode(&SiteRequest::new(&approved, &analyst))
-        .await
-        .expect_err("held for approval")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
-    fedsql::site::worker::approvals::set(
-        &site.approvals,
-        &crate::profiles::pending_id(&err),
-        "approved",
-    )
-    .unwrap();
-    let at_50 = first_sum(
-        &worker
-            .encode(&SiteRequest::new(&approved, &analyst))
-            .await
-            .unwrap(),
-    );
+    let at_50 = approved_sum(&site, &worker, &approved, &analyst).await;
     // Control: the constant 37, not flagged, is a new request.
     let plain = encoder_of(&bob, &below(37)).await;
-    let err = worker
-        .encode(&SiteRequest::new(&plain, &analyst))
-        .await
-        .expect_err("a new request")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    held_for_approval(&worker, &plain, &analyst).await;
     // The constant 37, flagged as a fit's round: a new request too.
     let flagged = plain.in_fit(Some(1));
-    let err = worker
-        .encode(&SiteRequest::new(&flagged, &analyst))
-        .await
-        .expect_err("a new request, flagged or not")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    held_for_approval(&worker, &flagged, &analyst).await;
     // The honest count over the demo rows.
     let (header, rows) = crate::support::demo_rows();
     let age = header.split(',').position(|h| h == "age").unwrap();

@@ -41,7 +41,7 @@ use x25519_dalek::{PublicKey, StaticSecret};
 
 use crate::attack54c::one_value;
 use crate::attack54f::{Hostile, SUM_SQL, encoder_of, first_word, rebuild, site_sum};
-use crate::attack54h::first_sum;
+use crate::attack54h::{approved_sum, held_for_approval};
 
 /// A participant the coordinator runs for a colluding site (its data
 /// owner handed over its identity key): every secret of its session keys.
@@ -540,7 +540,7 @@ fn demo_sum(f: impl Fn(f64, f64, f64) -> f64) -> f64 {
 #[tokio::test]
 async fn holds_approval_a_flagged_requests_aggregates_that_print_alike_are_a_new_request() {
     use fedsql::coordinator::federated_table::FederatedTable;
-    use fedsql::protocol::site::{Analyst, SiteRequest};
+    use fedsql::protocol::site::Analyst;
     let site = crate::profiles::site("[analysts.bob]\napproval = \"manual\"\n").await;
     let bob = site.session("bob").await;
     let provider = bob.session().table_provider("clinic").await.unwrap();
@@ -553,44 +553,17 @@ async fn holds_approval_a_flagged_requests_aggregates_that_print_alike_are_a_new
     let approved = encoder_of(&bob, "SELECT sum(systolic - age + visits) AS s FROM clinic")
         .await
         .in_fit(Some(1));
-    let err = worker
-        .encode(&SiteRequest::new(&approved, &analyst))
-        .await
-        .expect_err("held for approval")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
-    fedsql::site::worker::approvals::set(
-        &site.approvals,
-        &crate::profiles::pending_id(&err),
-        "approved",
-    )
-    .unwrap();
-    let at_approved = first_sum(
-        &worker
-            .encode(&SiteRequest::new(&approved, &analyst))
-            .await
-            .unwrap(),
-    );
+    let at_approved = approved_sum(&site, &worker, &approved, &analyst).await;
     assert_eq!(at_approved, demo_sum(|s, a, v| s - a + v));
     // Another quantity, printed alike.
     let other_sql = "SELECT sum(systolic - (age + visits)) AS s FROM clinic";
     let other = encoder_of(&bob, other_sql).await;
     // Control: unflagged, it is a new request (its structure differs).
-    let err = worker
-        .encode(&SiteRequest::new(&other, &analyst))
-        .await
-        .expect_err("a new request")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    held_for_approval(&worker, &other, &analyst).await;
     // Flagged as a fit's round: a new request too (FIXED: a flagged
     // request's fingerprint is the structure of its plan with only the fit
     // steps' literal arguments nulled, never the aggregates' text).
-    let err = worker
-        .encode(&SiteRequest::new(&other.in_fit(Some(1)), &analyst))
-        .await
-        .expect_err("a new request, flagged or not")
-        .to_string();
-    assert!(err.contains("awaits the data owner's approval"), "{err}");
+    held_for_approval(&worker, &other.in_fit(Some(1)), &analyst).await;
 }
 
 // ---------------------------------------------------------------------

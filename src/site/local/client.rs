@@ -302,7 +302,7 @@ impl LocalClient {
     /// coordinator then) the size of the federation they make.
     pub(super) fn threshold_floor(&self) -> crate::protocol::secure::threshold::SiteFloor {
         crate::protocol::secure::threshold::SiteFloor {
-            min_secure_clients: self.policy.as_ref().map_or(0, |p| p.min_secure_clients),
+            min_secure_clients: crate::protocol::site::Site::secure_floor(self),
             federation: self.federation(),
         }
     }

@@ -212,10 +212,12 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
             &[(&all, PLAIN), (&all, SECURE), (&lossy, SECURE)],
         )
         .await?;
-        let graph = if fedsql::protocol::secure::graph::is_sparse(n) {
+        // The in-process clients list no peers: the default threshold.
+        let t = fedsql::protocol::secure::default_threshold(n);
+        let graph = if fedsql::protocol::secure::graph::is_sparse(n, t) {
             format!(
                 "sparse, {} neighbours",
-                fedsql::protocol::secure::graph::degree(n)
+                fedsql::protocol::secure::graph::degree(n, t)
             )
         } else {
             "full".to_string()

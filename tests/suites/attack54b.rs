@@ -269,7 +269,7 @@ fn ring_order(session: &SecureSession) -> Vec<usize> {
     let n = session.clients.len();
     let seed = crate::support::graph_seed(session);
     let order = graph::ring_order(n, &seed);
-    let half = graph::degree(n) / 2;
+    let half = graph::degree(n, session.threshold) / 2;
     let nb = graph::neighbours(session, &seed);
     for p in 0..n {
         let mut mine: Vec<usize> = (1..=half)
@@ -324,7 +324,7 @@ async fn sparse_arc_attack(
     }
     crate::support::graph_nonces(&h.sites, |_| h.req(), &session, &keys).await;
     let order = ring_order(&session);
-    let half = graph::degree(n) / 2;
+    let half = graph::degree(n, session.threshold) / 2;
     let arc: Vec<usize> = order[..=half].to_vec();
     let gap_one = &order[half + 1..2 * half + 1];
     let gap_two = &order[n - half..];
@@ -418,10 +418,11 @@ async fn sparse_arc_attack(
 /// FIXED since: in a sparse round a site reveals only if the signers it
 /// is linked to through the graph make t; the arc's sites (11 linked
 /// signers) refuse to unmask. And since the ninth review peered sites
-/// take t = 68 of 101, so a neighbourhood's threshold is 15 of 21: an arc
-/// cut off by two runs of 10 dropped sites leaves its end sites 11, and
-/// they refuse already at masking. The graph walk of step 5 is checked
-/// with sites without peers (t = 51, neighbourhoods 11 of 21).
+/// take t = 68 of 101, and since the tenth a peered round of 101 is full
+/// (a neighbourhood sized against a third of colluders reaches every
+/// other site): there is no arc to cut off, and the attack's "gaps" (half
+/// the degree each) leave 51 survivors, too few: refused at masking. The graph walk of step 5 is checked with sites without peers
+/// (t = 51, a sparse round with neighbourhoods 11 of 21).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sparse_round_unmasks_the_sum_of_one_ring_arc_below_the_threshold() {
     let peered = Hostile::new(101, None, SUM_SQL, true).await;
@@ -430,7 +431,7 @@ async fn sparse_round_unmasks_the_sum_of_one_ring_arc_below_the_threshold() {
         Ok(leak) => panic!("the arc's sites revealed: its sum {}", leak.leaked[0]),
     };
     assert!(
-        err.contains("of this one's neighbourhood would take part, fewer than its threshold 15"),
+        err.contains("of this one's neighbourhood would take part, fewer than its threshold 68"),
         "{err}"
     );
     drop(peered);

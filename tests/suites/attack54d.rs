@@ -293,7 +293,7 @@ fn ring_order(session: &SecureSession) -> Vec<usize> {
     let n = session.clients.len();
     let seed = crate::support::graph_seed(session);
     let order = graph::ring_order(n, &seed);
-    let half = graph::degree(n) / 2;
+    let half = graph::degree(n, session.threshold) / 2;
     let nb = graph::neighbours(session, &seed);
     for p in 0..n {
         let mut mine: Vec<usize> = (1..=half)
@@ -468,19 +468,23 @@ async fn one_sided_attack(
 /// reveals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn break_one_sided_masking_in_a_sparse_round_gives_the_sum_of_12_of_101_sites() {
-    // Peered sites (t = 68, neighbourhoods 15 of 21) refuse at masking:
-    // the core's sites keep too few of their neighbourhood.
+    // Peered sites (t = 68; a full round of 101, as a neighbourhood sized
+    // against a third of colluders reaches every other site) refuse at
+    // masking: the core's sites keep 12 of the 68 they need.
     let peered = Hostile::new(101, None, SUM_SQL, true).await;
     let err = one_sided_attack(&peered, 1, session_of(101))
         .await
         .err()
         .expect("refused");
     assert!(
-        err.contains("of this one's neighbourhood would take part, fewer than its threshold 15"),
+        err.contains(
+            "12 sites of this one's neighbourhood would take part, fewer than its threshold 68"
+        ),
         "{err}"
     );
     drop(peered);
-    // Sites without peers (t = 51): the all-sign rule of step 5.
+    // Sites without peers (t = 51, a sparse round): the all-sign rule of
+    // step 5.
     let h = Hostile::new(101, None, SUM_SQL, false).await;
     let majority = crate::attack54f::majority_session_of(101);
     let err = match one_sided_attack(&h, 1, majority).await {

@@ -138,7 +138,7 @@ pub(crate) async fn open_session(
         }
     }
     let groups = fedsql::protocol::secure::union_groups(&group_keys).unwrap();
-    if graph::is_sparse(n) {
+    if graph::session_is_sparse(&session) {
         let reveal = ShareRequest {
             session: session.clone(),
             keys: keys.clone(),
@@ -447,13 +447,16 @@ async fn holds_one_colluder_signing_two_survivor_lists_over_the_wire() {
 /// the victim's self seed came from one side (its neighbourhood's
 /// threshold was 11 of 21), its mask key from the other.
 ///
-/// HOLDS now: t = 68 of 101 (lists of 51 are refused), the victim's
-/// neighbourhood threshold is 15 of 21, and two lists of at least 68
-/// must share 35 sites, 34 of them honest, each of which signs one list:
-/// the coordinator gets the first list signed (a legitimate round, the
-/// victim on it) and not the second (the victim "dropped").
+/// HOLDS now: t = 68 of 101 (lists of 51 are refused), and since the
+/// tenth review's redraws a peered round of 101 is full (a neighbourhood
+/// sized against a third of colluders reaches every other site): the
+/// victim's shares lie with all 100 others at threshold 68, and two lists
+/// of at least 68 must share 35 sites, 34 of them honest, each of which
+/// signs one list: the coordinator gets the first list signed (a
+/// legitimate round, the victim on it) and not the second (the victim
+/// "dropped").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_one_colluder_in_a_sparse_round_of_101_cannot_sign_two_lists() {
+async fn holds_one_colluder_in_a_round_of_101_peered_sites_cannot_sign_two_lists() {
     let n = 101;
     let h = Hostile::new(n, SUM_SQL).await;
     let x = 7;
@@ -465,10 +468,10 @@ async fn holds_one_colluder_in_a_sparse_round_of_101_cannot_sign_two_lists() {
     let at = |d: usize| order[(px + n - 1 + d) % n];
     let victim = at(0);
     assert_eq!(at(1), x);
-    let mut near: Vec<usize> = (1..=10).map(at).chain((91..=100).map(at)).collect();
-    near.sort_unstable();
-    assert_eq!(round.graph[victim], near, "the ring as the sites draw it");
-    assert_eq!(round.share_t(victim), 15);
+    assert!(!graph::session_is_sparse(&round.session));
+    let others: Vec<usize> = (0..n).filter(|&c| c != victim).collect();
+    assert_eq!(round.graph[victim], others, "a full round");
+    assert_eq!(round.share_t(victim), 68);
     assert!(round.is_colluder(x));
     // The old split: two arcs of 51 sites, below t.
     let side1: Vec<usize> = std::iter::once(victim).chain((2..=50).map(at)).collect();
@@ -485,10 +488,8 @@ async fn holds_one_colluder_in_a_sparse_round_of_101_cannot_sign_two_lists() {
     let px = order.iter().position(|&s| s == x).unwrap();
     let at = |d: usize| order[(px + n - 1 + d) % n];
     let victim = at(0);
-    // An arc of 68 is no list: its end sites keep 11 of their 21, below
-    // their neighbourhood's 15. The lists that pass every site's checks
-    // are spread over the ring; the simplest pair differs in the victim
-    // alone: L1 = every site, L2 = every site but the victim.
+    // The simplest pair of lists differs in the victim alone: L1 = every
+    // site, L2 = every site but the victim.
     let side1: Vec<usize> = (0..n).filter(|&c| c != x).collect();
     let side2: Vec<usize> = (2..=100).map(at).collect();
     let err = two_lists(&h, &round, victim, &side1, &side2)

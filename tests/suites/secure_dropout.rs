@@ -944,7 +944,10 @@ async fn frozen_workers_are_left_out_or_recovered_within_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sparse_round_gives_the_exact_sum_over_the_sites_that_took_part() {
     let n = 101;
-    assert!(fedsql::protocol::secure::graph::is_sparse(n));
+    assert!(fedsql::protocol::secure::graph::is_sparse(
+        n,
+        fedsql::protocol::secure::default_threshold(n)
+    ));
     let fed = federation(n, |c| if c % 10 == 9 { Fail::Mask } else { Fail::Never });
     let got = secure_sums(&fed).await.unwrap();
     let (want, _) = plain_sums((0..n).filter(|c| c % 10 != 9));

@@ -368,7 +368,7 @@ pub(crate) async fn graph_nonces<'a, S: fedsql::protocol::site::Site + ?Sized>(
     keys: &[Option<fedsql::protocol::secure::ParticipantKeys>],
 ) -> Vec<Option<[u8; 32]>> {
     use fedsql::protocol::secure::{ShareRequest, graph};
-    if !graph::is_sparse(session.clients.len()) {
+    if !graph::session_is_sparse(session) {
         return Vec::new();
     }
     if let Some(known) = REVEALED.lock().unwrap().get(&session.id) {
@@ -406,7 +406,7 @@ pub(crate) fn graph_seed(
     use fedsql::protocol::secure::graph;
     let known = REVEALED.lock().unwrap().get(&session.id).cloned();
     match known {
-        Some(nonces) if graph::is_sparse(session.clients.len()) => {
+        Some(nonces) if graph::session_is_sparse(session) => {
             // Hashed as the sites do, without the commitment check (the
             // nonces were revealed by the sites themselves).
             let keys: Vec<_> = nonces

@@ -159,7 +159,7 @@ async fn one_session(
         keys: keys.clone(),
         nonces: Vec::new(),
     };
-    if graph::is_sparse(n) {
+    if graph::session_is_sparse(&session) {
         let alive = part.alive();
         let answers = join_all(alive.iter().map(|&i| {
             let share_request = &share_request;

@@ -19,6 +19,11 @@
 //! can still do is abandon sessions until it likes a graph, one fresh
 //! graph per session.
 //!
+//! When the sites check their peers (t more than two thirds of the sites),
+//! the degree is sized against a third of colluding sites rather than
+//! log n: 3·(40 + ⌈log2 n⌉) neighbours ([`degree`]), so that peered
+//! rounds up to 145 sites are full.
+//!
 //! In a sparse round, a site's secrets are shared among its neighbours
 //! with a threshold of the same share of its neighbourhood (itself and
 //! its neighbours) as t is of the sites: a strict majority of it at the
@@ -63,14 +68,11 @@ pub fn seed(
     nonces: &[Option<[u8; 32]>],
 ) -> std::result::Result<GraphSeed, String> {
     let n = session.clients.len();
-    if !is_sparse(n) {
+    if !session_is_sparse(session) {
         return if nonces.is_empty() {
             Ok([0; 32])
         } else {
-            Err(
-                "graph nonces relayed in a round of at most 100 sites, which has no sparse graph"
-                    .into(),
-            )
+            Err("graph nonces relayed in a full round, which has no sparse graph".into())
         };
     }
     if nonces.len() != n || keys.len() != n {
@@ -112,17 +114,55 @@ pub fn seed(
     Ok(hash.finalize().into())
 }
 
-/// The number of neighbours of each site in a sparse round over `n` sites:
-/// 2⌈3·log2 n / 2⌉, at most n − 1.
-pub fn degree(n: usize) -> usize {
-    let log = (n.max(2) as f64).log2();
-    let half = (1.5 * log).ceil() as usize;
-    (2 * half).min(n.saturating_sub(1))
+/// The bits of security per session of a sparse neighbourhood against a
+/// third of colluding sites: see [`degree`].
+pub const NEIGHBOURHOOD_SECURITY_BITS: usize = 40;
+
+/// The number of neighbours of each site in a round over `n` sites at
+/// threshold `t`, at most n − 1 (every other site).
+///
+/// At a strict majority (sites without `peers`, which trust the
+/// coordinator to follow the protocol): 2⌈3·log2 n / 2⌉, as SecAgg+.
+///
+/// When t is more than two thirds of the sites (the sites check their
+/// peers, and up to a third of the federation may collude with the
+/// coordinator): k ≥ 3·(40 + ⌈log2 n⌉), rounded up to even. A site's
+/// neighbours are a uniform draw of k of the others (its place in the
+/// ring is uniform), so the colluders among them, at most a third on
+/// average, reach its neighbourhood's threshold of more than two thirds
+/// with probability at most 2^(−k·D(2/3 ‖ 1/3)) = 2^(−k/3) (the
+/// Chernoff–Hoeffding bound, which holds for draws without replacement):
+/// at most 2⁻⁴⁰ / n per site, 2⁻⁴⁰ per session over all n. A coordinator
+/// that abandons sessions until a neighbourhood fills (the tenth outside
+/// review: about 700 sessions at 21 neighbours) then needs about 2⁴⁰.
+/// Peered rounds up to 145 sites are therefore full.
+pub fn degree(n: usize, threshold: usize) -> usize {
+    ring_degree(n, threshold).min(n.saturating_sub(1))
 }
 
-/// Whether a round over `n` sites uses the sparse graph.
-pub fn is_sparse(n: usize) -> bool {
-    n > FULL_GRAPH_MAX
+/// [`degree`] before it is capped at every other site.
+fn ring_degree(n: usize, threshold: usize) -> usize {
+    let log = (n.max(2) as f64).log2();
+    let strict = 2 * (1.5 * log).ceil() as usize;
+    if 3 * threshold > 2 * n {
+        let ceil_log = n.max(2).next_power_of_two().trailing_zeros() as usize;
+        let third = 3 * (NEIGHBOURHOOD_SECURITY_BITS + ceil_log);
+        strict.max(third.next_multiple_of(2))
+    } else {
+        strict
+    }
+}
+
+/// Whether a round over `n` sites at threshold `t` uses the sparse graph:
+/// above [`FULL_GRAPH_MAX`] sites, unless its [`degree`] reaches every
+/// other site.
+pub fn is_sparse(n: usize, threshold: usize) -> bool {
+    n > FULL_GRAPH_MAX && ring_degree(n, threshold) < n - 1
+}
+
+/// Whether `session`'s round uses the sparse graph ([`is_sparse`]).
+pub fn session_is_sparse(session: &SecureSession) -> bool {
+    is_sparse(session.clients.len(), session.threshold)
 }
 
 /// The neighbours of every site of the session (each list sorted; the
@@ -130,7 +170,7 @@ pub fn is_sparse(n: usize) -> bool {
 /// `seed`.
 pub fn neighbours(session: &SecureSession, seed: &GraphSeed) -> Vec<Vec<usize>> {
     let n = session.clients.len();
-    if !is_sparse(n) {
+    if !session_is_sparse(session) {
         return (0..n)
             .map(|i| (0..n).filter(|&j| j != i).collect())
             .collect();
@@ -140,7 +180,7 @@ pub fn neighbours(session: &SecureSession, seed: &GraphSeed) -> Vec<Vec<usize>> 
     for (p, &site) in order.iter().enumerate() {
         position[site] = p;
     }
-    let half = degree(n) / 2;
+    let half = degree(n, session.threshold) / 2;
     (0..n)
         .map(|i| {
             let p = position[i];
@@ -181,7 +221,7 @@ pub fn ring_order(n: usize, seed: &GraphSeed) -> Vec<usize> {
 /// when t is more than two thirds of the sites (a site with `peers`).
 pub fn share_threshold(session: &SecureSession, neighbourhood: usize) -> usize {
     let n = session.clients.len();
-    if is_sparse(n) {
+    if session_is_sparse(session) {
         (neighbourhood * session.threshold / n + 1).min(neighbourhood)
     } else {
         session.threshold
@@ -202,8 +242,9 @@ mod tests {
             let session = SecureSession::fresh((0..n).map(|i| i.to_string()).collect());
             let seed: GraphSeed = rand::random();
             let graph = neighbours(&session, &seed);
-            let k = degree(n);
+            let k = degree(n, session.threshold);
             assert!((20..40).contains(&k), "{n}: {k}");
+            assert!(session_is_sparse(&session));
             for (i, list) in graph.iter().enumerate() {
                 assert_eq!(list.len(), k, "site {i}");
                 assert!(!list.contains(&i));
@@ -216,17 +257,39 @@ mod tests {
             assert_ne!(neighbours(&session, &rand::random()), graph);
             // k is even: a strict majority of k + 1 is k / 2 + 1.
             assert_eq!(share_threshold(&session, k + 1), k / 2 + 1);
-            // More than two thirds of the sites: of the neighbourhood too.
-            let peered = session
-                .clone()
-                .with_threshold(super::super::peered_threshold(n));
-            let share_t = share_threshold(&peered, k + 1);
-            assert_eq!(share_t, 2 * (k + 1) / 3 + 1, "{n}");
-            assert!(3 * share_t > 2 * (k + 1));
-            // All of the sites: all of the neighbourhood, no more.
+            // All of the sites: a neighbourhood sized against a third of
+            // colluders (below), all of it, no more.
             let all = session.clone().with_threshold(n);
-            assert_eq!(share_threshold(&all, k + 1), k + 1);
+            let k_all = degree(n, n);
+            assert_eq!(share_threshold(&all, k_all + 1), k_all + 1);
         }
+        // More than two thirds of the sites (sites with peers): 2^-40 per
+        // session against a third of colluders, so full up to 145 sites.
+        for (n, k) in [(101, 100), (145, 144), (146, 144), (1000, 150), (5000, 160)] {
+            let peered = super::super::peered_threshold(n);
+            assert_eq!(degree(n, peered), k, "{n}");
+            assert_eq!(is_sparse(n, peered), n > 145, "{n}");
+            assert_eq!(is_sparse(n, super::super::default_threshold(n)), n > 100);
+        }
+        let session = SecureSession::fresh((0..1000).map(|i| i.to_string()).collect())
+            .with_threshold(super::super::peered_threshold(1000));
+        let graph = neighbours(&session, &rand::random());
+        assert!(graph.iter().all(|list| list.len() == 150));
+        let share_t = share_threshold(&session, 151);
+        assert_eq!(share_t, 2 * 151 / 3 + 1);
+        assert!(3 * share_t > 2 * 151);
+        // The bound: a third of colluders fill more than two thirds of a
+        // neighbourhood of 150 with probability at most 2^(-150/3) =
+        // 2^-50, under 2^-40 / 1000.
+        let d = (2.0f64 / 3.0) * 2f64.ln() + (1.0 / 3.0) * 0.5f64.ln();
+        assert!((d - 2f64.ln() / 3.0).abs() < 1e-12);
+        assert!((-(150.0) * d).exp() <= 2f64.powi(-40) / 1000.0);
+        // A peered round of 101 is full: no nonces, every other site.
+        let full = SecureSession::fresh((0..101).map(|i| i.to_string()).collect())
+            .with_threshold(super::super::peered_threshold(101));
+        assert!(!session_is_sparse(&full));
+        assert_eq!(neighbours(&full, &[0; 32])[0].len(), 100);
+        assert_eq!(share_threshold(&full, 101), full.threshold);
     }
 
     fn keys_with(commitment: [u8; 32]) -> super::super::ParticipantKeys {

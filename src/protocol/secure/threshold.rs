@@ -58,7 +58,11 @@ impl SiteFloor {
         }
         let federation = self.federation.max(n);
         let c = tolerated_colluders(federation);
-        let over = if graph::is_sparse(n) { federation } else { n };
+        let over = if graph::is_sparse(n, peered_threshold(n)) {
+            federation
+        } else {
+            n
+        };
         peered_threshold(n).max((over + c) / 2 + 1)
     }
 

@@ -21,7 +21,7 @@ pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloo
         } else if floor.majority(n) > peered_threshold(n) {
             let federation = floor.federation.max(n);
             let c = tolerated_colluders(federation);
-            let (name, over) = if graph::is_sparse(n) {
+            let (name, over) = if graph::is_sparse(n, peered_threshold(n)) {
                 ("N", federation)
             } else {
                 ("n", n)

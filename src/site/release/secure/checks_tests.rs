@@ -174,18 +174,24 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
     assert!(err.contains("more of the federation's sites"), "{err}");
     // A sparse round over part of a federation: more than (N + c)/2 of
     // the federation, as signers from outside a victim's view can sign a
-    // second list. 150 listed sites tolerate 49 colluders: t > 99.5.
+    // second list. 300 listed sites tolerate 99 colluders: t > 199.5 in a
+    // sparse round (peered rounds of more than 145 sites); a full round
+    // over 120 of them needs t > (120 + 99)/2.
     let large = SiteFloor {
         min_secure_clients: 0,
-        federation: 150,
+        federation: 300,
     };
-    assert_eq!(large.least(101), 100);
-    assert_eq!(large.least(120), 100);
-    let err = check_threshold(&session(120, 99), 120, large)
+    assert_eq!(large.least(250), 200);
+    assert_eq!(large.least(120), 110);
+    let err = check_threshold(&session(250, 199), 250, large)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("more than (N + c)/2 = 99.5"), "{err}");
-    assert_eq!(large.least(150), 101);
+    assert!(err.contains("more than (N + c)/2 = 199.5"), "{err}");
+    let err = check_threshold(&session(120, 109), 120, large)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("more than (n + c)/2 = 109.5"), "{err}");
+    assert_eq!(large.least(300), 201);
     // The federation's size counts each identity once, its own included.
     let listed = [[1; 32], [2; 32], [3; 32]];
     assert_eq!(

@@ -290,9 +290,9 @@ impl ClientSecrets {
     pub(crate) fn reveal(&self, request: &ShareRequest) -> Result<[u8; 32]> {
         let session = &request.session;
         let mut pending = self.take(session, |s| matches!(s, Step::KeysSent))?;
-        if !graph::is_sparse(session.clients.len()) || !request.nonces.is_empty() {
+        if !graph::session_is_sparse(session) || !request.nonces.is_empty() {
             return Err(FedError::InvalidArgument(format!(
-                "secure session {}: a graph nonce is revealed only in a round of more than {} sites, to a request without nonces; the session is over here",
+                "secure session {}: a graph nonce is revealed only in a sparse round (more than {} sites, each masking with fewer than all the others), to a request without nonces; the session is over here",
                 session.id_hex(),
                 graph::FULL_GRAPH_MAX
             )));
@@ -317,7 +317,7 @@ impl ClientSecrets {
         admit: impl FnOnce(usize, &[usize]) -> Result<()>,
     ) -> Result<Vec<ShareEnvelope>> {
         let session = &request.session;
-        let sparse = graph::is_sparse(session.clients.len());
+        let sparse = graph::session_is_sparse(session);
         let mut pending = self.take(session, |s| {
             if sparse {
                 matches!(s, Step::Revealed { .. })
@@ -633,7 +633,7 @@ impl ClientSecrets {
         // nothing, and showed the others only their own signatures, so that
         // they would reveal the victim's self seed. In a sparse round, too,
         // only a signer checked that its listed neighbours masked with it.
-        let sparse = graph::is_sparse(session.clients.len());
+        let sparse = graph::session_is_sparse(session);
         let mut signers: Vec<u32> = Vec::new();
         let mut identities: Vec<[u8; 32]> = Vec::new();
         for signed in &request.signatures {

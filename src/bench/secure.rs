@@ -205,29 +205,51 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
     );
     println!("|---:|---|---:|---:|---:|");
     for &n in counts {
-        let all = federation(n, false)?;
-        let lossy = federation(n, true)?;
-        let figures = timed_runs(
-            args.runs,
-            &[(&all, PLAIN), (&all, SECURE), (&lossy, SECURE)],
-        )
-        .await?;
-        // The in-process clients list no peers: the default threshold.
-        let t = fedsql::protocol::secure::default_threshold(n);
-        let graph = if fedsql::protocol::secure::graph::is_sparse(n, t) {
-            format!(
-                "sparse, {} neighbours",
-                fedsql::protocol::secure::graph::degree(n, t)
-            )
+        // The in-process clients list no peers: the default threshold;
+        // above 100 clients also at the threshold of sites with peers
+        // (more than two thirds), whose sparse graph is sized against a
+        // third of colluders.
+        let default = fedsql::protocol::secure::default_threshold(n);
+        let peered = fedsql::protocol::secure::peered_threshold(n);
+        let thresholds: &[usize] = if n > fedsql::protocol::secure::graph::FULL_GRAPH_MAX {
+            &[default, peered]
         } else {
-            "full".to_string()
+            &[default]
         };
-        println!(
-            "| {n} | {graph} | {} | {} | {} |",
-            cell(&figures[0]),
-            cell(&figures[1]),
-            cell(&figures[2])
-        );
+        for &t in thresholds {
+            let all = federation(n, false)?;
+            let lossy = federation(n, true)?;
+            if t != default {
+                for ctx in [&all, &lossy] {
+                    ctx.sql(&format!("SET fedsql.secure_threshold = {t}"))
+                        .await?;
+                }
+            }
+            let figures = timed_runs(
+                args.runs,
+                &[(&all, PLAIN), (&all, SECURE), (&lossy, SECURE)],
+            )
+            .await?;
+            let graph = if fedsql::protocol::secure::graph::is_sparse(n, t) {
+                format!(
+                    "sparse, {} neighbours",
+                    fedsql::protocol::secure::graph::degree(n, t)
+                )
+            } else {
+                "full".to_string()
+            };
+            let graph = if t == default {
+                graph
+            } else {
+                format!("{graph}; t = {t}, as with `peers`")
+            };
+            println!(
+                "| {n} | {graph} | {} | {} | {} |",
+                cell(&figures[0]),
+                cell(&figures[1]),
+                cell(&figures[2])
+            );
+        }
     }
     let loopback_counts: Vec<usize> = counts
         .iter()

@@ -77,6 +77,8 @@ mod glm;
 mod golden;
 #[path = "suites/heterogeneity.rs"]
 mod heterogeneity;
+#[path = "suites/hostile.rs"]
+mod hostile;
 #[path = "suites/idioms.rs"]
 mod idioms;
 #[path = "suites/lm.rs"]

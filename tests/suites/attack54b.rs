@@ -14,272 +14,20 @@
 //! walk) keep their attack, now asserting the refusal (or the withheld
 //! rows) that stops it.
 
+use crate::attack54f::rebuild;
+use crate::hostile::{Hostile, SUM_SQL, first_words, plain_sum, ring_order, session_of};
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
-use fedsql::FedContext;
-use fedsql::coordinator::federated_table::FederatedTable;
-use fedsql::protocol::encoder::Encoder;
-use fedsql::protocol::secure::consistency::{ConfirmRequest, ListSignature};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
 use fedsql::protocol::secure::{
-    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
-    ShareRequest, UnmaskRequest, graph, masks, shamir,
+    MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope, graph,
+    masks, shamir,
 };
-use fedsql::protocol::site::{Analyst, Site, SiteRequest};
-use fedsql::site::local::LocalClient;
-use fedsql::site::release::dp::{DpPolicy, DpSite};
-use fedsql::site::release::dp_budget::Ledger;
-use fedsql::site::release::identity::SiteIdentity;
+use fedsql::protocol::site::Site;
+use fedsql::site::release::dp::DpPolicy;
 use fedsql::site::release::policy::DisclosurePolicy;
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("g", DataType::Int64, false),
-        Field::new("x", DataType::Int64, false),
-    ]))
-}
-
-/// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
-/// disclosure policy, k = 5), values that differ per site.
-fn site_rows(c: usize) -> RecordBatch {
-    let n = c % 4 + 5;
-    let g: Vec<i64> = vec![0; n];
-    let x: Vec<i64> = (0..n)
-        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
-        .collect();
-    RecordBatch::try_new(
-        schema(),
-        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
-    )
-    .unwrap()
-}
-
-/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
-fn plain_sum(c: usize) -> u64 {
-    site_rows(c)
-        .column(1)
-        .as_primitive::<Int64Type>()
-        .values()
-        .iter()
-        .sum::<i64>() as u64
-}
-
-const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
-
-/// A hostile coordinator: `n` honest in-process sites (each, with
-/// `peers`, holding an Ed25519 identity and listing every site's identity
-/// as a peer), the round's encoder as the real coordinator plans it, and
-/// hand-made messages.
-struct Hostile {
-    _ctx: FedContext,
-    sites: Vec<Arc<LocalClient>>,
-    encoder: Encoder,
-    analyst: Analyst,
-}
-
-impl Hostile {
-    async fn new(n: usize, dp: Option<&DpPolicy>, sql: &str, peers: bool) -> Self {
-        Self::with_policy(n, dp, sql, peers, None).await
-    }
-
-    /// The same, each site also under `policy` and served as a worker
-    /// serves it (so it takes part in secure rounds only with its peers).
-    async fn with_policy(
-        n: usize,
-        dp: Option<&DpPolicy>,
-        sql: &str,
-        peers: bool,
-        policy: Option<DisclosurePolicy>,
-    ) -> Self {
-        let ctx = FedContext::new();
-        let identities: Vec<Arc<SiteIdentity>> = if peers {
-            (0..n)
-                .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
-        let sites: Vec<Arc<LocalClient>> = (0..n)
-            .map(|c| {
-                let name = format!("site{c}");
-                let mut site = LocalClient::from_batches(
-                    &name,
-                    &format!("memory:{name}"),
-                    schema(),
-                    vec![site_rows(c)],
-                    ctx.site_engine(),
-                )
-                .unwrap();
-                if peers {
-                    site = site.with_identity(Some(Arc::clone(&identities[c])), listed.clone());
-                }
-                if policy.is_some() {
-                    site = site.with_policy(policy.clone()).served_remotely(false);
-                }
-                if let Some(p) = dp {
-                    site = site.with_dp(Arc::new(DpSite::new(
-                        p.clone(),
-                        Arc::new(Ledger::in_memory()),
-                    )));
-                }
-                Arc::new(site)
-            })
-            .collect();
-        ctx.register_federated(FederatedTable::new(
-            "t",
-            schema(),
-            sites
-                .iter()
-                .map(|s| Arc::clone(s) as Arc<dyn Site>)
-                .collect(),
-        ))
-        .unwrap();
-        let state = ctx.session().state();
-        let plan = state.create_logical_plan(sql).await.unwrap();
-        let plan = state.optimize(&plan).unwrap();
-        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-        let round = fedsql::coordinator::split::plan_round(&state, &cut)
-            .await
-            .unwrap();
-        Self {
-            _ctx: ctx,
-            sites,
-            encoder: round.encoder,
-            analyst: Analyst::session(),
-        }
-    }
-
-    fn req(&self) -> SiteRequest<'_> {
-        SiteRequest::new(&self.encoder, &self.analyst)
-    }
-
-    async fn setup(&self, c: usize, session: &SecureSession) -> (ParticipantKeys, RecordBatch) {
-        let s = self.sites[c]
-            .secure_setup(&self.req(), session)
-            .await
-            .unwrap_or_else(|e| panic!("site {c} refused the setup: {e}"));
-        (s.keys, s.group_keys)
-    }
-
-    async fn share(
-        &self,
-        c: usize,
-        session: &SecureSession,
-        keys: Vec<Option<ParticipantKeys>>,
-    ) -> Result<Vec<ShareEnvelope>, String> {
-        let nonces =
-            crate::support::graph_nonces(&self.sites, |_| self.req(), session, &keys).await;
-        let request = ShareRequest {
-            session: session.clone(),
-            keys,
-            nonces,
-        };
-        self.sites[c]
-            .secure_share(&self.req(), &request)
-            .await
-            .map_err(|e| format!("site {c} refused to share: {e}"))
-    }
-
-    /// Step 3 at site `c`; its masked secure words (the first UInt64
-    /// column of its first group).
-    async fn mask(
-        &self,
-        c: usize,
-        session: &SecureSession,
-        envelopes: Vec<ShareEnvelope>,
-        groups: &RecordBatch,
-    ) -> Result<u64, String> {
-        let request = MaskRequest {
-            session: session.clone(),
-            envelopes,
-            groups: groups.clone(),
-        };
-        let state = self.sites[c]
-            .encode_masked(&self.req(), &request)
-            .await
-            .map_err(|e| format!("site {c} refused to mask: {e}"))?;
-        Ok(first_word(state.batch()))
-    }
-
-    async fn confirm(
-        &self,
-        c: usize,
-        session: &SecureSession,
-        list: &[u32],
-    ) -> Result<ListSignature, String> {
-        let request = ConfirmRequest {
-            session: session.clone(),
-            survivors: list.to_vec(),
-        };
-        self.sites[c]
-            .secure_confirm(&self.req(), &request)
-            .await
-            .map_err(|e| format!("site {c} refused to sign: {e}"))
-    }
-
-    async fn unmask(
-        &self,
-        c: usize,
-        session: &SecureSession,
-        list: &[u32],
-        signatures: Vec<ListSignature>,
-    ) -> Result<Vec<Revealed>, String> {
-        let request = UnmaskRequest {
-            session: session.clone(),
-            survivors: list.to_vec(),
-            signatures,
-        };
-        self.sites[c]
-            .secure_unmask(&self.req(), &request)
-            .await
-            .map_err(|e| format!("site {c} refused to unmask: {e}"))
-    }
-}
-
-fn first_word(batch: &RecordBatch) -> u64 {
-    let column = (0..batch.num_columns())
-        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
-        .expect("a secure state column");
-    batch.column(column).as_primitive::<UInt64Type>().value(0)
-}
-
-fn session_of(n: usize) -> SecureSession {
-    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
-        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
-}
-
-/// Rebuilds a secret from at least `t` shares.
-fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
-    assert!(
-        shares.len() >= t,
-        "{what}: only {} shares, {t} needed",
-        shares.len()
-    );
-    shamir::combine(&shares[..t]).unwrap_or_else(|| panic!("{what}: shares do not combine"))
-}
-
-/// The ring order of a sparse round, recomputed as `graph::neighbours`
-/// draws it from the graph's seed (checked against it below): who is next
-/// to whom the coordinator learns once the sites revealed their nonces —
-/// after every site's keys are fixed, no longer from the session id it
-/// picks.
-fn ring_order(session: &SecureSession) -> Vec<usize> {
-    let n = session.clients.len();
-    let seed = crate::support::graph_seed(session);
-    let order = graph::ring_order(n, &seed);
-    let half = graph::degree(n, session.threshold) / 2;
-    let nb = graph::neighbours(session, &seed);
-    for p in 0..n {
-        let mut mine: Vec<usize> = (1..=half)
-            .flat_map(|d| [order[(p + d) % n], order[(p + n - d) % n]])
-            .collect();
-        mine.sort_unstable();
-        assert_eq!(nb[order[p]], mine, "the ring order was not reproduced");
-    }
-    order
-}
 
 // ---------------------------------------------------------------------
 // BREAK 1: a sparse round unmasks the sum of one arc of the ring, far
@@ -322,7 +70,7 @@ async fn sparse_arc_attack(
         keys.push(Some(k));
         all_group_keys.push(g);
     }
-    crate::support::graph_nonces(&h.sites, |_| h.req(), &session, &keys).await;
+    crate::support::graph_nonces(&h.sites, |i| h.req(i), &session, &keys).await;
     let order = ring_order(&session);
     let half = graph::degree(n, session.threshold) / 2;
     let arc: Vec<usize> = order[..=half].to_vec();
@@ -354,7 +102,7 @@ async fn sparse_arc_attack(
             groups: groups.clone(),
         };
         let state = h.sites[c]
-            .encode_masked(&h.req(), &request)
+            .encode_masked(&h.req(c), &request)
             .await
             .map_err(|e| e.to_string())?;
         words[c] = first_words(state.batch(), k);
@@ -702,7 +450,7 @@ async fn one_place_held_by_different_sites_reveals_a_peered_sites_state() {
     let session = crate::attack54f::majority_session_of(5);
     for c in 0..13 {
         let why = peered.sites[c]
-            .secure_setup(&peered.req(), &session)
+            .secure_setup(&peered.req(c), &session)
             .await
             .expect_err("a peered site refuses t = 3 of 5")
             .to_string();
@@ -782,7 +530,7 @@ async fn group_layout_attack(
             .collect();
         let state = h.sites[c]
             .encode_masked(
-                &h.req(),
+                &h.req(c),
                 &MaskRequest {
                     session: session.clone(),
                     envelopes: mine,
@@ -818,16 +566,6 @@ async fn group_layout_attack(
         masks::apply_self(&mut total, &seed, &session.id, false);
     }
     Ok(total)
-}
-
-/// The first `k` rows of the first UInt64 (secure) column: the first `k`
-/// words of the state's mask.
-fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
-    let column = (0..batch.num_columns())
-        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
-        .expect("a secure state column");
-    let values = batch.column(column).as_primitive::<UInt64Type>();
-    (0..k).map(|r| values.value(r)).collect()
 }
 
 /// BREAK (severity: high). With `GROUP BY`, one honest site's exact group
@@ -939,7 +677,7 @@ async fn a_group_list_that_differs_per_site_releases_one_sites_dp_counts_with_a_
 /// Probe: `GROUP BY _client` (the virtual column of client names) with a
 /// secure aggregate.
 async fn per_client_rows(h: &Hostile, sql: &str) -> fedsql::Result<Vec<(String, i64)>> {
-    let batches = h._ctx.sql(sql).await?.collect().await?;
+    let batches = h.ctx.sql(sql).await?.collect().await?;
     let mut rows = Vec::new();
     for b in &batches {
         let names = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)?;
@@ -1006,7 +744,7 @@ async fn group_by_client_releases_each_sites_dp_count_with_a_noise_share() {
         Some(DisclosurePolicy::default()),
     )
     .await;
-    h._ctx.sql("SET fedsql.secure_threshold = 5").await.unwrap();
+    h.ctx.sql("SET fedsql.secure_threshold = 5").await.unwrap();
     let err = per_client_rows(
         &h,
         "SELECT _client, secure_dp_count(*, 1.0) AS n FROM t GROUP BY _client",
@@ -1116,7 +854,7 @@ async fn a_finished_session_id_is_refused_at_a_second_setup_and_unmasks_nothing_
     );
     // The id again: refused.
     let err = h.sites[0]
-        .secure_setup(&h.req(), &session)
+        .secure_setup(&h.req(0), &session)
         .await
         .expect_err("a second setup under a used session id")
         .to_string();
@@ -1135,14 +873,14 @@ async fn distinct_inner_grouping_and_a_low_threshold_are_refused() {
         "SELECT secure_sum(DISTINCT x, 0, 1000) AS s FROM t",
         "SELECT secure_count(x) AS n FROM (SELECT x FROM t GROUP BY x) AS d",
     ] {
-        let r = match h._ctx.sql(sql).await {
+        let r = match h.ctx.sql(sql).await {
             Ok(df) => df.collect().await.map(|_| ()),
             Err(e) => Err(e),
         };
         assert!(r.is_err(), "{sql}: answered");
     }
-    h._ctx.sql("SET fedsql.secure_threshold = 2").await.unwrap();
-    let r = match h._ctx.sql(SUM_SQL).await {
+    h.ctx.sql("SET fedsql.secure_threshold = 2").await.unwrap();
+    let r = match h.ctx.sql(SUM_SQL).await {
         Ok(df) => df.collect().await.map(|_| ()),
         Err(e) => Err(e),
     };

@@ -37,207 +37,22 @@
 //!    filter on a data column only one site has a value of (`WHERE g = 3`
 //!    or `CASE WHEN g = 3 …`) where `GROUP BY g` is withheld.
 
+use crate::hostile::{Hostile, SUM_SQL, first_words, plain_sum, schema, session_of, site_rows};
 use std::collections::BTreeSet;
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use fedsql::FedContext;
-use fedsql::coordinator::federated_table::FederatedTable;
-use fedsql::protocol::encoder::Encoder;
 use fedsql::protocol::secure::consistency::{ConfirmRequest, ListSignature};
 use fedsql::protocol::secure::{
     MaskRequest, ParticipantKeys, Revealed, RevealedKind, SecureSession, ShareEnvelope,
-    ShareRequest, UnmaskRequest, graph, masks, shamir,
+    ShareRequest, graph, masks, shamir,
 };
-use fedsql::protocol::site::{Analyst, Site, SiteRequest};
-use fedsql::site::local::LocalClient;
-use fedsql::site::release::dp::{DpPolicy, DpSite};
-use fedsql::site::release::dp_budget::Ledger;
-use fedsql::site::release::identity::SiteIdentity;
+use fedsql::protocol::site::Site;
+use fedsql::site::release::dp::DpPolicy;
 use fedsql::site::release::policy::DisclosurePolicy;
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("g", DataType::Int64, false),
-        Field::new("x", DataType::Int64, false),
-    ]))
-}
-
-/// Site `c`'s rows: one group (g = 0), 5 to 8 rows (enough for a worker's
-/// default disclosure policy, k = 5), values that differ per site.
-fn site_rows(c: usize) -> RecordBatch {
-    let n = c % 4 + 5;
-    let g: Vec<i64> = vec![0; n];
-    let x: Vec<i64> = (0..n)
-        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
-        .collect();
-    RecordBatch::try_new(
-        schema(),
-        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
-    )
-    .unwrap()
-}
-
-/// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
-fn plain_sum(c: usize) -> u64 {
-    site_rows(c)
-        .column(1)
-        .as_primitive::<Int64Type>()
-        .values()
-        .iter()
-        .sum::<i64>() as u64
-}
-
-const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
-
-/// A hostile coordinator: `n` honest in-process sites (each, with
-/// `peers`, holding an Ed25519 identity and listing every site's identity
-/// as a peer), the round's encoder as the real coordinator plans it, and
-/// hand-made messages.
-struct Hostile {
-    ctx: FedContext,
-    sites: Vec<Arc<LocalClient>>,
-    /// The encoder each site is sent (the round's, unless the coordinator
-    /// sends some sites another).
-    encoders: Vec<Encoder>,
-    analyst: Analyst,
-}
-
-impl Hostile {
-    async fn new(n: usize, dp: Option<&DpPolicy>, sql: &str, peers: bool) -> Self {
-        Self::with_policy(n, dp, sql, peers, None).await
-    }
-
-    /// The same, each site also under `policy` and served as a worker
-    /// serves it.
-    async fn with_policy(
-        n: usize,
-        dp: Option<&DpPolicy>,
-        sql: &str,
-        peers: bool,
-        policy: Option<DisclosurePolicy>,
-    ) -> Self {
-        Self::with_rows(n, dp, sql, peers, policy, site_rows).await
-    }
-
-    /// The same, site `c` holding `rows(c)`.
-    async fn with_rows(
-        n: usize,
-        dp: Option<&DpPolicy>,
-        sql: &str,
-        peers: bool,
-        policy: Option<DisclosurePolicy>,
-        rows: fn(usize) -> RecordBatch,
-    ) -> Self {
-        let ctx = FedContext::new();
-        let identities: Vec<Arc<SiteIdentity>> = if peers {
-            (0..n)
-                .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
-        let sites: Vec<Arc<LocalClient>> = (0..n)
-            .map(|c| {
-                let name = format!("site{c}");
-                let mut site = LocalClient::from_batches(
-                    &name,
-                    &format!("memory:{name}"),
-                    schema(),
-                    vec![rows(c)],
-                    ctx.site_engine(),
-                )
-                .unwrap();
-                if peers {
-                    site = site.with_identity(Some(Arc::clone(&identities[c])), listed.clone());
-                }
-                if policy.is_some() {
-                    site = site.with_policy(policy.clone()).served_remotely(false);
-                }
-                if let Some(p) = dp {
-                    site = site.with_dp(Arc::new(DpSite::new(
-                        p.clone(),
-                        Arc::new(Ledger::in_memory()),
-                    )));
-                }
-                Arc::new(site)
-            })
-            .collect();
-        ctx.register_federated(FederatedTable::new(
-            "t",
-            schema(),
-            sites
-                .iter()
-                .map(|s| Arc::clone(s) as Arc<dyn Site>)
-                .collect(),
-        ))
-        .unwrap();
-        let state = ctx.session().state();
-        let plan = state.create_logical_plan(sql).await.unwrap();
-        let plan = state.optimize(&plan).unwrap();
-        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-        let round = fedsql::coordinator::split::plan_round(&state, &cut)
-            .await
-            .unwrap();
-        Self {
-            ctx,
-            encoders: vec![round.encoder.clone(); sites.len()],
-            sites,
-            analyst: Analyst::session(),
-        }
-    }
-
-    /// The encoder the coordinator would plan for `sql` over the same table.
-    async fn plan_encoder(&self, sql: &str) -> Encoder {
-        let state = self.ctx.session().state();
-        let plan = state.create_logical_plan(sql).await.unwrap();
-        let plan = state.optimize(&plan).unwrap();
-        let cut = fedsql::coordinator::split::lowest_cut(&plan).unwrap();
-        fedsql::coordinator::split::plan_round(&state, &cut)
-            .await
-            .unwrap()
-            .encoder
-    }
-
-    /// The request to site `c`, with the encoder it is sent.
-    fn req(&self, c: usize) -> SiteRequest<'_> {
-        SiteRequest::new(&self.encoders[c], &self.analyst)
-    }
-
-    async fn unmask(
-        &self,
-        c: usize,
-        session: &SecureSession,
-        list: &[u32],
-        signatures: Vec<ListSignature>,
-    ) -> Result<Vec<Revealed>, String> {
-        let request = UnmaskRequest {
-            session: session.clone(),
-            survivors: list.to_vec(),
-            signatures,
-        };
-        self.sites[c]
-            .secure_unmask(&self.req(c), &request)
-            .await
-            .map_err(|e| format!("site {c} refused to unmask: {e}"))
-    }
-}
-
-/// The first `k` words of a state's first secure (UInt64) column.
-fn first_words(batch: &RecordBatch, k: usize) -> Vec<u64> {
-    let column = (0..batch.num_columns())
-        .find(|&i| batch.column(i).data_type() == &DataType::UInt64)
-        .expect("a secure state column");
-    let values = batch.column(column).as_primitive::<UInt64Type>();
-    (0..k).map(|r| values.value(r)).collect()
-}
-
-fn session_of(n: usize) -> SecureSession {
-    SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
-        .with_threshold(fedsql::protocol::secure::peered_threshold(n))
-}
 
 /// A round run exactly as an honest coordinator runs it up to step 4:
 /// every site set up, shared, masked with every other (every envelope

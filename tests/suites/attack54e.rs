@@ -33,10 +33,13 @@
 //!    sites (HOLDS; since the coin toss, at step 2).
 //! 6. Two clients of one worker (one identity) in one session (HOLDS).
 
+use crate::attack54f::rebuild;
+use crate::hostile::{SUM_SQL, schema, site_rows};
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt64Type};
 use datafusion::common::NullEquality;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::logical_expr::LogicalPlan;
@@ -58,28 +61,6 @@ use fedsql::site::release::policy::DisclosurePolicy;
 use fedsql::site::release::secure::encoder_digest;
 use x25519_dalek::{PublicKey, StaticSecret};
 
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("g", DataType::Int64, false),
-        Field::new("x", DataType::Int64, false),
-    ]))
-}
-
-/// Site `c`'s rows: one group, 5 to 8 rows (enough for a worker's default
-/// disclosure policy, k = 5), values in 1..=999 that differ per site.
-fn site_rows(c: usize) -> RecordBatch {
-    let n = c % 4 + 5;
-    let g: Vec<i64> = vec![0; n];
-    let x: Vec<i64> = (0..n)
-        .map(|i| ((c * 53 + i * 17) % 999 + 1) as i64)
-        .collect();
-    RecordBatch::try_new(
-        schema(),
-        vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
-    )
-    .unwrap()
-}
-
 /// Site `c`'s plain sum of x (what `secure_sum(x, 0, 1000)` masks).
 fn site_sum(c: usize) -> u64 {
     site_rows(c)
@@ -90,8 +71,6 @@ fn site_sum(c: usize) -> u64 {
         .map(|&v| v as u64)
         .sum()
 }
-
-const SUM_SQL: &str = "SELECT secure_sum(x, 0, 1000) AS s FROM t";
 
 /// A hostile coordinator: `n` honest in-process sites, each with an
 /// Ed25519 identity and every site's identity listed as a peer, under a
@@ -316,16 +295,6 @@ fn first_word(batch: &RecordBatch) -> u64 {
 fn session_of(n: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect())
         .with_threshold(fedsql::protocol::secure::peered_threshold(n))
-}
-
-/// Rebuilds a secret from at least `t` shares.
-fn rebuild(shares: &[shamir::Share], t: usize, what: &str) -> [u8; 32] {
-    assert!(
-        shares.len() >= t,
-        "{what}: only {} shares, {t} needed",
-        shares.len()
-    );
-    shamir::combine(&shares[..t]).unwrap_or_else(|| panic!("{what}: shares do not combine"))
 }
 
 /// A round run honestly over the sites `taking_part` of a session of all

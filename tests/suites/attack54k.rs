@@ -969,3 +969,99 @@ async fn break_unpeered_neighbours_of_a_peered_site_in_a_sparse_round_give_its_e
     eprintln!("victim {victim} after {sessions} session(s)");
     assert_eq!(got, site_sum(victim), "the victim's exact secure_sum");
 }
+
+/// Steps 2 to 4 of `round` (no colluders) run honestly at every site;
+/// returns every site's envelopes and its signature of the list of all.
+async fn shared_and_signed(
+    h: &Hostile,
+    round: &Opened,
+) -> (Vec<ShareEnvelope>, Vec<u32>, Vec<ListSignature>) {
+    let n = h.sites.len();
+    let session = &round.session;
+    let mut envelopes = Vec::new();
+    for c in 0..n {
+        envelopes.extend(h.share(c, session, round.keys.clone()).await.unwrap());
+    }
+    for c in 0..n {
+        let mine = envelopes
+            .iter()
+            .filter(|e| e.to as usize == c)
+            .cloned()
+            .collect();
+        h.mask_state(c, session, mine, &round.groups).await.unwrap();
+    }
+    let list: Vec<u32> = (0..n as u32).collect();
+    let mut signatures = Vec::new();
+    for c in 0..n {
+        signatures.push(h.confirm(c, session, &list).await.unwrap());
+    }
+    (envelopes, list, signatures)
+}
+
+/// HOLDS. Replays across sessions, five peered sites (no disclosure
+/// policy, so that they say why): a finished session's survivor-list
+/// signatures shown at another session's unmasking do not verify (they
+/// sign the session with the list and the view); its envelopes relayed
+/// into a third session do not open (their associated data binds the
+/// session id); and its id cannot be set up again.
+#[tokio::test]
+async fn holds_a_sessions_signatures_and_envelopes_replayed_into_another_are_refused() {
+    let h = Hostile::build(5, SUM_SQL, None, None).await;
+    let a = open_session(&h, &[], crate::attack54f::session_of(5)).await;
+    let b = open_session(&h, &[], crate::attack54f::session_of(5)).await;
+    let (old_envelopes, list, old_signatures) = shared_and_signed(&h, &a).await;
+    shared_and_signed(&h, &b).await;
+    let err = h
+        .unmask(0, &b.session, &list, old_signatures)
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("signature of the survivor list does not verify"),
+        "{err}"
+    );
+    let c = open_session(&h, &[], crate::attack54f::session_of(5)).await;
+    h.share(0, &c.session, c.keys.clone()).await.unwrap();
+    let replayed: Vec<ShareEnvelope> = old_envelopes.into_iter().filter(|e| e.to == 0).collect();
+    let err = h
+        .mask(0, &c.session, replayed, &c.groups)
+        .await
+        .unwrap_err();
+    assert!(err.contains("does not open"), "{err}");
+    let err = h.setup(1, &a.session).await.unwrap_err();
+    assert!(err.contains("a session id is used once"), "{err}");
+}
+
+/// HOLDS (the honest analyst's SQL). Five peered in-process sites of a
+/// federation of five: the coordinator's default (t = 4) gives the
+/// total; `SET fedsql.secure_threshold` below two thirds or above n is
+/// refused by the sites, at n is accepted; a table's `secure_threshold`
+/// option below the floor is refused too, and the query's setting wins
+/// over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_the_secure_threshold_setting_and_table_option_within_the_sites_bounds() {
+    use fedsql::coordinator::federated_table::FederatedTable;
+    let h = Hostile::new(5, SUM_SQL).await;
+    let total: u64 = (0..5).map(site_sum).sum();
+    let value = |sql: &'static str| crate::attack54c::one_value(&h.ctx, sql);
+    assert_eq!(value(SUM_SQL).await.unwrap(), Some(total as i64));
+    h.ctx.sql("SET fedsql.secure_threshold = 3").await.unwrap();
+    let err = value(SUM_SQL).await.unwrap_err();
+    assert!(err.contains("more than two thirds of the sites"), "{err}");
+    h.ctx.sql("SET fedsql.secure_threshold = 6").await.unwrap();
+    let err = value(SUM_SQL).await.unwrap_err();
+    assert!(err.contains("and at most 5"), "{err}");
+    h.ctx.sql("SET fedsql.secure_threshold = 5").await.unwrap();
+    assert_eq!(value(SUM_SQL).await.unwrap(), Some(total as i64));
+    h.ctx
+        .register_federated(
+            FederatedTable::new("t3", crate::attack54f::schema(), h.sites.clone())
+                .with_secure_threshold(Some(3)),
+        )
+        .unwrap();
+    let on_t3 = "SELECT secure_sum(x, 0, 1000) AS s FROM t3";
+    h.ctx.sql("SET fedsql.secure_threshold = 0").await.unwrap();
+    let err = value(on_t3).await.unwrap_err();
+    assert!(err.contains("more than two thirds of the sites"), "{err}");
+    h.ctx.sql("SET fedsql.secure_threshold = 4").await.unwrap();
+    assert_eq!(value(on_t3).await.unwrap(), Some(total as i64));
+}

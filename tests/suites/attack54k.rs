@@ -495,7 +495,8 @@ fn holds_every_accepted_threshold_agrees_on_the_graph_and_needs_more_than_c_to_s
 /// inside a neighbourhood (the victim's self seed from one side, its mask
 /// key from the other) needs 2 · share_t − (k + 1) colluding neighbours,
 /// 51 > c = 48; and the colluders alone, 48 < share_t = 98. So the
-/// least sparse peered round is as safe as the full one. At the degree's
+/// least sparse peered round is as safe as the full one when every site
+/// checks its peers (not with unpeered neighbours: 4.). At the degree's
 /// steps (n = 256, 257, 512, 513, 4096, 4097: the degree grows with
 /// ⌈log₂ n⌉), the exact hypergeometric chance that c colluders fill a
 /// victim's neighbourhood threshold, times the n − c victims, stays

@@ -30,6 +30,8 @@ mod attack54h;
 mod attack54i;
 #[path = "suites/attack54j.rs"]
 mod attack54j;
+#[path = "suites/attack54k.rs"]
+mod attack54k;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

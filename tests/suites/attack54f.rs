@@ -134,6 +134,20 @@ impl Hostile {
         dp: Option<&DpPolicy>,
         policy: Option<DisclosurePolicy>,
     ) -> Self {
+        Self::build_mixed(n, sql, rows, dp, policy, &|_| false).await
+    }
+
+    /// As [`Hostile::build_with_rows`], with the sites for which
+    /// `unpeered` holds listing no peers (an identity key of their own,
+    /// which the others list, and under a policy `secure_without_peers`).
+    pub(crate) async fn build_mixed(
+        n: usize,
+        sql: &str,
+        rows: impl Fn(usize) -> RecordBatch,
+        dp: Option<&DpPolicy>,
+        policy: Option<DisclosurePolicy>,
+        unpeered: &dyn Fn(usize) -> bool,
+    ) -> Self {
         let ctx = FedContext::new();
         // A shared lookup table of one row whose key `k` is NULL and whose
         // `v` is 0 (see 2.).
@@ -170,9 +184,18 @@ impl Hostile {
                     ctx.site_engine(),
                 )
                 .unwrap()
-                .with_identity(Some(Arc::clone(&identities[c])), listed.clone());
+                .with_identity(
+                    Some(Arc::clone(&identities[c])),
+                    if unpeered(c) {
+                        Arc::from([])
+                    } else {
+                        listed.clone()
+                    },
+                );
                 if policy.is_some() {
-                    site = site.with_policy(policy.clone()).served_remotely(false);
+                    site = site
+                        .with_policy(policy.clone())
+                        .served_remotely(unpeered(c));
                 }
                 if let Some(p) = dp {
                     // Seeded, so that the noise tests are deterministic.

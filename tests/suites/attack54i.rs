@@ -101,7 +101,7 @@ impl Opened {
     }
 
     /// The Shamir threshold of site `c`'s shares.
-    fn share_t(&self, c: usize) -> usize {
+    pub(crate) fn share_t(&self, c: usize) -> usize {
         graph::share_threshold(&self.session, self.graph[c].len() + 1)
     }
 }
@@ -160,41 +160,13 @@ pub(crate) async fn open_session(
     }
 }
 
-/// The view every honest site of this round signs (one encoder, one key
-/// vector, one group list of an ungrouped aggregate).
-fn view_of(h: &Hostile, round: &Opened) -> [u8; 32] {
-    let encoder = encoder_digest(h.encoders[0].plan()).unwrap();
-    // `groups_digest` of an ungrouped layout: the number of rows only.
-    let mut hash = Sha256::new();
-    hash.update((round.groups.num_rows() as u64).to_be_bytes());
-    let groups: [u8; 32] = hash.finalize().into();
-    consistency::view_digest(&encoder, &round.keys, &groups)
-}
-
-/// Steps 2 to 5 of [`open_round`]'s round with two survivor lists: the
-/// honest sites `side1` (the victim among them) are shown
-/// `side1 ∪ colluders`, the honest sites `side2` are shown
-/// `side2 ∪ colluders`; every envelope is delivered; each colluder signs
-/// both lists; then the victim's self seed comes from side 1 and the
-/// colluders, its mask key from side 2 and the colluders. Returns the
-/// victim's masked state with every mask removed.
-pub(crate) async fn two_lists(
-    h: &Hostile,
-    round: &Opened,
-    victim: usize,
-    side1: &[usize],
-    side2: &[usize],
-) -> Result<u64, String> {
+/// Step 2 of the colluders the coordinator runs in `round`: each splits
+/// its mask key and self seed among its neighbours with keys, at its
+/// neighbourhood's threshold, and seals each one's pair to it.
+pub(crate) fn colluder_envelopes(round: &Opened) -> Vec<ShareEnvelope> {
     let session = &round.session;
-    let n = h.sites.len();
-    let mut honest: Vec<usize> = side1.iter().chain(side2).copied().collect();
-    honest.sort_unstable();
-    honest.dedup();
-    // Step 2.
-    let mut envelopes: Vec<ShareEnvelope> = Vec::new();
-    for &c in &honest {
-        envelopes.extend(h.share(c, session, round.keys.clone()).await?);
-    }
+    let n = session.clients.len();
+    let mut envelopes = Vec::new();
     for x in &round.colluders {
         let near: Vec<usize> = round.graph[x.place]
             .iter()
@@ -228,6 +200,44 @@ pub(crate) async fn two_lists(
             });
         }
     }
+    envelopes
+}
+
+/// The view every honest site of this round signs (one encoder, one key
+/// vector, one group list of an ungrouped aggregate).
+pub(crate) fn view_of(h: &Hostile, round: &Opened) -> [u8; 32] {
+    let encoder = encoder_digest(h.encoders[0].plan()).unwrap();
+    // `groups_digest` of an ungrouped layout: the number of rows only.
+    let mut hash = Sha256::new();
+    hash.update((round.groups.num_rows() as u64).to_be_bytes());
+    let groups: [u8; 32] = hash.finalize().into();
+    consistency::view_digest(&encoder, &round.keys, &groups)
+}
+
+/// Steps 2 to 5 of [`open_round`]'s round with two survivor lists: the
+/// honest sites `side1` (the victim among them) are shown
+/// `side1 ∪ colluders`, the honest sites `side2` are shown
+/// `side2 ∪ colluders`; every envelope is delivered; each colluder signs
+/// both lists; then the victim's self seed comes from side 1 and the
+/// colluders, its mask key from side 2 and the colluders. Returns the
+/// victim's masked state with every mask removed.
+pub(crate) async fn two_lists(
+    h: &Hostile,
+    round: &Opened,
+    victim: usize,
+    side1: &[usize],
+    side2: &[usize],
+) -> Result<u64, String> {
+    let session = &round.session;
+    let mut honest: Vec<usize> = side1.iter().chain(side2).copied().collect();
+    honest.sort_unstable();
+    honest.dedup();
+    // Step 2.
+    let mut envelopes: Vec<ShareEnvelope> = Vec::new();
+    for &c in &honest {
+        envelopes.extend(h.share(c, session, round.keys.clone()).await?);
+    }
+    envelopes.extend(colluder_envelopes(round));
     // The colluders open what the victim sealed to them: both kinds.
     let mut from_colluders: Vec<SharePair> = Vec::new();
     for x in &round.colluders {

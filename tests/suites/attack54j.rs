@@ -59,7 +59,7 @@ const COLLUDERS: [usize; 4] = [3, 4, 5, 6];
 /// The same hostile coordinator, asking only the first `k` of its sites
 /// (their places in the session are their indices; every site still lists
 /// every identity of the federation as a peer).
-fn asking_first(h: Hostile, k: usize) -> Hostile {
+pub(crate) fn asking_first(h: Hostile, k: usize) -> Hostile {
     let Hostile {
         ctx,
         sites,

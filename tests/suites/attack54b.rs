@@ -441,9 +441,10 @@ async fn collision_attack(h: &Hostile) -> Result<(u64, u64), String> {
 /// value is still masked): V's teammates' signatures are over their own
 /// views, not V's, and V refuses to unmask. And since the ninth review a
 /// peered site refuses the construction's t = 3 of 5 at setup (it takes
-/// more than two thirds, and since the tenth more than (5 + 4)/2 over 5
-/// of a federation of 13); the view binding is checked with the same
-/// sites without peers, which accept a strict majority.
+/// more than two thirds, since the tenth more than (5 + 4)/2 over 5 of a
+/// federation of 13, and since the eleventh at least its 4 colluders and
+/// 2 honest sites: no t over 5 will do); the view binding is checked with
+/// the same sites without peers, which accept a strict majority.
 #[tokio::test]
 async fn one_place_held_by_different_sites_reveals_a_peered_sites_state() {
     let peered = Hostile::new(13, None, SUM_SQL, true).await;
@@ -454,9 +455,9 @@ async fn one_place_held_by_different_sites_reveals_a_peered_sites_state() {
             .await
             .expect_err("a peered site refuses t = 3 of 5")
             .to_string();
-        // 5 of a federation of 13 that may hold 4 colluders: t > 4.5.
+        // 5 of a federation of 13 that may hold 4 colluders: t >= 4 + 2.
         assert!(
-            why.contains("it must be at least 5 (more than (n + c)/2 = 4.5"),
+            why.contains("it must be at least 6 (the 4 sites of this site's federation of 13"),
             "{why}"
         );
     }

@@ -101,6 +101,19 @@ impl Hostile {
         dp: Option<&DpPolicy>,
         policy: Option<DisclosurePolicy>,
     ) -> Self {
+        Self::build_with_peers(n, sql, dp, policy, true).await
+    }
+
+    /// The same; with `peers` false, each site keeps its identity (it signs
+    /// its keys) but lists no peers, so it accepts a strict majority and a
+    /// round of more than 100 sites is sparse.
+    async fn build_with_peers(
+        n: usize,
+        sql: &str,
+        dp: Option<&DpPolicy>,
+        policy: Option<DisclosurePolicy>,
+        peers: bool,
+    ) -> Self {
         let ctx = FedContext::new();
         // A shared lookup table of one row whose key `k` is NULL and whose
         // `v` is 0 (see 2.).
@@ -125,7 +138,11 @@ impl Hostile {
         let identities: Vec<Arc<SiteIdentity>> = (0..n)
             .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
             .collect();
-        let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+        let listed: Arc<[[u8; 32]]> = if peers {
+            identities.iter().map(|i| i.public_key()).collect()
+        } else {
+            Arc::new([])
+        };
         let sites: Vec<Arc<LocalClient>> = (0..n)
             .map(|c| {
                 let name = format!("site{c}");
@@ -706,7 +723,8 @@ async fn limit_two_sessions_with_one_site_left_out_give_its_exact_secure_sum() {
 /// envelopes went to colluders, and its neighbourhood's threshold.
 async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize, usize) {
     let n = h.sites.len();
-    let session = session_of(n);
+    let session = crate::attack54f::majority_session_of(n);
+    assert!(graph::session_is_sparse(&session));
     // What the session id alone would have drawn (the old graph).
     let guessed = graph::neighbours(&session, &[0; 32]).swap_remove(0);
     let colluding: Vec<usize> = guessed[..colluding_count].to_vec();
@@ -754,19 +772,19 @@ async fn seat_colluders_then_toss(h: &Hostile, colluding_count: usize) -> (usize
 /// HOLDS now: the graph is the sites' coin toss (each commits to a nonce
 /// in its signed keys, reveals it once every commitment is fixed, and
 /// the seed hashes them all), so the colluders land where the toss puts
-/// them, and no session id can be ground for it. Since the tenth review
-/// a peered round is sparse only above 145 sites, with neighbourhoods
-/// sized against a third of colluders: here 146 peered sites (t = 98),
-/// 48 colluders seated (the most the federation tolerates), the victim's
-/// 144 neighbours, threshold 98: the colluders hold at most 48 of its
-/// shares wherever they sit.
+/// them: about 2 of the victim's 20 neighbours, far below its threshold
+/// of 11, and no session id can be ground for it. Sites without peers
+/// (t = 51 of 101): since the eleventh review a round at the threshold of
+/// peered sites (more than two thirds) is full at any size, so the coin
+/// toss draws only the graphs of sites that trust the coordinator to
+/// follow the protocol.
 #[tokio::test]
 async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_hold_too_few_of_the_victims_shares()
  {
-    let h = Hostile::new(146, SUM_SQL).await;
-    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 48).await;
-    assert_eq!(share_t, 98);
-    assert!(to_colluders <= 48, "{to_colluders} of {share_t}");
+    let h = Hostile::build_with_peers(101, SUM_SQL, None, None, false).await;
+    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 11).await;
+    assert_eq!(share_t, 11);
+    assert!(to_colluders < share_t, "{to_colluders} of {share_t}");
 }
 
 /// Was GAP (high, the DP promise): the same seating against
@@ -778,14 +796,15 @@ async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_get_no_dp_c
     let mut policy = DpPolicy::default();
     let domain: Vec<String> = (0..50).map(|g| g.to_string()).collect();
     policy.set("dp_domain.g", &domain.join(",")).unwrap();
-    let h = Hostile::build(
-        146,
+    let h = Hostile::build_with_peers(
+        101,
         "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
         Some(&policy),
         None,
+        false,
     )
     .await;
-    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 48).await;
+    let (to_colluders, share_t) = seat_colluders_then_toss(&h, 11).await;
     assert!(to_colluders < share_t, "{to_colluders} of {share_t}");
 }
 
@@ -795,11 +814,11 @@ async fn holds_a_sparse_rounds_colluders_seated_before_the_coin_toss_get_no_dp_c
 /// session is over there.
 #[tokio::test]
 async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a_second_reveal() {
-    // The least peered round that is sparse.
-    let n = 146;
+    // Sites without peers: a peered round is full at any size.
+    let n = 101;
     // No disclosure policy, so that the refusals' reasons are shown.
-    let h = Hostile::build(n, SUM_SQL, None, None).await;
-    let session = session_of(n);
+    let h = Hostile::build_with_peers(n, SUM_SQL, None, None, false).await;
+    let session = crate::attack54f::majority_session_of(n);
     let mut keys = Vec::new();
     for c in 0..n {
         keys.push(Some(h.setup(c, &session).await.unwrap().0));
@@ -863,14 +882,14 @@ async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a
     // No nonces at all in a sparse round.
     let err = share(4, keys.clone(), Vec::new()).await;
     assert!(
-        err.contains("graph nonces relayed for 146 clients"),
+        err.contains("graph nonces relayed for 101 clients"),
         "{err}"
     );
     // Each refusal ended that site's session.
     let err = share(1, keys.clone(), nonces.clone()).await;
     assert!(err.contains("no secure session"), "{err}");
-    // A full round has no toss (five sites of a federation of their own:
-    // a round over 5 of these 146 would need t > (5 + 48)/2).
+    // A full round has no toss (five peered sites of a federation of
+    // their own).
     let h = Hostile::build(5, SUM_SQL, None, None).await;
     let small = session_of(5);
     let mut small_keys = Vec::new();
@@ -896,20 +915,20 @@ async fn holds_the_coin_toss_refuses_a_wrong_or_missing_nonce_changed_keys_and_a
 // 5. A sparse round padded with participants no peer signed.
 // ---------------------------------------------------------------------
 
-/// HOLDS, now at step 2. 146 places (t = 98; the least peered round that
-/// is sparse since the tenth review), peers on every real site.
+/// HOLDS, now at step 2. 101 places, peers on every real site (t = 68;
+/// since the eleventh review a peered round is full at any size).
 /// The fifth review seated 21 honest sites on one arc of the ring (drawn
 /// from the session id then), left the 10 places either side without
 /// keys and filled the 60 beyond with keys of the coordinator's making
 /// that no peer signed: steps 2–4 passed (the peers check of step 2
 /// looks at a site's neighbours only), and only step 5's check that every
 /// signer's keys are peer-signed refused. Now the places are fixed
-/// before the coin toss draws the ring: the inventions (105 of 146 here)
-/// land among the honest sites' neighbours, and step 2's peers check
-/// refuses there.
+/// before the coin toss draws the ring, and a peered round is full: the
+/// 60 inventions are every honest site's neighbours, and step 2's peers
+/// check refuses there.
 #[tokio::test]
 async fn holds_a_sparse_round_padded_with_unsigned_participants_is_refused_at_step_2() {
-    let n = 146;
+    let n = 101;
     // No disclosure policy, so that the refusal's reason is shown.
     let h = Hostile::build(n, SUM_SQL, None, None).await;
     let session = session_of(n);
@@ -931,15 +950,9 @@ async fn holds_a_sparse_round_padded_with_unsigned_participants_is_refused_at_st
         });
         nonces[c] = Some(nonce);
     }
-    let reveal = ShareRequest {
-        session: session.clone(),
-        keys: keys.clone(),
-        nonces: Vec::new(),
-    };
-    for &c in &honest {
-        nonces[c] = Some(h.sites[c].secure_reveal(&h.req(c), &reveal).await.unwrap());
-    }
-    crate::support::remember_nonces(&session, nonces);
+    // A full round: no coin toss; every site is every other's neighbour.
+    assert!(!graph::session_is_sparse(&session));
+    drop(nonces);
     let nb = graph::neighbours(&session, &crate::support::graph_seed(&session));
     let mut refused = 0;
     for &c in &honest {

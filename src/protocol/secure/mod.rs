@@ -19,7 +19,7 @@
 //!    group keys ([`SecureSetup`]), signed by its identity if it has one.
 //!
 //!    In a sparse round only ([`graph::is_sparse`]: over more than
-//!    [`graph::FULL_GRAPH_MAX`] sites, with peers more than 145), the
+//!    [`graph::FULL_GRAPH_MAX`] sites, at t ≤ 2n/3 — without peers), the
 //!    coordinator then relays every answering site's keys
 //!    (`Site::secure_reveal`, a [`ShareRequest`] without nonces), and each
 //!    site, its own keys among them unchanged, reveals its graph nonce:
@@ -56,9 +56,10 @@
 //!
 //! Above [`graph::FULL_GRAPH_MAX`] sites, each site masks with and shares
 //! with only its O(log n) neighbours in a graph drawn from the sites' coin
-//! toss (SecAgg+, Bell et al. 2020; see [`graph`]): about 3 log₂ n at a
-//! strict majority, 3 · (40 + ⌈log₂ n⌉) when t is more than two thirds
-//! (sites with peers), sized against a third of colluders.
+//! toss (SecAgg+, Bell et al. 2020; see [`graph`]) — unless t is more
+//! than two thirds of the sites (sites with peers): such a round is full
+//! at any size, as only counting protects a site against a coordinator
+//! with colluders.
 //!
 //! A site that fails before its masked state is left out; one that fails
 //! after it is recovered. Fewer than t sites at any step fail the round.

@@ -2,7 +2,7 @@
 //! `min_secure_clients` and the federation its `peers` make, and what the
 //! coordinator's default follows ([`SiteFloor`]).
 
-use super::{default_threshold, graph, peered_threshold};
+use super::{default_threshold, peered_threshold};
 
 /// The most colluding sites a peered site tolerates in a federation of
 /// `federation` sites: fewer than a third of them, ⌈N/3⌉ − 1.
@@ -22,6 +22,16 @@ pub fn federation_size(peers: &[[u8; 32]], own: Option<[u8; 32]>) -> usize {
     all.len()
 }
 
+/// The fewest honest sites a peered site lets a total stand on beyond the
+/// c colluders it tolerates: t ≥ c + 2.
+///
+/// Without it the coordinator (or an analyst declaring a table) asks the
+/// victim and c colluders alone, at t = n = c + 1: no list is split, and
+/// the total less the colluders' inputs is the victim's (the eleventh
+/// outside review). A data owner who wants k honest sites behind every
+/// total sets `min_secure_clients` to c + k.
+pub const HONEST_BEHIND_A_TOTAL: usize = 2;
+
 /// What a site requires of a session's threshold: its `min_secure_clients`,
 /// and, when it checks its participants against listed `peers`, the size
 /// of the federation they make (the distinct identities it accepts, its
@@ -39,35 +49,38 @@ impl SiteFloor {
     /// The least threshold over `n` sites the sites' rule allows: a strict
     /// majority without peers; with peers, more than two thirds of the
     /// `n` sites, and more than (n + c)/2 for the c colluders the site
-    /// tolerates in its whole federation of N (fewer than a third of it) —
-    /// in a sparse round more than (N + c)/2.
+    /// tolerates in its whole federation of N (fewer than a third of it).
     ///
     /// The second bound matters when the coordinator asks only part of
     /// the federation (the tenth outside review): its colluders may then
     /// be more than a third of the round, though fewer than a third of
-    /// the federation. In a full round a site's t shares of each kind lie
-    /// with the n sites of its own view, so both kinds need 2t − n + 1 of
-    /// them colluding. In a sparse round its shares lie with a few
-    /// neighbours, and the one survivor list every honest site signs is
-    /// what keeps the kinds apart; but sites outside the victim's view can
-    /// sign a second list over another view, so the lists' signers come
-    /// from the whole federation: two lists of t share 2t − N of them.
+    /// the federation. A peered round is full ([`super::graph::is_sparse`]), so a
+    /// site's t shares of each kind lie with the n sites of its own view,
+    /// each of which reveals one kind: both kinds need 2t − n + 1 of them
+    /// colluding, more than c.
     pub fn majority(self, n: usize) -> usize {
         if self.federation == 0 {
             return default_threshold(n);
         }
-        let federation = self.federation.max(n);
-        let c = tolerated_colluders(federation);
-        let over = if graph::is_sparse(n, peered_threshold(n)) {
-            federation
-        } else {
-            n
-        };
-        peered_threshold(n).max((over + c) / 2 + 1)
+        let c = self.colluders(n);
+        peered_threshold(n).max((n + c) / 2 + 1)
     }
 
-    /// The least threshold over `n` sites this site accepts.
+    /// The colluders a peered site tolerates in a round over `n` sites:
+    /// fewer than a third of its federation (of at least n).
+    pub fn colluders(self, n: usize) -> usize {
+        tolerated_colluders(self.federation.max(n))
+    }
+
+    /// The least threshold over `n` sites this site accepts: its rule,
+    /// its `min_secure_clients`, and with peers t ≥ c +
+    /// [`HONEST_BEHIND_A_TOTAL`].
     pub fn least(self, n: usize) -> usize {
-        self.majority(n).max(self.min_secure_clients).max(1)
+        let least = self.majority(n).max(self.min_secure_clients).max(1);
+        if self.federation == 0 {
+            least
+        } else {
+            least.max(self.colluders(n) + HONEST_BEHIND_A_TOTAL)
+        }
     }
 }

@@ -3,38 +3,39 @@
 //! keys, and its peers (see [`super::steps`] for the steps themselves).
 
 use crate::error::{FedError, Result};
-use crate::protocol::secure::threshold::{SiteFloor, tolerated_colluders};
-use crate::protocol::secure::{
-    ParticipantKeys, SecureSession, ShareRequest, graph, peered_threshold,
-};
+use crate::protocol::secure::threshold::{HONEST_BEHIND_A_TOTAL, SiteFloor};
+use crate::protocol::secure::{ParticipantKeys, SecureSession, ShareRequest, peered_threshold};
 
 /// The threshold rules every site checks of a session over `n` sites: at
 /// least its own floor and a strict majority of the sites (with peers
-/// listed, more than two thirds of them and more than (n + c)/2 for the
-/// colluders its federation may hold: [`SiteFloor::majority`]), at most `n`.
+/// listed, more than two thirds of them, more than (n + c)/2 for the
+/// colluders its federation may hold, and c + its honest minimum:
+/// [`SiteFloor::least`]), at most `n`.
 pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloor) -> Result<()> {
     let t = session.threshold;
     let least = floor.least(n);
     if t < least || t > n {
-        let majority = if floor.federation == 0 {
+        let why = if floor.federation == 0 {
             "a strict majority".to_string()
-        } else if floor.majority(n) > peered_threshold(n) {
-            let federation = floor.federation.max(n);
-            let c = tolerated_colluders(federation);
-            let (name, over) = if graph::is_sparse(n, peered_threshold(n)) {
-                ("N", federation)
-            } else {
-                ("n", n)
-            };
-            format!(
-                "more than ({name} + c)/2 = {}, as this site's peers make a federation of N = {federation} sites of which up to c = {c} (fewer than a third) may collude with the coordinator, and a round over {n} of them could otherwise be split between two survivor lists",
-                (over + c) as f64 / 2.0
-            )
         } else {
-            format!(
-                "more than two thirds of the sites, as this site checks its peers: at t = {} or less, sites colluding with the coordinator could sign two survivor lists and unmask a site",
-                2 * n / 3
-            )
+            let federation = floor.federation.max(n);
+            let c = floor.colluders(n);
+            let honest = c + HONEST_BEHIND_A_TOTAL;
+            if honest > floor.majority(n) && honest >= floor.min_secure_clients {
+                format!(
+                    "the {c} sites of this site's federation of {federation} that may collude with the coordinator (fewer than a third) and {HONEST_BEHIND_A_TOTAL} more, as a total over fewer honest sites would give a site's state away once the colluders' inputs are taken from it"
+                )
+            } else if floor.majority(n) > peered_threshold(n) {
+                format!(
+                    "more than (n + c)/2 = {}, as this site's peers make a federation of N = {federation} sites of which up to c = {c} (fewer than a third) may collude with the coordinator, and a round over {n} of them could otherwise be split between two survivor lists",
+                    (n + c) as f64 / 2.0
+                )
+            } else {
+                format!(
+                    "more than two thirds of the sites, as this site checks its peers: at t = {} or less, sites colluding with the coordinator could sign two survivor lists and unmask a site",
+                    2 * n / 3
+                )
+            }
         };
         let own = if floor.min_secure_clients > floor.majority(n) {
             format!(
@@ -51,7 +52,7 @@ pub(super) fn check_threshold(session: &SecureSession, n: usize, floor: SiteFloo
         };
         return Err(FedError::refused(
             format!(
-                "a secure sum's threshold {t} over {n} sites: it must be at least {least} ({majority}{own}) and at most {n}"
+                "a secure sum's threshold {t} over {n} sites: it must be at least {least} ({why}{own}) and at most {n}"
             ),
             Some(hint),
         ));

@@ -108,16 +108,7 @@ fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
     };
     // The least t > 2n/3, for each n: two lists of t signers share at
     // least 2t - n > n/3 of them.
-    for (n, least) in [
-        (1, 1),
-        (2, 2),
-        (3, 3),
-        (4, 3),
-        (5, 4),
-        (6, 5),
-        (7, 5),
-        (101, 68),
-    ] {
+    for (n, least) in [(2, 2), (3, 3), (4, 3), (5, 4), (6, 5), (7, 5), (101, 68)] {
         assert_eq!(peered.least(n), least, "n = {n}");
         assert!(3 * least > 2 * n);
         assert!(check_threshold(&session(n, least), n, peered).is_ok());
@@ -128,6 +119,9 @@ fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
             assert!(err.contains("more than two thirds"), "{err}");
         }
     }
+    // One site alone is no secure sum: a total over it is its state.
+    assert_eq!(peered.least(1), 2);
+    assert!(check_threshold(&session(1, 1), 1, peered).is_err());
     // The site's own floor still counts, and says so.
     let five = SiteFloor {
         min_secure_clients: 5,
@@ -137,6 +131,46 @@ fn a_site_with_peers_refuses_a_threshold_of_two_thirds_or_less() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("min_secure_clients 5"), "{err}");
+}
+
+#[test]
+fn a_peered_sites_total_stands_on_its_honest_minimum_beyond_the_colluders() {
+    let session = |n: usize, t: usize| {
+        SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect()).with_threshold(t)
+    };
+    // A worker's default min_secure_clients of 3, 13 listed sites (4 may
+    // collude): t >= 6, whatever the round; the whole federation 9.
+    let floor = SiteFloor {
+        min_secure_clients: 3,
+        federation: 13,
+    };
+    for (n, least) in [(6, 6), (7, 6), (8, 7), (10, 8), (11, 8), (13, 9)] {
+        assert_eq!(floor.least(n), least, "n = {n}");
+        assert!(least >= 4 + HONEST_BEHIND_A_TOTAL);
+    }
+    // (n + c)/2 + 1 >= c + 2 once n >= c + 2: the honest minimum binds
+    // only over c + 1 sites or fewer, the victim and its colluders.
+    let err = check_threshold(&session(5, 5), 5, floor)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("at least 6 (the 4 sites of this site's federation of 13 that may collude with the coordinator (fewer than a third) and 2 more"),
+        "{err}"
+    );
+    assert!(err.contains("more of the federation's sites"), "{err}");
+    assert!(check_threshold(&session(6, 6), 6, floor).is_ok());
+    // k honest sites behind every total: min_secure_clients = c + k.
+    let five_honest = SiteFloor {
+        min_secure_clients: 4 + 5,
+        federation: 13,
+    };
+    assert_eq!(five_honest.least(7), 9);
+    // Without peers the rule is a strict majority and the floor.
+    let unpeered = SiteFloor {
+        min_secure_clients: 3,
+        federation: 0,
+    };
+    assert_eq!(unpeered.least(5), 3);
 }
 
 #[test]
@@ -154,7 +188,7 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
         crate::protocol::secure::threshold::tolerated_colluders(13),
         4
     );
-    for (n, least) in [(5, 5), (7, 6), (9, 7), (13, 9)] {
+    for (n, least) in [(7, 6), (9, 7), (13, 9)] {
         assert_eq!(thirteen.least(n), least, "n = {n}");
         assert!(2 * least > n + 4);
         assert!(check_threshold(&session(n, least), n, thirteen).is_ok());
@@ -172,25 +206,29 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
         .unwrap_err()
         .to_string();
     assert!(err.contains("more of the federation's sites"), "{err}");
-    // A sparse round over part of a federation: more than (N + c)/2 of
-    // the federation, as signers from outside a victim's view can sign a
-    // second list. 300 listed sites tolerate 99 colluders: t > 199.5 in a
-    // sparse round (peered rounds of more than 145 sites); a full round
-    // over 120 of them needs t > (120 + 99)/2.
+    // A round of 5: the victim and its 4 colluders could make it; no
+    // threshold over 5 leaves two honest sites behind the total.
+    assert_eq!(thirteen.least(5), 6);
+    let err = check_threshold(&session(5, 5), 5, thirteen)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the 4 sites of this site's federation of 13 that may collude"),
+        "{err}"
+    );
+    assert!(err.contains("more of the federation's sites"), "{err}");
+    // Peered rounds are full at any size: over 250 of a federation of 300
+    // (99 colluders) t > (250 + 99)/2.
     let large = SiteFloor {
         min_secure_clients: 0,
         federation: 300,
     };
-    assert_eq!(large.least(250), 200);
+    assert_eq!(large.least(250), 175);
     assert_eq!(large.least(120), 110);
-    let err = check_threshold(&session(250, 199), 250, large)
+    let err = check_threshold(&session(250, 174), 250, large)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("more than (N + c)/2 = 199.5"), "{err}");
-    let err = check_threshold(&session(120, 109), 120, large)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("more than (n + c)/2 = 109.5"), "{err}");
+    assert!(err.contains("more than (n + c)/2 = 174.5"), "{err}");
     assert_eq!(large.least(300), 201);
     // The federation's size counts each identity once, its own included.
     let listed = [[1; 32], [2; 32], [3; 32]];

@@ -341,3 +341,73 @@ async fn holds_a_federation_lied_about_moves_only_the_default_which_the_sites_ch
     assert!(err.contains("and at most 13"), "{err}");
     assert!(h.setup(2, &session_at(13, 13)).await.is_ok());
 }
+
+/// HOLDS (a dropout claimed to the victim alone). Five peered sites
+/// (t = 4, c = 1), site 4 colluding. The coordinator relays the victim
+/// (0) the keys without site 1's — "site 1 dropped out at setup" — and
+/// sites 1 to 3 every site's. The victim shares with 2, 3 and 4 only
+/// (four holders of its shares, itself included), masks with them, and
+/// signs the list [0, 2, 3, 4], which sites 2 and 3 sign too. But their
+/// view holds site 1's keys and the victim's does not: at the unmasking
+/// the victim finds site 2's signature not over its view and reveals
+/// nothing. A list with the victim needs every listed site's signature
+/// over the victim's own view, which only it and the colluder can give:
+/// fewer than t. (No disclosure policy here, so that the sites say why.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_dropout_shown_to_the_victim_alone_leaves_it_a_view_no_other_site_signs() {
+    let h = Hostile::build(5, SUM_SQL, None, None).await;
+    let round = open_session(&h, &[4], crate::attack54f::session_of(5)).await;
+    let session = &round.session;
+    assert_eq!(session.threshold, 4);
+    let mut hidden = round.keys.clone();
+    hidden[1] = None;
+    let mut envelopes = h.share(0, session, hidden).await.unwrap();
+    assert!(envelopes.iter().all(|e| e.to != 1), "no share for site 1");
+    for c in 1..4 {
+        envelopes.extend(h.share(c, session, round.keys.clone()).await.unwrap());
+    }
+    envelopes.extend(colluder_envelopes(&round));
+    let to = |c: u32| -> Vec<ShareEnvelope> {
+        envelopes
+            .iter()
+            .filter(|e| e.to == c && !(c == 0 && e.from == 1))
+            .cloned()
+            .collect()
+    };
+    for c in 0..4 {
+        h.mask(c as usize, session, to(c), &round.groups)
+            .await
+            .unwrap();
+    }
+    let list = [0u32, 2, 3, 4];
+    let mut signatures = Vec::new();
+    for c in [0, 2, 3] {
+        signatures.push(h.confirm(c, session, &list).await.unwrap());
+    }
+    // The colluder signs over the victim's view (the keys without 1).
+    let mut victims_keys = round.keys.clone();
+    victims_keys[1] = None;
+    let encoder = fedsql::site::release::secure::encoder_digest(h.encoders[0].plan()).unwrap();
+    let groups: [u8; 32] = {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update((round.groups.num_rows() as u64).to_be_bytes());
+        hash.finalize().into()
+    };
+    let view = fedsql::protocol::secure::consistency::view_digest(&encoder, &victims_keys, &groups);
+    signatures.push(fedsql::protocol::secure::ListSignature {
+        from: 4,
+        signature: fedsql::protocol::secure::consistency::sign_list(
+            &round.colluders[0].list_seed,
+            session,
+            &view,
+            &list,
+        ),
+    });
+    signatures.sort_by_key(|s| s.from);
+    let err = h.unmask(0, session, &list, signatures).await.unwrap_err();
+    assert!(
+        err.contains("participant 2's signature of the survivor list does not verify"),
+        "{err}"
+    );
+}

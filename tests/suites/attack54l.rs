@@ -16,7 +16,9 @@
 //!    The same with every site peered, for a peer whose own, other
 //!    federation the coordinator holds a third of (LIMIT, medium), and
 //!    for a peer that answers the plain sum (a documented limit of that
-//!    site).
+//!    site). And with one federation, all peered: three least rounds of
+//!    two honest sites each give the victim's state (LIMIT, documented as
+//!    "per session only").
 //! 2. **The noise under tolerated colluders.** Each site of a
 //!    `secure_dp_*` round adds a 1/t share of the noise, t being the
 //!    analyst's or coordinator's choice (anything from the sites' least
@@ -29,9 +31,6 @@
 //!    4 colluding, leaves 9/13 of a draw; a hostile coordinator's round
 //!    of 6 at t = 6 leaves 2/6, whose privacy loss is 2.08 ε (computed
 //!    exactly below), while each ledger debits ε. BREAK (medium).
-//!    And with one federation, all peered: three least rounds of two
-//!    honest sites each give the victim's state (LIMIT, documented as
-//!    "per session only").
 //! 3. **The federation announced in a worker's schema.** The coordinator's
 //!    default threshold follows `fedsql.secure_federation`; a lie only
 //!    moves the default, which every site checks again (HOLDS: below the

@@ -32,6 +32,8 @@ mod attack54i;
 mod attack54j;
 #[path = "suites/attack54k.rs"]
 mod attack54k;
+#[path = "suites/attack54l.rs"]
+mod attack54l;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

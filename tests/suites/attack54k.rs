@@ -59,7 +59,7 @@ use crate::attack54j::asking_first;
 
 /// A session over the first `n` places of a hostile coordinator's sites
 /// at threshold `t`.
-fn session_at(n: usize, t: usize) -> SecureSession {
+pub(crate) fn session_at(n: usize, t: usize) -> SecureSession {
     SecureSession::fresh((0..n).map(|c| format!("site{c}")).collect()).with_threshold(t)
 }
 
@@ -82,7 +82,7 @@ fn least(federation: usize, n: usize) -> usize {
 /// and their pairwise masks with the colluders (it holds the colluders'
 /// mask keys): the first word of the sum of the honest sites' states —
 /// the round's total, less the colluders' zeros.
-async fn honestly_with_colluders(h: &Hostile, round: &Opened) -> Result<u64, String> {
+pub(crate) async fn honestly_with_colluders(h: &Hostile, round: &Opened) -> Result<u64, String> {
     let session = &round.session;
     let n = session.clients.len();
     let honest: Vec<usize> = (0..n)

@@ -185,12 +185,13 @@ const INTERVAL_95: f64 = 2.12;
 
 /// A notice per DP call of a round: mechanism, ε, and the standard
 /// deviation and 95% interval of the noise in its result, given the
-/// merged (noisy) `states` of its `clients`; `shares` is the threshold of
-/// a secure round (whose states are masked: only their sum is read).
+/// merged (noisy) `states` of its `clients`; `shares` is, for a secure
+/// round (whose states are masked: only their sum is read), the number of
+/// shares each site split its noise into and the round's threshold.
 pub(crate) fn noise_notices(
     partial: &AggregateExec,
     states: &[StateBatch],
-    shares: Option<usize>,
+    shares: Option<(usize, usize)>,
 ) -> Result<Vec<String>> {
     let calls = dp_calls(partial)?;
     if calls.is_empty() {
@@ -208,7 +209,7 @@ pub(crate) fn noise_notices(
     let total: f64 = calls.iter().map(|c| c.release.epsilon).sum();
     for call in calls {
         let r = &call.release;
-        let draws = r.noise_draws(clients, shares);
+        let draws = r.noise_draws(clients, shares.map(|(d, _)| d));
         let sd = match r.params.kind {
             Kind::Count | Kind::Sum | Kind::Histogram => r.result_std_dev(draws, 0.0, 0.0),
             Kind::Avg | Kind::Var => {
@@ -268,12 +269,20 @@ pub(crate) fn noise_notices(
             ""
         };
         let shared = match (r.under_masks, shares) {
-            (true, Some(t)) => format!(
-                "; each added a 1/{t} share (threshold {t}), so the total carries {} of the noise",
-                if clients == t {
+            (true, Some((d, t))) => format!(
+                "; each added a 1/{d} share ({}), so the total carries {} of the noise",
+                if d == t {
+                    format!("threshold {t}")
+                } else {
+                    format!(
+                        "threshold {t}, less the {} colluders the sites tolerate",
+                        t - d
+                    )
+                },
+                if clients == d {
                     "exactly one draw".to_string()
                 } else {
-                    format!("{clients}/{t} draws")
+                    format!("{clients}/{d} draws")
                 }
             ),
             _ => String::new(),

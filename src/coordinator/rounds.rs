@@ -405,8 +405,8 @@ pub(crate) async fn run_round(
     let dp = crate::protocol::dp::has_dp(&round.partial);
     let mut kept: Vec<StateBatch> = Vec::new();
     let mut secure_summary = None;
-    // The secure session's threshold: the DP calls under the masks carry
-    // s/t draws of their noise over s survivors.
+    // Into how many shares each site splits a DP call's noise under the
+    // masks (t, or t − c with peers): s survivors carry s/shares draws.
     let mut shares = None;
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
     let merge = Arc::new(StreamingMerge::new(
@@ -435,7 +435,10 @@ pub(crate) async fn run_round(
                 t => Some(t),
             };
         let threshold = round_threshold(clients, requested);
-        shares = Some(threshold);
+        shares = Some((
+            crate::coordinator::secure::noise_shares(clients, threshold),
+            threshold,
+        ));
         let secure_round =
             collect_masked_states(clients, &encoders, &analyst, &round.partial, threshold).await?;
         if let Some(line) = secure_round.participation.notice()

@@ -63,6 +63,25 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
     })
 }
 
+/// Into how many shares the sites of a round at threshold `t` split a
+/// `secure_dp_…` call's noise ([`SiteFloor::noise_shares`]), as far as the
+/// coordinator knows their floors: the most any site uses (so the notice
+/// states the fewest draws where the sites' federations differ).
+pub(crate) fn noise_shares(clients: &[Arc<dyn Site>], t: usize) -> usize {
+    let n = clients.len();
+    clients
+        .iter()
+        .map(|c| {
+            SiteFloor {
+                min_secure_clients: c.secure_floor(),
+                federation: c.secure_federation(),
+            }
+            .noise_shares(t, n)
+        })
+        .max()
+        .unwrap_or(t)
+}
+
 /// Runs a secure round's steps with every client; `encoders` holds
 /// each client's encoder, in the order of `clients`, and every request runs
 /// for `analyst`. `partial` is the round's partial aggregate (the layout of

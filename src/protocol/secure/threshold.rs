@@ -72,6 +72,21 @@ impl SiteFloor {
         tolerated_colluders(self.federation.max(n))
     }
 
+    /// Into how many shares this site splits a `secure_dp_…` call's noise
+    /// in a session over `n` sites at threshold `t`: t without peers (any
+    /// t survivors make a full draw); with peers t − c for the c colluders
+    /// it tolerates, who add no noise of their own, so that any t
+    /// survivors less c colluders still make a full draw (the twelfth
+    /// outside review: at t − c survivors' shares the noise fell to 2/t of
+    /// a draw). At least 1.
+    pub fn noise_shares(self, t: usize, n: usize) -> usize {
+        if self.federation == 0 {
+            t.max(1)
+        } else {
+            t.saturating_sub(self.colluders(n)).max(1)
+        }
+    }
+
     /// The least threshold over `n` sites this site accepts: its rule,
     /// its `min_secure_clients`, and with peers t ≥ c +
     /// [`HONEST_BEHIND_A_TOTAL`].

@@ -106,7 +106,11 @@ impl Site for LocalClient {
         }
         let digest = crate::site::release::secure::encoder_digest(encoder.plan())
             .map_err(|e| self.site_error(e))?;
-        let state = self.run(request, plan, Some(session.threshold)).await?;
+        // A secure_dp_… call's noise share: 1/t, or 1/(t − c) with peers.
+        let shares = self
+            .threshold_floor()
+            .noise_shares(session.threshold, session.clients.len());
+        let state = self.run(request, plan, Some(shares)).await?;
         // Under require_secure: only declared keys kept, all announced.
         let declared = self
             .dp

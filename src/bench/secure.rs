@@ -207,8 +207,7 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
     for &n in counts {
         // The in-process clients list no peers: the default threshold;
         // above 100 clients also at the threshold of sites with peers
-        // (more than two thirds), whose sparse graph is sized against a
-        // third of colluders.
+        // (more than two thirds), whose round is full at any size.
         let default = fedsql::protocol::secure::default_threshold(n);
         let peered = fedsql::protocol::secure::peered_threshold(n);
         let thresholds: &[usize] = if n > fedsql::protocol::secure::graph::FULL_GRAPH_MAX {

@@ -41,24 +41,27 @@ fn is_refusal(e: &FedError) -> bool {
     matches!(e, FedError::Policy { .. } | FedError::Refused { .. })
 }
 
+/// What a client requires of a round's threshold, as far as the
+/// coordinator knows (its announced min_secure_clients and federation).
+fn floor_of(client: &Arc<dyn Site>) -> SiteFloor {
+    SiteFloor {
+        min_secure_clients: client.secure_floor(),
+        federation: client.secure_federation(),
+    }
+}
+
 /// The threshold of a round over `clients`: `requested` if set, else the
 /// least every site accepts, as far as the coordinator knows (a strict
-/// majority; with a site's peers, more than two thirds and more than half
-/// of n plus the colluders its federation may hold; a site's
-/// min_secure_clients). Each site checks it again, and refuses below its
-/// own rule.
+/// majority; with a site's peers, more than two thirds, more than half of
+/// n plus the colluders its federation may hold, and those colluders and
+/// two; a site's min_secure_clients). Each site checks it again, and
+/// refuses below its own rule.
 pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize>) -> usize {
     let n = clients.len();
     requested.unwrap_or_else(|| {
         clients
             .iter()
-            .map(|c| {
-                SiteFloor {
-                    min_secure_clients: c.secure_floor(),
-                    federation: c.secure_federation(),
-                }
-                .least(n)
-            })
+            .map(|c| floor_of(c).least(n))
             .fold(default_threshold(n), usize::max)
     })
 }
@@ -71,13 +74,7 @@ pub(crate) fn noise_shares(clients: &[Arc<dyn Site>], t: usize) -> usize {
     let n = clients.len();
     clients
         .iter()
-        .map(|c| {
-            SiteFloor {
-                min_secure_clients: c.secure_floor(),
-                federation: c.secure_federation(),
-            }
-            .noise_shares(t, n)
-        })
+        .map(|c| floor_of(c).noise_shares(t, n))
         .max()
         .unwrap_or(t)
 }

@@ -34,6 +34,8 @@ mod attack54j;
 mod attack54k;
 #[path = "suites/attack54l.rs"]
 mod attack54l;
+#[path = "suites/attack54m.rs"]
+mod attack54m;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

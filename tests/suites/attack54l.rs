@@ -319,7 +319,7 @@ async fn limit_overlapping_federations_the_second_honest_site_is_exposed_in_its_
 /// The pmf of the difference of two independent Pólya NB(r, q) samples
 /// at 0..`len` (symmetric): the noise of r draws of discrete Laplace of
 /// parameter q (r = 1: exactly discrete Laplace).
-fn noise_pmf(r: f64, q: f64, len: usize) -> Vec<f64> {
+pub(crate) fn noise_pmf(r: f64, q: f64, len: usize) -> Vec<f64> {
     let terms = len + 600;
     let mut nb = vec![(1.0 - q).powf(r)];
     for k in 0..terms {
@@ -334,7 +334,7 @@ fn noise_pmf(r: f64, q: f64, len: usize) -> Vec<f64> {
 /// The privacy loss of a count (sensitivity 1) released with r draws of
 /// discrete Laplace noise of parameter q: the largest log ratio of the
 /// noise's probabilities one apart.
-fn privacy_loss(r: f64, q: f64) -> f64 {
+pub(crate) fn privacy_loss(r: f64, q: f64) -> f64 {
     let pmf = noise_pmf(r, q, 60);
     (0..50)
         .map(|d| (pmf[d] / pmf[d + 1]).ln())

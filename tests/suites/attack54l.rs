@@ -204,19 +204,27 @@ async fn limit_a_peer_that_lists_no_peers_gives_its_state_and_then_the_peered_vi
     );
 }
 
-/// Six in-process sites under a worker's default disclosure policy, each
-/// with an identity, site `c` listing the identities of `peers_of(c)` as
-/// its peers (its own among them).
-async fn federations(peers_of: &dyn Fn(usize) -> Vec<usize>) -> Hostile {
+/// `n` in-process sites of a federation of `n_ids` identities, under a
+/// worker's default disclosure policy, site `c` listing the identities of
+/// `peers_of(c)` as its peers (its own among them); with `dp`, each also
+/// a seeded DP site. The coordinator's encoder is `sql`'s.
+pub(crate) async fn federations(
+    n: usize,
+    n_ids: usize,
+    sql: &str,
+    peers_of: &dyn Fn(usize) -> Vec<usize>,
+    dp: bool,
+) -> Hostile {
     use std::sync::Arc;
 
     use fedsql::coordinator::federated_table::FederatedTable;
     use fedsql::protocol::site::{Analyst, Site};
     use fedsql::site::local::LocalClient;
+    use fedsql::site::release::dp::DpSite;
+    use fedsql::site::release::dp_budget::Ledger;
     use fedsql::site::release::identity::SiteIdentity;
-    let n = 6;
     let ctx = fedsql::FedContext::new();
-    let identities: Vec<Arc<SiteIdentity>> = (0..n)
+    let identities: Vec<Arc<SiteIdentity>> = (0..n_ids)
         .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
         .collect();
     let sites: Vec<Arc<dyn Site>> = (0..n)
@@ -226,7 +234,7 @@ async fn federations(peers_of: &dyn Fn(usize) -> Vec<usize>) -> Hostile {
                 .iter()
                 .map(|&p| identities[p].public_key())
                 .collect();
-            let site = LocalClient::from_batches(
+            let mut site = LocalClient::from_batches(
                 &name,
                 &format!("memory:{name}"),
                 crate::attack54f::schema(),
@@ -237,6 +245,13 @@ async fn federations(peers_of: &dyn Fn(usize) -> Vec<usize>) -> Hostile {
             .with_identity(Some(Arc::clone(&identities[c])), listed)
             .with_policy(Some(DisclosurePolicy::default()))
             .served_remotely(false);
+            if dp {
+                site = site.with_dp(Arc::new(DpSite::seeded_for_tests(
+                    DpPolicy::default(),
+                    Arc::new(Ledger::in_memory()),
+                    0x5eed + c as u64,
+                )));
+            }
             Arc::new(site) as Arc<dyn Site>
         })
         .collect();
@@ -246,13 +261,13 @@ async fn federations(peers_of: &dyn Fn(usize) -> Vec<usize>) -> Hostile {
         sites.clone(),
     ))
     .unwrap();
-    let encoder = crate::attack54f::encoder_of(&ctx, SUM_SQL).await;
+    let encoder = crate::attack54f::encoder_of(&ctx, sql).await;
     Hostile {
         ctx,
         encoders: vec![encoder; n],
         sites,
         analyst: Analyst::session(),
-        identities,
+        identities: identities[..n].to_vec(),
     }
 }
 
@@ -290,11 +305,17 @@ fn asking(h: &Hostile, which: &[usize]) -> Hostile {
 /// peers. Requiring `peers` at every site is not enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_overlapping_federations_the_second_honest_site_is_exposed_in_its_own() {
-    let h = federations(&|c| match c {
-        1 => vec![0, 1, 2, 4, 5],
-        4 | 5 => vec![1, 4, 5],
-        _ => vec![0, 1, 2, 3],
-    })
+    let h = federations(
+        6,
+        6,
+        SUM_SQL,
+        &|c| match c {
+            1 => vec![0, 1, 2, 4, 5],
+            4 | 5 => vec![1, 4, 5],
+            _ => vec![0, 1, 2, 3],
+        },
+        false,
+    )
     .await;
     assert_eq!(tolerated_colluders(4), 1);
     assert_eq!(tolerated_colluders(5), 1);

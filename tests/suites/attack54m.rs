@@ -25,15 +25,8 @@
 //! `honestly_with_colluders` and `session_at`, `attack54l`'s `noise_pmf`
 //! and `privacy_loss`.
 
-use std::sync::Arc;
-
-use fedsql::coordinator::federated_table::FederatedTable;
 use fedsql::protocol::secure::threshold::{SiteFloor, tolerated_colluders};
-use fedsql::protocol::site::{Analyst, Site};
-use fedsql::site::local::LocalClient;
-use fedsql::site::release::dp::{DpPolicy, DpSite};
-use fedsql::site::release::dp_budget::Ledger;
-use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::dp::DpPolicy;
 use fedsql::site::release::policy::DisclosurePolicy;
 
 use crate::attack54f::{Hostile, site_rows};
@@ -144,56 +137,6 @@ async fn break_an_honest_peer_without_peers_adds_a_finer_share_leaving_13_21_of_
     );
 }
 
-/// Seven sites of `n_ids` identities under a worker's default disclosure
-/// policy and a seeded DP site each, site `c` listing `peers_of(c)`.
-async fn peered_dp(n_ids: usize, peers_of: &dyn Fn(usize) -> Vec<usize>) -> Hostile {
-    let n = 7;
-    let ctx = fedsql::FedContext::new();
-    let identities: Vec<Arc<SiteIdentity>> = (0..n_ids)
-        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-        .collect();
-    let sites: Vec<Arc<dyn Site>> = (0..n)
-        .map(|c| {
-            let name = format!("site{c}");
-            let listed: Arc<[[u8; 32]]> = peers_of(c)
-                .iter()
-                .map(|&p| identities[p].public_key())
-                .collect();
-            let site = LocalClient::from_batches(
-                &name,
-                &format!("memory:{name}"),
-                crate::attack54f::schema(),
-                vec![site_rows(c)],
-                ctx.site_engine(),
-            )
-            .unwrap()
-            .with_identity(Some(Arc::clone(&identities[c])), listed)
-            .with_policy(Some(DisclosurePolicy::default()))
-            .served_remotely(false)
-            .with_dp(Arc::new(DpSite::seeded_for_tests(
-                DpPolicy::default(),
-                Arc::new(Ledger::in_memory()),
-                0x5eed + c as u64,
-            )));
-            Arc::new(site) as Arc<dyn Site>
-        })
-        .collect();
-    ctx.register_federated(FederatedTable::new(
-        "t",
-        crate::attack54f::schema(),
-        sites.clone(),
-    ))
-    .unwrap();
-    let encoder = crate::attack54f::encoder_of(&ctx, DP_SQL).await;
-    Hostile {
-        ctx,
-        encoders: vec![encoder; n],
-        sites,
-        analyst: Analyst::session(),
-        identities: identities[..n].to_vec(),
-    }
-}
-
 /// BREAK (severity: medium; same root cause and fix as above). Every site
 /// peered. The victim (site 0) lists 13 identities (N = 13, c = 4); the
 /// honest sites 1 and 2 list only the seven of this round (N = 7, c = 2);
@@ -214,10 +157,16 @@ async fn break_peers_of_a_smaller_federation_split_finer_leaving_11_15_of_a_draw
     assert!(peered(40).least(16) <= 16 && peered(16).least(16) <= 16);
     assert!(peered(7).least(7) <= 7 && tolerated_colluders(13) == 4);
 
-    let h = peered_dp(13, &|c| match c {
-        1 | 2 => (0..7).collect(),
-        _ => (0..13).collect(),
-    })
+    let h = crate::attack54l::federations(
+        7,
+        13,
+        DP_SQL,
+        &|c| match c {
+            1 | 2 => (0..7).collect(),
+            _ => (0..13).collect(),
+        },
+        true,
+    )
     .await;
     let rounds = 200;
     let noises = noises(&h, rounds).await;

@@ -406,7 +406,8 @@ pub(crate) async fn run_round(
     let mut kept: Vec<StateBatch> = Vec::new();
     let mut secure_summary = None;
     // Into how many shares each site splits a DP call's noise under the
-    // masks (t, or t − c with peers): s survivors carry s/shares draws.
+    // masks (the session's d: t, or t − c with peers, the least over the
+    // sites): s survivors carry s/d draws.
     let mut shares = None;
     let mut figures: Vec<Option<(usize, usize, Duration, Traffic)>> = vec![None; clients.len()];
     let merge = Arc::new(StreamingMerge::new(

@@ -189,6 +189,7 @@ fn secure_actions(plan: &[u8]) -> Vec<(String, Vec<u8>)> {
         id: [7; 16],
         clients: vec!["a".into(), "b".into(), "c".into()],
         threshold: 2,
+        noise_shares: 2,
     };
     let session = Some(SessionMessage::of(&session));
     let keys = |i: u8| ParticipantKeys {

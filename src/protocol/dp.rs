@@ -91,7 +91,7 @@ pub(crate) fn explain_lines(partial: &AggregateExec, clients: usize) -> Result<V
         let r = &call.release;
         lines.push(if r.under_masks {
             format!(
-                "{}: {}, ε = {} per client (each client adds a 1/t share of the noise before masking, t the secure round's threshold, or with peers a 1/(t − c) share for the c colluders it tolerates: any t clients' shares, less the colluders', make the full noise; no client's state is readable alone)",
+                "{}: {}, ε = {} per client (each client adds a 1/d share of the noise before masking: d is the secure round's threshold t, or with peers t − c for the c colluders the sites tolerate, the least over the sites, and a site that would cut finer refuses: any t clients' shares, less the colluders', make the full noise; no client's state is readable alone)",
                 call.name,
                 r.mechanism(),
                 r.epsilon

@@ -123,6 +123,10 @@ pub struct SessionMessage {
     pub clients: Vec<String>,
     #[prost(uint32, tag = "3")]
     pub threshold: u32,
+    /// Into how many shares each site cuts a `secure_dp_…` call's noise;
+    /// 0 (a coordinator that does not send it) is refused by every site.
+    #[prost(uint32, tag = "4")]
+    pub noise_shares: u32,
 }
 
 impl SessionMessage {
@@ -131,6 +135,7 @@ impl SessionMessage {
             id: session.id.to_vec(),
             clients: session.clients.clone(),
             threshold: session.threshold as u32,
+            noise_shares: session.noise_shares as u32,
         }
     }
 
@@ -145,6 +150,7 @@ impl SessionMessage {
             id,
             clients: self.clients.clone(),
             threshold: self.threshold as usize,
+            noise_shares: self.noise_shares as usize,
         })
     }
 }
@@ -590,13 +596,14 @@ mod tests {
     fn secure_messages_round_trip() {
         use datafusion::arrow::array::{Int64Array, StringArray};
         use std::sync::Arc;
-        let session = SecureSession::fresh(vec!["a".into(), "b".into()]);
+        let session = SecureSession::fresh(vec!["a".into(), "b".into()]).with_noise_shares(2);
         let message = SessionMessage::of(&session);
         assert_eq!(message.session().unwrap(), session);
         let short = SessionMessage {
             id: vec![1, 2],
             clients: vec![],
             threshold: 1,
+            noise_shares: 1,
         };
         assert!(short.session().is_err());
         assert!(public_key(&[0; 31]).is_err());

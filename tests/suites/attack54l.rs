@@ -442,12 +442,26 @@ async fn holds_tolerated_colluders_leave_a_secure_dp_count_a_full_draw_at_any_th
     // sites' noise is seeded, so this is deterministic): the total less
     // the two honest counts is the noise of two 1/2 shares, a full draw.
     let h = asking_first(h, 6);
+    // The coordinator's finest share count is the sites' own, 6 − 4 = 2:
+    // a finer one is refused at setup, by every honest site.
+    for d in [3, 6] {
+        let session = session_at(6, 6).with_noise_shares(d);
+        for c in 0..2 {
+            let refused = h.setup(c, &session).await;
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.contains("this site cuts it into at most 2")),
+                "d = {d}, site {c}: {refused:?}"
+            );
+        }
+    }
     let truth = (site_rows(0).num_rows() + site_rows(1).num_rows()) as u64;
     let rounds = 60;
     let mut zeros = 0;
     let mut noises = Vec::new();
     for _ in 0..rounds {
-        let round = open_session(&h, &[2, 3, 4, 5], session_at(6, 6)).await;
+        let round = open_session(&h, &[2, 3, 4, 5], session_at(6, 6).with_noise_shares(2)).await;
         let total = honestly_with_colluders(&h, &round).await.unwrap();
         let noise = total.wrapping_sub(truth) as i64;
         noises.push(noise);

@@ -66,17 +66,19 @@ pub(crate) fn round_threshold(clients: &[Arc<dyn Site>], requested: Option<usize
     })
 }
 
-/// Into how many shares the sites of a round at threshold `t` split a
-/// `secure_dp_…` call's noise ([`SiteFloor::noise_shares`]), as far as the
-/// coordinator knows their floors: the most any site uses (so the notice
-/// states the fewest draws where the sites' federations differ).
+/// Into how many shares every site of a round at threshold `t` cuts a
+/// `secure_dp_…` call's noise: the least of the sites' own counts
+/// ([`SiteFloor::noise_shares`]: t, or t − c with peers), as far as the
+/// coordinator knows their floors. It goes in the session
+/// ([`SecureSession::noise_shares`]); a site whose count is less refuses.
 pub(crate) fn noise_shares(clients: &[Arc<dyn Site>], t: usize) -> usize {
     let n = clients.len();
     clients
         .iter()
         .map(|c| floor_of(c).noise_shares(t, n))
-        .max()
+        .min()
         .unwrap_or(t)
+        .max(1)
 }
 
 /// Runs a secure round's steps with every client; `encoders` holds
@@ -129,7 +131,8 @@ async fn one_session(
 ) -> Result<Session> {
     let layout = layout.clone();
     let session = SecureSession::fresh(clients.iter().map(|c| c.name().to_string()).collect())
-        .with_threshold(threshold);
+        .with_threshold(threshold)
+        .with_noise_shares(noise_shares(clients, threshold));
     let mut part = Participation::new(&session);
     for (i, stage, why) in left_out {
         part.drop_out(*i, *stage, why);

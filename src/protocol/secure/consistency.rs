@@ -72,7 +72,8 @@ pub fn view_digest(
     hash.finalize().into()
 }
 
-/// What a survivor signs: the whole session (id, clients, threshold), its
+/// What a survivor signs: the whole session (id, clients, threshold, noise
+/// shares), its
 /// view of the round ([`view_digest`]) and the survivors' places in the
 /// order given. A signature counts only among sites with the same session,
 /// view and list.
@@ -85,6 +86,7 @@ pub fn list_message(session: &SecureSession, view: &[u8; 32], survivors: &[u32])
         hash.update(client.as_bytes());
     }
     hash.update((session.threshold as u64).to_be_bytes());
+    hash.update((session.noise_shares as u64).to_be_bytes());
     hash.update(view);
     let mut message = LIST_CONTEXT.to_vec();
     message.extend_from_slice(&hash.finalize());
@@ -161,9 +163,12 @@ mod tests {
             id: session.id,
             clients: vec!["a".into(), "b".into(), "d".into()],
             threshold: session.threshold,
+            noise_shares: session.noise_shares,
         };
         assert!(!signed.verifies(&other, &VIEW, &[0, 1, 2], &key));
         assert!(!signed.verifies(&session.clone().with_threshold(3), &VIEW, &[0, 1, 2], &key));
+        let finer = session.clone().with_noise_shares(2);
+        assert!(!signed.verifies(&finer, &VIEW, &[0, 1, 2], &key));
         assert!(!signed.verifies(&session, &[4; 32], &[0, 1, 2], &key));
         assert!(!signed.verifies(&session, &VIEW, &[0, 1, 2], &list_public_key(&[8u8; 32])));
     }

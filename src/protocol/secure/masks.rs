@@ -138,6 +138,7 @@ fn envelope_aad(session: &SecureSession, from: u32, to: u32) -> Vec<u8> {
     let mut aad = ENVELOPE_INFO.to_vec();
     aad.extend_from_slice(&session.id);
     aad.extend_from_slice(&(session.threshold as u32).to_le_bytes());
+    aad.extend_from_slice(&(session.noise_shares as u32).to_le_bytes());
     aad.extend_from_slice(&(session.clients.len() as u32).to_le_bytes());
     aad.extend_from_slice(&from.to_le_bytes());
     aad.extend_from_slice(&to.to_le_bytes());
@@ -380,6 +381,8 @@ mod tests {
         let mut lower = session.clone();
         lower.threshold -= 1;
         assert!(open(&b, &pa, &lower, (0, 1), &sealed).is_err());
+        let finer = session.clone().with_noise_shares(session.noise_shares + 1);
+        assert!(open(&b, &pa, &finer, (0, 1), &sealed).is_err());
         // A flipped bit anywhere.
         for i in [0, 12, sealed.len() - 1] {
             let mut bad = sealed.clone();

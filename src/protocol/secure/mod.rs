@@ -104,6 +104,15 @@ pub struct SecureSession {
     /// How many sites must take part (and hold shares) for the round to
     /// be unmasked.
     pub threshold: usize,
+    /// Into how many shares every site cuts a `secure_dp_…` call's noise
+    /// (d: each adds NB(1/d) draws). The coordinator sets it to the least
+    /// of its sites' [`threshold::SiteFloor::noise_shares`], and every
+    /// site refuses a session that cuts finer than its own: any d honest
+    /// survivors then carry a full draw, whichever sites they are (the
+    /// thirteenth outside review: with each site's own count, a site
+    /// without peers cut 1/t where a peered victim assumed 1/(t − c)).
+    /// One for a session made by [`Self::fresh`]: a full draw at each site.
+    pub noise_shares: usize,
 }
 
 /// The default threshold over `n` sites: a strict majority, ⌊n/2⌋ + 1, the
@@ -130,20 +139,27 @@ pub fn peered_threshold(n: usize) -> usize {
 }
 
 impl SecureSession {
-    /// A new session over `clients`, with a random id and the default
-    /// threshold.
+    /// A new session over `clients`, with a random id, the default
+    /// threshold and a full draw of DP noise at each site.
     pub fn fresh(clients: Vec<String>) -> Self {
         let threshold = default_threshold(clients.len());
         Self {
             id: rand::random(),
             clients,
             threshold,
+            noise_shares: 1,
         }
     }
 
     /// The same session with threshold `t`.
     pub fn with_threshold(mut self, t: usize) -> Self {
         self.threshold = t;
+        self
+    }
+
+    /// The same session with each site's DP noise cut into `d` shares.
+    pub fn with_noise_shares(mut self, d: usize) -> Self {
+        self.noise_shares = d;
         self
     }
 

@@ -96,6 +96,9 @@ impl Site for LocalClient {
                 ),
             });
         }
+        // The session's threshold and DP share count, before anything runs
+        // (a refused session spends no ε).
+        crate::site::release::secure::check_session(session, self.threshold_floor())?;
         let plan = self
             .physical_plan(encoder)
             .await
@@ -106,11 +109,9 @@ impl Site for LocalClient {
         }
         let digest = crate::site::release::secure::encoder_digest(encoder.plan())
             .map_err(|e| self.site_error(e))?;
-        // A secure_dp_… call's noise share: 1/t, or 1/(t − c) with peers.
-        let shares = self
-            .threshold_floor()
-            .noise_shares(session.threshold, session.clients.len());
-        let state = self.run(request, plan, Some(shares)).await?;
+        // A secure_dp_… call's noise share: 1/d, the session's count
+        // (checked above to be at most this site's: 1/t, or 1/(t − c)).
+        let state = self.run(request, plan, Some(session.noise_shares)).await?;
         // Under require_secure: only declared keys kept, all announced.
         let declared = self
             .dp

@@ -221,7 +221,7 @@ impl LocalClient {
 
     /// Runs a plan of this site's to its state batch; under a policy, the
     /// state is checked (and its counts dropped) before it is handed out.
-    /// `shares` is the threshold of the secure session the state is for
+    /// `shares` is the DP share count of the secure session the state is for
     /// (none for a plain state): the DP calls under the masks get a share
     /// of their noise cut for it.
     pub(super) async fn run(

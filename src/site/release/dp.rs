@@ -332,8 +332,8 @@ impl DpSite {
     /// The state batches as they may leave: declared keys completed and
     /// noise added to the DP state of `paid` (see the module docs).
     /// `encoder` is the logical plan that made them. `shares` is the
-    /// threshold t of the secure session the state is masked for: a call
-    /// under the masks (`secure_dp_…`) gets a 1/t share of its noise, and
+    /// share count d of the secure session the state is masked for: a call
+    /// under the masks (`secure_dp_…`) gets a 1/d share of its noise, and
     /// without a session it is refused (its state leaves only masked).
     pub fn release(
         &self,

@@ -6,6 +6,47 @@ use crate::error::{FedError, Result};
 use crate::protocol::secure::threshold::{HONEST_BEHIND_A_TOTAL, SiteFloor};
 use crate::protocol::secure::{ParticipantKeys, SecureSession, ShareRequest, peered_threshold};
 
+/// What a site checks of a session before it runs anything for it: the
+/// threshold rules over the session's sites ([`check_threshold`]) and the
+/// DP noise's share count ([`check_noise_shares`]).
+pub(crate) fn check_session(session: &SecureSession, floor: SiteFloor) -> Result<()> {
+    check_threshold(session, session.clients.len(), floor)?;
+    check_noise_shares(session, floor)
+}
+
+/// A session's DP share count d: each site adds NB(1/d) of a `secure_dp_…`
+/// call's noise, so d must be at most this site's own count
+/// ([`SiteFloor::noise_shares`]: t, or t − c with peers) — then any d
+/// honest survivors carry a full draw, whatever the other sites' peers
+/// lists say — and at least 1.
+pub(super) fn check_noise_shares(session: &SecureSession, floor: SiteFloor) -> Result<()> {
+    let (t, n, d) = (
+        session.threshold,
+        session.clients.len(),
+        session.noise_shares,
+    );
+    let own = floor.noise_shares(t, n);
+    if d == 0 || d > own {
+        let why = if floor.federation == 0 {
+            format!("its threshold {t}")
+        } else {
+            format!(
+                "its threshold {t} less the {} sites of this site's federation that may collude with the coordinator and add no noise",
+                floor.colluders(n)
+            )
+        };
+        return Err(FedError::refused(
+            format!(
+                "a secure session that cuts each site's DP noise into {d} shares: this site cuts it into at most {own} ({why}), so that the honest survivors' shares make at least one full draw"
+            ),
+            Some(
+                "the coordinator sets the share count to the least its sites accept; a coordinator that asks for more is not one to answer",
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The threshold rules every site checks of a session over `n` sites: at
 /// least its own floor and a strict majority of the sites (with peers
 /// listed, more than two thirds of them, more than (n + c)/2 for the

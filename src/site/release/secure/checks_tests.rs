@@ -245,3 +245,49 @@ fn a_round_over_part_of_a_peered_federation_needs_more_than_half_of_n_plus_its_c
         0
     );
 }
+
+#[test]
+fn a_session_that_cuts_the_dp_noise_finer_than_the_sites_count_is_refused() {
+    let session = |n: usize, t: usize, d: usize| {
+        SecureSession::fresh((0..n).map(|i| format!("s{i}")).collect())
+            .with_threshold(t)
+            .with_noise_shares(d)
+    };
+    // Without peers: any d from 1 to t.
+    let none = SiteFloor::default();
+    for d in 1..=5 {
+        assert!(check_session(&session(9, 5, d), none).is_ok(), "d {d}");
+    }
+    for d in [0, 6, 9] {
+        let err = check_session(&session(9, 5, d), none)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("into {d} shares"))
+                && err.contains("at most 5 (its threshold 5)"),
+            "{err}"
+        );
+    }
+    // With peers (a federation of 13, c = 4): at most t − c.
+    let peered = SiteFloor {
+        min_secure_clients: 3,
+        federation: 13,
+    };
+    assert!(check_session(&session(13, 9, 5), peered).is_ok());
+    let err = check_session(&session(13, 9, 9), peered)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("at most 5 (its threshold 9 less the 4 sites"),
+        "{err}"
+    );
+    // The threshold is checked first, over the session's sites.
+    let err = check_session(&session(13, 5, 1), peered)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("threshold 5 over 13 sites"), "{err}");
+    // A session made by `fresh` asks a full draw of every site: accepted.
+    let fresh = SecureSession::fresh((0..13).map(|i| format!("s{i}")).collect()).with_threshold(9);
+    assert_eq!(fresh.noise_shares, 1);
+    assert!(check_session(&fresh, peered).is_ok());
+}

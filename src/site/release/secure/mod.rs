@@ -9,7 +9,7 @@ mod checks;
 mod digest;
 mod steps;
 
-pub(crate) use checks::check_participants;
+pub(crate) use checks::{check_participants, check_session};
 pub use digest::encoder_digest;
 pub(crate) use steps::ClientSecrets;
 pub use steps::SecureSessionIds;

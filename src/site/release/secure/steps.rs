@@ -12,7 +12,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use x25519_dalek::{PublicKey, StaticSecret};
 
 use super::align::{align, groups_digest};
-use super::checks::{check_threshold, relayed_place};
+use super::checks::{check_session, check_threshold, relayed_place};
 use crate::error::{FedError, Result};
 use crate::protocol::encoder::{Encoder, StateBatch};
 use crate::protocol::secure::consistency::{self, ConfirmRequest, ListSignature};
@@ -234,7 +234,7 @@ impl ClientSecrets {
         layout: SecureLayout,
         floor: SiteFloor,
     ) -> Result<SecureSetup> {
-        check_threshold(session, session.clients.len(), floor)?;
+        check_session(session, floor)?;
         if !self
             .seen
             .0

@@ -524,7 +524,7 @@ impl Aggregate {
                     .to_string(),
             ),
             Privacy::SecureDp => facts.push(
-                "The site debits ε before its encoder runs, adds its share of the noise (cut for the secure session's threshold) and hands over the state only masked; under a disclosure policy a worker requires `peers` (or `secure_without_peers`)."
+                "The site debits ε before its encoder runs, adds its share of the noise (cut into the secure session's share count: its threshold, less the colluders its peers tolerate) and hands over the state only masked; under a disclosure policy a worker requires `peers` (or `secure_without_peers`)."
                     .to_string(),
             ),
         }

@@ -436,7 +436,7 @@ pub const SECURE_COUNT_DOC: FunctionDoc = FunctionDoc {
     ],
     options: &[],
     returns: "BIGINT (unbiased; a noisy count may be negative)",
-    releases: "its count plus a Pólya share of discrete Laplace noise of scale 1/ε (cut for the session's threshold t: any t sites' shares make the full noise), masked; after debiting ε from its budget.",
+    releases: "its count plus a Pólya share of discrete Laplace noise of scale 1/ε (cut into the session's share count d, the threshold t or with peers t − c: any t sites' shares, less c colluders', make the full noise), masked; after debiting ε from its budget.",
     example: "SELECT secure_dp_count(*) AS n FROM clinic",
 };
 

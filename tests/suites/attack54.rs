@@ -795,7 +795,7 @@ async fn every_dp_setup_debits_epsilon() {
 
 // Was BREAK C (fixed): the Pólya share costs O(Δ/ε) uniform draws per
 // state word, and `secure_dp_sum(x, 0, 1000000, 0.000001)` kept every
-// site's setup drawing for hours. A scale above 2^24 grid units is now
+// site's setup drawing for hours. A scale above 2^22 grid units is now
 // refused before any site samples: secure_dp::a_tiny_epsilon_with_wide_bounds_is_refused_before_any_site_samples.
 
 /// Held (contrast): the same ε and bounds with the plain `dp_sum` (full

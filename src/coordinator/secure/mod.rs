@@ -253,6 +253,26 @@ async fn one_session(
             .map(|&i| group_keys[i].clone().expect("answered the setup"))
             .collect::<Vec<_>>(),
     )?;
+    if layout.noised {
+        // The sites refuse to fill a group they have no noise share for
+        // (see `site::release::secure`): say early which sites differ.
+        let short: Vec<String> = sharing
+            .iter()
+            .filter(|&&i| {
+                group_keys[i]
+                    .as_ref()
+                    .is_some_and(|g| g.num_rows() < groups.num_rows())
+            })
+            .map(|&i| format!("'{}'", clients[i].name()))
+            .collect();
+        if !short.is_empty() {
+            return Err(FedError::InvalidArgument(format!(
+                "a secure_dp_… GROUP BY needs the same groups at every site, but {} declare(s) fewer of the {} groups than the others (their dp_domain differs)\nhint: declare the same dp_domain for the GROUP BY columns at every site",
+                short.join(", "),
+                groups.num_rows()
+            )));
+        }
+    }
     let mask_requests: Vec<MaskRequest> = sharing
         .iter()
         .map(|&v| MaskRequest {

@@ -360,6 +360,11 @@ pub struct SecureLayout {
     /// One-row arrays: the empty state of every non-key column.
     pub zero_state: Vec<ArrayRef>,
     pub schema: SchemaRef,
+    /// Whether a secure column carries a share of DP noise (`secure_dp_…`),
+    /// which a site adds at setup to each group of its declared domain: it
+    /// then aligns only to a group list of its own groups, as an empty
+    /// group it filled would carry no share of its noise.
+    pub noised: bool,
 }
 
 impl SecureLayout {
@@ -386,6 +391,10 @@ impl SecureLayout {
         let mut secure_columns = Vec::new();
         let mut zero_state = Vec::new();
         let mut at = key_columns;
+        let noised = aggregate.aggr_expr().iter().any(|e| {
+            let name = e.fun().name();
+            fedsql_udfs::catalogue::is_secure(name) && fedsql_udfs::catalogue::is_dp(name)
+        });
         for (secure, width, expr) in widths {
             if secure {
                 secure_columns.extend(at..at + width);
@@ -402,6 +411,7 @@ impl SecureLayout {
             secure_columns,
             zero_state,
             schema,
+            noised,
         })
     }
 

@@ -50,10 +50,11 @@ use sampler::{Scale, discrete_laplace, laplace_share};
 pub const LEVELS: u64 = 1 << 20;
 
 /// The largest noise scale, in grid units, of a masked call's column: a
-/// site's share costs O(scale) uniform draws ([`sampler::polya`]), so a
+/// site's share costs about 46 · scale uniform draws (two Pólya urns of
+/// [`sampler::urn_steps`], fixed so that their time tells nothing), so a
 /// tiny ε with wide bounds would keep every site busy for hours (found by
-/// an outside attack). 2^24 is about 0.1 s of draws per word.
-pub const MAX_MASKED_SCALE: f64 = (1u64 << 24) as f64;
+/// an outside attack). 2^22 is about half a second of draws per word.
+pub const MAX_MASKED_SCALE: f64 = (1u64 << 22) as f64;
 
 /// Grid levels of the masked variants' non-integer sums: a site's noise
 /// share costs O(levels / ε) uniform draws (see [`sampler::polya`]), so

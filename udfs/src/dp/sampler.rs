@@ -104,6 +104,10 @@ pub fn discrete_laplace<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Sca
     }
 }
 
+/// How many Bernoulli(exp(−1)) draws [`geometric`] makes for its high
+/// part at the least: more are needed with probability exp(−48).
+const GEOMETRIC_STEPS: u32 = 48;
+
 /// A sample of the geometric distribution of parameter q = exp(−1/scale):
 /// P(G = k) = (1 − q) q^k, k ≥ 0 (the magnitude step of CKS Algorithm 2:
 /// a geometric of exp(−1/num) by parts, divided by den).
@@ -115,13 +119,35 @@ pub fn geometric<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale) -> 
         if !bernoulli_exp(rng, u, t) {
             continue;
         }
+        // v: the Bernoulli(exp(−1)) successes before the first failure,
+        // drawn out to GEOMETRIC_STEPS draws whatever v (the rest discarded)
+        // so that the loop's time does not tell ⌊G / scale⌋.
         let mut v: u64 = 0;
-        while bernoulli_exp(rng, 1, 1) {
-            v += 1;
+        let mut failed = false;
+        let mut draws = 0;
+        while !failed || draws < GEOMETRIC_STEPS {
+            let success = bernoulli_exp(rng, 1, 1);
+            if !failed {
+                if success {
+                    v += 1;
+                } else {
+                    failed = true;
+                }
+            }
+            draws += 1;
         }
         let x = u as u128 + t as u128 * v as u128;
         return u64::try_from(x / s as u128).unwrap_or(u64::MAX);
     }
+}
+
+/// How many steps a Pólya urn of [`polya`] runs for a geometric of
+/// `scale`, whatever the geometric G: ⌈23 · scale⌉ + 1. G exceeds it with
+/// probability exp(−23) ≈ 10⁻¹⁰ (P(G ≥ m) = q^m, q = exp(−1/scale)),
+/// and only then does the urn run longer.
+pub fn urn_steps(scale: Scale) -> u64 {
+    let steps = (23 * scale.num as u128).div_ceil(scale.den as u128) + 1;
+    u64::try_from(steps).unwrap_or(u64::MAX)
 }
 
 /// A sample of the Pólya (negative binomial) distribution NB(1/`parts`, q)
@@ -135,27 +161,34 @@ pub fn geometric<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale) -> 
 /// beta-binomial(G; r, 1 − r), and that share of a NB(1, q) is NB(r, q)
 /// (conditioned on their sum, independent negative binomials of one q are
 /// Dirichlet-multinomial). In integers: weights `1` and `parts − 1`, each
-/// draw adding `parts`. The cost is O(G): about `scale` draws.
+/// draw adding `parts`.
+///
+/// The urn runs [`urn_steps`] steps however large G is (the steps after
+/// the G-th draw and discard alike), so the time a site takes to draw its
+/// share does not tell G, which bounds the share (the fourteenth outside
+/// attack timed the setup: the fastest quarter of shares were six times
+/// smaller than the slowest). The cost is about 23 · scale draws.
 pub fn polya<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, scale: Scale, parts: u64) -> u64 {
     assert!(parts >= 1, "a Pólya share of 0 parts");
     let g = geometric(rng, scale);
     if parts == 1 {
         return g;
     }
-    let (mut first, mut other) = (1u128, parts as u128 - 1);
+    let step = parts as u128;
+    let (mut first, mut other) = (1u128, step - 1);
     let mut drawn = 0u64;
-    for _ in 0..g {
+    for i in 0..g.max(urn_steps(scale)) {
         let total = first + other;
         let pick = match u64::try_from(total) {
             Ok(total) => (uniform_below(rng, total) as u128) < first,
             Err(_) => bernoulli_rational(rng, first, total),
         };
-        if pick {
-            first += parts as u128;
-            drawn += 1;
-        } else {
-            other += parts as u128;
-        }
+        // Past the G-th draw, the same work with nothing kept.
+        let live = u128::from(i < g);
+        let picked = u128::from(pick) * live;
+        first += picked * step;
+        other += (live - picked) * step;
+        drawn += picked as u64;
     }
     drawn
 }
@@ -299,6 +332,59 @@ mod tests {
                 "mean {mean}"
             );
         }
+    }
+
+    /// A generator that counts the words it hands out.
+    struct Counting(ChaCha20Rng, u64);
+
+    impl RngCore for Counting {
+        fn next_u32(&mut self) -> u32 {
+            self.1 += 1;
+            self.0.next_u32()
+        }
+        fn next_u64(&mut self) -> u64 {
+            self.1 += 1;
+            self.0.next_u64()
+        }
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            self.1 += 1;
+            self.0.fill_bytes(dest)
+        }
+    }
+
+    impl CryptoRng for Counting {}
+
+    #[test]
+    fn a_polya_share_takes_the_same_draws_whatever_its_size() {
+        // The work of a share (the words it draws) does not follow the
+        // geometric it splits: without the fixed urn, the fewest and most
+        // words over these draws differed by thousands, as G does.
+        let scale = Scale { num: 1000, den: 1 };
+        let steps = urn_steps(scale);
+        assert_eq!(steps, 23_001);
+        let mut rng = Counting(ChaCha20Rng::seed_from_u64(9), 0);
+        let mut runs = Vec::new();
+        for _ in 0..300 {
+            let before = rng.1;
+            let share = polya(&mut rng, scale, 3);
+            runs.push((share, rng.1 - before));
+        }
+        let words: Vec<u64> = runs.iter().map(|r| r.1).collect();
+        let (least, most) = (*words.iter().min().unwrap(), *words.iter().max().unwrap());
+        assert!(least >= steps, "{least} words");
+        assert!(most - least < 400, "{least} to {most} words");
+        // Small and large shares alike.
+        let shares: Vec<u64> = runs.iter().map(|r| r.0).collect();
+        assert!(shares.iter().any(|&s| s < 50) && shares.iter().any(|&s| s > 1000));
+        // Urn steps for scales of a fraction, and past u64.
+        assert_eq!(urn_steps(Scale { num: 7, den: 2 }), 82);
+        assert_eq!(
+            urn_steps(Scale {
+                num: u64::MAX,
+                den: 1
+            }),
+            u64::MAX
+        );
     }
 
     #[test]

@@ -93,6 +93,22 @@ pub(super) fn align(
             own.len() - found
         )));
     }
+    // A DP state under the masks has its noise share on each group of the
+    // site's declared domain; a group outside it would be filled with an
+    // empty state and no share, so that its total carried the noise of the
+    // sites that declare it only (the fourteenth outside attack: a group
+    // only the victim declares carried the victim's own 1/d share).
+    if layout.noised && found != groups.num_rows() {
+        return Err(FedError::refused(
+            format!(
+                "the coordinator's group list holds {} group(s) outside this site's declared dp_domain: a secure_dp_… total of such a group would carry too little of the sites' noise",
+                groups.num_rows() - found
+            ),
+            Some(
+                "declare the same dp_domain for the GROUP BY columns at every site (the DP noise is shared over the sites that declare a group)",
+            ),
+        ));
+    }
     let mut columns: Vec<ArrayRef> = groups.columns().to_vec();
     for (i, zero) in layout.zero_state.iter().enumerate() {
         let mine = state.column(layout.key_columns + i);
@@ -152,6 +168,7 @@ mod tests {
                 Arc::new(UInt64Array::from(vec![0])),
             ],
             schema,
+            noised: false,
         };
         let aligned = align(&state, &layout, &union).unwrap();
         let groups = aligned.column(0).as_string::<i32>();
@@ -168,6 +185,19 @@ mod tests {
         let err = align(&state, &layout, &keys(&["x"])).unwrap_err();
         assert!(
             err.to_string().contains("lacks 1 of this client's groups"),
+            "{err}"
+        );
+        // A noised (secure_dp) state aligns to its own groups only.
+        let noised = SecureLayout {
+            noised: true,
+            ..layout
+        };
+        let own = union_groups(std::slice::from_ref(&a)).unwrap();
+        assert!(align(&state, &noised, &own).is_ok());
+        let err = align(&state, &noised, &union).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("holds 1 group(s) outside this site's declared dp_domain"),
             "{err}"
         );
     }

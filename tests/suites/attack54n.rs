@@ -1,0 +1,250 @@
+//! The fourteenth outside attack set: secure aggregation and DP under the
+//! masks (`secure_dp_*`) after the thirteenth review's fix (one DP share
+//! count d in the session, bound in every envelope and signed list), by a
+//! hostile coordinator (colluding with sites up to what a peered site
+//! tolerates) and by an analyst writing SQL.
+//!
+//! 1. **A group only some honest sites declare.** Under DP a site groups
+//!    only by declared public columns, and releases a noisy state for
+//!    every value *it* declares (`dp_domain.<column>`). Each data owner
+//!    declares its own values; nothing makes the federation's lists
+//!    agree. At the masking step a site aligns its (already noised) state
+//!    to the coordinator's group list, with an *exact zero* for a group it
+//!    does not hold. So a group that the victim declares and the other
+//!    honest sites do not carries the victim's own 1/d share of the noise
+//!    and nothing else: a hostile coordinator unmasks it (every check of
+//!    every site passes; only an honest coordinator withholds groups held
+//!    by fewer than t sites). BREAK.
+//!
+//! Harness: `attack54f`'s `Hostile`, `attack54i`'s `open_session`,
+//! `attack54k`'s `session_at` and `honestly_with_colluders`, `attack54l`'s
+//! `noise_pmf` and `privacy_loss`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::secure::threshold::SiteFloor;
+use fedsql::protocol::site::{Analyst, Site};
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::identity::SiteIdentity;
+use fedsql::site::release::policy::DisclosurePolicy;
+
+use crate::attack54f::{Hostile, schema, site_rows};
+use crate::attack54i::open_session;
+use crate::attack54k::{honestly_with_colluders, session_at};
+use crate::attack54l::{noise_pmf, privacy_loss};
+
+/// The victim's rows of its rare group: `k` rows with g = −1.
+fn rare_rows(k: usize) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(vec![-1i64; k])),
+            Arc::new(Int64Array::from((1..=k as i64).collect::<Vec<_>>())),
+        ],
+    )
+    .unwrap()
+}
+
+/// The strictest DP configuration a data owner can give a table: a
+/// finite budget, `require_dp`, `require_secure`, and `g` declared public
+/// with the values `domain`.
+fn strict_dp(domain: &[&str]) -> DpPolicy {
+    let mut p = DpPolicy {
+        budget: Some(1000.0),
+        require_dp: true,
+        require_secure: true,
+        ..DpPolicy::default()
+    };
+    p.domains.insert(
+        "g".into(),
+        domain.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+    );
+    p
+}
+
+/// `n` peered in-process sites (every identity listed by every site)
+/// under a worker's default disclosure policy, site `c` holding `rows(c)`
+/// under the DP settings `dp(c)` (a seeded generator, so that the noise
+/// tests are deterministic); the coordinator's encoder is `sql`'s.
+async fn federation_with(
+    n: usize,
+    sql: &str,
+    rows: &dyn Fn(usize) -> RecordBatch,
+    dp: &dyn Fn(usize) -> DpPolicy,
+) -> Hostile {
+    let ctx = fedsql::FedContext::new();
+    let identities: Vec<Arc<SiteIdentity>> = (0..n)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Arc<[[u8; 32]]> = identities.iter().map(|i| i.public_key()).collect();
+    let sites: Vec<Arc<dyn Site>> = (0..n)
+        .map(|c| {
+            let name = format!("site{c}");
+            let site = LocalClient::from_batches(
+                &name,
+                &format!("memory:{name}"),
+                schema(),
+                vec![rows(c)],
+                ctx.site_engine(),
+            )
+            .unwrap()
+            .with_identity(Some(Arc::clone(&identities[c])), listed.clone())
+            .with_policy(Some(DisclosurePolicy::default()))
+            .served_remotely(false)
+            .with_dp(Arc::new(DpSite::seeded_for_tests(
+                dp(c),
+                Arc::new(Ledger::in_memory()),
+                0x14_5eed + c as u64,
+            )));
+            Arc::new(site) as Arc<dyn Site>
+        })
+        .collect();
+    ctx.register_federated(FederatedTable::new("t", schema(), sites.clone()))
+        .unwrap();
+    let encoder = crate::attack54f::encoder_of(&ctx, sql).await;
+    Hostile {
+        ctx,
+        encoders: vec![encoder; n],
+        sites,
+        analyst: Analyst::session(),
+        identities,
+    }
+}
+
+/// `rounds` sessions of `h`'s five sites at t = 4, d = 3, run honestly
+/// by the hostile coordinator, which unmasks the group −1 (the first in
+/// the canonical order): its total less the victim's 6 rows, each time.
+async fn rare_group_noises(h: &Hostile, rounds: usize) -> Vec<i64> {
+    let mut noises = Vec::new();
+    for _ in 0..rounds {
+        let round = open_session(h, &[], session_at(5, 4).with_noise_shares(3)).await;
+        assert_eq!(round.groups.num_rows(), 2, "groups −1 and 0");
+        let total = honestly_with_colluders(h, &round).await.unwrap();
+        noises.push(total.wrapping_sub(6) as i64);
+    }
+    noises
+}
+
+const GROUPED_DP_SQL: &str = "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g";
+
+/// BREAK (severity: high — the DP promise of `secure_dp_*` against the
+/// hostile coordinator a peered site is configured for, with no colluder
+/// at all). Five peered sites (one federation, c = 1), each under the
+/// strictest DP configuration (finite budget, `require_dp`,
+/// `require_secure`), grouping by the declared column `g`. The victim
+/// (site 0) declares g ∈ {−1, 0} — −1 is a category only it has (a rare
+/// ward, a site-specific code) — and holds 6 rows of g = −1; sites 1 to 4
+/// declare g ∈ {0}, the values they have. Every site accepts
+/// `SELECT g, secure_dp_count(*) … GROUP BY g` (g is declared at each).
+///
+/// The coordinator runs the round honestly at t = 4, d = 3 (what the
+/// coordinator computes and every site accepts), all five sites
+/// surviving, and unmasks every group, as it may: the group −1 total is
+/// the victim's count plus the victim's own 1/3 share of the noise and
+/// nothing else — the other sites align their states to the group list
+/// with an exact zero for −1. Over 60 rounds the noise is 0 in about
+/// three rounds of four (a full draw: under one in two); the privacy loss
+/// of a 1/3 share is 2.08 ε (computed exactly), and at t = 13 of 13
+/// peered sites (d = 9) 3.19 ε, while each ledger debits ε. The honest
+/// coordinator withholds the group (held by one site, fewer than t), so
+/// only a hostile one sees it; the security page says "`secure_dp_*`
+/// keeps the noise on every group", and nothing on it or on the limits
+/// page says the sites' declared values must agree.
+///
+/// Root cause: the noise share is added at setup to the groups of the
+/// site's own declared domain (`DpSite::release`, `complete_keys`);
+/// `align` (src/site/release/secure/align.rs) then fills a group the site
+/// does not hold with the merge's identity, un-noised, and nothing checks
+/// that the signed group list lies within the site's declared keys.
+/// Fix: under DP, refuse at the masking step a group list with a key the
+/// site did not announce (every declared key is announced, so an honest
+/// federation with one domain loses nothing) — the group list is in the
+/// signed view, so every honest survivor then adds its share to every
+/// unmasked group; or add the site's 1/d share to every group of the list
+/// after alignment (the empty groups too), spending the ε of the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_a_group_only_the_victim_declares_carries_only_its_own_noise_share() {
+    let h = federation_with(
+        5,
+        GROUPED_DP_SQL,
+        &|c| if c == 0 { rare_rows(6) } else { site_rows(c) },
+        &|c| {
+            if c == 0 {
+                strict_dp(&["-1", "0"])
+            } else {
+                strict_dp(&["0"])
+            }
+        },
+    )
+    .await;
+    // What the coordinator computes for five peered sites of one
+    // federation, and what every site accepts.
+    let floor = SiteFloor {
+        min_secure_clients: 3,
+        federation: 5,
+    };
+    assert_eq!(floor.least(5), 4);
+    assert_eq!(floor.noise_shares(4, 5), 3);
+
+    // An honest coordinator withholds the group −1 (one holder < t).
+    let batches = h
+        .ctx
+        .sql(GROUPED_DP_SQL)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let notices = h.ctx.take_notices().join("\n");
+    assert!(
+        notices.contains("held by fewer than the threshold"),
+        "{notices}"
+    );
+
+    // The hostile coordinator: the same round, every check passing, and
+    // the group −1 (the first in the canonical order) unmasked.
+    let rounds = 60;
+    let noises = rare_group_noises(&h, rounds).await;
+    let zeros = noises.iter().filter(|&&z| z == 0).count();
+    let q = (-1.0f64).exp();
+    // A full draw is 0 with chance 0.462, a 1/3 share with chance 0.748.
+    assert!((noise_pmf(1.0, q, 1)[0] - 0.462).abs() < 1e-3);
+    assert!((noise_pmf(1.0 / 3.0, q, 1)[0] - 0.748).abs() < 1e-3);
+    assert!(
+        zeros * 8 > rounds * 5,
+        "{zeros} of {rounds} zero: {noises:?}"
+    );
+    assert!(
+        noises.iter().all(|z| z.abs() < 40),
+        "the victim's count plus its own share: {noises:?}"
+    );
+    // The privacy loss of the victim's rows in that group.
+    assert!(privacy_loss(1.0 / 3.0, q) > 2.0);
+    assert!(privacy_loss(1.0 / 9.0, q) > 3.1);
+}
+
+/// HOLDS (the control of the break above). The same five sites, every one
+/// declaring g ∈ {−1, 0}: the group −1 total carries every site's 1/3
+/// share, 5/3 of a draw, zero in about one round of three (0.32; a 1/3 share
+/// alone: three of four).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_control_a_group_every_site_declares_carries_every_sites_share() {
+    let h = federation_with(
+        5,
+        GROUPED_DP_SQL,
+        &|c| if c == 0 { rare_rows(6) } else { site_rows(c) },
+        &|_| strict_dp(&["-1", "0"]),
+    )
+    .await;
+    let rounds = 60;
+    let noises = rare_group_noises(&h, rounds).await;
+    let zeros = noises.iter().filter(|&&z| z == 0).count();
+    let q = (-1.0f64).exp();
+    assert!((noise_pmf(5.0 / 3.0, q, 1)[0] - 0.323).abs() < 1e-3);
+    assert!(zeros * 2 < rounds, "{zeros} of {rounds} zero: {noises:?}");
+}

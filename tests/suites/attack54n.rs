@@ -248,3 +248,121 @@ async fn holds_control_a_group_every_site_declares_carries_every_sites_share() {
     assert!((noise_pmf(5.0 / 3.0, q, 1)[0] - 0.323).abs() < 1e-3);
     assert!(zeros * 2 < rounds, "{zeros} of {rounds} zero: {noises:?}");
 }
+
+/// Five `fedsql worker`s (in this process), worker `c` serving `rows(c)`
+/// as `t` under the default disclosure policy and the DP settings
+/// `dp(c)`, each with an identity key and every identity listed as a
+/// peer; the hostile coordinator drives their Flight clients. (As
+/// `attack54f::hostile_over_n_workers`, which gives every worker the same
+/// DP settings.)
+async fn workers_with(
+    dir: &std::path::Path,
+    rows: &dyn Fn(usize) -> RecordBatch,
+    dp: &dyn Fn(usize) -> DpPolicy,
+    sql: &str,
+) -> (crate::remote::Workers, Hostile) {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n = 5;
+    let files: Vec<std::path::PathBuf> = (0..n)
+        .map(|c| {
+            let path = dir.join(format!("site{c}.csv"));
+            let rows = rows(c);
+            let g = rows.column(0).as_primitive::<Int64Type>();
+            let x = rows.column(1).as_primitive::<Int64Type>();
+            let mut text = "g,x\n".to_string();
+            for i in 0..rows.num_rows() {
+                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
+            }
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let identities: Vec<Arc<SiteIdentity>> = (0..n)
+        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
+        .collect();
+    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = dp(i);
+        c.identity = Some(Arc::clone(&identities[i]));
+        c.peers = listed.clone();
+        c
+    })
+    .await;
+    let ctx = fedsql::FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    let encoder = crate::attack54f::encoder_of(&ctx, sql).await;
+    let h = Hostile {
+        ctx,
+        sites,
+        encoders: vec![encoder; n],
+        analyst: Analyst::session(),
+        identities,
+    };
+    (workers, h)
+}
+
+/// BREAK (the same as `break_a_group_only_the_victim_declares_…`, over
+/// `fedsql worker`s, exactly). Five peered workers under the strictest DP
+/// configuration; worker 4, the victim, declares `dp_domain.g = [-1, 0]`
+/// and holds 6 rows of g = −1, workers 0 to 3 declare `[0]`. The
+/// coordinator runs a session of workers 0 to 3 (t = 4 of 4, d = 3, which
+/// each accepts over 4 of its federation of 5) with the group −1 added
+/// to the group list: each honest worker aligns to it, masks, signs and
+/// reveals, and the group's unmasked total is **exactly 0** — not one of
+/// them adds noise to a group it does not declare. In the round with the
+/// victim the group −1 total is therefore the victim's count plus its own
+/// 1/3 share (unmasked below: within a few units of 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_workers_add_no_noise_to_a_group_they_do_not_declare() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = workers_with(
+        dir.path(),
+        &|c| if c == 4 { rare_rows(6) } else { site_rows(c) },
+        &|c| {
+            if c == 4 {
+                strict_dp(&["-1", "0"])
+            } else {
+                strict_dp(&["0"])
+            }
+        },
+        GROUPED_DP_SQL,
+    )
+    .await;
+    // The whole round, the victim among the survivors: the group −1 is
+    // the victim's count and its own share.
+    let mut totals = Vec::new();
+    for _ in 0..5 {
+        let round = open_session(&h, &[], session_at(5, 4).with_noise_shares(3)).await;
+        assert_eq!(round.groups.num_rows(), 2, "groups −1 and 0");
+        totals.push(honestly_with_colluders(&h, &round).await.unwrap() as i64);
+    }
+    assert!(totals.iter().all(|t| (t - 6).abs() < 40), "{totals:?}");
+    // The honest workers alone, the group −1 added by the coordinator.
+    let honest = crate::attack54j::asking_first(h, 4);
+    for _ in 0..3 {
+        let mut round = open_session(&honest, &[], session_at(4, 4).with_noise_shares(3)).await;
+        assert_eq!(round.groups.num_rows(), 1, "they announce the group 0 only");
+        let rare = RecordBatch::try_new(
+            round.groups.schema(),
+            vec![Arc::new(Int64Array::from(vec![-1i64]))],
+        )
+        .unwrap();
+        round.groups =
+            fedsql::protocol::secure::union_groups(&[round.groups.clone(), rare]).unwrap();
+        let total = honestly_with_colluders(&honest, &round).await.unwrap();
+        assert_eq!(total, 0, "four honest workers' noise on the group −1: none");
+    }
+}

@@ -366,3 +366,105 @@ async fn break_workers_add_no_noise_to_a_group_they_do_not_declare() {
         assert_eq!(total, 0, "four honest workers' noise on the group −1: none");
     }
 }
+
+const DP_SQL: &str = "SELECT secure_dp_count(*, 1.0) AS n FROM t";
+
+/// HOLDS (ε accounting of refused sessions). Five peered sites under the
+/// strictest DP configuration, a budget of 3. A session a site refuses
+/// for its threshold or its share count spends nothing (the checks run
+/// before the debit); a session it sets up spends ε = 1; a second setup
+/// under a used session id is refused too, but after the run — it
+/// spends ε like any run that fails (errs on the data owner's side: a
+/// hostile coordinator can spend an analyst's budget with fresh
+/// sessions anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_session_refused_for_its_threshold_or_share_count_spends_no_epsilon() {
+    let mut dp = strict_dp(&["0"]);
+    dp.budget = Some(3.0);
+    let h = federation_with(5, DP_SQL, &site_rows, &|_| dp.clone()).await;
+    let spent = |h: &Hostile| {
+        let site = h.sites[0].clone();
+        let analyst = h.analyst.clone();
+        async move {
+            site.privacy_budget("t", &analyst)
+                .await
+                .unwrap()
+                .unwrap()
+                .spent
+        }
+    };
+    for session in [
+        session_at(5, 4).with_noise_shares(4),
+        session_at(5, 4).with_noise_shares(0),
+        session_at(5, 3).with_noise_shares(2),
+        session_at(5, 6).with_noise_shares(3),
+    ] {
+        assert!(h.setup(0, &session).await.is_err(), "{session:?}");
+        assert_eq!(spent(&h).await, 0.0, "{session:?}");
+    }
+    let session = session_at(5, 4).with_noise_shares(3);
+    assert!(h.setup(0, &session).await.is_ok());
+    assert_eq!(spent(&h).await, 1.0);
+    let replayed = h.setup(0, &session).await.unwrap_err();
+    assert!(replayed.contains("refused"), "{replayed}");
+    assert_eq!(spent(&h).await, 2.0, "the replayed setup ran, and spent");
+}
+
+/// HOLDS (sessions differing between sites in their share count). Five
+/// peered sites (t = 4, each accepting d ≤ 3). The coordinator shows the
+/// victim d = 3 and the other sites d = 2 under the same id, t and
+/// names, hoping the victim's count and the others' would not be
+/// compared: every envelope binds d, so the victim opens none of the
+/// others' envelopes and masks nothing (and they none of its).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_victim_shown_another_share_count_than_its_neighbours_opens_no_envelope() {
+    let h = Hostile::build(5, DP_SQL, Some(&DpPolicy::default()), None).await;
+    let three = session_at(5, 4).with_noise_shares(3);
+    let two = three.clone().with_noise_shares(2);
+    let mut keys = Vec::new();
+    let mut groups = Vec::new();
+    for c in 0..5 {
+        let s = if c == 0 { &three } else { &two };
+        let (k, g) = h.setup(c, s).await.unwrap();
+        keys.push(Some(k));
+        groups.push(g);
+    }
+    let groups = fedsql::protocol::secure::union_groups(&groups).unwrap();
+    let mut envelopes = Vec::new();
+    for c in 0..5 {
+        let s = if c == 0 { &three } else { &two };
+        envelopes.extend(h.share(c, s, keys.clone()).await.unwrap());
+    }
+    let to = |c: u32| -> Vec<_> { envelopes.iter().filter(|e| e.to == c).cloned().collect() };
+    let err = h.mask(0, &three, to(0), &groups).await.unwrap_err();
+    assert!(err.contains("does not open"), "{err}");
+    let err = h.mask(1, &two, to(1), &groups).await.unwrap_err();
+    assert!(err.contains("does not open"), "{err}");
+}
+
+/// HOLDS (a Flight worker sent a session without a share count). A
+/// coordinator that leaves `noise_shares` out of the wire message (0, a
+/// proto3 default), or sends a threshold of 0, is refused by every worker
+/// at setup, with the rule's words, before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_workers_refuse_a_session_without_a_share_count_or_threshold() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (_workers, h) = workers_with(dir.path(), &site_rows, &|_| strict_dp(&["0"]), DP_SQL).await;
+    for c in 0..5 {
+        let err = h
+            .setup(c, &session_at(5, 4).with_noise_shares(0))
+            .await
+            .unwrap_err();
+        assert!(err.contains("into 0 shares"), "{err}");
+        let err = h
+            .setup(c, &session_at(5, 0).with_noise_shares(1))
+            .await
+            .unwrap_err();
+        assert!(err.contains("must be at least 3"), "{err}");
+    }
+    assert!(
+        h.setup(0, &session_at(5, 4).with_noise_shares(3))
+            .await
+            .is_ok()
+    );
+}

@@ -13,8 +13,13 @@
 //!    does not hold. So a group that the victim declares and the other
 //!    honest sites do not carries the victim's own 1/d share of the noise
 //!    and nothing else: a hostile coordinator unmasks it (every check of
-//!    every site passes; only an honest coordinator withholds groups held
-//!    by fewer than t sites). BREAK.
+//!    every site passes; an honest coordinator withholds groups held by
+//!    fewer than t sites from its answer, after unmasking them). BREAK
+//!    (high), in process and over workers.
+//! 2. HOLDS: a session refused for its threshold or share count spends no
+//!    ε; a share count shown differently to different sites opens no
+//!    envelope; a wire session without a share count or threshold is
+//!    refused by every worker.
 //!
 //! Harness: `attack54f`'s `Hostile`, `attack54i`'s `open_session`,
 //! `attack54k`'s `session_at` and `honestly_with_colluders`, `attack54l`'s
@@ -150,10 +155,14 @@ const GROUPED_DP_SQL: &str = "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROU
 /// three rounds of four (a full draw: under one in two); the privacy loss
 /// of a 1/3 share is 2.08 ε (computed exactly), and at t = 13 of 13
 /// peered sites (d = 9) 3.19 ε, while each ledger debits ε. The honest
-/// coordinator withholds the group (held by one site, fewer than t), so
-/// only a hostile one sees it; the security page says "`secure_dp_*`
-/// keeps the noise on every group", and nothing on it or on the limits
-/// page says the sites' declared values must agree.
+/// coordinator withholds the group from the answer (held by one site,
+/// fewer than t) — but only after unmasking it: `one_session`
+/// (src/coordinator/secure/mod.rs) removes the masks of every group and
+/// filters afterwards, so even a coordinator that follows the protocol
+/// (the model of sites without peers) holds the total in the analyst's
+/// own process. The security page says "`secure_dp_*` keeps the noise on
+/// every group", and nothing on it or on the limits page says the sites'
+/// declared values must agree.
 ///
 /// Root cause: the noise share is added at setup to the groups of the
 /// site's own declared domain (`DpSite::release`, `complete_keys`);

@@ -176,12 +176,16 @@ const GROUPED_DP_SQL: &str = "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROU
 /// `align` (src/site/release/secure/align.rs) then fills a group the site
 /// does not hold with the merge's identity, un-noised, and nothing checks
 /// that the signed group list lies within the site's declared keys.
-/// Fix: under DP, refuse at the masking step a group list with a key the
-/// site did not announce (every declared key is announced, so an honest
-/// federation with one domain loses nothing) — the group list is in the
-/// signed view, so every honest survivor then adds its share to every
-/// unmasked group; or add the site's 1/d share to every group of the list
-/// after alignment (the empty groups too), spending the ε of the call.
+/// Fix (preferred): for a masked DP call, add the site's 1/d share after
+/// alignment, to every group of the (signed) list — the empty groups
+/// too; a group without the site's rows costs it no ε (parallel
+/// composition) — so every honest survivor's share is on every unmasked
+/// group. Or: under DP, refuse at the masking step a group list with a
+/// key the site did not announce (every declared key is announced, so a
+/// federation with one domain loses nothing; one with differing domains
+/// could then group only by the keys all declare); or bind each site's
+/// declared domain into the view. And unmask only the groups the
+/// coordinator will show.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn break_a_group_only_the_victim_declares_carries_only_its_own_noise_share() {
     let h = federation_with(

@@ -36,6 +36,8 @@ mod attack54k;
 mod attack54l;
 #[path = "suites/attack54m.rs"]
 mod attack54m;
+#[path = "suites/attack54n.rs"]
+mod attack54n;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

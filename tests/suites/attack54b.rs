@@ -651,7 +651,11 @@ async fn a_group_list_with_a_duplicate_row_is_refused() {
 /// them come out exact (a full draw: 46%).
 #[tokio::test]
 // FIXED since, as the group-list attack above: the lists are in the
-// canonical order, but site 0's view differs from the others'.
+// canonical order, but site 0's view differs from the others'. And now
+// earlier: a site whose state carries DP shares refuses, at the masking
+// step, a group list with keys outside its declared domain (the
+// fourteenth outside attack), so the victim's list of eight groups is
+// refused before anything is masked.
 async fn a_group_list_that_differs_per_site_releases_one_sites_dp_counts_with_a_noise_share() {
     let mut policy = DpPolicy::default();
     policy.set("dp_domain.g", "0,1,2,3").unwrap();
@@ -667,8 +671,11 @@ async fn a_group_list_that_differs_per_site_releases_one_sites_dp_counts_with_a_
     let err = group_layout_attack(&h, Some(5), &victim, &others, 4)
         .await
         .expect_err("a site refuses");
-    assert!(err.contains("refused to unmask"), "{err}");
-    assert!(err.contains("does not verify"), "{err}");
+    assert!(err.contains("refused to mask"), "{err}");
+    assert!(
+        err.contains("holds 4 group(s) outside this site's declared dp_domain"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------

@@ -7,22 +7,19 @@
 //! 1. **A group only some honest sites declare.** Under DP a site groups
 //!    only by declared public columns, and releases a noisy state for
 //!    every value *it* declares (`dp_domain.<column>`). Each data owner
-//!    declares its own values; nothing makes the federation's lists
-//!    agree. At the masking step a site aligns its (already noised) state
-//!    to the coordinator's group list, with an *exact zero* for a group it
-//!    does not hold. So a group that the victim declares and the other
-//!    honest sites do not carries the victim's own 1/d share of the noise
-//!    and nothing else: a hostile coordinator unmasks it (every check of
-//!    every site passes; an honest coordinator withholds groups held by
-//!    fewer than t sites from its answer, after unmasking them). BREAK
-//!    (high), in process and over workers.
-//! 2. **The time a site takes to draw its noise share.** The Pólya urn
-//!    that cuts a geometric into NB(1/d) runs once per unit of it, inside
-//!    the setup request: the coordinator, timing each site's setup,
-//!    learns how large each honest site's share is (the fastest quarter
-//!    of rounds carries a third of the noise of the slowest). BREAK
-//!    (medium; a side channel worse than the limits page's "timing is not
-//!    noised").
+//!    declares its own values; nothing made the federation's lists agree.
+//!    Found (high): at the masking step a site aligned its (already
+//!    noised) state to the coordinator's group list with an *exact zero*
+//!    for a group it does not hold, so a group only the victim declares
+//!    carried the victim's own 1/d share and nothing else. HOLDS now: a
+//!    site with a noised state aligns only to its own groups, and the
+//!    coordinator names the sites whose groups differ before masking.
+//! 2. **The time a site takes to draw its noise share.** Found (medium):
+//!    the Pólya urn that cuts a geometric into NB(1/d) ran once per unit
+//!    of it, inside the setup request, so timing each site's setup told
+//!    how large its share was. HOLDS now: the urn runs a fixed number of
+//!    steps (`sampler::urn_steps`), so a share's draws do not follow its
+//!    size.
 //! 3. HOLDS: a session refused for its threshold or share count spends no
 //!    ε; a share count shown differently to different sites opens no
 //!    envelope; a wire session without a share count or threshold is
@@ -143,51 +140,27 @@ async fn rare_group_noises(h: &Hostile, rounds: usize) -> Vec<i64> {
 
 const GROUPED_DP_SQL: &str = "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g";
 
-/// BREAK (severity: high — the DP promise of `secure_dp_*` against the
-/// hostile coordinator a peered site is configured for, with no colluder
-/// at all). Five peered sites (one federation, c = 1), each under the
-/// strictest DP configuration (finite budget, `require_dp`,
+/// HOLDS (was BREAK, severity high — the DP promise of `secure_dp_*`
+/// against the hostile coordinator a peered site is configured for, with
+/// no colluder at all). Five peered sites (one federation, c = 1), each
+/// under the strictest DP configuration (finite budget, `require_dp`,
 /// `require_secure`), grouping by the declared column `g`. The victim
 /// (site 0) declares g ∈ {−1, 0} — −1 is a category only it has (a rare
 /// ward, a site-specific code) — and holds 6 rows of g = −1; sites 1 to 4
-/// declare g ∈ {0}, the values they have. Every site accepts
-/// `SELECT g, secure_dp_count(*) … GROUP BY g` (g is declared at each).
+/// declare g ∈ {0}, the values they have.
 ///
-/// The coordinator runs the round honestly at t = 4, d = 3 (what the
-/// coordinator computes and every site accepts), all five sites
-/// surviving, and unmasks every group, as it may: the group −1 total is
-/// the victim's count plus the victim's own 1/3 share of the noise and
-/// nothing else — the other sites align their states to the group list
-/// with an exact zero for −1. Over 60 rounds the noise is 0 in about
-/// three rounds of four (a full draw: under one in two); the privacy loss
-/// of a 1/3 share is 2.08 ε (computed exactly), and at t = 13 of 13
-/// peered sites (d = 9) 3.19 ε, while each ledger debits ε. The honest
-/// coordinator withholds the group from the answer (held by one site,
-/// fewer than t) — but only after unmasking it: `one_session`
-/// (src/coordinator/secure/mod.rs) removes the masks of every group and
-/// filters afterwards, so even a coordinator that follows the protocol
-/// (the model of sites without peers) holds the total in the analyst's
-/// own process. The security page says "`secure_dp_*` keeps the noise on
-/// every group", and nothing on it or on the limits page says the sites'
-/// declared values must agree.
+/// Found: run honestly at t = 4, d = 3, the group −1 total was the
+/// victim's count plus the victim's own 1/3 share and nothing else (zero
+/// noise in three rounds of four; a privacy loss of 2.08 ε, 3.19 ε at
+/// d = 9), as the other sites filled the group with an exact zero; and
+/// the honest coordinator unmasked it before withholding it.
 ///
-/// Root cause: the noise share is added at setup to the groups of the
-/// site's own declared domain (`DpSite::release`, `complete_keys`);
-/// `align` (src/site/release/secure/align.rs) then fills a group the site
-/// does not hold with the merge's identity, un-noised, and nothing checks
-/// that the signed group list lies within the site's declared keys.
-/// Fix (preferred): for a masked DP call, add the site's 1/d share after
-/// alignment, to every group of the (signed) list — the empty groups
-/// too; a group without the site's rows costs it no ε (parallel
-/// composition) — so every honest survivor's share is on every unmasked
-/// group. Or: under DP, refuse at the masking step a group list with a
-/// key the site did not announce (every declared key is announced, so a
-/// federation with one domain loses nothing; one with differing domains
-/// could then group only by the keys all declare); or bind each site's
-/// declared domain into the view. And unmask only the groups the
-/// coordinator will show.
+/// Now: the honest coordinator refuses the query after the setup, naming
+/// the four sites that declare fewer groups; the hostile coordinator's
+/// round stops at the masking step, where each of sites 1 to 4 refuses a
+/// group outside its declared domain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn break_a_group_only_the_victim_declares_carries_only_its_own_noise_share() {
+async fn holds_a_group_only_the_victim_declares_is_refused_by_the_other_sites() {
     let h = federation_with(
         5,
         GROUPED_DP_SQL,
@@ -210,45 +183,41 @@ async fn break_a_group_only_the_victim_declares_carries_only_its_own_noise_share
     assert_eq!(floor.least(5), 4);
     assert_eq!(floor.noise_shares(4, 5), 3);
 
-    // An honest coordinator withholds the group −1 (one holder < t).
-    let batches = h
+    // The honest coordinator explains before any site masks.
+    let err = h
         .ctx
         .sql(GROUPED_DP_SQL)
         .await
         .unwrap()
         .collect()
         .await
-        .unwrap();
-    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-    let notices = h.ctx.take_notices().join("\n");
+        .unwrap_err()
+        .to_string();
     assert!(
-        notices.contains("held by fewer than the threshold"),
-        "{notices}"
+        err.contains("'site1', 'site2', 'site3', 'site4' declare(s) fewer of the 2 groups")
+            && err.contains("declare the same dp_domain"),
+        "{err}"
     );
 
-    // The hostile coordinator: the same round, every check passing, and
-    // the group −1 (the first in the canonical order) unmasked.
-    let rounds = 60;
-    let noises = rare_group_noises(&h, rounds).await;
-    let zeros = noises.iter().filter(|&&z| z == 0).count();
+    // The hostile coordinator: the same round, run honestly, stops at the
+    // masking step.
+    for _ in 0..3 {
+        let round = open_session(&h, &[], session_at(5, 4).with_noise_shares(3)).await;
+        assert_eq!(round.groups.num_rows(), 2, "groups −1 and 0");
+        let err = honestly_with_colluders(&h, &round).await.unwrap_err();
+        assert!(
+            err.contains("outside this site's declared dp_domain"),
+            "{err}"
+        );
+    }
+    // What it was: a 1/3 share's privacy loss, and at d = 9.
     let q = (-1.0f64).exp();
-    // A full draw is 0 with chance 0.462, a 1/3 share with chance 0.748.
-    assert!((noise_pmf(1.0, q, 1)[0] - 0.462).abs() < 1e-3);
     assert!((noise_pmf(1.0 / 3.0, q, 1)[0] - 0.748).abs() < 1e-3);
-    assert!(
-        zeros * 8 > rounds * 5,
-        "{zeros} of {rounds} zero: {noises:?}"
-    );
-    assert!(
-        noises.iter().all(|z| z.abs() < 40),
-        "the victim's count plus its own share: {noises:?}"
-    );
-    // The privacy loss of the victim's rows in that group.
     assert!(privacy_loss(1.0 / 3.0, q) > 2.0);
     assert!(privacy_loss(1.0 / 9.0, q) > 3.1);
 }
 
-/// HOLDS (the control of the break above). The same five sites, every one
+/// HOLDS (the control of the test above). The same five sites, every one
 /// declaring g ∈ {−1, 0}: the group −1 total carries every site's 1/3
 /// share, 5/3 of a draw, zero in about one round of three (0.32; a 1/3 share
 /// alone: three of four).
@@ -334,19 +303,17 @@ async fn workers_with(
     (workers, h)
 }
 
-/// BREAK (the same as `break_a_group_only_the_victim_declares_…`, over
-/// `fedsql worker`s, exactly). Five peered workers under the strictest DP
-/// configuration; worker 4, the victim, declares `dp_domain.g = [-1, 0]`
-/// and holds 6 rows of g = −1, workers 0 to 3 declare `[0]`. The
-/// coordinator runs a session of workers 0 to 3 (t = 4 of 4, d = 3, which
-/// each accepts over 4 of its federation of 5) with the group −1 added
-/// to the group list: each honest worker aligns to it, masks, signs and
-/// reveals, and the group's unmasked total is **exactly 0** — not one of
-/// them adds noise to a group it does not declare. In the round with the
-/// victim the group −1 total is therefore the victim's count plus its own
-/// 1/3 share (unmasked below: within a few units of 6).
+/// HOLDS (was BREAK: the same as the group test above, over `fedsql
+/// worker`s). Five peered workers under the strictest DP configuration;
+/// worker 4, the victim, declares `dp_domain.g = [-1, 0]` and holds 6
+/// rows of g = −1, workers 0 to 3 declare `[0]`. Found: in a session of
+/// workers 0 to 3 with the group −1 added to the group list, each honest
+/// worker aligned to it, masked, signed and revealed, and the group's
+/// unmasked total was exactly 0: no noise on a group it does not
+/// declare. Now every one of them refuses that group list at the masking
+/// step, in the round with the victim as in the one without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn break_workers_add_no_noise_to_a_group_they_do_not_declare() {
+async fn holds_workers_refuse_a_group_list_beyond_their_declared_groups() {
     let dir = tempfile::TempDir::new().unwrap();
     let (_workers, h) = workers_with(
         dir.path(),
@@ -361,30 +328,29 @@ async fn break_workers_add_no_noise_to_a_group_they_do_not_declare() {
         GROUPED_DP_SQL,
     )
     .await;
-    // The whole round, the victim among the survivors: the group −1 is
-    // the victim's count and its own share.
-    let mut totals = Vec::new();
-    for _ in 0..5 {
-        let round = open_session(&h, &[], session_at(5, 4).with_noise_shares(3)).await;
-        assert_eq!(round.groups.num_rows(), 2, "groups −1 and 0");
-        totals.push(honestly_with_colluders(&h, &round).await.unwrap() as i64);
-    }
-    assert!(totals.iter().all(|t| (t - 6).abs() < 40), "{totals:?}");
+    // The whole round, the victim among the survivors.
+    let round = open_session(&h, &[], session_at(5, 4).with_noise_shares(3)).await;
+    assert_eq!(round.groups.num_rows(), 2, "groups −1 and 0");
+    let err = honestly_with_colluders(&h, &round).await.unwrap_err();
+    assert!(
+        err.contains("outside this site's declared dp_domain"),
+        "{err}"
+    );
     // The honest workers alone, the group −1 added by the coordinator.
     let honest = crate::attack54j::asking_first(h, 4);
-    for _ in 0..3 {
-        let mut round = open_session(&honest, &[], session_at(4, 4).with_noise_shares(3)).await;
-        assert_eq!(round.groups.num_rows(), 1, "they announce the group 0 only");
-        let rare = RecordBatch::try_new(
-            round.groups.schema(),
-            vec![Arc::new(Int64Array::from(vec![-1i64]))],
-        )
-        .unwrap();
-        round.groups =
-            fedsql::protocol::secure::union_groups(&[round.groups.clone(), rare]).unwrap();
-        let total = honestly_with_colluders(&honest, &round).await.unwrap();
-        assert_eq!(total, 0, "four honest workers' noise on the group −1: none");
-    }
+    let mut round = open_session(&honest, &[], session_at(4, 4).with_noise_shares(3)).await;
+    assert_eq!(round.groups.num_rows(), 1, "they announce the group 0 only");
+    let rare = RecordBatch::try_new(
+        round.groups.schema(),
+        vec![Arc::new(Int64Array::from(vec![-1i64]))],
+    )
+    .unwrap();
+    round.groups = fedsql::protocol::secure::union_groups(&[round.groups.clone(), rare]).unwrap();
+    let err = honestly_with_colluders(&honest, &round).await.unwrap_err();
+    assert!(
+        err.contains("outside this site's declared dp_domain"),
+        "{err}"
+    );
 }
 
 const DP_SQL: &str = "SELECT secure_dp_count(*, 1.0) AS n FROM t";
@@ -510,97 +476,72 @@ fn spearman(xs: &[f64], ys: &[f64]) -> f64 {
     cov / var
 }
 
-/// BREAK (severity: medium — a side channel, but one that reads the
-/// noise itself, not the data: worse than the limits page's "timing is
-/// not noised … how long it took"). A site draws its share of a
-/// `secure_dp_*` call's noise inside the setup request, with a Pólya urn
-/// that runs once per unit of the geometric it splits
-/// (`sampler::polya`: "the cost is O(G)"): the setup's duration grows
-/// with G_a + G_b, and the share a − b is bounded by it. The coordinator
-/// awaits every site's setup answer and can time each one, so it learns,
-/// per honest site, how large its noise is before it unmasks their sum.
+/// A generator that counts the words it hands out: the work of a sampler,
+/// without the noise of a clock.
+struct Counting(rand_chacha::ChaCha20Rng, u64);
+
+impl rand::RngCore for Counting {
+    fn next_u32(&mut self) -> u32 {
+        self.1 += 1;
+        self.0.next_u32()
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.1 += 1;
+        self.0.next_u64()
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        self.1 += 1;
+        self.0.fill_bytes(dest)
+    }
+}
+
+impl rand::CryptoRng for Counting {}
+
+/// HOLDS (was BREAK, severity medium — a side channel that read the noise
+/// itself). A site draws its share of a `secure_dp_*` call's noise inside
+/// the setup request. Found: the Pólya urn that splits the geometric G
+/// into NB(1/d) ran once per unit of G, so the setup's duration grew with
+/// G_a + G_b, which bounds the share a − b; timing the honest setups, the
+/// coordinator knew which rounds carried little noise (the sampler alone
+/// at scale 2^16, d = 3: mean |share| 8.5k in the fastest quarter against
+/// 54k in the slowest, rank correlation 0.4; end to end 24k against 65k).
+/// (Jin et al., "Are we there yet? Timing and floating-point attacks on
+/// differential privacy systems", IEEE S&P 2022, for the class.)
 ///
-/// Measured here with the sampler the sites run
-/// (`laplace_share`, scale 2^16, d = 3, 300 draws), and end to end: four
-/// peered sites (c = 1), the least round of the victim, one more honest
-/// site and a colluder at t = 3, d = 2 (each site adds NB(1/2)), a
-/// `secure_dp_sum(x, 0, 65536, 1.0)` (scale 65,536): over 40 rounds the
-/// coordinator sorts the rounds by the time it waited for the two honest
-/// setups, and those of the fastest quarter carry much less noise than
-/// those of the slowest (a run: mean |noise| 24k against 65k; the
-/// sampler alone, 8.5k against 54k, rank correlation 0.4) — the
-/// coordinator knows which rounds to trust: a posterior far narrower
-/// than ε-DP allows (when all the geometrics are small, which happens
-/// with positive probability, the noise is bounded below the
-/// sensitivity: no ε bounds it).
-///
-/// Root cause: the exact sampler's running time depends on its output
-/// (Canonne, Kamath and Steinke's geometric is O(1) expected, but the
-/// urn that splits it into NB(1/d) is O(G)), and it runs on the path of
-/// the request whose latency the coordinator measures (Jin et al., "Are
-/// we there yet? Timing and floating-point attacks on differential
-/// privacy systems", IEEE S&P 2022, for the same class of channel).
-/// Fix: take the sampling off the request path — draw the shares for a
-/// session's (scale, d) ahead of time, or in a background task whose
-/// result the masking step (not the setup) picks up after a fixed delay;
-/// or pad each setup to a fixed time beyond the sampler's far tail; or
-/// split NB(1) into NB(1/d) with a sampler whose number of uniform draws
-/// does not depend on its output; and state the channel on the limits
-/// page.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn break_the_time_a_site_takes_to_draw_its_noise_share_tells_the_shares_size() {
-    use fedsql_udfs::dp::sampler::{Scale, laplace_share};
+/// Now the urn runs `urn_steps(scale)` steps whatever G (exceeded with
+/// probability exp(−23)), and the geometric's high part draws at least
+/// 48 Bernoulli(exp(−1)): the words a share draws — the work whose time
+/// the coordinator sees — no longer follow its size. Counted, not timed
+/// (a clock in a shared test machine is noisier than the channel).
+#[test]
+fn holds_the_work_of_a_noise_share_does_not_tell_its_size() {
+    use fedsql_udfs::dp::sampler::{Scale, laplace_share, urn_steps};
     use rand::SeedableRng;
-    // The sampler alone.
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
     let scale = Scale {
-        num: 1 << 16,
+        num: 1 << 12,
         den: 1,
     };
-    let mut draws: Vec<(f64, f64)> = Vec::new();
-    for _ in 0..300 {
-        let started = std::time::Instant::now();
+    let mut rng = Counting(rand_chacha::ChaCha20Rng::seed_from_u64(7), 0);
+    let mut words = Vec::new();
+    let mut sizes = Vec::new();
+    for _ in 0..200 {
+        let before = rng.1;
         let share = laplace_share(&mut rng, scale, 3);
-        draws.push((started.elapsed().as_secs_f64(), share.unsigned_abs() as f64));
+        words.push((rng.1 - before) as f64);
+        sizes.push(share.unsigned_abs() as f64);
     }
-    let (times, sizes): (Vec<f64>, Vec<f64>) = draws.iter().copied().unzip();
-    let rho = spearman(&times, &sizes);
-    assert!(rho > 0.25, "rank correlation of time and |share|: {rho}");
-    draws.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mean = |xs: &[(f64, f64)]| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64;
-    let (fast, slow) = (mean(&draws[..75]), mean(&draws[225..]));
-    assert!(
-        slow > 2.0 * fast,
-        "mean |share| of the fastest quarter {fast}, of the slowest {slow}"
+    let (least, most) = (
+        words.iter().copied().fold(f64::INFINITY, f64::min),
+        words.iter().copied().fold(0.0, f64::max),
     );
-
-    // End to end: the least round of the victim (0), site 1 and the
-    // colluder 2, in a federation of four.
-    let sql = "SELECT secure_dp_sum(x, 0, 65536, 1.0) AS s FROM t";
-    let h = Hostile::build(
-        4,
-        sql,
-        Some(&DpPolicy::default()),
-        Some(DisclosurePolicy::default()),
-    )
-    .await;
-    let h = crate::attack54j::asking_first(h, 3);
-    let truth = crate::attack54f::site_sum(0) + crate::attack54f::site_sum(1);
-    let mut rounds: Vec<(f64, f64)> = Vec::new();
-    for _ in 0..40 {
-        let started = std::time::Instant::now();
-        let round = open_session(&h, &[2], session_at(3, 3).with_noise_shares(2)).await;
-        let waited = started.elapsed().as_secs_f64();
-        let total = honestly_with_colluders(&h, &round).await.unwrap();
-        let noise = total.wrapping_sub(truth) as i64;
-        rounds.push((waited, noise.unsigned_abs() as f64));
-    }
-    // The coordinator sorts its rounds by how long the honest setups
-    // took: the fastest quarter carries far less noise than the slowest.
-    rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (fast, slow) = (mean(&rounds[..10]), mean(&rounds[30..]));
+    // Two urns of fixed length each; the geometrics' few draws vary.
+    assert!(least >= 2.0 * urn_steps(scale) as f64, "{least}");
+    assert!(most - least < 1000.0, "{least} to {most} words");
+    // Shares small and large alike, and no rank correlation to speak of.
+    assert!(sizes.iter().any(|&s| s < 300.0) && sizes.iter().any(|&s| s > 8000.0));
+    let rho = spearman(&words, &sizes);
     assert!(
-        slow > 1.2 * fast,
-        "mean |noise| of the fastest quarter {fast}, of the slowest {slow}: {rounds:?}"
+        rho.abs() < 0.25,
+        "rank correlation of words and |share|: {rho}"
     );
 }

@@ -189,6 +189,43 @@ async fn timed_runs(
     Ok(figures)
 }
 
+const DP_SUM: &str = "SELECT secure_dp_sum(x, 0, 100, 1.0) FROM t";
+const DP_AVG: &str = "SELECT secure_dp_avg(x, 0, 100, 1.0) FROM t";
+
+/// DP under the masks over up to 100 in-process clients, beside
+/// `secure_sum`: each client draws its noise share at setup, with Pólya
+/// urns of a fixed length (about 23 times the noise scale, so that its
+/// time does not tell the share): scale 100 for the integer sum, 2^16
+/// grid units for each of the average's two words.
+async fn dp_under_masks(args: &Args, counts: &[usize]) -> BenchResult<()> {
+    let counts: Vec<usize> = counts.iter().copied().filter(|&n| n <= 100).collect();
+    if counts.is_empty() {
+        return Ok(());
+    }
+    println!();
+    println!(
+        "DP under the masks over the same in-process clients (no budget set); median and minimum of {} runs (ms).",
+        args.runs
+    );
+    println!();
+    println!(
+        "| clients | `secure_sum` median (min) | `secure_dp_sum(x, 0, 100, 1.0)` median (min) | `secure_dp_avg(x, 0, 100, 1.0)` median (min) |"
+    );
+    println!("|---:|---:|---:|---:|");
+    for n in counts {
+        let all = federation(n, false)?;
+        let figures =
+            timed_runs(args.runs, &[(&all, SECURE), (&all, DP_SUM), (&all, DP_AVG)]).await?;
+        println!(
+            "| {n} | {} | {} | {} |",
+            cell(&figures[0]),
+            cell(&figures[1]),
+            cell(&figures[2])
+        );
+    }
+    Ok(())
+}
+
 /// A median and minimum in milliseconds: `12.3 (11.9)`.
 fn cell(f: &[Duration]) -> String {
     format!("{:.1} ({:.1})", median(f) * 1000.0, minimum(f) * 1000.0)
@@ -250,6 +287,7 @@ pub(crate) async fn run(args: &Args, counts: &[usize]) -> BenchResult<()> {
             );
         }
     }
+    dp_under_masks(args, counts).await?;
     let loopback_counts: Vec<usize> = counts
         .iter()
         .copied()

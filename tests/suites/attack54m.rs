@@ -142,12 +142,12 @@ async fn holds_an_honest_peer_without_peers_adds_the_sessions_share_a_full_draw_
             assert_eq!(refused.len(), 1, "d = {d}: {refused:?}");
             assert_eq!(refused[0].0, 0, "d = {d}: {refused:?}");
         }
-        assert!(
-            refused[0]
-                .1
-                .contains(&format!("cuts each site's DP noise into {d} shares")),
-            "{refused:?}"
-        );
+        let words = if d == 0 {
+            "without a DP share count".to_string()
+        } else {
+            format!("cuts each site's DP noise into {d} shares")
+        };
+        assert!(refused[0].1.contains(&words), "{refused:?}");
     }
     assert!(refusing(&h, 3).await.is_empty());
     let rounds = 400;

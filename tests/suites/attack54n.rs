@@ -441,7 +441,7 @@ async fn holds_workers_refuse_a_session_without_a_share_count_or_threshold() {
             .setup(c, &session_at(5, 4).with_noise_shares(0))
             .await
             .unwrap_err();
-        assert!(err.contains("into 0 shares"), "{err}");
+        assert!(err.contains("without a DP share count"), "{err}");
         let err = h
             .setup(c, &session_at(5, 0).with_noise_shares(1))
             .await

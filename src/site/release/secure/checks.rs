@@ -26,7 +26,17 @@ pub(super) fn check_noise_shares(session: &SecureSession, floor: SiteFloor) -> R
         session.noise_shares,
     );
     let own = floor.noise_shares(t, n);
-    if d == 0 || d > own {
+    if d == 0 {
+        return Err(FedError::refused(
+            format!(
+                "a secure session without a DP share count (this site cuts its noise into at most {own} shares)"
+            ),
+            Some(
+                "upgrade the coordinator to this worker's version: it sends the share count with the threshold",
+            ),
+        ));
+    }
+    if d > own {
         let why = if floor.federation == 0 {
             format!("its threshold {t}")
         } else {

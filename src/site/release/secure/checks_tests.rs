@@ -258,7 +258,11 @@ fn a_session_that_cuts_the_dp_noise_finer_than_the_sites_count_is_refused() {
     for d in 1..=5 {
         assert!(check_session(&session(9, 5, d), none).is_ok(), "d {d}");
     }
-    for d in [0, 6, 9] {
+    let err = check_session(&session(9, 5, 0), none)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("without a DP share count"), "{err}");
+    for d in [6, 9] {
         let err = check_session(&session(9, 5, d), none)
             .unwrap_err()
             .to_string();

@@ -50,7 +50,7 @@ pub(super) fn check_noise_shares(session: &SecureSession, floor: SiteFloor) -> R
                 "a secure session that cuts each site's DP noise into {d} shares: this site cuts it into at most {own} ({why}), so that the honest survivors' shares make at least one full draw"
             ),
             Some(
-                "the coordinator sets the share count to the least its sites accept; a coordinator that asks for more is not one to answer",
+                "a coordinator uses the least count its sites announce; this session asked this site for more (a coordinator that does not know this site's peers, or a hostile one)",
             ),
         ));
     }

@@ -204,6 +204,7 @@ impl Params {
             );
         }
         params.integer = kind == Kind::Sum && whole;
+        params.check_grid()?;
         if kind == Kind::Histogram {
             let bins = match &literals[2] {
                 ScalarValue::Int64(Some(b)) => *b,
@@ -212,6 +213,38 @@ impl Params {
             params.bins = Some(Bins::new(lower, upper, bins)?);
         }
         Ok((params, epsilon))
+    }
+
+    /// Refuses bounds whose grid a float cannot hold: a midpoint or half
+    /// range that overflows, or a grid step (at the plain or the masked
+    /// levels) that is not a normal number — a subnormal or zero step
+    /// makes a row weigh more than the noise's sensitivity, or ±∞ (the
+    /// fifteenth outside attack read a count's parity from it).
+    fn check_grid(&self) -> Result<()> {
+        let name = self.kind.name();
+        let (lower, upper) = (self.lower, self.upper);
+        if matches!(self.kind, Kind::Count | Kind::Histogram) || self.integer {
+            return Ok(());
+        }
+        if !self.mid().is_finite() || !self.half_range().is_finite() {
+            return plan_err!(
+                "{name}: bounds [{lower}, {upper}] are too far apart for a float midpoint; give narrower bounds"
+            );
+        }
+        for levels in [LEVELS, MASKED_LEVELS] {
+            let (s1, s2) = Self {
+                levels,
+                ..self.clone()
+            }
+            .steps();
+            let fine = s1.is_normal() && (self.kind != Kind::Var || s2.is_normal());
+            if !fine {
+                return plan_err!(
+                    "{name}: bounds [{lower}, {upper}] are too narrow or too wide for the grid of {levels} levels its noise is sized for (a step of {s1:e}); give bounds of a larger magnitude, or scale x"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The same parameters on the grid of the masked variant.
@@ -504,14 +537,18 @@ impl Accumulator for DpAccumulator {
                 let xs = cast_to::<Float64Type>(x.as_ref(), &DataType::Float64)?;
                 for v in xs.iter().flatten().filter(|v| !v.is_nan()) {
                     let v = v.clamp(p.lower, p.upper);
+                    // No row weighs more than the noise's sensitivity
+                    // (`levels`), whatever the float rounding of the
+                    // midpoint or the step.
+                    let most = p.levels as i64;
                     match kind {
-                        Kind::Sum => s[0] = s[0].wrapping_add(grid(v, s1)),
+                        Kind::Sum => s[0] = s[0].wrapping_add(grid(v, s1).clamp(-most, most)),
                         Kind::Avg | Kind::Var => {
                             let c = v - p.mid();
                             s[0] += 1;
-                            s[1] = s[1].wrapping_add(grid(c, s1));
+                            s[1] = s[1].wrapping_add(grid(c, s1).clamp(-most, most));
                             if kind == Kind::Var {
-                                s[2] = s[2].wrapping_add(grid(c * c, s2));
+                                s[2] = s[2].wrapping_add(grid(c * c, s2).clamp(0, most));
                             }
                         }
                         Kind::Histogram => {

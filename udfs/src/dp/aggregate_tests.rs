@@ -191,3 +191,35 @@ fn bad_constants_are_refused_before_running() {
     let noise = p.noise(0.3).unwrap();
     assert!((noise[0].epsilon - 0.15).abs() < 1e-12);
 }
+
+#[test]
+fn bounds_a_float_grid_cannot_hold_are_refused_and_no_row_outweighs_the_sensitivity() {
+    use super::*;
+    let lit = |v: f64| ScalarValue::Float64(Some(v));
+    // A subnormal range: its step rounds to zero (a row would weigh ±∞)
+    // or to a subnormal unit (a row would weigh more than `levels`).
+    for upper in [1e-319, f64::from_bits(98_000)] {
+        for kind in [Kind::Sum, Kind::Avg, Kind::Var] {
+            let err = Params::from_literals(kind, &[lit(0.0), lit(upper)]).unwrap_err();
+            assert!(err.to_string().contains("too narrow or too wide"), "{err}");
+        }
+    }
+    // A midpoint that overflows.
+    let err = Params::from_literals(Kind::Avg, &[lit(1e308), lit(1.5e308)]).unwrap_err();
+    assert!(err.to_string().contains("too far apart"), "{err}");
+    let err = Params::from_literals(Kind::Var, &[lit(-1.5e308), lit(1.5e308)]).unwrap_err();
+    assert!(err.to_string().contains("too far apart"), "{err}");
+    // A squared half range that overflows or underflows (dp_var's second
+    // step); the same bounds are fine for a sum or a mean.
+    assert!(Params::from_literals(Kind::Var, &[lit(0.0), lit(1e200)]).is_err());
+    assert!(Params::from_literals(Kind::Var, &[lit(0.0), lit(1e-300)]).is_err());
+    assert!(Params::from_literals(Kind::Avg, &[lit(0.0), lit(1e-300)]).is_ok());
+    // A midpoint that rounds (2^53 + 1 is not a float): the value at the
+    // upper bound is 2h from it, but it weighs `levels` at the most.
+    let big = 9_007_199_254_740_992.0;
+    let state = state_of(Kind::Avg, &[lit(big), lit(big + 2.0)], &[Some(big + 2.0)]);
+    assert_eq!(state, vec![1, LEVELS as i64]);
+    // Ordinary bounds still pass.
+    assert!(Params::from_literals(Kind::Avg, &[lit(80.0), lit(200.0)]).is_ok());
+    assert!(Params::from_literals(Kind::Sum, &[lit(0.0), lit(1e-9)]).is_ok());
+}

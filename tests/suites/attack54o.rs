@@ -19,6 +19,12 @@
 //!    sensitivity the noise is calibrated for; the honest coordinator
 //!    shows the analyst the total exactly (value / 2^-1074): a privacy
 //!    loss of 1.5 ε for ε debited (found, high).
+//!    The same in `dp_avg`/`secure_dp_avg` with normal bounds: the
+//!    midpoint (lower + upper) / 2 overflows to +inf for [1e308, 1.5e308]
+//!    (each centered value is −inf, i64::MIN on the grid: the parity
+//!    again), and rounds to the lower bound for [2^53, 2^53 + 2], where a
+//!    value at the upper bound is centered to twice the half range (a
+//!    row weighs 2 × levels: 1.5 ε for the ε debited; found, medium).
 //! 3. **The work of the geometric's high part.** The urn's length is
 //!    fixed, and the geometric draws at least 48 Bernoulli(exp(−1)); but
 //!    each such draw's work (`bernoulli_exp(1, 1)`: K uniform draws, the
@@ -243,8 +249,8 @@ async fn break_a_subnormal_bound_inflates_a_rows_weight_past_the_noises_sensitiv
         totals.push((s / unit).round() as i64);
     }
     // The same seeded noise: the difference is the one row's weight.
+    // 98,000 / 65,536 = 1.495: the privacy loss of the call, in ε.
     assert_eq!(totals[0] - totals[1], 98_000, "{totals:?}");
-    assert!(98_000.0 / 65_536.0 > 1.49);
 }
 
 /// A generator that counts the words it hands out (the work of a
@@ -512,4 +518,44 @@ async fn break_a_rounded_midpoint_doubles_a_rows_weight_in_dp_avg() {
         sums.push(batch.column(1).as_primitive::<Int64Type>().value(0));
     }
     assert_eq!(sums[0] - sums[1], 1 << 21, "{sums:?}");
+}
+
+/// BREAK (severity critical — the DP promise of `dp_avg` (and of
+/// `secure_dp_avg`), with bounds that are normal floats).
+///
+/// Leak: the parity of each site's number of rows, from its noised
+/// `dp_avg` state (the coordinator sees it), in one query.
+///
+/// The bounds [1e308, 1.5e308] are finite, ordered and normal, and so is
+/// the half range (2.5e307) and its grid step; but the midpoint
+/// (lower + upper) / 2 overflows to +inf, every centered value is −inf,
+/// and its grid value `(−inf) as i64` is i64::MIN: the centered sum is
+/// K · 2^63 mod 2^64 plus noise, i64::MIN for odd K, about 0 for even K.
+///
+/// Root cause: as the tests above — no check that a grid value stays
+/// within ±levels (here the midpoint is not even finite). Fix: compute
+/// the midpoint as lower / 2 + upper / 2 (and refuse a non-finite one),
+/// and clamp every grid value to the sensitivity the noise assumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_an_overflowing_midpoint_gives_each_sites_count_parity_through_dp_avg() {
+    let (lower, upper) = (1e308f64, 1.5e308f64);
+    assert!(((lower + upper) / 2.0).is_infinite() && ((upper - lower) / 2.0).is_normal());
+    let sql = "SELECT dp_avg(CAST(x AS DOUBLE), 1e308, 1.5e308, 1.0) AS m FROM t";
+    let dp = DpPolicy {
+        budget: Some(1000.0),
+        require_dp: true,
+        ..DpPolicy::default()
+    };
+    let h = Hostile::build(5, sql, Some(&dp), Some(DisclosurePolicy::default())).await;
+    for c in 0..5 {
+        let k = site_rows(c).num_rows();
+        for _ in 0..3 {
+            let state = h.sites[c]
+                .encode(&SiteRequest::new(&h.encoders[c], &h.analyst))
+                .await
+                .unwrap();
+            let v = state.batch().column(1).as_primitive::<Int64Type>().value(0);
+            assert_eq!(v < i64::MIN / 2, k % 2 == 1, "site {c}: {k} rows, sum {v}");
+        }
+    }
 }

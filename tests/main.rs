@@ -38,6 +38,8 @@ mod attack54l;
 mod attack54m;
 #[path = "suites/attack54n.rs"]
 mod attack54n;
+#[path = "suites/attack54o.rs"]
+mod attack54o;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -655,6 +655,18 @@ pub(crate) async fn hostile_over_n_workers(
     dp: Option<DpPolicy>,
     sql: &str,
 ) -> (crate::remote::Workers, Hostile) {
+    hostile_over_workers_each(dir, n, &rows, &|_| dp.clone(), sql).await
+}
+
+/// As [`hostile_over_n_workers`], worker `c` under the DP settings
+/// `dp(c)` (if any).
+pub(crate) async fn hostile_over_workers_each(
+    dir: &std::path::Path,
+    n: usize,
+    rows: &dyn Fn(usize) -> RecordBatch,
+    dp: &dyn Fn(usize) -> Option<DpPolicy>,
+    sql: &str,
+) -> (crate::remote::Workers, Hostile) {
     use datafusion::arrow::datatypes::Int64Type;
     use fedsql::site::worker::WorkerConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -680,8 +692,8 @@ pub(crate) async fn hostile_over_n_workers(
     let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
         let i = next.fetch_add(1, Ordering::SeqCst);
         c.policy = Some(DisclosurePolicy::default());
-        if let Some(dp) = &dp {
-            c.dp = dp.clone();
+        if let Some(dp) = dp(i) {
+            c.dp = dp;
         }
         c.identity = Some(Arc::clone(&identities[i]));
         c.peers = listed.clone();

@@ -240,67 +240,15 @@ async fn holds_control_a_group_every_site_declares_carries_every_sites_share() {
 
 /// Five `fedsql worker`s (in this process), worker `c` serving `rows(c)`
 /// as `t` under the default disclosure policy and the DP settings
-/// `dp(c)`, each with an identity key and every identity listed as a
-/// peer; the hostile coordinator drives their Flight clients. (As
-/// `attack54f::hostile_over_n_workers`, which gives every worker the same
-/// DP settings.)
+/// `dp(c)`, every identity listed as a peer by every worker
+/// (`attack54f::hostile_over_workers_each`).
 async fn workers_with(
     dir: &std::path::Path,
     rows: &dyn Fn(usize) -> RecordBatch,
     dp: &dyn Fn(usize) -> DpPolicy,
     sql: &str,
 ) -> (crate::remote::Workers, Hostile) {
-    use datafusion::arrow::array::AsArray;
-    use datafusion::arrow::datatypes::Int64Type;
-    use fedsql::site::worker::WorkerConfig;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let n = 5;
-    let files: Vec<std::path::PathBuf> = (0..n)
-        .map(|c| {
-            let path = dir.join(format!("site{c}.csv"));
-            let rows = rows(c);
-            let g = rows.column(0).as_primitive::<Int64Type>();
-            let x = rows.column(1).as_primitive::<Int64Type>();
-            let mut text = "g,x\n".to_string();
-            for i in 0..rows.num_rows() {
-                text.push_str(&format!("{},{}\n", g.value(i), x.value(i)));
-            }
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect();
-    let identities: Vec<Arc<SiteIdentity>> = (0..n)
-        .map(|_| Arc::new(SiteIdentity::generate().unwrap().0))
-        .collect();
-    let listed: Vec<[u8; 32]> = identities.iter().map(|i| i.public_key()).collect();
-    let next = AtomicUsize::new(0);
-    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        c.policy = Some(DisclosurePolicy::default());
-        c.dp = dp(i);
-        c.identity = Some(Arc::clone(&identities[i]));
-        c.peers = listed.clone();
-        c
-    })
-    .await;
-    let ctx = fedsql::FedContext::new();
-    crate::remote::run(&ctx, &workers.create("t"))
-        .await
-        .unwrap();
-    let provider = ctx.session().table_provider("t").await.unwrap();
-    let sites: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
-        .unwrap()
-        .clients()
-        .to_vec();
-    let encoder = crate::attack54f::encoder_of(&ctx, sql).await;
-    let h = Hostile {
-        ctx,
-        sites,
-        encoders: vec![encoder; n],
-        analyst: Analyst::session(),
-        identities,
-    };
-    (workers, h)
+    crate::attack54f::hostile_over_workers_each(dir, 5, rows, &|c| Some(dp(c)), sql).await
 }
 
 /// HOLDS (was BREAK: the same as the group test above, over `fedsql
@@ -478,7 +426,7 @@ fn spearman(xs: &[f64], ys: &[f64]) -> f64 {
 
 /// A generator that counts the words it hands out: the work of a sampler,
 /// without the noise of a clock.
-struct Counting(rand_chacha::ChaCha20Rng, u64);
+pub(crate) struct Counting(pub(crate) rand_chacha::ChaCha20Rng, pub(crate) u64);
 
 impl rand::RngCore for Counting {
     fn next_u32(&mut self) -> u32 {

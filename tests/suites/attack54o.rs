@@ -61,6 +61,7 @@ use fedsql::site::release::policy::DisclosurePolicy;
 use crate::attack54f::{Hostile, schema, site_rows};
 use crate::attack54i::open_session;
 use crate::attack54k::{honestly_with_colluders, session_at};
+use crate::attack54n::Counting;
 
 /// A finite budget, `require_dp` and `require_secure`: the strictest DP
 /// configuration, under which DP state is exempt from the thresholds.
@@ -134,6 +135,20 @@ async fn refused_with(h: &Hostile, sql: &str, words: &str) {
     }
 }
 
+/// A finite budget and `require_dp`: plain DP answers only.
+fn plain_dp() -> DpPolicy {
+    DpPolicy {
+        budget: Some(1000.0),
+        require_dp: true,
+        ..DpPolicy::default()
+    }
+}
+
+/// Five sites under [`plain_dp`], the coordinator's encoder `sql`'s.
+async fn plain_dp_sites(sql: &str) -> Hostile {
+    Hostile::build(5, sql, Some(&plain_dp()), Some(DisclosurePolicy::default())).await
+}
+
 const ZERO_STEP_SQL: &str = "SELECT secure_dp_sum(x, 0.0, 1e-319, 1.0) AS s FROM t";
 
 /// HOLDS (was BREAK, severity critical — the DP promise of
@@ -169,18 +184,7 @@ async fn holds_a_subnormal_bound_is_refused_before_any_row_is_put_on_the_grid() 
 /// noised state. Now refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_a_subnormal_bound_of_a_plain_dp_sum_is_refused() {
-    let dp = DpPolicy {
-        budget: Some(1000.0),
-        require_dp: true,
-        ..DpPolicy::default()
-    };
-    let h = Hostile::build(
-        5,
-        "SELECT dp_sum(x, 0.0, 1.0, 1.0) AS s FROM t",
-        Some(&dp),
-        Some(DisclosurePolicy::default()),
-    )
-    .await;
+    let h = plain_dp_sites("SELECT dp_sum(x, 0.0, 1.0, 1.0) AS s FROM t").await;
     refused_with(
         &h,
         "SELECT dp_sum(x, 0.0, 1e-319, 1.0) AS s FROM t",
@@ -211,27 +215,6 @@ async fn holds_a_subnormal_grid_step_is_refused() {
     .await;
     refused_with(&h, &sql, "too narrow or too wide").await;
 }
-
-/// A generator that counts the words it hands out (the work of a
-/// sampler, without a clock's noise).
-struct Counting(rand_chacha::ChaCha20Rng, u64);
-
-impl rand::RngCore for Counting {
-    fn next_u32(&mut self) -> u32 {
-        self.1 += 1;
-        self.0.next_u32()
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.1 += 1;
-        self.0.next_u64()
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.1 += 1;
-        self.0.fill_bytes(dest)
-    }
-}
-
-impl rand::CryptoRng for Counting {}
 
 /// HOLDS (was BREAK, severity low — "the time a site takes does not tell
 /// its noise"). Found: each `bernoulli_exp(1, 1)` of the geometric's
@@ -417,18 +400,13 @@ async fn holds_a_rounded_midpoint_leaves_a_row_its_sensitivity_in_dp_avg() {
     assert_eq!((upper - lower) / 2.0, 1.0);
     let sql =
         format!("SELECT dp_avg(CAST(x AS DOUBLE) + 1e16, {lower:.1}, {upper:.1}, 1.0) AS m FROM t");
-    let dp = DpPolicy {
-        budget: Some(1000.0),
-        require_dp: true,
-        ..DpPolicy::default()
-    };
     let mut sums = Vec::new();
     for drop in [0, 1] {
         let h = Hostile::build_with_rows(
             5,
             &sql,
             rows_less(drop),
-            Some(&dp),
+            Some(&plain_dp()),
             Some(DisclosurePolicy::default()),
         )
         .await;
@@ -452,18 +430,7 @@ async fn holds_a_rounded_midpoint_leaves_a_row_its_sensitivity_in_dp_avg() {
 async fn holds_an_overflowing_midpoint_is_refused() {
     let (lower, upper) = (1e308f64, 1.5e308f64);
     assert!(((lower + upper) / 2.0).is_infinite() && ((upper - lower) / 2.0).is_normal());
-    let dp = DpPolicy {
-        budget: Some(1000.0),
-        require_dp: true,
-        ..DpPolicy::default()
-    };
-    let h = Hostile::build(
-        5,
-        "SELECT dp_avg(CAST(x AS DOUBLE), 0.0, 1.0, 1.0) AS m FROM t",
-        Some(&dp),
-        Some(DisclosurePolicy::default()),
-    )
-    .await;
+    let h = plain_dp_sites("SELECT dp_avg(CAST(x AS DOUBLE), 0.0, 1.0, 1.0) AS m FROM t").await;
     refused_with(
         &h,
         "SELECT dp_avg(CAST(x AS DOUBLE), 1e308, 1.5e308, 1.0) AS m FROM t",

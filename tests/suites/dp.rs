@@ -103,7 +103,7 @@ fn int(batch: &RecordBatch, column: usize, row: usize) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_count_and_sum_are_unbiased_with_the_stated_variance_for_1_3_and_7_clients() {
-    const REPETITIONS: usize = 2000;
+    const REPETITIONS: usize = 4000;
     let visits = demo_column(7);
     let true_count = visits.len() as f64;
     // dp_sum(visits, 0, 10): the values clamped to [0, 10], computed here.

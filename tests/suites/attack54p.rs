@@ -648,3 +648,41 @@ fn holds_a_noise_share_draws_the_same_words_whatever_its_size() {
 fn _len(a: &dyn Array) -> usize {
     a.len()
 }
+
+/// HOLDS — row amplification through the shared side. A hostile analyst
+/// counts the rows of a 1,000-row `VALUES` that an `EXISTS` (or `NOT
+/// EXISTS`, or `IN`) over the federated rows keeps: one row of `t` with
+/// x > 100 would move the count by 1,000 (a semi or anti join whose kept
+/// rows are the shared side's). The encoder's validation
+/// (`exposure::locality`, which `Encoder::try_new` runs at the
+/// coordinator and at every worker) refuses every such join, so no site
+/// runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_semi_join_keeping_shared_rows_cannot_amplify_one_row() {
+    let values: Vec<String> = (1..=1000).map(|k| format!("({k})")).collect();
+    let values = values.join(",");
+    let mut big = base();
+    big.push(Row {
+        x: Some(1000.5),
+        ..row(5)
+    });
+    for filter in [
+        "EXISTS (SELECT 1 FROM t WHERE t.x > 100)",
+        "NOT EXISTS (SELECT 1 FROM t WHERE t.x > 100)",
+        "EXISTS (SELECT 1 FROM t WHERE t.x > v.k)",
+        "v.k IN (SELECT CAST(t.i AS BIGINT) FROM t)",
+    ] {
+        let sql =
+            format!("SELECT dp_count(*, 0.2) AS r FROM (VALUES {values}) AS v(k) WHERE {filter}");
+        let twins = Twins::build(&sql, &[base(), big.clone()], &dp_only()).await;
+        let err = twins
+            .encoder
+            .as_ref()
+            .err()
+            .unwrap_or_else(|| panic!("{filter}: planned"));
+        assert!(
+            err.contains("keeps unmatched rows of the shared side"),
+            "{err}"
+        );
+    }
+}

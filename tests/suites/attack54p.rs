@@ -686,3 +686,165 @@ async fn holds_a_semi_join_keeping_shared_rows_cannot_amplify_one_row() {
         );
     }
 }
+
+/// The values of every state row, the group key's text first.
+fn grouped_words(batch: &RecordBatch) -> Vec<(String, Vec<i64>)> {
+    (0..batch.num_rows())
+        .map(|r| {
+            let key = ScalarValue::try_from_array(batch.column(0), r)
+                .unwrap()
+                .to_string();
+            let values = batch
+                .columns()
+                .iter()
+                .skip(1)
+                .flat_map(|c| match c.data_type() {
+                    DataType::Int64 => vec![c.as_primitive::<Int64Type>().value(r)],
+                    DataType::List(_) => c
+                        .as_list::<i32>()
+                        .value(r)
+                        .as_primitive::<Int64Type>()
+                        .values()
+                        .to_vec(),
+                    other => panic!("a DP state column of type {other}"),
+                })
+                .collect();
+            (key, values)
+        })
+        .collect()
+}
+
+/// HOLDS — parallel composition: "one row is in one group", so a grouped
+/// DP query costs the ε of one group. With the group column declared
+/// (`1` to `9`), a hostile row of a declared key the site already holds,
+/// an undeclared key, a NULL key or the least INT moves the released
+/// state of all groups together by at most Δ: the count of one group by
+/// 1 (and its sum by at most 10), nothing else. (A row of a declared key
+/// the site did not hold moves the state's *row order*:
+/// `break_the_row_order_of_a_grouped_dp_state_tells_which_keys_a_site_holds`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_row_moves_one_group_of_a_grouped_dp_query() {
+    let mut dp = dp_only();
+    dp.domains.insert(
+        "i".into(),
+        ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+    );
+    let hostile = [Some(4), Some(10), None, Some(i32::MIN), Some(9)];
+    let mut datasets = vec![base()];
+    for i in hostile {
+        let mut rows = base();
+        rows.push(Row { i, ..row(5) });
+        datasets.push(rows);
+    }
+    for (sql, delta) in [
+        ("SELECT i, dp_count(*, 0.5) AS n FROM t GROUP BY i", 1u64),
+        ("SELECT i, dp_sum(u, 0, 10, 0.5) AS s FROM t GROUP BY i", 10),
+        (
+            "SELECT i, dp_histogram(x, 0, 10, 4, 0.5) AS h FROM t GROUP BY i",
+            1,
+        ),
+    ] {
+        let twins = Twins::build(sql, &datasets, &dp).await;
+        let encoder = twins
+            .encoder
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let reference = grouped_words(&twins.state(0, encoder).await.unwrap());
+        assert_eq!(
+            reference.len(),
+            9,
+            "{sql}: every declared key: {reference:?}"
+        );
+        for (c, i) in hostile.iter().enumerate() {
+            let neighbour = grouped_words(&twins.state(c + 1, encoder).await.unwrap());
+            assert_eq!(
+                reference.iter().map(|r| &r.0).collect::<Vec<_>>(),
+                neighbour.iter().map(|r| &r.0).collect::<Vec<_>>(),
+                "{sql}: the same keys in the same order"
+            );
+            let moved: u64 = reference
+                .iter()
+                .zip(&neighbour)
+                .flat_map(|(a, b)| a.1.iter().zip(&b.1))
+                .map(|(a, b)| (*a as i128 - *b as i128).unsigned_abs() as u64)
+                .sum();
+            assert!(
+                moved <= delta,
+                "{sql}, row i = {i:?}: moved {moved} over all groups"
+            );
+        }
+    }
+}
+
+/// BREAK, severity high — "each site's released DP state is ε-DP for its
+/// rows … whatever the coordinator does", and the docs' "Every site then
+/// releases a noisy state for every declared key, whether it holds that
+/// key or not … which groups exist is itself a disclosure".
+///
+/// Leak: a site's released state of a grouped DP query lists the declared
+/// keys it holds first (in the domain's order), then the keys it does not
+/// hold. The row order is not noised, so whoever receives the state (the
+/// coordinator, i.e. the analyst's own process) reads from it which
+/// declared groups the site has at least one row of — e.g. whether any
+/// patient of this site has the one rare diagnosis of a declared domain.
+/// Here the domain is `1` to `9` and the site holds 1, 2, 3, 4, 7, 9: its
+/// state's keys come as 1 2 3 4 7 9 5 6 8; one more row with i = 5 makes
+/// them 1 2 3 4 5 7 9 6 8, every time and whatever the noise (two
+/// neighbouring data sets told apart with certainty: an unbounded privacy
+/// loss for the ε = 0.5 the ledger debited). The held set is then read
+/// off the order: the keys before the first one out of the domain's
+/// order are held, and the absent ones are told by their place after it.
+///
+/// Root cause: `DpSite::complete_keys` (src/site/release/dp.rs) builds
+/// the released batch as `concat([held, empty])` — the site's own rows of
+/// declared keys, then an empty state for each absent key — so the
+/// position of a key tells whether it was present.
+///
+/// Fix: release the rows in the declared keys' order whatever the site
+/// holds (e.g. concatenate `held` and `empty`, then `take` with the
+/// permutation that sorts them by their key's index in `declared_keys`),
+/// and assert in a test that the released key column equals the declared
+/// keys for every subset of keys held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_the_row_order_of_a_grouped_dp_state_tells_which_keys_a_site_holds() {
+    let mut dp = dp_only();
+    dp.domains
+        .insert("i".into(), (1..=9).map(|k| k.to_string()).collect());
+    let mut with_five = base();
+    with_five.push(row(5));
+    let order = |batch: &RecordBatch| -> Vec<String> {
+        grouped_words(batch).into_iter().map(|r| r.0).collect()
+    };
+    for sql in [
+        "SELECT i, dp_count(*, 0.5) AS n FROM t GROUP BY i",
+        "SELECT i, dp_avg(x, 0, 10, 0.5) AS m FROM t GROUP BY i",
+    ] {
+        let twins = Twins::build(sql, &[base(), with_five.clone()], &dp).await;
+        let encoder = twins.encoder.as_ref().unwrap();
+        // Asked three times each: the order never varies with the noise.
+        for _ in 0..3 {
+            let without = order(&twins.state(0, encoder).await.unwrap());
+            let with = order(&twins.state(1, encoder).await.unwrap());
+            assert_eq!(
+                without,
+                ["1", "2", "3", "4", "7", "9", "5", "6", "8"],
+                "{sql}"
+            );
+            assert_eq!(with, ["1", "2", "3", "4", "5", "7", "9", "6", "8"], "{sql}");
+            // The coordinator's reading: the keys before the first one out
+            // of the domain's order are held, and so is none after it.
+            let held = |keys: &[String]| -> Vec<String> {
+                let cut = keys
+                    .windows(2)
+                    .position(|w| w[1].parse::<i32>().unwrap() < w[0].parse::<i32>().unwrap())
+                    .map_or(keys.len(), |p| p + 1);
+                keys[..cut].to_vec()
+            };
+            assert_eq!(held(&without), ["1", "2", "3", "4", "7", "9"]);
+            assert_eq!(held(&with), ["1", "2", "3", "4", "5", "7", "9"]);
+        }
+    }
+}

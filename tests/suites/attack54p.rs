@@ -848,3 +848,74 @@ async fn break_the_row_order_of_a_grouped_dp_state_tells_which_keys_a_site_holds
         }
     }
 }
+
+/// The group keys site 0 announces at the setup of a secure session for
+/// `SELECT g, secure_dp_count(*) … GROUP BY g` (g declared `0, 1, 2`),
+/// when every site holds rows of g = 1 only, and site 0 also one row of
+/// g = 0 if `extra` (its neighbouring data set).
+async fn announced_keys(require_secure: bool, extra: bool) -> Vec<i64> {
+    use crate::attack54f::{Hostile, schema, site_rows};
+    use crate::attack54k::session_at;
+    use datafusion::arrow::array::Int64Array;
+    let rows = move |c: usize| {
+        let base = site_rows(c);
+        let mut g: Vec<i64> = vec![1; base.num_rows()];
+        let mut x: Vec<i64> = base.column(1).as_primitive::<Int64Type>().values().to_vec();
+        if c == 0 && extra {
+            g.push(0);
+            x.push(3);
+        }
+        RecordBatch::try_new(
+            schema(),
+            vec![Arc::new(Int64Array::from(g)), Arc::new(Int64Array::from(x))],
+        )
+        .unwrap()
+    };
+    let mut dp = DpPolicy {
+        budget: Some(1000.0),
+        require_dp: true,
+        require_secure,
+        ..DpPolicy::default()
+    };
+    dp.domains
+        .insert("g".into(), vec!["0".into(), "1".into(), "2".into()]);
+    let h = Hostile::build_with_rows(
+        5,
+        "SELECT g, secure_dp_count(*, 1.0) AS n FROM t GROUP BY g",
+        rows,
+        Some(&dp),
+        Some(DisclosurePolicy::default()),
+    )
+    .await;
+    let session = session_at(5, 4).with_noise_shares(3);
+    let (_, keys) = h.setup(0, &session).await.unwrap();
+    keys.column(0).as_primitive::<Int64Type>().values().to_vec()
+}
+
+/// BREAK, severity high — the same leak under the masks ("under the masks
+/// … no party sees a site's state with less noise than the masked
+/// total's"). At the setup of a secure session for a grouped
+/// `secure_dp_count` (the site's policy: a finite budget and
+/// `require_dp`, without `require_secure`), a site announces its group
+/// keys in the order of its completed DP state: held keys first. Every
+/// site holds only g = 1 of the domain `0, 1, 2`: site 0 announces
+/// `1 0 2`; with one more row of g = 0 it announces `0 1 2`. The
+/// coordinator tells the neighbouring data sets apart before any value
+/// is masked or unmasked (an unbounded privacy loss for the ε = 1 the
+/// ledger debited).
+///
+/// Root cause: as the plain break (`DpSite::complete_keys`'s `[held,
+/// empty]`), since the setup announces the keys of the released state.
+/// Under `require_secure`, `DpSite::declared_secure_groups` announces the
+/// declared keys in the domain's order and holds (asserted below).
+///
+/// Fix: as the plain break — release (and so announce) the completed
+/// keys in the declared order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_a_secure_dp_setup_announces_its_held_keys_first() {
+    assert_eq!(announced_keys(false, false).await, [1, 0, 2]);
+    assert_eq!(announced_keys(false, true).await, [0, 1, 2]);
+    // HOLDS under require_secure: the declared order either way.
+    assert_eq!(announced_keys(true, false).await, [0, 1, 2]);
+    assert_eq!(announced_keys(true, true).await, [0, 1, 2]);
+}

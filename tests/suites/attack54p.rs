@@ -13,7 +13,19 @@
 //! data sets: each state column must move by at most the sensitivity Δ
 //! the noise is sized for (`Params::noise`).
 //!
-//! What was tried (all HOLD unless a `break_…` test says otherwise):
+//! **Found (BREAK, high): the row order of a grouped DP state.** A site
+//! releases an empty, noised state for every declared key it does not
+//! hold (so that which groups exist is not disclosed), but it lists them
+//! *after* the keys it holds (`DpSite::complete_keys`: `[held, empty]`).
+//! The order is not noised: the coordinator reads which declared groups
+//! a site has rows of, with certainty, from a plain `dp_…` state
+//! (`break_the_row_order_of_…`), from the keys a secure DP setup
+//! announces without `require_secure` (`break_a_secure_dp_setup_…`), and
+//! a hostile analyst reads it from the honest coordinator's answer with
+//! SQL only (`break_a_grouped_dp_answer_…`). Fix: release the completed
+//! keys in the declared order, whatever the site holds.
+//!
+//! What else was tried (all HOLD):
 //! 1. Every row value a float can be (NaN, ±inf, ±f64::MAX, ±0, the least
 //!    subnormal, each bound and its neighbouring floats, the midpoint)
 //!    against bounds at the grid's edges (a rounded midpoint at 2^53,
@@ -30,6 +42,13 @@
 //! 4. The samplers: the plain discrete Laplace's and a noise share's work
 //!    (generator words) against the value drawn, at a sum's scale with a
 //!    rounded ε (den ≠ 1).
+//! 5. Grouped DP: a row of a held, undeclared, NULL or out-of-range key
+//!    moves all groups' states together by at most Δ (parallel
+//!    composition), and a NULL-key row leaves no validity buffer or IPC
+//!    size behind.
+//! 6. Row amplification through a semi or anti join that keeps the shared
+//!    side's rows (`EXISTS`/`NOT EXISTS`/`IN` over `t` under a 1,000-row
+//!    `VALUES`): refused by the encoder's validation.
 //!
 //! Harness: `attack54f::encoder_of` for the honest coordinator's encoder;
 //! sites built here over a schema of every numeric type.
@@ -122,6 +141,7 @@ fn dp_only() -> DpPolicy {
 /// policy and `dp`; and the honest coordinator's encoder for `sql` (or why
 /// the coordinator refused it).
 struct Twins {
+    ctx: FedContext,
     sites: Vec<Arc<dyn Site>>,
     encoder: Result<Encoder, String>,
     analyst: Analyst,
@@ -156,6 +176,7 @@ impl Twins {
             .unwrap();
         let encoder = encoder_or_refusal(&ctx, sql).await;
         Self {
+            ctx,
             sites,
             encoder,
             analyst: Analyst::session(),
@@ -918,4 +939,87 @@ async fn break_a_secure_dp_setup_announces_its_held_keys_first() {
     // HOLDS under require_secure: the declared order either way.
     assert_eq!(announced_keys(true, false).await, [0, 1, 2]);
     assert_eq!(announced_keys(true, true).await, [0, 1, 2]);
+}
+
+/// HOLDS — the layout of a grouped DP state beside its values: a row with
+/// a NULL group key (dropped before release) leaves no validity buffer in
+/// the released key or state columns, and the state encodes to the same
+/// number of Arrow IPC bytes as without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_null_key_row_leaves_no_trace_in_the_state_layout() {
+    let mut dp = dp_only();
+    dp.domains
+        .insert("i".into(), (1..=9).map(|k| k.to_string()).collect());
+    let mut with_null = base();
+    with_null.push(Row { i: None, ..row(5) });
+    let twins = Twins::build(
+        "SELECT i, dp_count(*, 0.5) AS n FROM t GROUP BY i",
+        &[base(), with_null],
+        &dp,
+    )
+    .await;
+    let encoder = twins.encoder.as_ref().unwrap();
+    let mut layouts = Vec::new();
+    for c in 0..2 {
+        let b = twins.state(c, encoder).await.unwrap();
+        let mut ipc = Vec::new();
+        {
+            let mut w =
+                datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &b.schema())
+                    .unwrap();
+            w.write(&b).unwrap();
+            w.finish().unwrap();
+        }
+        let nulls: Vec<bool> = b.columns().iter().map(|c| c.nulls().is_some()).collect();
+        layouts.push((nulls, ipc.len()));
+    }
+    assert_eq!(layouts[0], layouts[1]);
+    assert_eq!(layouts[0].0, [false, false]);
+}
+
+/// BREAK, severity high — the same leak to a hostile analyst through the
+/// honest coordinator, with SQL only: the coordinator's merge keeps the
+/// order in which the groups first arrive, so `SELECT i, dp_count(*) …
+/// GROUP BY i` (no ORDER BY) over a one-site table answers the groups
+/// 1 2 3 4 7 9 5 6 8 when the site holds 1, 2, 3, 4, 7, 9 and
+/// 1 2 3 4 5 7 9 6 8 with one more row of i = 5, every time. (Over
+/// several sites, the first site's order leads the answer.) Root cause
+/// and fix: as `break_the_row_order_of_a_grouped_dp_state_tells_which_keys_a_site_holds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_a_grouped_dp_answer_lists_the_held_keys_first() {
+    let mut dp = dp_only();
+    dp.domains
+        .insert("i".into(), (1..=9).map(|k| k.to_string()).collect());
+    let mut with_five = base();
+    with_five.push(row(5));
+    let sql = "SELECT i, dp_count(*, 0.5) AS n FROM t GROUP BY i";
+    let mut answers = Vec::new();
+    for data in [base(), with_five] {
+        let twins = Twins::build(sql, &[data], &dp).await;
+        for _ in 0..2 {
+            let batches = twins.ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            let keys: Vec<String> = batches
+                .iter()
+                .flat_map(|b| {
+                    (0..b.num_rows())
+                        .map(|r| {
+                            ScalarValue::try_from_array(b.column(0), r)
+                                .unwrap()
+                                .to_string()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            answers.push(keys.join(" "));
+        }
+    }
+    assert_eq!(
+        answers,
+        [
+            "1 2 3 4 7 9 5 6 8",
+            "1 2 3 4 7 9 5 6 8",
+            "1 2 3 4 5 7 9 6 8",
+            "1 2 3 4 5 7 9 6 8"
+        ]
+    );
 }

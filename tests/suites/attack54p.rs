@@ -982,8 +982,9 @@ async fn holds_a_null_key_row_leaves_no_trace_in_the_state_layout() {
 /// order in which the groups first arrive, so `SELECT i, dp_count(*) …
 /// GROUP BY i` (no ORDER BY) over a one-site table answers the groups
 /// 1 2 3 4 7 9 5 6 8 when the site holds 1, 2, 3, 4, 7, 9 and
-/// 1 2 3 4 5 7 9 6 8 with one more row of i = 5, every time. (Over
-/// several sites, the first site's order leads the answer.) Root cause
+/// 1 2 3 4 5 7 9 6 8 with one more row of i = 5, every time. (Tried
+/// over a one-site table only; over several, the merge's first-seen
+/// order mixes the sites' orders.) Root cause
 /// and fix: as `break_the_row_order_of_a_grouped_dp_state_tells_which_keys_a_site_holds`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn break_a_grouped_dp_answer_lists_the_held_keys_first() {

@@ -40,6 +40,8 @@ mod attack54m;
 mod attack54n;
 #[path = "suites/attack54o.rs"]
 mod attack54o;
+#[path = "suites/attack54p.rs"]
+mod attack54p;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -492,7 +492,32 @@ impl DpSite {
             empty.push(cast(&zeros, batch.schema().field(at).data_type())?);
         }
         let empty = RecordBatch::try_new(batch.schema(), empty)?;
-        Ok(concat_batches(&batch.schema(), &[held, empty])?)
+        let held_rows = held.num_rows() as u32;
+        let both = concat_batches(&batch.schema(), &[held, empty])?;
+        // In the declared keys' order, whichever the site holds: rows held
+        // first would tell which (the sixteenth outside attack read them
+        // from the released state, a setup's group keys and an answer's
+        // row order).
+        let (mut h, mut a) = (0u32, held_rows);
+        let order: UInt32Array = keys
+            .iter()
+            .map(|k| {
+                let at = if present.contains_key(k) {
+                    &mut h
+                } else {
+                    &mut a
+                };
+                *at += 1;
+                *at - 1
+            })
+            .collect();
+        Ok(RecordBatch::try_new(
+            both.schema(),
+            both.columns()
+                .iter()
+                .map(|c| take(c.as_ref(), &order, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        )?)
     }
 }
 

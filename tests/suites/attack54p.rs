@@ -544,25 +544,7 @@ fn holds_bound_literals_of_every_type_are_refused_or_priced_on_the_float_grid() 
     assert_eq!(e, Some(0.1f32 as f64));
 }
 
-/// A generator that counts the words it hands out.
-struct Counting(rand_chacha::ChaCha20Rng, u64);
-
-impl rand::RngCore for Counting {
-    fn next_u32(&mut self) -> u32 {
-        self.1 += 1;
-        self.0.next_u32()
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.1 += 1;
-        self.0.next_u64()
-    }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        self.1 += 1;
-        self.0.fill_bytes(dest)
-    }
-}
-
-impl rand::CryptoRng for Counting {}
+use crate::attack54n::Counting;
 
 /// Mean and standard error.
 fn stats(xs: &[f64]) -> (f64, f64) {

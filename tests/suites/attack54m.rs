@@ -85,6 +85,20 @@ async fn refusing(h: &Hostile, d: usize) -> Vec<(usize, String)> {
     out
 }
 
+/// Thirteen sites under DP, every identity listed by the peered ones;
+/// sites 1 and 2 list no peers (`secure_without_peers`).
+async fn mixed_thirteen() -> Hostile {
+    Hostile::build_mixed(
+        13,
+        DP_SQL,
+        site_rows,
+        Some(&DpPolicy::default()),
+        Some(DisclosurePolicy::default()),
+        &|c| c == 1 || c == 2,
+    )
+    .await
+}
+
 fn variance(xs: &[i64]) -> f64 {
     let n = xs.len() as f64;
     let mean = xs.iter().sum::<i64>() as f64 / n;
@@ -121,15 +135,7 @@ async fn holds_an_honest_peer_without_peers_adds_the_sessions_share_a_full_draw_
     assert!(draws < 0.3 && privacy_loss(draws, q) > 2.1, "{draws}");
     assert!(peered(101).least(41) <= 41);
 
-    let h = Hostile::build_mixed(
-        13,
-        DP_SQL,
-        site_rows,
-        Some(&DpPolicy::default()),
-        Some(DisclosurePolicy::default()),
-        &|c| c == 1 || c == 2,
-    )
-    .await;
+    let h = mixed_thirteen().await;
     assert_eq!(peered(13).least(7), 6, "t = 7 is within the victim's rule");
     let h = asking_first(h, 7);
     // The finer counts are refused by the victim alone (sites 1 and 2
@@ -254,15 +260,7 @@ fn holds_a_client_list_longer_or_shorter_never_cuts_a_peered_sites_share() {
 /// draws".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_the_notice_of_a_mixed_round_states_the_share_every_site_added() {
-    let h = Hostile::build_mixed(
-        13,
-        DP_SQL,
-        site_rows,
-        Some(&DpPolicy::default()),
-        Some(DisclosurePolicy::default()),
-        &|c| c == 1 || c == 2,
-    )
-    .await;
+    let h = mixed_thirteen().await;
     let answered = crate::attack54c::one_value(&h.ctx, DP_SQL).await;
     assert!(answered.is_ok(), "{answered:?}");
     let notices = h.ctx.take_notices().join("\n");

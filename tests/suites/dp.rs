@@ -967,3 +967,39 @@ async fn a_worker_without_a_disclosure_policy_refuses_to_start_with_dp_settings(
         assert!(err.contains("policy = none"), "{setting}: {err}");
     }
 }
+
+/// A declared value is the group its column's type reads it as: `01` of
+/// an integer column is the group 1 (the site holds its rows, not a
+/// noise-only row beside them), values that read alike are one group
+/// (counted once), and a value the type cannot hold is refused.
+#[tokio::test]
+async fn declared_values_are_read_as_the_columns_type() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let ctx = people(
+        dir.path(),
+        "'dp_budget' '10000', 'dp_max_epsilon' '1000', 'dp_domain.id' '01, 2, 002, 14'",
+    )
+    .await;
+    // At ε = 1000 the discrete Laplace noise is 0 but with probability
+    // about 2e^-1000.
+    let b = one_row(
+        &ctx,
+        "SELECT id, dp_count(*, 1000) AS n FROM t GROUP BY id ORDER BY id",
+    )
+    .await;
+    let ids: Vec<i64> = (0..b.num_rows()).map(|r| int(&b, 0, r)).collect();
+    let counts: Vec<i64> = (0..b.num_rows()).map(|r| int(&b, 1, r)).collect();
+    assert_eq!(ids, [1, 2, 14]);
+    assert_eq!(counts, [1, 1, 1], "each id's one row, once");
+
+    let ctx = people(
+        tempfile::TempDir::new().unwrap().path(),
+        "'dp_budget' '10000', 'dp_domain.id' '1, x'",
+    )
+    .await;
+    let err = refusal(&ctx, "SELECT id, dp_count(*) FROM t GROUP BY id").await;
+    assert!(
+        err.contains("a declared dp_domain value of `id` is not a Int64") && err.contains("'x'"),
+        "{err}"
+    );
+}

@@ -68,6 +68,14 @@ impl Quantizer {
                     "{function}: lower bound {lo} is not below upper bound {hi}; give lower < upper"
                 );
             }
+            // A step below the normal floats loses the precision that
+            // keeps every value's level within [0, 2^32 − 1] and its
+            // total exact to one step.
+            if !((hi - lo) / LEVELS as f64).is_normal() {
+                return plan_err!(
+                    "{function}: bounds {lo} and {hi} are too close together for 2^32 steps; give bounds further apart (or scale the value)"
+                );
+            }
             return Ok(Quantizer::Float {
                 lower: lo,
                 upper: hi,

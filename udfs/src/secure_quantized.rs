@@ -590,6 +590,19 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("finite"), "{e}");
+        for (lo, hi) in [(0.0, 1e-300), (0.0, f64::MIN_POSITIVE), (1.0, 1.0 + 1e-16)] {
+            let e = Quantizer::new(
+                "secure_sum",
+                &ScalarValue::Float64(Some(lo)),
+                &ScalarValue::Float64(Some(hi)),
+            )
+            .map(|q| format!("{q:?}"))
+            .unwrap_or_else(|e| e.to_string());
+            assert!(
+                e.contains("too close together") || e.contains("not below"),
+                "{lo}, {hi}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -216,7 +216,20 @@ impl DpSite {
             match expr {
                 Some(name)
                     if self.policy.domains.contains_key(&name)
-                        && scanned_column(&agg.input, group) => {}
+                        && scanned_column(&agg.input, group) =>
+                {
+                    // A declared value the column cannot hold is the data
+                    // owner's mistake, told before anything runs (the
+                    // domain and the column's type are public).
+                    let data_type = group.get_type(agg.input.schema())?;
+                    if let Err(e) = canonical_values(&name, &self.policy.domains[&name], &data_type)
+                    {
+                        return Err(refuse(
+                            e.to_string(),
+                            "the data owner declares the column's values as its type reads them (dp_domain.<column>)",
+                        ));
+                    }
+                }
                 // `_client` is public: the analyst named the clients, and
                 // here it is the constant the coordinator bound.
                 Some(name) if name == CLIENT_COLUMN && own_name.is_some() => {}
@@ -419,7 +432,7 @@ impl DpSite {
             .ok_or_else(|| {
                 FedError::Internal("secure groups checked to be declared columns".into())
             })?;
-        let keys = declared_keys(&columns, &self.policy.domains)?;
+        let keys = declared_keys(&columns, &self.policy.domains, &state.schema())?;
         let wanted: std::collections::HashSet<&Vec<String>> = keys.iter().collect();
         let mut kept = Vec::new();
         for row in 0..state.num_rows() {
@@ -462,7 +475,7 @@ impl DpSite {
                 present.insert(key, row as u32);
             }
         }
-        let keys = declared_keys(columns, domains)?;
+        let keys = declared_keys(columns, domains, &batch.schema())?;
         let held: Vec<u32> = keys
             .iter()
             .filter_map(|k| present.get(k).copied())
@@ -722,16 +735,27 @@ fn row_key(batch: &RecordBatch, row: usize, groups: usize) -> Result<Option<Vec<
     Ok(Some(key))
 }
 
-/// Every declared key (tuple) of `columns`, in the domains' order.
+/// Every declared key (tuple) of `columns`, in the domains' order, each
+/// value spelled as the state's key column of that type shows it (as
+/// [`row_key`] reads a row): a declared `01` of an integer column is the
+/// group `1` (the fifteenth outside review found such a value kept a
+/// noise-only row and dropped the group's data), and values that read
+/// alike are one group, kept once (a held row taken twice would count
+/// its rows twice). A value the column's type cannot hold is refused.
 fn declared_keys(
     columns: &[String],
     domains: &BTreeMap<String, Vec<String>>,
+    schema: &SchemaRef,
 ) -> Result<Vec<Vec<String>>> {
     let mut keys: Vec<Vec<String>> = vec![Vec::new()];
-    for column in columns {
+    for (c, column) in columns.iter().enumerate() {
         let values = domains.get(column).ok_or_else(|| {
             FedError::Internal(format!("groups by `{column}`, checked to be declared"))
         })?;
+        let field = schema.fields().get(c).ok_or_else(|| {
+            FedError::Internal(format!("a state without the key column `{column}`"))
+        })?;
+        let values = canonical_values(column, values, field.data_type())?;
         keys = keys
             .into_iter()
             .flat_map(|k| {
@@ -746,6 +770,45 @@ fn declared_keys(
     Ok(keys)
 }
 
+/// `values` (declared text) as a column of `data_type` shows them, the
+/// first of values that read alike kept, in the declared order.
+fn canonical_values(
+    column: &str,
+    values: &[String],
+    data_type: &datafusion::arrow::datatypes::DataType,
+) -> Result<Vec<String>> {
+    let text = StringArray::from_iter_values(values.iter().map(String::as_str));
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let typed = datafusion::arrow::compute::cast_with_options(&text, data_type, &strict)
+        .map_err(|e| not_of_type(column, data_type, e))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(values.len());
+    for (i, declared) in values.iter().enumerate() {
+        let v = ScalarValue::try_from_array(&typed, i)?;
+        if v.is_null() {
+            return Err(not_of_type(column, data_type, format!("'{declared}'")));
+        }
+        let shown = v.to_string();
+        if seen.insert(shown.clone()) {
+            out.push(shown);
+        }
+    }
+    Ok(out)
+}
+
+fn not_of_type(
+    column: &str,
+    data_type: &datafusion::arrow::datatypes::DataType,
+    e: impl std::fmt::Display,
+) -> FedError {
+    FedError::InvalidArgument(format!(
+        "a declared dp_domain value of `{column}` is not a {data_type}: {e}"
+    ))
+}
+
 /// The key columns of `keys` (text), cast to the types of the first
 /// fields of `schema`.
 fn key_arrays(
@@ -756,13 +819,10 @@ fn key_arrays(
     let mut arrays = Vec::with_capacity(columns.len());
     for (c, field) in schema.fields().iter().enumerate().take(columns.len()) {
         let text = StringArray::from_iter_values(keys.iter().map(|k| k[c].as_str()));
-        arrays.push(cast(&text, field.data_type()).map_err(|e| {
-            FedError::InvalidArgument(format!(
-                "a declared value of `{}` is not a {}: {e}",
-                columns[c],
-                field.data_type()
-            ))
-        })?);
+        arrays.push(
+            cast(&text, field.data_type())
+                .map_err(|e| not_of_type(&columns[c], field.data_type(), e))?,
+        );
     }
     Ok(arrays)
 }

@@ -226,7 +226,9 @@ impl Params {
         if matches!(self.kind, Kind::Count | Kind::Histogram) || self.integer {
             return Ok(());
         }
-        if !self.mid().is_finite() || !self.half_range().is_finite() {
+        // Only dp_avg and dp_var center on the midpoint (a sum's grid
+        // steps by its largest magnitude).
+        if self.kind != Kind::Sum && (!self.mid().is_finite() || !self.half_range().is_finite()) {
             return plan_err!(
                 "{name}: bounds [{lower}, {upper}] are too far apart for a float midpoint; give narrower bounds"
             );

@@ -209,6 +209,15 @@ fn bounds_a_float_grid_cannot_hold_are_refused_and_no_row_outweighs_the_sensitiv
     assert!(err.to_string().contains("too far apart"), "{err}");
     let err = Params::from_literals(Kind::Var, &[lit(-1.5e308), lit(1.5e308)]).unwrap_err();
     assert!(err.to_string().contains("too far apart"), "{err}");
+    // A sum never centers: the widest bounds are fine for it, and a row at
+    // either bound weighs `levels` at the most.
+    assert!(Params::from_literals(Kind::Sum, &[lit(-1.5e308), lit(1.5e308)]).is_ok());
+    let state = state_of(
+        Kind::Sum,
+        &[lit(-f64::MAX), lit(f64::MAX)],
+        &[Some(f64::MAX), Some(-f64::MAX), Some(1.0)],
+    );
+    assert_eq!(state, vec![0]);
     // A squared half range that overflows or underflows (dp_var's second
     // step); the same bounds are fine for a sum or a mean.
     assert!(Params::from_literals(Kind::Var, &[lit(0.0), lit(1e200)]).is_err());

@@ -10,6 +10,21 @@
 //! neighbouring data sets, and each state column may move by at most the
 //! sensitivity Δ the noise is sized for (1 for a count).
 //!
+//! **Found (BREAK, critical): a released key column's buffers hold every
+//! key the site grouped.** A text column read as a view (`Utf8View`:
+//! DataFusion maps `VARCHAR` to it, and the workers accept it for their
+//! Parquet strings) keeps values over 12 bytes in data buffers, which
+//! `take` keeps whole and the Arrow IPC writer sends whole.
+//! `DpSite::complete_keys` takes the declared rows out of the aggregate's
+//! key column, so the state leaves with the bytes of every *undeclared*
+//! key the site holds: over real workers, an analyst who declares the
+//! table `(region VARCHAR, x BIGINT)` gets, in the coordinator, worker
+//! 0's undeclared region spelled out verbatim, and with SQL alone reads
+//! its length from `EXPLAIN ANALYZE FEDERATED` (state bytes 776 against
+//! 712); a `secure_dp_…` setup announces the same buffers as its group
+//! keys, in plain (`breaks_a_released_key_columns_…`,
+//! `breaks_a_secure_dp_setups_group_keys_…`).
+//!
 //! **Found (BREAK, high): a grouped DP state matches the site's groups to
 //! the declared domain by their display text, and releases the held key's
 //! own value.** `DpSite::complete_keys` spells each state row's key with
@@ -490,4 +505,294 @@ async fn breaks_one_query_of_three_rounds_spends_three_times_dp_max_epsilon() {
             .collect();
         assert_eq!(grew, [1.0, 1.0], "{sql}");
     }
+}
+
+/// Every byte of every buffer of `batch`'s column `c` (and of its
+/// children), as text.
+fn buffer_text(batch: &RecordBatch, c: usize) -> String {
+    fn walk(data: &datafusion::arrow::array::ArrayData, out: &mut Vec<u8>) {
+        for buffer in data.buffers() {
+            out.extend_from_slice(buffer.as_slice());
+        }
+        for child in data.child_data() {
+            walk(child, out);
+        }
+    }
+    let mut bytes = Vec::new();
+    walk(&batch.column(c).to_data(), &mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The Arrow IPC stream of `batch`, as text.
+fn ipc_text(batch: &RecordBatch) -> String {
+    let mut ipc = Vec::new();
+    {
+        let mut w =
+            datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema())
+                .unwrap();
+        w.write(batch).unwrap();
+        w.finish().unwrap();
+    }
+    String::from_utf8_lossy(&ipc).into_owned()
+}
+
+/// The undeclared value a site holds (longer than the 12 bytes a view
+/// keeps inline).
+const SECRET: &str = "ward-7-rare-diagnosis-SECRET-9731";
+
+/// BREAK (critical) — "Which groups exist is itself a disclosure. So a DP
+/// query may group only by columns whose values the data owner declares
+/// public … and drops rows of undeclared values". A text column is a
+/// `Utf8View` (DataFusion maps `VARCHAR` to it, and reads Parquet and CSV
+/// strings so); a view array's values longer than 12 bytes live in data
+/// buffers that `take` keeps whole. `DpSite::complete_keys` takes the
+/// declared rows out of the aggregate's key column — whose buffers hold
+/// *every* key the site grouped, declared or not — and the state leaves
+/// with those buffers (the Arrow IPC writer does not prune a view array's
+/// data buffers). Here two workers serve a Parquet table with `region`
+/// declared `east-region-of-the-federation, west-region-of-the-federation`
+/// under `require_dp` and a finite budget; worker 0 also holds one row of
+/// the undeclared region `ward-7-rare-diagnosis-SECRET-9731`. The
+/// analyst declares the table `(region VARCHAR, x BIGINT)`, and `VARCHAR`
+/// is a view type that the workers accept for their Parquet strings. The
+/// honest coordinator (the analyst's own process) receives from worker 0
+/// a state whose
+/// released keys are the two declared ones — and whose key column's
+/// bytes spell the undeclared value verbatim; worker 1's do not. One row,
+/// read in plain, for the ε debited. With SQL alone, the analyst reads
+/// its size: `EXPLAIN ANALYZE FEDERATED` reports worker 0's state as 776
+/// bytes against worker 1's 712 (the 33-byte value, padded).
+///
+/// Fix: release key columns built from the declared values alone (never a
+/// `take` of the site's own key column), or compact every released column
+/// (`StringViewArray::gc`, or cast view types to `Utf8` before release),
+/// and assert that a released state's buffers hold no byte of an
+/// undeclared key. The same applies to every state that leaves a site
+/// after a `take`/`filter` of a view column (`declared_secure_groups`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_released_key_columns_buffers_spell_an_undeclared_key() {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let declared = [
+        "east-region-of-the-federation",
+        "west-region-of-the-federation",
+    ];
+    let files: Vec<std::path::PathBuf> = (0..2)
+        .map(|c| {
+            let mut region: Vec<&str> = (0..20).map(|r| declared[r % 2]).collect();
+            if c == 0 {
+                region.push(SECRET);
+            }
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("region", DataType::Utf8, true),
+                Field::new("x", DataType::Int64, true),
+            ]));
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(datafusion::arrow::array::StringArray::from(region.clone())),
+                    Arc::new(Int64Array::from_iter_values(0..region.len() as i64)),
+                ],
+            )
+            .unwrap();
+            let path = dir.path().join(format!("site{c}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            path
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let ledgers = dir.path().to_path_buf();
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = declaring("region", &declared);
+        c.dp.budget = Some(100.0);
+        c.dp_ledger = Some(ledgers.join(format!("ledger{i}.json")));
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    // Control: read with the schema the workers announce (`Utf8`), the
+    // states carry no byte of it.
+    let plain = crate::attack54f::encoder_of(
+        &ctx,
+        "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await;
+    let provider = ctx.session().table_provider("t").await.unwrap();
+    for client in FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+    {
+        let state = client
+            .encode(&SiteRequest::new(&plain, &Analyst::session()))
+            .await
+            .unwrap()
+            .batch()
+            .clone();
+        assert_eq!(state.column(0).data_type(), &DataType::Utf8);
+        assert!(!ipc_text(&state).contains(SECRET));
+    }
+    // The analyst declares the table's columns: `VARCHAR` is a view type
+    // to DataFusion, and the workers accept reading their Parquet strings
+    // so (as DataFusion itself reads them).
+    let viewed = FedContext::new();
+    let create = workers.create("t").replace(
+        "FEDERATED TABLE t CLIENTS",
+        "FEDERATED TABLE t (region VARCHAR, x BIGINT) CLIENTS",
+    );
+    crate::remote::run(&viewed, &create).await.unwrap();
+    let provider = viewed.session().table_provider("t").await.unwrap();
+    let clients: Vec<Arc<dyn Site>> = FederatedTable::from_provider(provider.as_ref())
+        .unwrap()
+        .clients()
+        .to_vec();
+    assert_eq!(
+        provider.schema().field(0).data_type(),
+        &DataType::Utf8View,
+        "VARCHAR"
+    );
+    let encoder = crate::attack54f::encoder_of(
+        &viewed,
+        "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await;
+    let analyst = Analyst::session();
+    let mut found = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let state = client
+            .encode(&SiteRequest::new(&encoder, &analyst))
+            .await
+            .unwrap()
+            .batch()
+            .clone();
+        let keys: Vec<String> = (0..state.num_rows())
+            .map(|r| {
+                ScalarValue::try_from_array(state.column(0), r)
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(keys, declared, "worker {c} releases the declared keys");
+        eprintln!(
+            "worker {c}: key column {:?}; its buffers spell the secret: {}",
+            state.column(0).data_type(),
+            buffer_text(&state, 0).contains(SECRET)
+        );
+        found.push(buffer_text(&state, 0).contains(SECRET) || ipc_text(&state).contains(SECRET));
+    }
+    // The coordinator reads the undeclared value of worker 0 from the
+    // bytes it received.
+    assert_eq!(found, [true, false]);
+    // With SQL alone: EXPLAIN ANALYZE FEDERATED reports each client's
+    // state size, and worker 0's carries the undeclared key's bytes.
+    let explained = crate::attacks::answer(
+        &viewed,
+        "EXPLAIN ANALYZE FEDERATED SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await
+    .unwrap();
+    eprintln!("{explained}");
+    let state_bytes: Vec<i64> = explained
+        .split("], [")
+        .map(|client| {
+            let cell = client.split(", ").nth(7).unwrap();
+            cell.trim_start_matches("Text(\"")
+                .trim_end_matches("\")")
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    // Same declared rows at both workers; worker 0's state is larger by
+    // the undeclared key (33 bytes, padded to 64).
+    assert_eq!(state_bytes[0] - state_bytes[1], 64, "{explained}");
+    // The honest answer itself names only the declared groups.
+    let answer = crate::attacks::answer(
+        &ctx,
+        "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region ORDER BY region",
+    )
+    .await
+    .unwrap();
+    assert!(!answer.contains(SECRET), "{answer}");
+}
+
+/// BREAK (critical) — the same at a secure setup. Under the masks the
+/// group keys a site announces at setup are its completed DP state's key
+/// column (without `require_secure`), which carries the same buffers: at
+/// the setup of `SELECT region, secure_dp_count(*) … GROUP BY region`
+/// (region declared, a view column), the group keys site 0 sends the
+/// coordinator in plain spell its undeclared key, before anything is
+/// masked; a site without it sends none of it. (In process: the site's
+/// code is the worker's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_secure_dp_setups_group_keys_spell_an_undeclared_key() {
+    use datafusion::arrow::array::StringViewArray;
+    let declared = [
+        "east-region-of-the-federation",
+        "west-region-of-the-federation",
+    ];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", DataType::Utf8View, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let ctx = FedContext::new();
+    let sites: Vec<Arc<dyn Site>> = (0..5)
+        .map(|c| {
+            let mut region: Vec<&str> = (0..20).map(|r| declared[r % 2]).collect();
+            if c == 0 {
+                region.push(SECRET);
+            }
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(StringViewArray::from(region.clone())),
+                    Arc::new(Int64Array::from_iter_values(0..region.len() as i64)),
+                ],
+            )
+            .unwrap();
+            let name = format!("site{c}");
+            let site = LocalClient::from_batches(
+                &name,
+                &format!("memory:{name}"),
+                Arc::clone(&schema) as SchemaRef,
+                vec![batch],
+                ctx.site_engine(),
+            )
+            .unwrap()
+            .with_policy(Some(DisclosurePolicy::default()))
+            .with_dp(Arc::new(DpSite::new(
+                declaring("region", &declared),
+                Arc::new(Ledger::in_memory()),
+            )));
+            Arc::new(site) as Arc<dyn Site>
+        })
+        .collect();
+    ctx.register_federated(FederatedTable::new("t", schema, sites.clone()))
+        .unwrap();
+    let encoder = crate::attack54f::encoder_of(
+        &ctx,
+        "SELECT region, secure_dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await;
+    let analyst = Analyst::session();
+    let session = crate::attack54k::session_at(5, 3).with_noise_shares(3);
+    let mut spelled = Vec::new();
+    for (c, site) in sites.iter().enumerate().take(2) {
+        let setup = site
+            .secure_setup(&SiteRequest::new(&encoder, &analyst), &session)
+            .await
+            .unwrap_or_else(|e| panic!("site {c}: {e}"));
+        let keys = setup.group_keys;
+        assert_eq!(keys.num_rows(), 2, "the declared keys");
+        spelled.push(buffer_text(&keys, 0).contains(SECRET) || ipc_text(&keys).contains(SECRET));
+    }
+    assert_eq!(spelled, [true, false]);
 }

@@ -25,6 +25,16 @@
 //! keys, in plain (`breaks_a_released_key_columns_…`,
 //! `breaks_a_secure_dp_setups_group_keys_…`).
 //!
+//! **Found (BREAK, high): the column types an analyst declares make the
+//! scan fail on one value.** A worker opens its table with whatever column
+//! types the plan reads it with (it checks the names only); the scan
+//! casts the file's values, and a failing cast fails the query (no
+//! `TRY_CAST` rewrite reaches the scan). `CREATE FEDERATED TABLE t (x
+//! TINYINT)` over BIGINT Parquet, under `require_dp` and a budget: the
+//! worker holding one row x = 200 refuses `dp_count(x, 0.01)`, the one
+//! without it answers; `DECIMAL(p, s)` searches |x| by powers of ten
+//! (`breaks_a_column_type_the_analyst_declares_…`).
+//!
 //! **Found (BREAK, high): a grouped DP state matches the site's groups to
 //! the declared domain by their display text, and releases the held key's
 //! own value.** `DpSite::complete_keys` spells each state row's key with
@@ -795,4 +805,116 @@ async fn breaks_a_secure_dp_setups_group_keys_spell_an_undeclared_key() {
         spelled.push(buffer_text(&keys, 0).contains(SECRET) || ipc_text(&keys).contains(SECRET));
     }
     assert_eq!(spelled, [true, false]);
+}
+
+/// Worker files: Parquet with one BIGINT column `x`, 0 to 19 at each
+/// worker, and at worker 0 also one row of `extra`.
+fn x_files(dir: &std::path::Path, extra: i64) -> Vec<std::path::PathBuf> {
+    (0..2)
+        .map(|c| {
+            let mut x: Vec<i64> = (0..20).collect();
+            if c == 0 {
+                x.push(extra);
+            }
+            let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+            let batch =
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from(x))])
+                    .unwrap();
+            let path = dir.join(format!("site{c}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            path
+        })
+        .collect()
+}
+
+/// BREAK (high) — "DP relies on the disclosure policy's checks: … no
+/// evaluation failure as an oracle". A worker opens its table with the
+/// column types the plan reads it with (it checks the names only), and
+/// the scan casts the file's values to them: a cast that fails fails the
+/// query, and no `TRY_CAST` rewrite reaches the scan. An analyst with SQL
+/// alone declares `CREATE FEDERATED TABLE t (x TINYINT) …` over workers
+/// whose Parquet `x` is BIGINT, under `require_dp` and a finite budget,
+/// and asks `dp_count(x, 0.01)`: the worker refuses iff one of its values
+/// does not fit. Worker 1 holds x = 0 … 19; worker 0 the same and one row
+/// x = 200: worker 0 refuses, worker 1 answers, whatever the noise — two
+/// neighbouring data sets told apart with certainty for ε = 0.01.
+/// `DECIMAL(p, s)` tells whether some |x| reaches 10^(p − s) (DECIMAL(2, 0)
+/// refuses at 200, DECIMAL(3, 0) answers), an UNSIGNED type whether some
+/// x is negative: a binary search of the site's extremes, one refusal
+/// bit each, a million probes for ε = 1 at ε = 2^-20 each.
+///
+/// Fix: a worker reads its table only with its own column types (refuse a
+/// plan that reads it with others), or its scan casts with
+/// `safe = true` (NULL on failure), as `never_fail_on_data` does for
+/// expressions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_column_type_the_analyst_declares_makes_the_scan_fail_on_one_value() {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = x_files(dir.path(), 200);
+    let next = AtomicUsize::new(0);
+    let ledgers = dir.path().to_path_buf();
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp.require_dp = true;
+        c.dp.budget = Some(100.0);
+        c.dp_ledger = Some(ledgers.join(format!("ledger{i}.json")));
+        c
+    })
+    .await;
+    // The table over worker `c` alone, x read as `ty`.
+    let over = |c: usize, ty: &str| {
+        let create = workers.create("t");
+        let (head, rest) = create.split_once("CLIENTS (").unwrap();
+        let (clients, options) = rest.split_once(") OPTIONS").unwrap();
+        let client = clients.split(", ").nth(c).unwrap();
+        format!("{head}(x {ty}) CLIENTS ({client}) OPTIONS{options}")
+    };
+    let outcome = |c: usize, ty: &'static str| {
+        let sql = over(c, ty);
+        async move {
+            let ctx = FedContext::new();
+            crate::remote::run(&ctx, &sql).await.unwrap();
+            crate::attacks::answer(&ctx, "SELECT dp_count(x, 0.01) AS n FROM t")
+                .await
+                .map(|_| "answered")
+                .map_err(|e| {
+                    assert!(e.contains("could not evaluate the query"), "{e}");
+                    "refused"
+                })
+        }
+    };
+    let mut seen = Vec::new();
+    for ty in [
+        "BIGINT",
+        "TINYINT",
+        "DECIMAL(3, 0)",
+        "DECIMAL(2, 0)",
+        "TINYINT UNSIGNED",
+    ] {
+        let (zero, one) = (outcome(0, ty).await, outcome(1, ty).await);
+        eprintln!("x {ty}: worker 0 {zero:?}, worker 1 {one:?}");
+        seen.push((ty, zero, one));
+    }
+    use Result::{Err as Refused, Ok as Answered};
+    assert_eq!(
+        seen,
+        [
+            ("BIGINT", Answered("answered"), Answered("answered")),
+            ("TINYINT", Refused("refused"), Answered("answered")),
+            ("DECIMAL(3, 0)", Answered("answered"), Answered("answered")),
+            ("DECIMAL(2, 0)", Refused("refused"), Answered("answered")),
+            (
+                "TINYINT UNSIGNED",
+                Answered("answered"),
+                Answered("answered")
+            ),
+        ]
+    );
 }

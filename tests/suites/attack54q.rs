@@ -808,11 +808,11 @@ async fn breaks_a_secure_dp_setups_group_keys_spell_an_undeclared_key() {
 }
 
 /// Worker files: Parquet with one BIGINT column `x`, 0 to 19 at each
-/// worker, and at worker 0 also one row of `extra`.
-fn x_files(dir: &std::path::Path, extra: i64) -> Vec<std::path::PathBuf> {
+/// worker, and at worker 0 also one row of `extra` (NULL for `None`).
+fn x_files(dir: &std::path::Path, extra: Option<i64>) -> Vec<std::path::PathBuf> {
     (0..2)
         .map(|c| {
-            let mut x: Vec<i64> = (0..20).collect();
+            let mut x: Vec<Option<i64>> = (0..20).map(Some).collect();
             if c == 0 {
                 x.push(extra);
             }
@@ -844,7 +844,8 @@ fn x_files(dir: &std::path::Path, extra: i64) -> Vec<std::path::PathBuf> {
 /// neighbouring data sets told apart with certainty for ε = 0.01.
 /// `DECIMAL(p, s)` tells whether some |x| reaches 10^(p − s) (DECIMAL(2, 0)
 /// refuses at 200, DECIMAL(3, 0) answers), an UNSIGNED type whether some
-/// x is negative: a binary search of the site's extremes, one refusal
+/// x is negative, `BIGINT NOT NULL` whether some x is NULL (one NULL row
+/// more: refused): a binary search of the site's extremes, one refusal
 /// bit each, a million probes for ε = 1 at ε = 2^-20 each.
 ///
 /// Fix: a worker reads its table only with its own column types (refuse a
@@ -856,20 +857,27 @@ async fn breaks_a_column_type_the_analyst_declares_makes_the_scan_fail_on_one_va
     use fedsql::site::worker::WorkerConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = tempfile::TempDir::new().unwrap();
-    let files = x_files(dir.path(), 200);
     let next = AtomicUsize::new(0);
-    let ledgers = dir.path().to_path_buf();
-    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        c.policy = Some(DisclosurePolicy::default());
-        c.dp.require_dp = true;
-        c.dp.budget = Some(100.0);
-        c.dp_ledger = Some(ledgers.join(format!("ledger{i}.json")));
-        c
-    })
-    .await;
+    let start = |extra: Option<i64>, at: &str| {
+        let dir = dir.path().join(at);
+        std::fs::create_dir(&dir).unwrap();
+        let files = x_files(&dir, extra);
+        let next = &next;
+        async move {
+            crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                c.policy = Some(DisclosurePolicy::default());
+                c.dp.require_dp = true;
+                c.dp.budget = Some(100.0);
+                c.dp_ledger = Some(dir.join(format!("ledger{i}.json")));
+                c
+            })
+            .await
+        }
+    };
+    let workers = start(Some(200), "two-hundred").await;
     // The table over worker `c` alone, x read as `ty`.
-    let over = |c: usize, ty: &str| {
+    let over = |workers: &crate::remote::Workers, c: usize, ty: &str| {
         let create = workers.create("t");
         let (head, rest) = create.split_once("CLIENTS (").unwrap();
         let (clients, options) = rest.split_once(") OPTIONS").unwrap();
@@ -877,7 +885,7 @@ async fn breaks_a_column_type_the_analyst_declares_makes_the_scan_fail_on_one_va
         format!("{head}(x {ty}) CLIENTS ({client}) OPTIONS{options}")
     };
     let outcome = |c: usize, ty: &'static str| {
-        let sql = over(c, ty);
+        let sql = over(&workers, c, ty);
         async move {
             let ctx = FedContext::new();
             crate::remote::run(&ctx, &sql).await.unwrap();

@@ -926,3 +926,65 @@ async fn breaks_a_column_type_the_analyst_declares_makes_the_scan_fail_on_one_va
         ]
     );
 }
+
+/// HOLDS — `EXPLAIN FEDERATED` asks every worker for its physical plan
+/// without running it: over Parquet files whose statistics would let a
+/// planner prune (x = 0 … 19 at both workers, and 200 at worker 0), the
+/// plans shown for `WHERE x > 1000` (no row), `x > 100` (worker 0's one
+/// row), `x = 200` and `x > 10` differ only in the literal: no pruning by
+/// statistics, no row count or bound reaches the analyst for free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_explain_federated_shows_a_workers_plan_alike_whatever_rows_pass() {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = x_files(dir.path(), Some(200));
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp.require_dp = true;
+        c.dp.budget = Some(100.0);
+        c.dp_ledger = Some(dir.path().join(format!("ledger{i}.json")));
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    let mut shown = Vec::new();
+    for (op, v) in [(">", "1000"), (">", "100"), ("=", "200"), (">", "10")] {
+        let sql =
+            format!("EXPLAIN FEDERATED SELECT dp_count(x, 0.01) AS n FROM t WHERE x {op} {v}");
+        let text = crate::attacks::answer(&ctx, &sql).await.unwrap();
+        shown.push(
+            text.replace(&format!("{op} Int64({v})"), "? ?")
+                .replace(&format!("{op} {v}"), "? ?"),
+        );
+    }
+    assert!(shown.iter().all(|s| s == &shown[0]), "{shown:#?}");
+    assert_eq!(
+        ledger_spent(&ctx).await,
+        [0.0, 0.0],
+        "EXPLAIN spends nothing"
+    );
+}
+
+/// What each client of `t` has spent, from `SHOW PRIVACY BUDGET t`.
+async fn ledger_spent(ctx: &FedContext) -> Vec<f64> {
+    let budget = crate::attacks::answer(ctx, "SHOW PRIVACY BUDGET t")
+        .await
+        .unwrap();
+    budget
+        .split("], [")
+        .map(|site| {
+            site.split(", ")
+                .nth(2)
+                .unwrap()
+                .trim_matches(|c: char| !c.is_ascii_digit() && c != '.')
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}

@@ -988,3 +988,52 @@ async fn ledger_spent(ctx: &FedContext) -> Vec<f64> {
         })
         .collect()
 }
+
+/// HOLDS — no row amplification through float keys that SQL equality and
+/// grouping might tell apart differently. A shared lookup keyed `0.0` and
+/// `−0.0` is refused as not unique (grouping takes them as one key), and
+/// one keyed `NaN` and `−NaN` passes as unique but each row of t meets one
+/// of them only (the join compares them as grouping does): one more row of
+/// g = NaN or −NaN moves `dp_count` by exactly 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_lookup_keyed_by_signed_zeros_or_nans_cannot_double_a_row() {
+    let dp = declaring("g", &["1"]);
+    for (g, values) in [
+        (0.0, "(CAST(0.0 AS DOUBLE)), (-CAST(0.0 AS DOUBLE))"),
+        (
+            f64::NAN,
+            "(CAST('NaN' AS DOUBLE)), (-CAST('NaN' AS DOUBLE))",
+        ),
+        (
+            f64::from_bits(NEG_NAN),
+            "(CAST('NaN' AS DOUBLE)), (-CAST('NaN' AS DOUBLE))",
+        ),
+    ] {
+        let base = rows(Row { g, ..ROW }, 10);
+        let mut plus = base.clone();
+        plus.push(Row { g, ..ROW });
+        let sql = format!(
+            "SELECT dp_count(*, 0.5) AS n FROM t JOIN (VALUES {values}) AS v(k) ON t.g = v.k"
+        );
+        let twins = Twins::build(&sql, &[base, plus], &dp).await;
+        let mut counts = Vec::new();
+        for site in &twins.sites {
+            let state = site
+                .encode(&SiteRequest::new(&twins.encoder, &twins.analyst))
+                .await
+                .map(|s| s.batch().column(0).as_primitive::<Int64Type>().value(0));
+            counts.push(state.map_err(|e| e.to_string()));
+        }
+        if g == 0.0 {
+            assert!(
+                counts.iter().all(|c| c
+                    .as_ref()
+                    .is_err_and(|e| e.contains("join key is not unique"))),
+                "{counts:?}"
+            );
+        } else {
+            let (a, b) = (counts[0].clone().unwrap(), counts[1].clone().unwrap());
+            assert_eq!(b - a, 1, "g bits {:x}: {counts:?}", g.to_bits());
+        }
+    }
+}

@@ -89,10 +89,20 @@
 //! per round and say so, or tag the rounds of one statement with a query
 //! id the site sums its cap over.
 //!
-//! What else was tried (HOLDS): identical DP rounds of one statement (a
-//! CTE read twice, the same `SELECT` twice under `UNION ALL`) run once,
-//! debit once and answer the same noisy value, so noise cannot be averaged
-//! within a statement.
+//! What else was tried (HOLDS):
+//! - identical DP rounds of one statement (a CTE read twice, the same
+//!   `SELECT` twice under `UNION ALL`) run once, debit once and answer the
+//!   same noisy value, so noise cannot be averaged within a statement;
+//! - `EXPLAIN FEDERATED` shows a worker's physical plan alike whatever
+//!   rows pass the filter (no pruning by Parquet statistics), and spends
+//!   nothing;
+//! - a shared lookup keyed by `0.0` and `−0.0` is refused as not unique;
+//!   one keyed by `NaN` and `−NaN` is unique and each row meets one key
+//!   only: no row counts twice;
+//! - a `−0.0` row counts in the declared `0` group, first or last;
+//! - a hostile coordinator that reads a text column as a dictionary gets
+//!   the plain `Utf8` state back (DataFusion unpacks dictionary group
+//!   keys), and its own check refuses the mismatch.
 
 use std::sync::Arc;
 
@@ -1036,4 +1046,27 @@ async fn holds_a_lookup_keyed_by_signed_zeros_or_nans_cannot_double_a_row() {
             assert_eq!(b - a, 1, "g bits {:x}: {counts:?}", g.to_bits());
         }
     }
+}
+
+/// HOLDS — a −0.0 (what rounding a small negative float makes) is the
+/// 0.0 group to the site's grouping and prints as `0`: one more row of it,
+/// first or last, moves the declared `0` group's count by 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_negative_zero_row_counts_in_the_zero_group() {
+    let dp = declaring("g", &["0", "1"]);
+    let mut base = rows(Row { g: 0.0, ..ROW }, 30);
+    base.extend(rows(ROW, 10));
+    let mut first = vec![Row { g: -0.0, ..ROW }];
+    first.extend(base.clone());
+    let mut last = base.clone();
+    last.push(Row { g: -0.0, ..ROW });
+    let twins = Twins::build(
+        "SELECT g, dp_count(*, 0.5) AS n FROM t GROUP BY g",
+        &[base, first, last],
+        &dp,
+    )
+    .await;
+    let zero = count_of(&twins.state(0).await, "0");
+    assert_eq!(count_of(&twins.state(1).await, "0"), zero + 1);
+    assert_eq!(count_of(&twins.state(2).await, "0"), zero + 1);
 }

@@ -23,7 +23,10 @@
 //! its length from `EXPLAIN ANALYZE FEDERATED` (state bytes 776 against
 //! 712); a `secure_dp_…` setup announces the same buffers as its group
 //! keys, in plain (`breaks_a_released_key_columns_…`,
-//! `breaks_a_secure_dp_setups_group_keys_…`).
+//! `breaks_a_secure_dp_setups_group_keys_…`). And with no undeclared key
+//! at all, each view's buffer index tells whether the site held that
+//! declared key (its own buffer) or not (the empty rows' buffer), whatever
+//! the rows' order (`breaks_a_view_keys_buffer_index_…`).
 //!
 //! **Found (BREAK, high): the column types an analyst declares make the
 //! scan fail on one value.** A worker opens its table with whatever column
@@ -1069,4 +1072,89 @@ async fn holds_a_negative_zero_row_counts_in_the_zero_group() {
     let zero = count_of(&twins.state(0).await, "0");
     assert_eq!(count_of(&twins.state(1).await, "0"), zero + 1);
     assert_eq!(count_of(&twins.state(2).await, "0"), zero + 1);
+}
+
+/// BREAK (high) — the sixteenth review's fix ("a grouped DP state lists
+/// the declared keys in the declared order, whichever the site holds")
+/// holds for the rows' order, not for a view key column's layout: each
+/// view names the data buffer its text is in, and `complete_keys`
+/// concatenates the site's own key column (buffer 0) with the absent
+/// keys' column (its buffers after). Site 0 holds only
+/// `east-region-of-the-federation`, site 1 only `west-…`, both declared:
+/// both release the keys east, west, with states of the same size, but
+/// the views point at buffers [0, 1] and [1, 0] — which declared key each
+/// site holds, read by the coordinator from the state's layout. (In
+/// process; over workers as in `breaks_a_released_key_columns_…`.)
+/// Fix: as there, a key column built from the declared values alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_view_keys_buffer_index_tells_which_declared_keys_a_site_holds() {
+    use datafusion::arrow::array::StringViewArray;
+    let declared = [
+        "east-region-of-the-federation",
+        "west-region-of-the-federation",
+    ];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", DataType::Utf8View, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let ctx = FedContext::new();
+    let sites: Vec<Arc<dyn Site>> = (0..2)
+        .map(|c| {
+            let region: Vec<&str> = vec![declared[c]; 10];
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(StringViewArray::from(region.clone())),
+                    Arc::new(Int64Array::from_iter_values(0..10)),
+                ],
+            )
+            .unwrap();
+            let name = format!("site{c}");
+            let site = LocalClient::from_batches(
+                &name,
+                &format!("memory:{name}"),
+                Arc::clone(&schema) as SchemaRef,
+                vec![batch],
+                ctx.site_engine(),
+            )
+            .unwrap()
+            .with_policy(Some(DisclosurePolicy::default()))
+            .with_dp(Arc::new(DpSite::new(
+                declaring("region", &declared),
+                Arc::new(Ledger::in_memory()),
+            )));
+            Arc::new(site) as Arc<dyn Site>
+        })
+        .collect();
+    ctx.register_federated(FederatedTable::new("t", schema, sites.clone()))
+        .unwrap();
+    let encoder = crate::attack54f::encoder_of(
+        &ctx,
+        "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await;
+    let mut seen = Vec::new();
+    for (c, site) in sites.iter().enumerate() {
+        let b = site
+            .encode(&SiteRequest::new(&encoder, &Analyst::session()))
+            .await
+            .unwrap()
+            .batch()
+            .clone();
+        let v = b.column(0).as_string_view();
+        let idx: Vec<u32> = v
+            .views()
+            .iter()
+            .map(|w| ((*w >> 64) & 0xffff_ffff) as u32)
+            .collect();
+        let sizes: Vec<usize> = v.data_buffers().iter().map(|d| d.len()).collect();
+        eprintln!("site{c}: buffer index per row {idx:?}, buffers {sizes:?}");
+        seen.push((idx, ipc_text(&b).len()));
+    }
+    // The declared order, the same sizes — and each key's view points
+    // into the site's own buffer (0) where it holds the key, into the
+    // empty rows' buffer (1) where it does not.
+    assert_eq!(seen[0].0, [0, 1], "site 0 holds east");
+    assert_eq!(seen[1].0, [1, 0], "site 1 holds west");
+    assert_eq!(seen[0].1, seen[1].1);
 }

@@ -72,7 +72,11 @@
 //!   exactly which declared keys the site holds
 //!   (`breaks_a_timestamp_domain_…`); spelled as timestamps
 //!   (`1970-01-01T00:00:00`) no held row ever matches, and every row is
-//!   silently dropped (every group released is pure noise).
+//!   silently dropped (every group released is pure noise). An analyst
+//!   forces it with SQL alone over workers: `CREATE FEDERATED TABLE t (g
+//!   TIMESTAMP)` over an integer-coded declared column, and the answer's
+//!   keys name the declared codes a worker holds
+//!   (`breaks_an_analyst_reads_a_workers_rare_key_…`).
 //!
 //! Fix: compare typed values, not text: cast the declared values to the
 //! group column's type once (refusing a domain whose cast fails or is
@@ -1157,4 +1161,98 @@ async fn breaks_a_view_keys_buffer_index_tells_which_declared_keys_a_site_holds(
     assert_eq!(seen[0].0, [0, 1], "site 0 holds east");
     assert_eq!(seen[1].0, [1, 0], "site 1 holds west");
     assert_eq!(seen[0].1, seen[1].1);
+}
+
+/// BREAK (high, SQL only) — the Timestamp NULL keys, forced by the
+/// analyst. Two workers serve a Parquet table whose `g` is BIGINT,
+/// declared `1, 2, 3` (integer codes: a ward, an age band), under a
+/// finite budget; worker 0 holds 20 rows of g = 1, worker 1 the same and
+/// one row of the rare g = 3. Read as declared, each worker answers the
+/// three keys. The analyst declares `CREATE FEDERATED TABLE t (g
+/// TIMESTAMP) …`: the worker casts its integers to timestamps, whose keys
+/// print as the integers and so match the declared text, while the
+/// declared text of an absent key casts to NULL. Over worker 0 the answer
+/// is the key 1 and a NULL row; over worker 1 also the key 3 — its one
+/// row, read from the answer's keys with certainty, whatever the noise.
+/// Fix: as for `breaks_a_timestamp_domain_…` (typed comparison, declared
+/// values that cast, the declared value released), and a worker that
+/// reads its table only with its own column types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_workers_rare_key_by_declaring_it_a_timestamp() {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let files: Vec<std::path::PathBuf> = (0..2)
+        .map(|c| {
+            let mut g: Vec<i64> = vec![1; 20];
+            if c == 1 {
+                g.push(3);
+            }
+            let schema = Arc::new(Schema::new(vec![Field::new("g", DataType::Int64, true)]));
+            let batch =
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from(g))])
+                    .unwrap();
+            let path = dir.path().join(format!("site{c}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            path
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = declaring("g", &["1", "2", "3"]);
+        c.dp.budget = Some(100.0);
+        c.dp_ledger = Some(dir.path().join(format!("ledger{i}.json")));
+        c
+    })
+    .await;
+    let mut keys = Vec::new();
+    for ty in ["BIGINT", "TIMESTAMP"] {
+        for c in 0..2 {
+            let create = workers.create("t");
+            let (head, rest) = create.split_once("CLIENTS (").unwrap();
+            let (clients, options) = rest.split_once(") OPTIONS").unwrap();
+            let client = clients.split(", ").nth(c).unwrap();
+            let sql = format!("{head}(g {ty}) CLIENTS ({client}) OPTIONS{options}");
+            let ctx = FedContext::new();
+            crate::remote::run(&ctx, &sql).await.unwrap();
+            let batches = crate::remote::run(
+                &ctx,
+                "SELECT CAST(g AS VARCHAR) AS g, dp_count(*, 0.5) AS n FROM t GROUP BY g ORDER BY g",
+            )
+            .await
+            .unwrap();
+            let mut shown = Vec::new();
+            for b in &batches {
+                for r in 0..b.num_rows() {
+                    shown.push(
+                        ScalarValue::try_from_array(b.column(0), r)
+                            .unwrap()
+                            .to_string(),
+                    );
+                }
+            }
+            eprintln!("g {ty}, worker {c}: keys {shown:?}");
+            keys.push(shown);
+        }
+    }
+    // Read as declared: every declared key from both workers.
+    assert_eq!(keys[0], ["1", "2", "3"]);
+    assert_eq!(keys[1], ["1", "2", "3"]);
+    // Read as a timestamp: the keys a worker lacks come back NULL, the one
+    // it holds by value — worker 1's one row of g = 3 shows.
+    assert_eq!(keys[2], ["1970-01-01T00:00:00.000000001", "NULL"]);
+    assert_eq!(
+        keys[3],
+        [
+            "1970-01-01T00:00:00.000000001",
+            "1970-01-01T00:00:00.000000003",
+            "NULL"
+        ]
+    );
 }

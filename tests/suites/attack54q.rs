@@ -1,7 +1,7 @@
 //! The seventeenth outside attack set: DP and DP under the masks after the
 //! sixteenth review's fixes (grouped DP states in the declared order), by
-//! a hostile analyst writing SQL and a hostile coordinator reading what
-//! honest in-process sites release.
+//! a hostile analyst writing SQL (in process and over `fedsql worker`s)
+//! and a hostile coordinator reading what honest sites release.
 //!
 //! Method: as `attack54p.rs`, sites seeded alike
 //! ([`DpSite::seeded_for_tests`]) draw the same noise for the same query,
@@ -80,8 +80,9 @@
 //!
 //! Fix: compare typed values, not text: cast the declared values to the
 //! group column's type once (refusing a domain whose cast fails or is
-//! NULL), canonicalize what grouping tells apart but SQL equality does not
-//! (NaN payloads and signs, −0.0), release the *declared* key value for
+//! NULL), canonicalize what grouping tells apart but text does not (NaN
+//! payloads and signs, Date64 milliseconds), release the *declared* key
+//! value for
 //! every row (never the held one), and merge (add) every state row that
 //! maps to one declared key rather than keeping one. Or refuse DP grouping
 //! by float, Date64, Binary, Timestamp and Time columns.

@@ -861,8 +861,9 @@ fn x_files(dir: &std::path::Path, extra: Option<i64>) -> Vec<std::path::PathBuf>
 /// x = 200: worker 0 refuses, worker 1 answers, whatever the noise — two
 /// neighbouring data sets told apart with certainty for ε = 0.01.
 /// `DECIMAL(p, s)` tells whether some |x| reaches 10^(p − s) (DECIMAL(2, 0)
-/// refuses at 200, DECIMAL(3, 0) answers), an UNSIGNED type whether some
-/// x is negative, `BIGINT NOT NULL` whether some x is NULL (one NULL row
+/// refuses at 200, DECIMAL(3, 0) answers), an UNSIGNED type (not run with
+/// a negative x here) whether some x is negative, `BIGINT NOT NULL`
+/// whether some x is NULL (one NULL row
 /// more: refused): a binary search of the site's extremes, one refusal
 /// bit each, a million probes for ε = 1 at ε = 2^-20 each.
 ///

@@ -19,9 +19,11 @@
 //! key column, so the state leaves with the bytes of every *undeclared*
 //! key the site holds: over real workers, an analyst who declares the
 //! table `(region VARCHAR, x BIGINT)` gets, in the coordinator, worker
-//! 0's undeclared region spelled out verbatim, and with SQL alone reads
-//! its length from `EXPLAIN ANALYZE FEDERATED` (state bytes 776 against
-//! 712); a `secure_dp_…` setup announces the same buffers as its group
+//! 0's undeclared region spelled out verbatim; with SQL alone the analyst
+//! reads it too, from the state sizes `EXPLAIN ANALYZE FEDERATED` reports
+//! (776 bytes against 712), by a binary search with range filters: 253
+//! queries at ε = 0.001 (`breaks_an_analyst_reads_an_undeclared_key_…`);
+//! a `secure_dp_…` setup announces the same buffers as its group
 //! keys, in plain (`breaks_a_released_key_columns_…`,
 //! `breaks_a_secure_dp_setups_group_keys_…`). And with no undeclared key
 //! at all, each view's buffer index tells whether the site held that
@@ -1257,4 +1259,107 @@ async fn breaks_an_analyst_reads_a_workers_rare_key_by_declaring_it_a_timestamp(
             "NULL"
         ]
     );
+}
+
+/// BREAK (critical, SQL only) — the view buffers of
+/// `breaks_a_released_key_columns_…` read out verbatim by an analyst with
+/// SQL alone. `EXPLAIN ANALYZE FEDERATED` reports each client's state
+/// size, padded to 64 bytes; the site's own key buffer holds every held
+/// key of more than 12 bytes that passes the query's filter, declared or
+/// not. With both declared keys kept by the filter (58 bytes in that
+/// buffer: one 64-byte block) an undeclared key of 33 bytes that passes
+/// makes it 91 (two blocks): `WHERE region >= 'prefix' OR region IN (the
+/// declared keys)` is an oracle on the undeclared keys, and a binary
+/// search over the next character reads the largest of them. Over one
+/// worker (`require_dp`, `dp_budget` 1, the table declared `(region
+/// VARCHAR, x BIGINT)`), 253 DP queries at ε = 0.001 each (0.253 of the
+/// budget) spell `ward-7-rare-diagnosis-SECRET-9731`, a value the data
+/// owner never declared, held by one row. (The same size moves with which
+/// declared keys the site holds: a first version of this search, without
+/// the `IN`, read out the held declared key `west-…`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_an_undeclared_key_from_explain_analyze_state_bytes() {
+    use fedsql::site::worker::WorkerConfig;
+    let dir = tempfile::TempDir::new().unwrap();
+    let declared = [
+        "east-region-of-the-federation",
+        "west-region-of-the-federation",
+    ];
+    let mut region: Vec<&str> = (0..20).map(|r| declared[r % 2]).collect();
+    region.push(SECRET);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", DataType::Utf8, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(datafusion::arrow::array::StringArray::from(region.clone())),
+            Arc::new(Int64Array::from_iter_values(0..region.len() as i64)),
+        ],
+    )
+    .unwrap();
+    let path = dir.path().join("site0.parquet");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let ledger = dir.path().join("ledger.json");
+    let workers = crate::remote::Workers::start_with(&[path], "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = declaring("region", &declared);
+        c.dp.budget = Some(1.0);
+        c.dp_ledger = Some(ledger.clone());
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    let create = workers.create("t").replace(
+        "FEDERATED TABLE t CLIENTS",
+        "FEDERATED TABLE t (region VARCHAR, x BIGINT) CLIENTS",
+    );
+    crate::remote::run(&ctx, &create).await.unwrap();
+    // The state's size for `WHERE region >= 'at_least'`.
+    let size = |at_least: String| {
+        let ctx = ctx.clone();
+        async move {
+            let sql = format!(
+                "EXPLAIN ANALYZE FEDERATED SELECT region, dp_count(*, 0.001) AS n FROM t WHERE region >= '{}' OR region IN ('{}', '{}') GROUP BY region",
+                at_least.replace('\'', "''"),
+                declared[0],
+                declared[1]
+            );
+            let explained = crate::attacks::answer(&ctx, &sql).await.unwrap();
+            let cell = explained.split(", ").nth(7).unwrap();
+            cell.trim_start_matches("Text(\"")
+                .trim_end_matches("\")")
+                .parse::<i64>()
+                .unwrap()
+        }
+    };
+    // Without any undeclared key passing: the filter past every value.
+    let base = size("\u{7f}".to_string()).await;
+    let mut read = String::new();
+    let mut probes = 1;
+    loop {
+        // The largest printable c with the key ≥ read + c, if any.
+        let (mut lo, mut hi) = (0x20u8, 0x7eu8);
+        probes += 1;
+        if size(format!("{read}{}", lo as char)).await == base {
+            break;
+        }
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            probes += 1;
+            if size(format!("{read}{}", mid as char)).await > base {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        read.push(lo as char);
+        assert!(read.len() <= 64, "{read}");
+    }
+    eprintln!("read {read:?} in {probes} probes");
+    assert_eq!(read, SECRET);
 }

@@ -42,6 +42,8 @@ mod attack54n;
 mod attack54o;
 #[path = "suites/attack54p.rs"]
 mod attack54p;
+#[path = "suites/attack54q.rs"]
+mod attack54q;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -27,6 +27,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 
 use crate::error::{FedError, Result};
+use crate::protocol::compact;
 use crate::protocol::exposure::{self, Locality};
 use crate::protocol::federated_scan::FederatedScan;
 use crate::protocol::secure;
@@ -189,6 +190,24 @@ impl Encoder {
                 self.state_schema
             )));
         }
+        // Only the bytes of its rows: a view or dictionary column taken
+        // from a larger one keeps that one's buffers (the seventeenth
+        // outside attack read a threshold- or DP-dropped group's key, and
+        // which declared keys a site holds, from them).
+        let compacted;
+        let batches = if batches.iter().any(|b| {
+            b.columns()
+                .iter()
+                .any(|c| compact::holds_shared(c.data_type()))
+        }) {
+            compacted = batches
+                .iter()
+                .map(compact::rows_only)
+                .collect::<Result<Vec<_>>>()?;
+            &compacted[..]
+        } else {
+            batches
+        };
         // A site's state is one batch (its one partition's, or its
         // partitions' reduced): taken as it is, not copied.
         let one = match batches {

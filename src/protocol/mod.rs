@@ -3,6 +3,7 @@
 //! - [`encoder`]: the encoder as a plain message (a validated plan that
 //!   names its federated table) and the state batch, the only thing a site
 //!   hands back;
+//! - [`compact`]: a state holds only the bytes of its own rows;
 //! - [`exposure`]: the validation of a plan, which the coordinator runs
 //!   before it sends an encoder and every site runs again on receipt;
 //! - [`federated_scan`]: the federated table as a plan sees it, a name and
@@ -19,6 +20,7 @@
 //! Nothing here depends on either side.
 
 pub mod codec;
+pub(crate) mod compact;
 pub(crate) mod dp;
 pub mod encoder;
 pub(crate) mod exposure;

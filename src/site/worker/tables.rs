@@ -156,6 +156,37 @@ impl ServedTable {
                 None,
             ));
         }
+        // Under a policy, a plan reads each column as this table's type or
+        // one its every value casts to without failing: a narrower type
+        // (TINYINT over BIGINT, a DECIMAL too short, NOT NULL over a
+        // column with NULLs, a TIMESTAMP over integer codes) would make
+        // the scan fail or succeed on one value (the seventeenth outside
+        // attack read a row's magnitude from it).
+        if self.site.policy.is_some() {
+            for want in schema.fields() {
+                let Ok(have) = self.schema.field_with_name(want.name()) else {
+                    continue;
+                };
+                let nulls = want.is_nullable() || !have.is_nullable();
+                if !nulls || !reads_without_failing(have.data_type(), want.data_type()) {
+                    return Err(FedError::refused(
+                        format!(
+                            "the plan reads column `{}` of table `{}` as {}{}, but this site holds it as {}{}: under its disclosure policy a site reads a column only as its own type or a wider one",
+                            want.name(),
+                            self.name,
+                            want.data_type(),
+                            if want.is_nullable() { "" } else { " NOT NULL" },
+                            have.data_type(),
+                            if have.is_nullable() { "" } else { " NOT NULL" },
+                        ),
+                        Some(&format!(
+                            "declare `{}` in CREATE FEDERATED TABLE as the type the site serves (or leave the columns out: the sites' own types are used)",
+                            want.name()
+                        )),
+                    ));
+                }
+            }
+        }
         let mut clients = self.clients.lock().expect("not poisoned");
         if let Some((_, client)) = clients.iter().find(|(s, _)| s == schema) {
             return Ok(Arc::clone(client));
@@ -287,4 +318,46 @@ pub(super) fn check_scans(plan: &LogicalPlan, max_shared_rows: usize) -> Result<
         Ok(TreeNodeRecursion::Continue)
     })?;
     refusal.map_or(Ok(()), Err)
+}
+
+/// Whether every value of a column held as `have` casts to `want` without
+/// failing and without becoming another value's text: the same type, text
+/// as any text type, and integers or floats widened.
+fn reads_without_failing(
+    have: &datafusion::arrow::datatypes::DataType,
+    want: &datafusion::arrow::datatypes::DataType,
+) -> bool {
+    use datafusion::arrow::datatypes::DataType as T;
+    let text = |t: &T| matches!(t, T::Utf8 | T::LargeUtf8 | T::Utf8View);
+    let binary = |t: &T| matches!(t, T::Binary | T::LargeBinary | T::BinaryView);
+    let signed = |t: &T| match t {
+        T::Int8 => Some(8),
+        T::Int16 => Some(16),
+        T::Int32 => Some(32),
+        T::Int64 => Some(64),
+        _ => None,
+    };
+    let unsigned = |t: &T| match t {
+        T::UInt8 => Some(8),
+        T::UInt16 => Some(16),
+        T::UInt32 => Some(32),
+        T::UInt64 => Some(64),
+        _ => None,
+    };
+    if have == want || (text(have) && text(want)) || (binary(have) && binary(want)) {
+        return true;
+    }
+    if let T::Dictionary(_, values) = have {
+        return reads_without_failing(values, want);
+    }
+    match (signed(have), unsigned(have), signed(want), unsigned(want)) {
+        (Some(h), _, Some(w), _) | (_, Some(h), _, Some(w)) => return h <= w,
+        (_, Some(h), Some(w), _) => return h < w,
+        _ => {}
+    }
+    match want {
+        T::Float64 => have.is_integer() || matches!(have, T::Float16 | T::Float32),
+        T::Float32 => matches!(have, T::Float16),
+        _ => false,
+    }
 }

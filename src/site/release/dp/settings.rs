@@ -15,7 +15,8 @@ pub struct DpPolicy {
     /// recorded). Only under a finite budget is DP state exempt from the
     /// disclosure policy's thresholds.
     pub budget: Option<f64>,
-    /// The most ε one query may spend here (the sum over its DP calls);
+    /// The most ε one round of a query may spend here (the sum over its DP
+    /// calls of one request);
     /// a query asking for more is refused before it runs. Default
     /// [`DEFAULT_MAX_EPSILON`].
     pub max_epsilon: f64,

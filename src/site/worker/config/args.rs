@@ -62,9 +62,9 @@ pub struct WorkerArgs {
     /// aggregates exempt from --min-group-rows and the other thresholds.
     #[arg(long, value_name = "EPSILON")]
     pub dp_budget: Option<f64>,
-    /// The most differential-privacy ε one query may spend here, summed
-    /// over its DP calls (default 1); a query asking for more is refused
-    /// before it runs.
+    /// The most differential-privacy ε one round of a query (one request)
+    /// may spend here, summed over its DP calls (default 1); a round asking
+    /// for more is refused before it runs.
     #[arg(long, value_name = "EPSILON")]
     pub dp_max_epsilon: Option<f64>,
     /// The file that keeps what each analyst has spent (survives restarts).

@@ -344,7 +344,13 @@ fn reads_without_failing(
         T::UInt64 => Some(64),
         _ => None,
     };
-    if have == want || (text(have) && text(want)) || (binary(have) && binary(want)) {
+    // A column of an empty CSV file is typed Null: it holds no value
+    // that could fail.
+    if *have == T::Null
+        || have == want
+        || (text(have) && text(want))
+        || (binary(have) && binary(want))
+    {
         return true;
     }
     if let T::Dictionary(_, values) = have {

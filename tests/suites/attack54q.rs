@@ -692,31 +692,20 @@ async fn holds_a_released_key_columns_buffers_spell_no_undeclared_key() {
     assert!(!answer.contains(SECRET), "{answer}");
 }
 
-/// HOLDS (was BREAK, critical) — the same at a secure setup. The group
-/// keys a site announces at the setup of `SELECT region,
-/// secure_dp_count(*) … GROUP BY region` (without `require_secure`) are
-/// its completed DP state's key column; they spelled site 0's undeclared
-/// key in plain before anything was masked. Now they are the declared
-/// values, and hold no byte of it. (In process: the site's code is the
-/// worker's.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_a_secure_dp_setups_group_keys_spell_no_undeclared_key() {
+/// In-process sites of a table `t (region VARCHAR (a view), x BIGINT)`,
+/// one per list of `regions`, under a worker's default policy with
+/// `region` declared `declared`.
+fn view_sites(regions: &[Vec<&str>], declared: &[&str]) -> (FedContext, Vec<Arc<dyn Site>>) {
     use datafusion::arrow::array::StringViewArray;
-    let declared = [
-        "east-region-of-the-federation",
-        "west-region-of-the-federation",
-    ];
     let schema = Arc::new(Schema::new(vec![
         Field::new("region", DataType::Utf8View, true),
         Field::new("x", DataType::Int64, true),
     ]));
     let ctx = FedContext::new();
-    let sites: Vec<Arc<dyn Site>> = (0..5)
-        .map(|c| {
-            let mut region: Vec<&str> = (0..20).map(|r| declared[r % 2]).collect();
-            if c == 0 {
-                region.push(SECRET);
-            }
+    let sites: Vec<Arc<dyn Site>> = regions
+        .iter()
+        .enumerate()
+        .map(|(c, region)| {
             let batch = RecordBatch::try_new(
                 Arc::clone(&schema),
                 vec![
@@ -736,7 +725,7 @@ async fn holds_a_secure_dp_setups_group_keys_spell_no_undeclared_key() {
             .unwrap()
             .with_policy(Some(DisclosurePolicy::default()))
             .with_dp(Arc::new(DpSite::new(
-                declaring("region", &declared),
+                declaring("region", declared),
                 Arc::new(Ledger::in_memory()),
             )));
             Arc::new(site) as Arc<dyn Site>
@@ -744,6 +733,32 @@ async fn holds_a_secure_dp_setups_group_keys_spell_no_undeclared_key() {
         .collect();
     ctx.register_federated(FederatedTable::new("t", schema, sites.clone()))
         .unwrap();
+    (ctx, sites)
+}
+
+/// HOLDS (was BREAK, critical) — the same at a secure setup. The group
+/// keys a site announces at the setup of `SELECT region,
+/// secure_dp_count(*) … GROUP BY region` (without `require_secure`) are
+/// its completed DP state's key column; they spelled site 0's undeclared
+/// key in plain before anything was masked. Now they are the declared
+/// values, and hold no byte of it. (In process: the site's code is the
+/// worker's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_secure_dp_setups_group_keys_spell_no_undeclared_key() {
+    let declared = [
+        "east-region-of-the-federation",
+        "west-region-of-the-federation",
+    ];
+    let regions: Vec<Vec<&str>> = (0..5)
+        .map(|c| {
+            let mut region: Vec<&str> = (0..20).map(|r| declared[r % 2]).collect();
+            if c == 0 {
+                region.push(SECRET);
+            }
+            region
+        })
+        .collect();
+    let (ctx, sites) = view_sites(&regions, &declared);
     let encoder = crate::attack54f::encoder_of(
         &ctx,
         "SELECT region, secure_dp_count(*, 0.5) AS n FROM t GROUP BY region",
@@ -1019,46 +1034,12 @@ async fn holds_a_float_key_is_refused_with_or_without_a_negative_zero_row() {
 /// state's view columns are rebuilt: both sites' layouts are alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_a_view_keys_layout_is_alike_whichever_declared_keys_a_site_holds() {
-    use datafusion::arrow::array::StringViewArray;
     let declared = [
         "east-region-of-the-federation",
         "west-region-of-the-federation",
     ];
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("region", DataType::Utf8View, true),
-        Field::new("x", DataType::Int64, true),
-    ]));
-    let ctx = FedContext::new();
-    let sites: Vec<Arc<dyn Site>> = (0..2)
-        .map(|c| {
-            let region: Vec<&str> = vec![declared[c]; 10];
-            let batch = RecordBatch::try_new(
-                Arc::clone(&schema),
-                vec![
-                    Arc::new(StringViewArray::from(region.clone())),
-                    Arc::new(Int64Array::from_iter_values(0..10)),
-                ],
-            )
-            .unwrap();
-            let name = format!("site{c}");
-            let site = LocalClient::from_batches(
-                &name,
-                &format!("memory:{name}"),
-                Arc::clone(&schema) as SchemaRef,
-                vec![batch],
-                ctx.site_engine(),
-            )
-            .unwrap()
-            .with_policy(Some(DisclosurePolicy::default()))
-            .with_dp(Arc::new(DpSite::new(
-                declaring("region", &declared),
-                Arc::new(Ledger::in_memory()),
-            )));
-            Arc::new(site) as Arc<dyn Site>
-        })
-        .collect();
-    ctx.register_federated(FederatedTable::new("t", schema, sites.clone()))
-        .unwrap();
+    let regions: Vec<Vec<&str>> = (0..2).map(|c| vec![declared[c]; 10]).collect();
+    let (ctx, sites) = view_sites(&regions, &declared);
     let encoder = crate::attack54f::encoder_of(
         &ctx,
         "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",

@@ -180,3 +180,38 @@ mod tests {
         assert_eq!(rebuilt.column(0).len(), 1);
     }
 }
+
+#[cfg(test)]
+mod sliced {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::Schema;
+
+    /// The IPC writer sends a sliced offset or primitive array's rows only
+    /// (what [`rows_only`] leaves to it).
+    #[test]
+    fn a_sliced_column_is_written_without_the_rows_cut_off() {
+        let secret = "undeclared-key-of-the-site-SECRET";
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["east", secret, "west"]));
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![7, 0x5EC2E7_5EC2E7, 9]));
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, true),
+            ])),
+            vec![text, numbers],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut w =
+            datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
+                .unwrap();
+        w.write(&rows_only(&batch.slice(0, 1)).unwrap()).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let has = |needle: &[u8]| out.windows(needle.len()).any(|w| w == needle);
+        assert!(has(b"east"));
+        assert!(!has(secret.as_bytes()) && !has(b"west"));
+        assert!(!has(&0x5EC2E7_5EC2E7i64.to_le_bytes()));
+    }
+}

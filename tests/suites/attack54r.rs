@@ -8,6 +8,28 @@
 //! A test named `breaks_…` asserts the leaking behaviour (it passes while
 //! the bug exists); `holds_…` asserts what stopped an attack.
 //!
+//! **Found (BREAK, high): `array_length` panics on one row's value, and
+//! a panic is a failure.** The catalogue marks `array_length` as never
+//! failing (`never`), so the never-fail rewrite leaves it alone; but
+//! DataFusion's `compute_array_length` descends a nested list through
+//! `value(0)` of each level, and an empty list of lists has no element 0:
+//! it panics (index out of bounds; bounds checks stay on in release
+//! builds). The site catches the panic and answers its fixed refusal, so
+//! whether a query fails depends on one row:
+//! `array_length(CASE WHEN id = 17 AND x > m THEN make_array() ELSE
+//! make_array(make_array(1)) END, 2)` fails exactly when row 17 has x > m.
+//! Under `require_dp` and a budget of 1 over real workers, SQL alone reads
+//! the victim's x = 42 in 7 `dp_count` queries at ε = 0.01 (0.07 of the
+//! budget spent): `breaks_array_length_panics_on_one_rows_empty_nested_list`,
+//! `breaks_an_analyst_reads_a_value_over_workers_through_array_length`.
+//! The same bit answers under any policy (thresholds or DP).
+//!
+//! Fix: mark `array_length` `may_fail` *and* make the never-fail wrapper
+//! catch panics (a `NullOnError` evaluation that panics gives NULL, row
+//! by row, like an error: `catch_unwind` around `invoke_with_args`); better,
+//! wrap every catalogued scalar function so, since any kernel may panic
+//! on some value; or drop `array_length` with a dimension argument.
+//!
 //! **Found (BREAK, medium): two DP groups of `DATE` keys still print
 //! alike.** `text_shows_each_value` admits `Date32` ("dates print each as
 //! their own text"), but DataFusion prints a `Date32` outside chrono's
@@ -50,7 +72,25 @@
 //! own groups are always the declared ones; or refuse, under
 //! `require_secure`, any group list other than the declared keys.
 //!
-//! What else was tried (HOLDS): see the `holds_…` tests below.
+//! What else was tried (HOLDS):
+//! - grouped DP matches text keys byte for byte: case, whitespace,
+//!   Unicode normalisation and NUL variants of a declared key are
+//!   dropped, and the state is bit for bit the same with or without them
+//!   (`holds_dp_text_keys_match_exactly_and_variants_are_dropped`);
+//! - a dictionary-encoded key column (carrying an undeclared key in its
+//!   dictionary) releases only declared bytes
+//!   (`holds_a_dictionary_key_column_releases_only_declared_bytes`);
+//! - a `secure_dp_…` state under `require_secure` is completed with every
+//!   declared key before it is kept, so a short group list is refused
+//!   whatever the site holds
+//!   (`holds_require_secure_dp_state_is_refused_a_short_list_alike`).
+//!
+//! Noticed: the "two groups print alike" failure is a `FedError::Internal`
+//! that `LocalClient::run` returns from `DpSite::release` without
+//! `self.error`, so in process it reads "internal error: two groups of a
+//! DP state print alike" rather than the fixed refusal (over a worker it
+//! becomes "worker error (Internal): a cast error", classified by the word
+//! "cast" in its hint).
 
 use std::sync::Arc;
 
@@ -402,4 +442,184 @@ async fn breaks_an_analyst_reads_a_value_over_workers_through_array_length() {
     .await;
     assert_eq!(x, 42, "the victim's x, read exactly");
     assert_eq!(queries, 7);
+}
+
+/// HOLDS — grouped DP matches declared text keys byte for byte: rows whose
+/// key differs from a declared value only in case, whitespace, Unicode
+/// normalisation (a decomposed "é") or a trailing NUL are dropped as
+/// undeclared, and the state is the same, bit for bit (twin sites seeded
+/// alike draw the same noise), with or without them; none makes the
+/// query fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_dp_text_keys_match_exactly_and_variants_are_dropped() {
+    use datafusion::arrow::array::StringArray;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", DataType::Utf8, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let batch = |regions: &[&str]| {
+        RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from(regions.to_vec())),
+                Arc::new(Int64Array::from(vec![1i64; regions.len()])),
+            ],
+        )
+        .unwrap()
+    };
+    let mut base: Vec<&str> = vec!["east"; 10];
+    base.extend(["caf\u{e9}"; 10]);
+    let mut variants = base.clone();
+    variants.extend(["East", "east ", " east", "cafe\u{301}", "east\0", "EAST"]);
+    let mut dp = dp_only();
+    dp.domains.insert(
+        "region".into(),
+        vec!["east".to_string(), "caf\u{e9}".to_string()],
+    );
+    let mut states = Vec::new();
+    for regions in [&base, &variants] {
+        let ctx = FedContext::new();
+        let site = LocalClient::from_batches(
+            "site0",
+            "memory:site0",
+            Arc::clone(&schema),
+            vec![batch(regions)],
+            ctx.site_engine(),
+        )
+        .unwrap()
+        .with_policy(Some(DisclosurePolicy::default()))
+        .with_dp(Arc::new(DpSite::seeded_for_tests(
+            dp.clone(),
+            Arc::new(Ledger::in_memory()),
+            0x5eed,
+        )));
+        let site: Arc<dyn Site> = Arc::new(site);
+        ctx.register_federated(FederatedTable::new(
+            "t",
+            Arc::clone(&schema),
+            vec![Arc::clone(&site)],
+        ))
+        .unwrap();
+        let encoder = crate::attack54f::encoder_of(
+            &ctx,
+            "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+        )
+        .await;
+        let analyst = fedsql::protocol::site::Analyst::session();
+        let state = site
+            .encode(&fedsql::protocol::site::SiteRequest::new(
+                &encoder, &analyst,
+            ))
+            .await
+            .unwrap()
+            .batch()
+            .clone();
+        states.push(format!("{state:?}"));
+    }
+    assert_eq!(states[0], states[1]);
+}
+
+/// HOLDS — the contrast of the `require_secure` break: a `secure_dp_count`
+/// state is completed with every declared key before it is kept, so a
+/// group list lacking g = 0 is refused whether or not site 0 holds it.
+#[tokio::test]
+async fn holds_require_secure_dp_state_is_refused_a_short_list_alike() {
+    let dp = require_secure_declared();
+    let mut outcomes = Vec::new();
+    for hi in [1000, 0] {
+        let sql = format!(
+            "SELECT g, secure_dp_count(*, 0.5) AS n FROM t WHERE x >= 0 AND x < {hi} GROUP BY g"
+        );
+        let h = Hostile::build(5, &sql, Some(&dp), Some(DisclosurePolicy::default())).await;
+        let session = session_of(5);
+        let (announced, envelopes) = set_up(&h, &session, 0).await;
+        let lacking_zero = announced[0].slice(1, 1);
+        let masked = h.mask_state(0, &session, envelopes, &lacking_zero).await;
+        eprintln!("x < {hi}: {:?}", masked.as_ref().err());
+        outcomes.push(masked.is_err());
+        // The full declared list is masked (the refusal above is the short
+        // list's, not the session's).
+        let session = session_of(5);
+        let (announced, envelopes) = set_up(&h, &session, 0).await;
+        assert!(
+            h.mask_state(0, &session, envelopes, &announced[0])
+                .await
+                .is_ok()
+        );
+    }
+    assert_eq!(outcomes, [true, true]);
+}
+
+/// HOLDS — a dictionary-encoded key column (as a Parquet file written from
+/// a dictionary array reads back) groups under DP like its values: the
+/// released key column is rebuilt from the declared values and holds no
+/// byte of an undeclared key the dictionary carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_a_dictionary_key_column_releases_only_declared_bytes() {
+    use datafusion::arrow::array::DictionaryArray;
+    use datafusion::arrow::datatypes::Int32Type;
+    let secret = "undeclared-ward-of-the-site-SECRET-4411";
+    let dict_type = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("region", dict_type, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let mut regions: Vec<&str> = vec!["east"; 10];
+    regions.push(secret);
+    let keys: DictionaryArray<Int32Type> = regions.iter().copied().collect();
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(keys),
+            Arc::new(Int64Array::from(vec![1i64; regions.len()])),
+        ],
+    )
+    .unwrap();
+    let mut dp = dp_only();
+    dp.domains.insert(
+        "region".into(),
+        vec!["east".to_string(), "west".to_string()],
+    );
+    let ctx = FedContext::new();
+    let site = LocalClient::from_batches(
+        "site0",
+        "memory:site0",
+        Arc::clone(&schema),
+        vec![batch],
+        ctx.site_engine(),
+    )
+    .unwrap()
+    .with_policy(Some(DisclosurePolicy::default()))
+    .with_dp(Arc::new(DpSite::new(dp, Arc::new(Ledger::in_memory()))));
+    let site: Arc<dyn Site> = Arc::new(site);
+    ctx.register_federated(FederatedTable::new(
+        "t",
+        Arc::clone(&schema),
+        vec![Arc::clone(&site)],
+    ))
+    .unwrap();
+    let encoder = crate::attack54f::encoder_of(
+        &ctx,
+        "SELECT region, dp_count(*, 0.5) AS n FROM t GROUP BY region",
+    )
+    .await;
+    let analyst = fedsql::protocol::site::Analyst::session();
+    let state = site
+        .encode(&fedsql::protocol::site::SiteRequest::new(
+            &encoder, &analyst,
+        ))
+        .await
+        .unwrap()
+        .batch()
+        .clone();
+    let mut ipc = Vec::new();
+    {
+        let mut w =
+            datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &state.schema())
+                .unwrap();
+        w.write(&state).unwrap();
+        w.finish().unwrap();
+    }
+    assert_eq!(state.num_rows(), 2);
+    assert!(!String::from_utf8_lossy(&ipc).contains(secret));
 }

@@ -72,6 +72,19 @@
 //! own groups are always the declared ones; or refuse, under
 //! `require_secure`, any group list other than the declared keys.
 //!
+//! **Found (BREAK, low; thresholds only): a `glm` round's state carries an
+//! exact count of any predicate.** `irls_step` (and `sgd_step`) count the
+//! rows whose response is outside the family's range in a state field
+//! (`invalid`) that no input count holds to k, and the coordinator prints
+//! it: `glm('SELECT id, CASE WHEN id = 3 AND x > m THEN -1 ELSE x END AS y
+//! FROM t', 'y ~ id', 'poisson')` answers "1 rows have a response outside
+//! the range" exactly when row 3 has x > m, at k = 5 — rule 2's
+//! `count(*) FILTER (WHERE id = 17)`, released
+//! (`breaks_a_glm_round_counts_one_rows_invalid_response`). Fix: hold
+//! `invalid` to 0-or-k like an input count (or refuse the round at the
+//! site when it is not 0, whatever its count, which is the same one bit
+//! as the refusal of thresholds).
+//!
 //! What else was tried (HOLDS):
 //! - grouped DP matches text keys byte for byte: case, whitespace,
 //!   Unicode normalisation and NUL variants of a declared key are
@@ -622,4 +635,34 @@ async fn holds_a_dictionary_key_column_releases_only_declared_bytes() {
     }
     assert_eq!(state.num_rows(), 2);
     assert!(!String::from_utf8_lossy(&ipc).contains(secret));
+}
+
+/// BREAK (low; thresholds only) — rule 2 of the disclosure policy:
+/// "`count(*) FILTER (WHERE id = 17)` … [is] refused". A `glm` round's
+/// state counts the rows whose response is outside the family's range
+/// (`irls_step`'s `invalid`), with no input count held to k, and the
+/// coordinator reports that count: a response `CASE WHEN id = 3 AND x > m
+/// THEN -1 ELSE x END` makes it exactly 1 when row 3 has x > m ("1 rows
+/// have a response outside the range of the poisson family"), and 0 (a
+/// fit) otherwise, at k = 5. (Under `require_dp` no `glm` runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_glm_round_counts_one_rows_invalid_response() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let files = crate::attacks::write_sites(dir.path());
+    let ctx = crate::attacks::in_process_with(&files[..2], "'min_group_rows' '5'").await;
+    let sql = |m: i64| {
+        format!(
+            "SELECT * FROM glm('SELECT id, CASE WHEN id = 3 AND x > {m} THEN -1 ELSE x END AS y FROM t', 'y ~ id', 'poisson')"
+        )
+    };
+    // Row 3's x is 161.5.
+    let yes = crate::attacks::answer(&ctx, &sql(161)).await;
+    let no = crate::attacks::answer(&ctx, &sql(162)).await;
+    eprintln!("x > 161: {yes:?}\nx > 162: {no:?}");
+    assert!(
+        yes.as_ref()
+            .is_err_and(|e| e.contains("1 rows have a response outside")),
+        "{yes:?}"
+    );
+    assert!(no.is_ok(), "{no:?}");
 }

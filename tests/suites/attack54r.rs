@@ -30,6 +30,29 @@
 //! wrap every catalogued scalar function so, since any kernel may panic
 //! on some value; or drop `array_length` with a dimension argument.
 //!
+//! **Found (BREAK, high): `TRY_CAST` of a far timestamp to text still
+//! fails.** Arrow's cast of a temporal value to a string formats it with
+//! chrono and fails, *whatever* `CastOptions::safe` says, for a value
+//! beyond chrono's ±262,143 years ("Failed to convert … to temporal"; the
+//! same for Date32/Date64/Time64 values out of range and a Decimal128
+//! beyond its precision). `from_unixtime` (catalogued, wrapped to give
+//! NULL on failure) makes such a value from a plain BIGINT without
+//! failing: `from_unixtime(9223372036854775807)`. So `CAST(from_unixtime(
+//! CASE WHEN id = 17 AND x > m THEN 9223372036854775807 ELSE 0 END) AS
+//! VARCHAR)` — rewritten to `TRY_CAST` at the site — fails exactly when
+//! row 17 has x > m. Over real workers under `require_dp` and a budget,
+//! 7 queries at ε = 0.01 read x = 42
+//! (`breaks_a_try_cast_of_a_far_timestamp_to_text_fails_on_one_row`,
+//! `breaks_an_analyst_reads_a_value_over_workers_through_a_far_timestamp`).
+//! The same class hits data the owner holds: a Parquet `TIMESTAMP` of
+//! PostgreSQL's `infinity` (i64::MAX µs, ~292,000 years) makes
+//! `CAST(ts AS VARCHAR)` fail whenever that row passes the filter.
+//!
+//! Fix: the site's cast must not fail on data: evaluate `TRY_CAST` (and
+//! the coercion casts the planner adds) through a wrapper that gives NULL
+//! for the rows whose cast errors (as `NullOnError` does for functions),
+//! or refuse casts of temporal/decimal values to text under a policy.
+//!
 //! **Found (BREAK, medium): two DP groups of `DATE` keys still print
 //! alike.** `text_shows_each_value` admits `Date32` ("dates print each as
 //! their own text"), but DataFusion prints a `Date32` outside chrono's
@@ -665,4 +688,46 @@ async fn breaks_a_glm_round_counts_one_rows_invalid_response() {
         "{yes:?}"
     );
     assert!(no.is_ok(), "{no:?}");
+}
+
+/// BREAK (high) — "`CAST` becomes `TRY_CAST`", but Arrow's cast of a
+/// temporal value to text fails whatever `safe` says when the value is
+/// beyond chrono's range ("Failed to convert … to temporal"), and
+/// `from_unixtime` (catalogued, may fail: wrapped) makes such a value
+/// from an ordinary BIGINT without failing itself: `from_unixtime(
+/// 9223372036854775807)`. So `CAST(from_unixtime(CASE WHEN id = 17 AND x >
+/// m THEN 9223372036854775807 ELSE 0 END) AS VARCHAR)` fails exactly when
+/// row 17 has x > m, under any policy and under DP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_try_cast_of_a_far_timestamp_to_text_fails_on_one_row() {
+    let dp = dp_only();
+    let sql = |m: i64| {
+        format!(
+            "SELECT dp_count(*, 0.01) AS n FROM t WHERE CAST(from_unixtime(CASE WHEN id = 17 AND x > {m} THEN 9223372036854775807 ELSE 0 END) AS VARCHAR) IS NOT NULL"
+        )
+    };
+    let mut rows = ordinary();
+    rows.push((DAY, 17, 42));
+    let yes = answer_over_one(&sql(41), &rows, &dp).await;
+    let no = answer_over_one(&sql(42), &rows, &dp).await;
+    eprintln!("x > 41: {yes:?}\nx > 42: {no:?}");
+    assert!(yes.is_err(), "{yes:?}");
+    assert!(no.is_ok(), "{no:?}");
+}
+
+/// BREAK (high) — the same over real workers by SQL alone: 7 `dp_count`
+/// queries at ε = 0.01 read the victim's x = 42.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_value_over_workers_through_a_far_timestamp() {
+    let mut victim_site = ordinary();
+    victim_site.push((DAY, 17, 42));
+    let (_workers, ctx, _dir) = dp_workers(&[victim_site, ordinary()]).await;
+    let (x, queries) = halve(&ctx, |m| {
+        format!(
+            "SELECT dp_count(*, 0.01) AS n FROM t WHERE CAST(from_unixtime(CASE WHEN id = 17 AND x > {m} THEN 9223372036854775807 ELSE 0 END) AS VARCHAR) IS NOT NULL"
+        )
+    })
+    .await;
+    assert_eq!(x, 42, "the victim's x, read exactly");
+    assert_eq!(queries, 7);
 }

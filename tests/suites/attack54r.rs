@@ -116,6 +116,10 @@
 //! - a dictionary-encoded key column (carrying an undeclared key in its
 //!   dictionary) releases only declared bytes
 //!   (`holds_a_dictionary_key_column_releases_only_declared_bytes`);
+//! - declared column types over real workers: wider types read every
+//!   value (a BIGINT of 2^53 + 1 as DOUBLE), narrower ones are refused
+//!   before a row is read
+//!   (`holds_declared_types_over_workers_widen_or_are_refused_alike`);
 //! - a `secure_dp_…` state under `require_secure` is completed with every
 //!   declared key before it is kept, so a short group list is refused
 //!   whatever the site holds
@@ -730,4 +734,50 @@ async fn breaks_an_analyst_reads_a_value_over_workers_through_a_far_timestamp() 
     .await;
     assert_eq!(x, 42, "the victim's x, read exactly");
     assert_eq!(queries, 7);
+}
+
+/// HOLDS — declared column types over real workers: a wider type (`id`,
+/// `x` as DOUBLE over BIGINT, a value of 2^53 + 1 among them) reads every
+/// value without failing, and a narrower one (`x INT`, `x SMALLINT`, `d
+/// TIMESTAMP` over a DATE) is refused before a row is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_declared_types_over_workers_widen_or_are_refused_alike() {
+    let mut big = ordinary();
+    big.push((DAY, 17, (1i64 << 53) + 1));
+    let (workers, _ctx, _dir) = dp_workers(&[big, ordinary()]).await;
+    let create = |columns: &str| {
+        workers.create("t").replace(
+            "FEDERATED TABLE t CLIENTS",
+            &format!("FEDERATED TABLE t ({columns}) CLIENTS"),
+        )
+    };
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &create("d DATE, id DOUBLE, x DOUBLE"))
+        .await
+        .unwrap();
+    let wide =
+        crate::attacks::answer(&ctx, "SELECT dp_count(*, 0.01) AS n FROM t WHERE x > 1").await;
+    assert!(wide.is_ok(), "{wide:?}");
+    for columns in [
+        "d DATE, id BIGINT, x INT",
+        "d DATE, id BIGINT, x SMALLINT",
+        "d TIMESTAMP, id BIGINT, x BIGINT",
+    ] {
+        let ctx = FedContext::new();
+        let created = crate::remote::run(&ctx, &create(columns)).await;
+        let answer = match created {
+            Ok(_) => {
+                crate::attacks::answer(&ctx, "SELECT dp_count(*, 0.01) AS n FROM t WHERE x > 1")
+                    .await
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        eprintln!("{columns}: {answer:?}");
+        assert!(
+            answer
+                .as_ref()
+                .is_err_and(|e| e.contains("its own type or a wider one")),
+            "{columns}: {answer:?}"
+        );
+    }
 }

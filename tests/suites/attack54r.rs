@@ -34,8 +34,8 @@
 //! fails.** Arrow's cast of a temporal value to a string formats it with
 //! chrono and fails, *whatever* `CastOptions::safe` says, for a value
 //! beyond chrono's ±262,143 years ("Failed to convert … to temporal"; the
-//! same for Date32/Date64/Time64 values out of range and a Decimal128
-//! beyond its precision). `from_unixtime` (catalogued, wrapped to give
+//! same for Date32/Date64 values out of range and a negative Time64, and
+//! a far Timestamp cast to DATE fails too). `from_unixtime` (catalogued, wrapped to give
 //! NULL on failure) makes such a value from a plain BIGINT without
 //! failing: `from_unixtime(9223372036854775807)`. So `CAST(from_unixtime(
 //! CASE WHEN id = 17 AND x > m THEN 9223372036854775807 ELSE 0 END) AS
@@ -44,9 +44,10 @@
 //! 7 queries at ε = 0.01 read x = 42
 //! (`breaks_a_try_cast_of_a_far_timestamp_to_text_fails_on_one_row`,
 //! `breaks_an_analyst_reads_a_value_over_workers_through_a_far_timestamp`).
-//! The same class hits data the owner holds: a Parquet `TIMESTAMP` of
-//! PostgreSQL's `infinity` (i64::MAX µs, ~292,000 years) makes
-//! `CAST(ts AS VARCHAR)` fail whenever that row passes the filter.
+//! The same class hits data the owner holds: a Parquet `TIMESTAMP` stored
+//! as i64::MAX µs (~292,000 years; an "infinity" sentinel) would make
+//! `CAST(ts AS VARCHAR)` fail whenever that row passes the filter (not
+//! run here).
 //!
 //! Fix: the site's cast must not fail on data: evaluate `TRY_CAST` (and
 //! the coercion casts the planner adds) through a wrapper that gives NULL
@@ -57,7 +58,7 @@
 //! alike.** `text_shows_each_value` admits `Date32` ("dates print each as
 //! their own text"), but DataFusion prints a `Date32` outside chrono's
 //! range (beyond ±262,143 years: e.g. `i32::MAX` and `i32::MIN` days, the
-//! "infinity" / "-infinity" sentinels PostgreSQL and DuckDB use) as the
+//! kind of values an exporter may write for ±infinity dates) as the
 //! empty string. `DpSite::complete_keys` then finds two state rows whose
 //! keys print alike and fails the query with an internal error — after
 //! the ε was debited, and only when the rows passing the analyst's

@@ -44,6 +44,8 @@ mod attack54o;
 mod attack54p;
 #[path = "suites/attack54q.rs"]
 mod attack54q;
+#[path = "suites/attack54r.rs"]
+mod attack54r;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

@@ -115,7 +115,12 @@ impl Site for LocalClient {
         // Under require_secure: only declared keys kept, all announced.
         let declared = self
             .dp
-            .declared_secure_groups(encoder.plan(), state.batch(), layout.key_columns)
+            .declared_secure_groups(
+                encoder.plan(),
+                state.batch(),
+                layout.key_columns,
+                &layout.zero_state,
+            )
             .map_err(|e| self.site_error(e))?;
         let (state, announced) = match declared {
             Some((rows, keys)) => (

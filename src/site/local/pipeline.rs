@@ -302,12 +302,15 @@ impl LocalClient {
             _ => batches,
         };
         // DP state: declared keys completed, noise added.
-        let batches = self.dp.release(
-            encoder.plan(),
-            &paid,
-            (encoder.state_schema(), batches),
-            shares,
-        )?;
+        let batches = self
+            .dp
+            .release(
+                encoder.plan(),
+                &paid,
+                (encoder.state_schema(), batches),
+                shares,
+            )
+            .map_err(|e| self.site_error(e))?;
         encoder.accept(&batches).map_err(|e| self.error(e))
     }
 

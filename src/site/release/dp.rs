@@ -165,9 +165,10 @@ impl DpSite {
             {
                 return Err(refuse(
                     "under its require_secure policy a secure aggregate may group only by columns whose values the data owner declares public (their keys leave in plain), of a type whose values print each as its own text".into(),
-                    "group by a declared integer, text, boolean, date or decimal column (dp_domain.<column> in the worker's [policy] or the table's OPTIONS), or drop GROUP BY",
+                    "group by a declared integer, text, boolean or decimal column (dp_domain.<column> in the worker's [policy] or the table's OPTIONS), or drop GROUP BY",
                 ));
             }
+            self.check_declared_key_count(&agg.group_expr, &refuse)?;
         }
         if self.policy.require_dp && (!exact.is_empty() || dp == 0) {
             let what = if exact.is_empty() {
@@ -232,7 +233,7 @@ impl DpSite {
                             format!(
                                 "DP groups by `{name}` of type {data_type}, whose values the site cannot match to the declared ones exactly (two values may print alike)"
                             ),
-                            "group by an integer, text, boolean, date or decimal column (declare the column with the type the data owner serves it as)",
+                            "group by a declared integer, text, boolean or decimal column",
                         ));
                     }
                     if let Err(e) = canonical_values(&name, &self.policy.domains[&name], &data_type)
@@ -269,6 +270,32 @@ impl DpSite {
                     ));
                 }
             }
+        }
+        self.check_declared_key_count(&agg.group_expr, &refuse)
+    }
+
+    /// A grouped DP or `require_secure` state has a row for every declared
+    /// key (tuple): the product of the grouped columns' domains is refused
+    /// above [`MAX_DECLARED_KEYS`] before anything is built (the
+    /// eighteenth outside review: several large domains would make a
+    /// worker run out of memory).
+    fn check_declared_key_count(
+        &self,
+        group_expr: &[Expr],
+        refuse: &dyn Fn(String, &str) -> FedError,
+    ) -> Result<()> {
+        let keys = group_columns(group_expr)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| self.policy.domains.get(&c).map(Vec::len))
+            .fold(1usize, usize::saturating_mul);
+        if keys > MAX_DECLARED_KEYS {
+            return Err(refuse(
+                format!(
+                    "its groups would be the {keys} combinations of the declared values, more than the {MAX_DECLARED_KEYS} a site releases"
+                ),
+                "group by fewer declared columns",
+            ));
         }
         Ok(())
     }
@@ -419,18 +446,22 @@ impl DpSite {
     }
 
     /// Under `require_secure`, a grouped secure state as it may be kept
-    /// for a secure session, and the group keys its setup announces: the
-    /// state's rows of declared keys only (NULL and undeclared keys
-    /// dropped), and every declared key (tuple) whatever the site holds,
-    /// as a DP release completes them — so which keys a setup sends back
-    /// tells nothing (the eighth outside attack ran the seventh's range
-    /// search on them). `None` where the rule does not apply (no
+    /// for a secure session, and the group keys its setup announces: one
+    /// row per declared key (tuple), in the declared order, the site's own
+    /// row where it holds the key and the empty state (`zero_state`, one
+    /// row per state column) where it does not; NULL and undeclared keys
+    /// dropped. So which keys a setup sends back tells nothing (the eighth
+    /// outside attack ran the seventh's range search on them), and neither
+    /// does a group list that lacks a declared key, refused alike whatever
+    /// the site holds (the eighteenth attack read the held keys from the
+    /// masking step's refusal). `None` where the rule does not apply (no
     /// `require_secure`, or no GROUP BY).
     pub fn declared_secure_groups(
         &self,
         encoder: &LogicalPlan,
         state: &RecordBatch,
         key_columns: usize,
+        zero_state: &[ArrayRef],
     ) -> Result<Option<(RecordBatch, RecordBatch)>> {
         if !self.policy.require_secure || key_columns == 0 {
             return Ok(None);
@@ -445,30 +476,48 @@ impl DpSite {
             .ok_or_else(|| {
                 FedError::Internal("secure groups checked to be declared columns".into())
             })?;
+        if zero_state.len() + key_columns != state.num_columns() {
+            return Err(FedError::Internal(
+                "a secure state's empty state does not fit its columns".into(),
+            ));
+        }
         let keys = declared_keys(&columns, &self.policy.domains, &state.schema())?;
-        let wanted: std::collections::HashSet<&Vec<String>> = keys.iter().collect();
-        let mut kept = Vec::new();
+        let mut present: HashMap<Vec<String>, usize> = HashMap::new();
         for row in 0..state.num_rows() {
-            if row_key(state, row, key_columns)?.is_some_and(|k| wanted.contains(&k)) {
-                kept.push(row as u32);
+            if let Some(key) = row_key(state, row, key_columns)?
+                && present.insert(key, row).is_some()
+            {
+                return Err(FedError::Internal(
+                    "two groups of a secure state print alike".into(),
+                ));
             }
         }
-        let kept = UInt32Array::from(kept);
-        let restricted = RecordBatch::try_new(
-            state.schema(),
-            state
-                .columns()
-                .iter()
-                .map(|c| take(c.as_ref(), &kept, None))
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-        )?;
+        // (0, row): the site's own row; (1, 0): the empty state.
+        let picks: Vec<(usize, usize)> = keys
+            .iter()
+            .map(|k| present.get(k).map_or((1, 0), |&row| (0, row)))
+            .collect();
         let schema = Arc::new(
             state
                 .schema()
                 .project(&(0..key_columns).collect::<Vec<_>>())?,
         );
         let announced = key_arrays(&keys.iter().collect::<Vec<_>>(), &columns, &schema)?;
-        Ok(Some((restricted, RecordBatch::try_new(schema, announced)?)))
+        let mut completed = announced.clone();
+        for (i, zero) in zero_state.iter().enumerate() {
+            let mine = state.column(key_columns + i);
+            completed.push(datafusion::arrow::compute::interleave(
+                &[mine.as_ref(), zero.as_ref()],
+                &picks,
+            )?);
+        }
+        let completed = RecordBatch::try_new_with_options(
+            state.schema(),
+            completed,
+            &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                .with_row_count(Some(keys.len())),
+        )?;
+        Ok(Some((completed, RecordBatch::try_new(schema, announced)?)))
     }
 
     /// One state row per declared key (tuple), in the domain's order: the
@@ -793,10 +842,15 @@ fn declared_keys(
     Ok(keys)
 }
 
+/// The most declared keys (tuples) a grouped DP or `require_secure` state
+/// may have.
+const MAX_DECLARED_KEYS: usize = 100_000;
+
 /// Whether every value of `data_type` prints as text of its own, so that
 /// a state row's key and a declared value match by their text: not floats
-/// (NaN and −NaN print alike), timestamps, times, Date64 (milliseconds
-/// within a day print alike), intervals or binary (the seventeenth
+/// (NaN and −NaN print alike), dates (a date out of chrono's range prints
+/// as an empty string: the eighteenth outside attack failed a query with
+/// two of them), timestamps, times, intervals or binary (the seventeenth
 /// outside attack moved a count by 29 rows with a −NaN and read a rare key
 /// through a declared TIMESTAMP).
 fn text_shows_each_value(data_type: &datafusion::arrow::datatypes::DataType) -> bool {
@@ -811,7 +865,6 @@ fn text_shows_each_value(data_type: &datafusion::arrow::datatypes::DataType) -> 
                         | T::LargeUtf8
                         | T::Utf8View
                         | T::Boolean
-                        | T::Date32
                         | T::Decimal128(..)
                         | T::Decimal256(..)
                 )

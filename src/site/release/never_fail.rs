@@ -55,6 +55,19 @@ pub(crate) fn never_fail_on_data(plan: LogicalPlan) -> Result<LogicalPlan> {
 
 fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<Expr>> {
     Ok(match e {
+        // A date or time that is out of chrono's range fails even a
+        // TRY_CAST (to text, or a timestamp to a date): such casts run
+        // NULL-on-error row by row (the eighteenth outside attack built a
+        // far timestamp with from_unixtime and failed its cast on one row).
+        Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field })
+            if expr.get_type(schema).is_ok_and(|t| from_temporal(&t)) =>
+        {
+            let udf = ScalarUDF::new_from_impl(SiteCast::to(field.data_type().clone()));
+            Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                Arc::new(udf),
+                vec![*expr],
+            )))
+        }
         Expr::Cast(Cast { expr, field }) => {
             Transformed::yes(Expr::TryCast(TryCast { expr, field }))
         }
@@ -82,6 +95,11 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
         }
         other => Transformed::no(other),
     })
+}
+
+/// Whether a cast from `t` can fail on a value even as a TRY_CAST.
+fn from_temporal(t: &DataType) -> bool {
+    t.is_temporal() || matches!(t, DataType::Interval(_) | DataType::Duration(_))
 }
 
 /// Whether an arithmetic operator can fail on its operands' values.
@@ -146,6 +164,9 @@ pub(crate) enum NeverFailWire {
     /// Arithmetic that gives NULL where it would fail: the operator and
     /// the result type, as their texts.
     Arithmetic { op: String, return_type: String },
+    /// A cast from a date or time that gives NULL where it would fail: the
+    /// target type, as its text.
+    Cast { to: String },
 }
 
 /// The arithmetic operators a site wraps (those that can fail on values).
@@ -165,6 +186,11 @@ pub(crate) fn to_wire(udf: &ScalarUDF) -> Option<NeverFailWire> {
     if let Some(wrapped) = inner.downcast_ref::<NullOnError>() {
         return Some(NeverFailWire::NullOnError(wrapped.inner.name().to_string()));
     }
+    if let Some(cast) = inner.downcast_ref::<SiteCast>() {
+        return Some(NeverFailWire::Cast {
+            to: cast.to.to_string(),
+        });
+    }
     inner
         .downcast_ref::<SiteArithmetic>()
         .map(|a| NeverFailWire::Arithmetic {
@@ -183,6 +209,7 @@ pub(crate) fn from_wire(
         NeverFailWire::NullOnError(name) => ScalarUDF::new_from_impl(NullOnError {
             inner: function(&name)?,
         }),
+        NeverFailWire::Cast { to } => ScalarUDF::new_from_impl(SiteCast::to(to.parse()?)),
         NeverFailWire::Arithmetic { op, return_type } => {
             let Some(op) = WRAPPED_OPERATORS.into_iter().find(|o| o.to_string() == op) else {
                 return internal_err!("site_arithmetic of an unknown operator {op}");
@@ -299,12 +326,75 @@ impl ScalarUDFImpl for SiteArithmetic {
     }
 }
 
+/// A cast from a date or time, giving NULL for the rows it fails on.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SiteCast {
+    to: DataType,
+    signature: Signature,
+}
+
+impl SiteCast {
+    fn to(to: DataType) -> Self {
+        Self {
+            to,
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SiteCast {
+    fn name(&self) -> &str {
+        "site_cast"
+    }
+
+    fn display_name(&self, args: &[Expr]) -> DFResult<String> {
+        match args {
+            [e] => Ok(format!("TRY_CAST({e} AS {})", self.to)),
+            _ => Ok(self.name().to_string()),
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
+        Ok(self.to.clone())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let to = self.to.clone();
+        row_by_row_on_error(args, |args| {
+            let [value] = args.args.as_slice() else {
+                return internal_err!("site_cast takes one argument");
+            };
+            // DataFusion's own cast options (its text formats), NULL on a
+            // value that does not cast.
+            let safe = datafusion::arrow::compute::CastOptions {
+                safe: true,
+                ..datafusion::common::format::DEFAULT_CAST_OPTIONS
+            };
+            let array = value.to_array(args.number_rows)?;
+            Ok(ColumnarValue::Array(
+                datafusion::arrow::compute::cast_with_options(&array, &to, &safe)?,
+            ))
+        })
+    }
+}
+
 /// `evaluate(args)`, or, when it fails, each row evaluated alone with NULL
-/// for the rows that fail.
+/// for the rows that fail. A panic is a failure like an error (a library's
+/// index out of bounds on one row's value would otherwise fail the whole
+/// query: the eighteenth outside attack read a value from
+/// `array_length`'s).
 fn row_by_row_on_error(
     args: ScalarFunctionArgs,
     evaluate: impl Fn(ScalarFunctionArgs) -> DFResult<ColumnarValue>,
 ) -> DFResult<ColumnarValue> {
+    let evaluate = |args: ScalarFunctionArgs| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| evaluate(args)))
+            .unwrap_or_else(|_| internal_err!("a function panicked"))
+    };
     let return_type = args.return_field.data_type().clone();
     let one_row = |row: Option<usize>| ScalarFunctionArgs {
         args: args

@@ -270,17 +270,25 @@ impl DisclosurePolicy {
         let k = self.min_group_rows as f64;
         for batch in batches {
             for (column, aggregate, args, config) in cells {
-                let Some(lists) = batch
-                    .column_by_name(column)
-                    .and_then(|c| c.as_list_opt::<i32>())
-                else {
+                let Some(state) = batch.column_by_name(column) else {
                     continue;
                 };
-                for row in 0..lists.len() {
-                    if lists.is_null(row) {
+                // A list (kmeans_step, life_table) or a fixed-size list
+                // (the model rounds' flat states).
+                let value =
+                    |row: usize| match (state.as_list_opt::<i32>(), state.as_fixed_size_list_opt())
+                    {
+                        (Some(lists), _) => Some(lists.value(row)),
+                        (_, Some(lists)) => Some(lists.value(row)),
+                        _ => None,
+                    };
+                for row in 0..state.len() {
+                    if state.is_null(row) {
                         continue;
                     }
-                    let values = lists.value(row);
+                    let Some(values) = value(row) else {
+                        continue;
+                    };
                     let Some(values) = values.as_primitive_opt::<Float64Type>() else {
                         continue;
                     };

@@ -511,6 +511,11 @@ fn buffer_text(batch: &RecordBatch, c: usize) -> String {
 
 /// The Arrow IPC stream of `batch`, as text.
 fn ipc_text(batch: &RecordBatch) -> String {
+    String::from_utf8_lossy(&ipc_bytes(batch)).into_owned()
+}
+
+/// `batch` as an Arrow IPC stream.
+fn ipc_bytes(batch: &RecordBatch) -> Vec<u8> {
     let mut ipc = Vec::new();
     {
         let mut w =
@@ -519,7 +524,7 @@ fn ipc_text(batch: &RecordBatch) -> String {
         w.write(batch).unwrap();
         w.finish().unwrap();
     }
-    String::from_utf8_lossy(&ipc).into_owned()
+    ipc
 }
 
 /// The undeclared value a site holds (longer than the 12 bytes a view
@@ -1061,7 +1066,7 @@ async fn holds_a_view_keys_layout_is_alike_whichever_declared_keys_a_site_holds(
             .collect();
         let sizes: Vec<usize> = v.data_buffers().iter().map(|d| d.len()).collect();
         eprintln!("site{c}: buffer index per row {idx:?}, buffers {sizes:?}");
-        seen.push((idx, ipc_text(&b).len()));
+        seen.push((idx, ipc_bytes(&b).len()));
     }
     // The declared order, the same sizes, the same layout.
     assert_eq!(seen[0], seen[1]);

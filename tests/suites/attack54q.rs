@@ -255,6 +255,18 @@ impl Twins {
         }
     }
 
+    /// Every site refuses the encoder's key type (it cannot match its
+    /// values to the declared ones by their text).
+    async fn all_refuse_the_key_type(&self) {
+        for c in 0..self.sites.len() {
+            let why = self.refusal(c).await;
+            assert!(
+                why.contains("whose values the site cannot match to the declared ones exactly"),
+                "site {c}: {why}"
+            );
+        }
+    }
+
     /// Why site `c` refuses the encoder (it must).
     async fn refusal(&self, c: usize) -> String {
         match self.sites[c]
@@ -292,13 +304,7 @@ async fn holds_two_groups_spelled_alike_are_refused_not_merged() {
         &declaring("g", &["1", "NaN"]),
     )
     .await;
-    for c in 0..2 {
-        let why = twins.refusal(c).await;
-        assert!(
-            why.contains("whose values the site cannot match to the declared ones exactly"),
-            "{why}"
-        );
-    }
+    twins.all_refuse_the_key_type().await;
     let day = |ms: i64| Row { day: ms, ..ROW };
     let base = rows(day(0), 30);
     let mut neighbour = base.clone();
@@ -309,13 +315,7 @@ async fn holds_two_groups_spelled_alike_are_refused_not_merged() {
         &declaring("day", &["1970-01-01", "1970-01-02"]),
     )
     .await;
-    for c in 0..2 {
-        let why = twins.refusal(c).await;
-        assert!(
-            why.contains("whose values the site cannot match to the declared ones exactly"),
-            "{why}"
-        );
-    }
+    twins.all_refuse_the_key_type().await;
 }
 
 /// HOLDS (was BREAK, high) — "Every site then releases a noisy state
@@ -338,13 +338,7 @@ async fn holds_a_released_key_is_the_declared_value_whichever_the_site_holds() {
         &declaring("g", &["1", "NaN"]),
     )
     .await;
-    for c in 0..2 {
-        let why = twins.refusal(c).await;
-        assert!(
-            why.contains("whose values the site cannot match to the declared ones exactly"),
-            "{why}"
-        );
-    }
+    twins.all_refuse_the_key_type().await;
 }
 
 /// The honest coordinator's answer to `sql` over in-process sites holding
@@ -411,13 +405,7 @@ async fn holds_a_timestamp_key_is_refused_however_its_domain_is_spelled() {
             &declaring("ts", &domain),
         )
         .await;
-        for c in 0..2 {
-            let why = twins.refusal(c).await;
-            assert!(
-                why.contains("whose values the site cannot match to the declared ones exactly"),
-                "{domain:?}: {why}"
-            );
-        }
+        twins.all_refuse_the_key_type().await;
     }
 }
 

@@ -447,13 +447,18 @@ async fn holds_array_length_on_one_rows_empty_nested_list_answers() {
 /// lists for the victim's row (id 17) when x > m read its x = 42 exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_an_analyst_reads_nothing_over_workers_through_array_length() {
+    answers_alike_over_workers(|m| format!("array_length(CASE WHEN id = 17 AND x > {m} THEN make_array() ELSE make_array(make_array(1)) END, 2) = 1")).await;
+}
+
+/// Over two workers (worker 0 holding the victim's row, id 17 with
+/// x = 42) under `require_dp`, `dp_count` filtered by `filter(m)` answers
+/// for m = 41 and m = 42 alike (an answer each, whatever the row).
+async fn answers_alike_over_workers(filter: impl Fn(i64) -> String) {
     let mut victim_site = ordinary();
     victim_site.push((DAY, 17, 42));
     let (_workers, ctx, _dir) = dp_workers(&[victim_site, ordinary()]).await;
     for m in [41, 42] {
-        let sql = format!(
-            "SELECT dp_count(*, 0.01) AS n FROM t WHERE array_length(CASE WHEN id = 17 AND x > {m} THEN make_array() ELSE make_array(make_array(1)) END, 2) = 1"
-        );
+        let sql = format!("SELECT dp_count(*, 0.01) AS n FROM t WHERE {}", filter(m));
         let answer = crate::attacks::answer(&ctx, &sql).await;
         assert!(answer.is_ok(), "x > {m}: {answer:?}");
     }
@@ -706,16 +711,7 @@ async fn holds_a_cast_of_a_far_timestamp_to_text_answers() {
 /// answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_an_analyst_reads_nothing_over_workers_through_a_far_timestamp() {
-    let mut victim_site = ordinary();
-    victim_site.push((DAY, 17, 42));
-    let (_workers, ctx, _dir) = dp_workers(&[victim_site, ordinary()]).await;
-    for m in [41, 42] {
-        let sql = format!(
-            "SELECT dp_count(*, 0.01) AS n FROM t WHERE CAST(from_unixtime(CASE WHEN id = 17 AND x > {m} THEN 9223372036854775807 ELSE 0 END) AS VARCHAR) IS NOT NULL"
-        );
-        let answer = crate::attacks::answer(&ctx, &sql).await;
-        assert!(answer.is_ok(), "x > {m}: {answer:?}");
-    }
+    answers_alike_over_workers(|m| format!("CAST(from_unixtime(CASE WHEN id = 17 AND x > {m} THEN 9223372036854775807 ELSE 0 END) AS VARCHAR) IS NOT NULL")).await;
 }
 
 /// HOLDS — declared column types over real workers: a wider type (`id`,

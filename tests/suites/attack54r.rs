@@ -152,7 +152,7 @@ use fedsql::site::release::policy::DisclosurePolicy;
 use crate::attack54f::{Hostile, session_of};
 
 /// `d` (a date), `id` and `x`.
-fn date_schema() -> SchemaRef {
+pub(crate) fn date_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("d", DataType::Date32, true),
         Field::new("id", DataType::Int64, true),
@@ -174,7 +174,7 @@ pub(crate) fn ordinary() -> Vec<(i32, i64, i64)> {
         .collect()
 }
 
-fn date_batch(rows: &[(i32, i64, i64)]) -> RecordBatch {
+pub(crate) fn date_batch(rows: &[(i32, i64, i64)]) -> RecordBatch {
     RecordBatch::try_new(
         date_schema(),
         vec![

@@ -29,6 +29,27 @@
 //! function over edge values (negative, zero, NaN, ±inf, extremes, empty
 //! strings) and asserts it does not error.
 //!
+//! **Found (BREAK, high; thresholds policy): a life table's refusal names
+//! the intervals that hold one row.** The `min_group_rows` refusal of a
+//! cell aggregate appends `Cells::explain`'s text, and `life_table`'s
+//! (`explain_small_cells`) names up to 8 intervals whose event or
+//! censoring count is 1 to k−1. With a grid of one interval per candidate
+//! value (`breaks=0,1,...,128`) and a time that puts the victim's row
+//! alone in the interval of its x (`CASE WHEN id = 17 THEN x + 0.5 ELSE
+//! 1000 END`: every other row after the last break, a count of 20 ≥ k),
+//! one query's refusal reads "interval (42, 43]": the victim's exact x,
+//! in process and over a real `fedsql worker`
+//! (`breaks_a_life_table_refusal_names_one_rows_interval`,
+//! `breaks_an_analyst_reads_a_value_over_workers_from_a_life_table_refusal`).
+//! A refusal under thresholds is meant to say one bit; this one says up to
+//! 8 values of log2(#intervals) bits each, per query.
+//!
+//! Fix: a site's refusal must not depend on which cells are small: drop
+//! the interval names (and the "no grid passes" / coarsening hint, which
+//! also depends on the counts) from what leaves the site; the coordinator
+//! may coarsen a grid from the *released* states only, or the data owner
+//! can read the detail in the site's log.
+//!
 //! What else was tried (HOLDS, see
 //! `holds_other_never_functions_and_casts_answer_on_edge_values`): the
 //! other `never` math functions on domain errors (`ln`, `log10`, `log2`,
@@ -39,11 +60,22 @@
 //! to INTERVAL (i64::MAX years, garbage), to BIGINT ('abc', 1e30), to
 //! TIMESTAMP / DATE / TIME out of range, of 1e30 to TIMESTAMP; an implicit
 //! text-to-integer coercion (`'abc' = 1`); negating a DECIMAL(38,0); an
-//! integer shift by 100. All answer whatever the victim's value.
+//! integer shift by 100. All answer whatever the victim's value. DP
+//! aggregates over extreme inputs (i64::MAX, u64::MAX, ±inf, NaN, 38
+//! nines) answer alike (`holds_dp_aggregates_answer_on_extreme_inputs`).
+//! Under thresholds, the `approx_*` / `sum` / `avg` / `var` / `corr` of a
+//! CASE that singles out one row are refused by the "values that differ
+//! from a value the others share" rule (the policy's own one bit), and
+//! `approx_distinct` / `approx_percentile_cont_with_weight` are refused
+//! as identifying; neither is new.
 
+use fedsql::FedContext;
 use fedsql::site::release::dp::DpPolicy;
+use fedsql::site::release::policy::DisclosurePolicy;
 
-use crate::attack54r::{DAY, answer_over_one, dp_only, dp_workers, ordinary};
+use crate::attack54r::{
+    DAY, answer_over_one, date_batch, date_schema, dp_only, dp_workers, ordinary,
+};
 
 /// The filter of a DP count that gives `bad` for the victim's row (id 17)
 /// when its x is at least `m`, and `good` for every other row.
@@ -198,4 +230,124 @@ async fn holds_other_never_functions_and_casts_answer_on_edge_values() {
             outcome(&at_43)
         );
     }
+}
+
+/// HOLDS — DP aggregates over extreme inputs (i64::MAX, u64::MAX, ±inf,
+/// NaN, a DECIMAL(38,0) of 38 nines) for the victim's row answer whether
+/// or not the row takes them: clamping and NaN-dropping keep them from
+/// failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_dp_aggregates_answer_on_extreme_inputs() {
+    let rows = victim_rows();
+    let cases: &[(&str, &str, &str)] = &[
+        ("dp_sum({v}, 0, 10)", "9223372036854775807", "1"),
+        ("dp_sum({v}, 0.0, 10.0)", "CAST('inf' AS DOUBLE)", "1.0"),
+        ("dp_avg({v}, 0.0, 10.0)", "CAST('-inf' AS DOUBLE)", "1.0"),
+        ("dp_var({v}, 0.0, 10.0)", "CAST('inf' AS DOUBLE)", "1.0"),
+        (
+            "dp_histogram({v}, 0.0, 10.0, 5)",
+            "CAST('NaN' AS DOUBLE)",
+            "1.0",
+        ),
+        (
+            "dp_sum(CAST({v} AS DECIMAL(38,0)), 0, 10)",
+            "99999999999999999999999999999999999999",
+            "1",
+        ),
+        (
+            "dp_sum({v}, 0, 10)",
+            "CAST(18446744073709551615 AS BIGINT UNSIGNED)",
+            "CAST(1 AS BIGINT UNSIGNED)",
+        ),
+    ];
+    for (template, bad, good) in cases {
+        let sql = |m: i64| {
+            let value = format!("CASE WHEN id = 17 AND x >= {m} THEN {bad} ELSE {good} END");
+            format!("SELECT {} AS a FROM t", template.replace("{v}", &value))
+        };
+        let at_42 = answer_over_one(&sql(42), &rows, &dp_only()).await;
+        let at_43 = answer_over_one(&sql(43), &rows, &dp_only()).await;
+        assert!(
+            at_42.is_ok() && at_43.is_ok(),
+            "{template} with {bad}: {} / {}",
+            outcome(&at_42),
+            outcome(&at_43)
+        );
+    }
+}
+
+/// `life_table` over time grid 0, 1, ..., 128 whose time is the victim's
+/// x + 0.5 (its own interval) and 1000 (after the last break) for
+/// every other row.
+fn life_table_reads_x() -> String {
+    let breaks: Vec<String> = (0..=128).map(|b| b.to_string()).collect();
+    format!(
+        "SELECT life_table('breaks={}', CASE WHEN id = 17 THEN x + 0.5 ELSE 1000 END, 1) AS lt FROM t",
+        breaks.join(",")
+    )
+}
+
+/// BREAK (high; thresholds) — "a refusal says one bit". A life table's
+/// refusal names the intervals whose counts are below k (up to 8 of
+/// them, `explain_small_cells`), so one query whose time grid has an
+/// interval per candidate value and whose time puts the victim's row
+/// alone in the interval of its x reads x exactly: "interval (42, 43]".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_a_life_table_refusal_names_one_rows_interval() {
+    let answer = answer_over_one(&life_table_reads_x(), &victim_rows(), &DpPolicy::default()).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.contains("interval (42, 43]")),
+        "{answer:?}"
+    );
+}
+
+/// Real `fedsql worker`s under a worker's default disclosure policy
+/// (thresholds, no DP), one per data set.
+async fn threshold_workers(
+    datasets: &[Vec<(i32, i64, i64)>],
+) -> (crate::remote::Workers, FedContext, tempfile::TempDir) {
+    use fedsql::site::worker::WorkerConfig;
+    let dir = tempfile::TempDir::new().unwrap();
+    let files: Vec<std::path::PathBuf> = datasets
+        .iter()
+        .enumerate()
+        .map(|(c, rows)| {
+            let path = dir.path().join(format!("site{c}.parquet"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(file, date_schema(), None)
+                    .unwrap();
+            writer.write(&date_batch(rows)).unwrap();
+            writer.close().unwrap();
+            path
+        })
+        .collect();
+    let workers = crate::remote::Workers::start_with(&files, "t", |mut c: WorkerConfig| {
+        c.policy = Some(DisclosurePolicy::default());
+        c
+    })
+    .await;
+    let ctx = FedContext::new();
+    crate::remote::run(&ctx, &workers.create("t"))
+        .await
+        .unwrap();
+    (workers, ctx, dir)
+}
+
+/// BREAK (high; thresholds) — the same over real `fedsql worker`s, by SQL
+/// alone: one query reads the victim's x = 42 from the worker's refusal.
+/// Eight victims (ids 17..=24) would be read by one query alike (the
+/// refusal names up to 8 intervals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaks_an_analyst_reads_a_value_over_workers_from_a_life_table_refusal() {
+    let (_workers, ctx, _dir) = threshold_workers(&[victim_rows(), ordinary()]).await;
+    let answer = crate::attacks::answer(&ctx, &life_table_reads_x()).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.contains("interval (42, 43]")),
+        "{answer:?}"
+    );
 }

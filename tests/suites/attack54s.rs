@@ -62,7 +62,10 @@
 //! text-to-integer coercion (`'abc' = 1`); negating a DECIMAL(38,0); an
 //! integer shift by 100. All answer whatever the victim's value. DP
 //! aggregates over extreme inputs (i64::MAX, u64::MAX, ±inf, NaN, 38
-//! nines) answer alike (`holds_dp_aggregates_answer_on_extreme_inputs`).
+//! nines) answer alike (`holds_dp_aggregates_answer_on_extreme_inputs`),
+//! and so does DECIMAL division or remainder by a DECIMAL constant whose
+//! rescaling overflows for the victim's value
+//! (`holds_decimal_division_by_a_constant_answers_on_overflow`).
 //! Under thresholds, the `approx_*` / `sum` / `avg` / `var` / `corr` of a
 //! CASE that singles out one row are refused by the "values that differ
 //! from a value the others share" rule (the policy's own one bit), and
@@ -350,4 +353,51 @@ async fn breaks_an_analyst_reads_a_value_over_workers_from_a_life_table_refusal(
             .is_err_and(|e| e.contains("interval (42, 43]")),
         "{answer:?}"
     );
+}
+
+/// HOLDS — DECIMAL division and remainder by a constant (which the
+/// rewrite's `is_safe_divisor` might leave unwrapped) answer whether the
+/// victim's dividend overflows the rescaled result or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_decimal_division_by_a_constant_answers_on_overflow() {
+    let rows = victim_rows();
+    let big = "99999999999999999999999999999999999999";
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "(CAST({v} AS DECIMAL(38,0)) / CAST(0.5 AS DECIMAL(3,1)))",
+            big,
+            "1",
+        ),
+        (
+            "(CAST({v} AS DECIMAL(38,0)) / CAST(2 AS DECIMAL(3,0)))",
+            big,
+            "1",
+        ),
+        (
+            "(CAST({v} AS DECIMAL(38,0)) % CAST(0.5 AS DECIMAL(3,1)))",
+            big,
+            "1",
+        ),
+        (
+            "(CAST({v} AS DECIMAL(38,10)) / CAST(0.001 AS DECIMAL(10,3)))",
+            "9999999999999999999999999999",
+            "1",
+        ),
+        (
+            "(CAST({v} AS DECIMAL(20,0)) / CAST(0.5 AS DECIMAL(38,30)))",
+            "99999999999999999999",
+            "1",
+        ),
+        ("(CAST({v} AS DECIMAL(38,0)) / 0.5)", big, "1"),
+    ];
+    for (template, bad, good) in cases {
+        let at_42 = answer_over_one(&probe(template, 42, bad, good), &rows, &dp_only()).await;
+        let at_43 = answer_over_one(&probe(template, 43, bad, good), &rows, &dp_only()).await;
+        assert!(
+            at_42.is_ok() && at_43.is_ok(),
+            "{template}: {} / {}",
+            outcome(&at_42),
+            outcome(&at_43)
+        );
+    }
 }

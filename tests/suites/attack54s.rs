@@ -60,7 +60,9 @@
 //! to INTERVAL (i64::MAX years, garbage), to BIGINT ('abc', 1e30), to
 //! TIMESTAMP / DATE / TIME out of range, of 1e30 to TIMESTAMP; an implicit
 //! text-to-integer coercion (`'abc' = 1`); negating a DECIMAL(38,0); an
-//! integer shift by 100. All answer whatever the victim's value. DP
+//! integer shift by 100; `greatest`, `least`, `coalesce`, `nullif`,
+//! comparisons, `IN` and `get_field` over an empty (nested) list. All
+//! answer whatever the victim's value. DP
 //! aggregates over extreme inputs (i64::MAX, u64::MAX, ±inf, NaN, 38
 //! nines) answer alike (`holds_dp_aggregates_answer_on_extreme_inputs`),
 //! and so does DECIMAL division or remainder by a DECIMAL constant whose
@@ -222,6 +224,44 @@ async fn holds_other_never_functions_and_casts_answer_on_edge_values() {
         ("CAST({v} AS DATE)", "'99999999-01-01'", "'2020-01-01'"),
         ("CAST({v} AS TIME)", "'25:99:99'", "'10:00:00'"),
         ("CAST({v} AS TIMESTAMP)", "1e30", "1.0"),
+        // Nested values: empty lists against non-empty ones.
+        (
+            "greatest({v}, make_array(1))",
+            "make_array()",
+            "make_array(2)",
+        ),
+        (
+            "least({v}, make_array(make_array(1)))",
+            "make_array(make_array())",
+            "make_array(make_array(2))",
+        ),
+        (
+            "coalesce({v}, make_array(1))",
+            "make_array()",
+            "make_array(2)",
+        ),
+        (
+            "nullif({v}, make_array(1))",
+            "make_array()",
+            "make_array(2)",
+        ),
+        ("({v} = make_array(1))", "make_array()", "make_array(2)"),
+        (
+            "({v} < make_array(make_array(1)))",
+            "make_array(make_array())",
+            "make_array(make_array(2))",
+        ),
+        (
+            "get_field(named_struct('a', {v}), 'a')",
+            "make_array()",
+            "make_array(2)",
+        ),
+        (
+            "({v} IN (make_array(1), make_array(2)))",
+            "make_array()",
+            "make_array(2)",
+        ),
+        ("concat({v}, 'a')", "''", "'b'"),
     ];
     for (template, bad, good) in cases {
         let at_42 = answer_over_one(&probe(template, 42, bad, good), &rows, &dp).await;

@@ -46,6 +46,8 @@ mod attack54p;
 mod attack54q;
 #[path = "suites/attack54r.rs"]
 mod attack54r;
+#[path = "suites/attack54s.rs"]
+mod attack54s;
 #[path = "suites/attacks.rs"]
 mod attacks;
 #[path = "suites/attacks2.rs"]

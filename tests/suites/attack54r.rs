@@ -152,7 +152,7 @@ use fedsql::site::release::policy::DisclosurePolicy;
 use crate::attack54f::{Hostile, session_of};
 
 /// `d` (a date), `id` and `x`.
-fn date_schema() -> SchemaRef {
+pub(crate) fn date_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("d", DataType::Date32, true),
         Field::new("id", DataType::Int64, true),
@@ -161,20 +161,20 @@ fn date_schema() -> SchemaRef {
 }
 
 /// 2020-01-01 in days since the epoch.
-const DAY: i32 = 18_262;
+pub(crate) const DAY: i32 = 18_262;
 /// The "infinity" and "-infinity" dates of PostgreSQL and DuckDB (and of
 /// any sentinel beyond chrono's ±262,143 years).
 const INFINITY: i32 = i32::MAX;
 const MINUS_INFINITY: i32 = i32::MIN;
 
 /// 20 ordinary rows (two declared days), ids 1001..=1020.
-fn ordinary() -> Vec<(i32, i64, i64)> {
+pub(crate) fn ordinary() -> Vec<(i32, i64, i64)> {
     (0..20i32)
         .map(|r| (DAY + r % 2, r as i64 + 1001, (r * 3 % 50) as i64))
         .collect()
 }
 
-fn date_batch(rows: &[(i32, i64, i64)]) -> RecordBatch {
+pub(crate) fn date_batch(rows: &[(i32, i64, i64)]) -> RecordBatch {
     RecordBatch::try_new(
         date_schema(),
         vec![
@@ -208,7 +208,7 @@ fn dates_declared() -> DpPolicy {
 
 /// The honest coordinator's answer to `sql` over one in-process site
 /// holding `rows` under a worker's default policy and `dp`.
-async fn answer_over_one(
+pub(crate) async fn answer_over_one(
     sql: &str,
     rows: &[(i32, i64, i64)],
     dp: &DpPolicy,
@@ -269,7 +269,7 @@ async fn holds_dp_grouping_by_dates_is_refused_alike_with_or_without_far_dates()
 /// Real `fedsql worker`s, one per data set (a Parquet file each), under a
 /// worker's default disclosure policy, `require_dp`, a budget of 1 and
 /// `d` declared public; and a coordinator's context with the table `t`.
-async fn dp_workers(
+pub(crate) async fn dp_workers(
     datasets: &[Vec<(i32, i64, i64)>],
 ) -> (crate::remote::Workers, FedContext, tempfile::TempDir) {
     use fedsql::site::worker::WorkerConfig;
@@ -411,7 +411,7 @@ async fn holds_require_secure_mask_step_refuses_a_short_list_alike() {
 }
 
 /// `require_dp` under a finite budget, no domain.
-fn dp_only() -> DpPolicy {
+pub(crate) fn dp_only() -> DpPolicy {
     DpPolicy {
         budget: Some(100.0),
         require_dp: true,

@@ -892,14 +892,8 @@ async fn clusters_and_life_table_cells_need_k_rows() {
     answer(&open, &sql).await;
     let e = refusal(&guarded, &sql).await;
     assert!(e.contains("a life-table interval would count"), "{e}");
-    // The intervals under k are named, with a grid that passes (or why none does).
-    assert!(e.contains("interval"), "{e}");
-    assert!(
-        e.contains("passes at this site")
-            || e.contains("no grid passes")
-            || e.contains("widen the grid"),
-        "{e}"
-    );
+    // Which intervals are under k is not named (it depends on the rows).
+    assert!(!e.contains(']') && !e.contains("breaks="), "{e}");
 }
 
 /// A chi-square test under the demo's policy: a table whose cells hold at

@@ -51,11 +51,6 @@ pub enum Privacy {
     SecureDp,
 }
 
-/// Which cells of a state are small and how to ask for cells that pass,
-/// from the call's constant config, the state and k: (what to add to the
-/// rule, the hint), when it can tell.
-pub type ExplainCells = fn(config: Option<&str>, state: &[f64], k: f64) -> Option<(String, String)>;
-
 /// The cells of an aggregate's state that count rows (each held to k), and
 /// how a refusal names them.
 #[derive(Debug, Clone, Copy)]
@@ -68,10 +63,6 @@ pub struct Cells {
     pub holds: &'static str,
     /// How to ask for larger cells.
     pub hint: &'static str,
-    /// Which cells are small and how to ask for cells that pass, from the
-    /// call's constant config (its first argument, if text), the state
-    /// and k: (what to add to the rule, the hint), when it can tell.
-    pub explain: Option<ExplainCells>,
 }
 
 /// The facts of one aggregate function.
@@ -331,7 +322,6 @@ pub const AGGREGATES: &[Aggregate] = &[
             counts: irls_cells,
             holds: "a fit round would count rows with an invalid response among",
             hint: "filter out the rows whose response is outside the family's range",
-            explain: None,
         })
         .shares_constants()
         .doc(&crate::irls_step::DOC),
@@ -367,7 +357,6 @@ pub const AGGREGATES: &[Aggregate] = &[
             counts: kmeans_cells,
             holds: "a cluster would hold",
             hint: "use fewer clusters",
-            explain: None,
         })
         .shares_constants()
         .doc(&crate::kmeans_step::DOC),
@@ -376,7 +365,6 @@ pub const AGGREGATES: &[Aggregate] = &[
             counts: life_table_cells,
             holds: "a life-table interval would count events or censorings of",
             hint: "use wider intervals (breaks or width)",
-            explain: Some(crate::life_table::explain_small_cells),
         })
         .shares_constants()
         .doc(&crate::life_table::DOC),
@@ -442,7 +430,6 @@ const SGD_CELLS: Cells = Cells {
     counts: sgd_cells,
     holds: "a training round would count rows with an invalid response among",
     hint: "filter out the rows whose response is outside the family's range",
-    explain: None,
 };
 
 /// The rows of each cluster in a `kmeans_step` state: blocks of (count,
@@ -673,7 +660,8 @@ pub const SCALARS: &[Scalar] = &[
     may_fail("signum"),
     never("sin"),
     never("sinh"),
-    never("sqrt"),
+    // DataFusion refuses a negative value (an error, not NaN).
+    may_fail("sqrt"),
     never("tan"),
     never("tanh"),
     may_fail("trunc"),

@@ -43,9 +43,8 @@ pub struct CountColumns {
     /// one value (see [`Modes`]).
     pub modes: Vec<usize>,
     /// State columns whose cells the policy holds to k: (the column's
-    /// name, the aggregate's name, its number of arguments, its constant
-    /// text config, if its first argument is one).
-    pub cells: Vec<(String, String, usize, Option<String>)>,
+    /// name, the aggregate's name, its number of arguments).
+    pub cells: Vec<(String, String, usize)>,
 }
 
 impl CountColumns {
@@ -98,13 +97,9 @@ pub(crate) fn counted(partial: AggregateExec, k: u64) -> Result<(AggregateExec, 
             fields.as_slice(),
             catalogue::aggregate(&name).is_some_and(|a| a.cells.is_some()),
         ) {
-            let config = expr
-                .expressions()
-                .first()
-                .and_then(|e| fedsql_udfs::flat_state::config_literal(&name, e).ok());
             columns
                 .cells
-                .push((field.name().clone(), name, expr.expressions().len(), config));
+                .push((field.name().clone(), name, expr.expressions().len()));
         }
         // A grouped pass gives a groups accumulator to every aggregate that
         // has one, and wraps the others' plain accumulators per group.

@@ -5,7 +5,8 @@
 //! [`crate::site::release::gate`]) and before it is planned, the site rewrites
 //! `CAST` to `TRY_CAST`, every arithmetic operator that can fail on values
 //! (division and remainder, date and time arithmetic) and every catalogued
-//! function that can (`OnData::NullOnError` in the catalogue) into a form
+//! function (those marked `OnData::NullOnError` are known to fail on some
+//! values; any may, after a library upgrade) into a form
 //! that gives NULL for the rows it fails on. Each rewritten expression
 //! keeps its name, so the state's columns are the ones the coordinator
 //! expects. What can still fail at run time (an aggregate's own work,
@@ -24,7 +25,7 @@ use datafusion::logical_expr::{
     ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TryCast, Volatility,
 };
 use datafusion::physical_expr::expressions::{Column as PhysicalColumn, binary as physical_binary};
-use fedsql_udfs::catalogue::{self, OnData};
+use fedsql_udfs::catalogue;
 
 use crate::error::Result;
 
@@ -83,9 +84,15 @@ fn rewrite(e: Expr, schema: &DFSchema) -> datafusion::error::Result<Transformed<
                 vec![*binary.left, *binary.right],
             )))
         }
+        // Every catalogued function, not only those known to fail on data:
+        // DataFusion's `sqrt` refuses a negative value (the nineteenth
+        // outside attack read a value from it, catalogued as never
+        // failing), and a library upgrade can make any function fail or
+        // panic on some value. The wrapper costs nothing while a batch
+        // succeeds.
         Expr::ScalarFunction(f)
-            if catalogue::scalar(f.func.name())
-                .is_some_and(|s| s.on_data == OnData::NullOnError) =>
+            if catalogue::scalar(f.func.name()).is_some()
+                && f.func.inner().downcast_ref::<NullOnError>().is_none() =>
         {
             let wrapped = ScalarUDF::new_from_impl(NullOnError { inner: f.func });
             Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(

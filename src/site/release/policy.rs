@@ -265,11 +265,11 @@ impl DisclosurePolicy {
         &self,
         client: &str,
         batches: &[RecordBatch],
-        cells: &[(String, String, usize, Option<String>)],
+        cells: &[(String, String, usize)],
     ) -> Result<()> {
         let k = self.min_group_rows as f64;
         for batch in batches {
-            for (column, aggregate, args, config) in cells {
+            for (column, aggregate, args) in cells {
                 let Some(state) = batch.column_by_name(column) else {
                     continue;
                 };
@@ -298,19 +298,17 @@ impl DisclosurePolicy {
                     let small = (cells.counts)(*args, values.values())
                         .is_some_and(|counts| counts.iter().any(|&n| n > 0.0 && n < k));
                     if small {
-                        // Which cells, and cells that would pass, where the
-                        // aggregate can say (the intervals of a life table).
-                        let (which, hint) = cells
-                            .explain
-                            .and_then(|explain| explain(config.as_deref(), values.values(), k))
-                            .unwrap_or_else(|| (String::new(), cells.hint.to_string()));
+                        // Which cells are small, or which would pass, is not
+                        // said: it depends on the rows (the nineteenth
+                        // outside attack read one row's value from the
+                        // interval a life table's refusal named).
                         return Err(FedError::Policy {
                             client: client.to_string(),
                             rule: format!(
-                                "{} fewer than {} of its rows (its min_group_rows policy){which}",
+                                "{} fewer than {} of its rows (its min_group_rows policy)",
                                 cells.holds, self.min_group_rows
                             ),
-                            hint: Some(hint),
+                            hint: Some(cells.hint.to_string()),
                         });
                     }
                 }

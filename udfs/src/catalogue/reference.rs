@@ -67,9 +67,10 @@ pub fn reference_markdown() -> String {
     }
     page.push_str(
         "\n## Scalar functions\n\n\
-         Under a disclosure policy a site evaluates those that can fail on a row's values \
-         NULL-on-error (a row it fails on gives NULL), so whether a query fails never depends \
-         on one row.\n\n| function | can fail on data |\n|---|---|\n",
+         Under a disclosure policy a site evaluates every one of them NULL-on-error (a row it \
+         fails on, or panics on, gives NULL), so whether a query fails never depends on one \
+         row; the table says which are known to fail on some values.\n\n\
+         | function | can fail on data |\n|---|---|\n",
     );
     let mut scalars: Vec<&Scalar> = SCALARS.iter().collect();
     scalars.sort_by_key(|s| s.name);

@@ -301,19 +301,6 @@ mod tests {
         assert!(!t.groups_times());
     }
 
-    fn table(events: &[f64], censored: &[f64]) -> LifeTable {
-        LifeTable {
-            rows: 0.0,
-            negative: 0.0,
-            invalid_event: 0.0,
-            before: 0.0,
-            beyond: 0.0,
-            off_grid: 1.0,
-            events: events.to_vec(),
-            censored: censored.to_vec(),
-        }
-    }
-
     #[tokio::test]
     async fn the_off_grid_flag_says_whether_the_grid_groups_times() {
         use datafusion::arrow::array::{Float64Array, RecordBatch};
